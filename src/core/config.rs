@@ -1,0 +1,1166 @@
+//! Node configuration: parse each source, merge them, validate the result (design §3).
+//!
+//! Sans-I/O: the caller reads the file and the environment and hands over the text and a
+//! variable lookup, so every rule here is testable without touching the machine.
+//!
+//! Sources, each later one overriding the earlier:
+//!
+//! 1. a TOML file ([`from_toml`]): `node_id`, `listen` and a `[peers]` table;
+//! 2. the variables `RSM_NODE_ID`, `RSM_LISTEN` and `RSM_PEERS` ([`from_env`]);
+//! 3. the builder's explicit settings ([`PartialConfig::new`] with [`Origin::Builder`]).
+//!
+//! Peers merge entry by entry: a later source overrides the address of a node id it names and
+//! adds the ids it alone names. [`resolve`] merges the layers and validates the result. Every
+//! error is `RSMERR_BAD_CONF` whose detail names the source and the field, such as
+//! `RSM_PEERS: entry "2=foo": invalid address "foo"`.
+//!
+//! ```
+//! use rsm::core::config::{from_env, from_toml, resolve};
+//!
+//! let file = from_toml("node_id = 2\n[peers]\n1 = \"127.0.0.1:7401\"\n", "rsm.toml")?;
+//! let env = from_env(|name| (name == "RSM_LISTEN").then(|| "127.0.0.1:7402".to_string()))?;
+//! let config = resolve(&[file, env])?;
+//! assert_eq!(config.node_id, 2);
+//! assert_eq!(config.listen.port(), 7402);
+//! assert_eq!(config.peers[&1].port(), 7401);
+//! # Ok::<(), rsm::Error>(())
+//! ```
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+
+use serde::Deserialize;
+
+use crate::{Error, Result};
+
+/// The largest configuration file accepted, in bytes (1 MiB).
+pub const MAX_FILE_BYTES: usize = 1 << 20;
+
+/// The most peers a node accepts, per source and in total.
+pub const MAX_PEERS: usize = 4096;
+
+/// The file read when `RSM_CONFIG` does not name one; a missing default file is not an error.
+pub const DEFAULT_CONFIG_PATH: &str = "/etc/rsm/rsm.toml";
+
+/// The variable naming the configuration file.
+pub const ENV_CONFIG: &str = "RSM_CONFIG";
+
+/// The variable holding the node id, such as `2`.
+pub const ENV_NODE_ID: &str = "RSM_NODE_ID";
+
+/// The variable holding the side-channel listen address, such as `127.0.0.1:7402`.
+pub const ENV_LISTEN: &str = "RSM_LISTEN";
+
+/// The variable holding the peer table, such as `2=127.0.0.1:7402,3=[::1]:7403`.
+pub const ENV_PEERS: &str = "RSM_PEERS";
+
+/// The longest excerpt of an offending value quoted in an error: the inputs are unbounded and
+/// an error message should stay readable.
+const MAX_QUOTED_CHARS: usize = 64;
+
+/// The resolved configuration of a node.
+///
+/// With nothing configured ([`NodeConfig::default`]): node 1, listening on 127.0.0.1 with an
+/// ephemeral port, no peers, non-loopback listen addresses refused.
+///
+/// ```
+/// use rsm::NodeConfig;
+///
+/// let config = NodeConfig::default();
+/// assert_eq!(config.node_id, 1);
+/// assert_eq!(config.listen, "127.0.0.1:0".parse()?);
+/// assert!(config.peers.is_empty());
+/// assert!(!config.allow_non_loopback);
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NodeConfig {
+    /// This node's id (any `u32`, spec decision 12).
+    pub node_id: u32,
+    /// The side-channel listen address as configured; port 0 asks for an ephemeral port.
+    pub listen: SocketAddr,
+    /// The peer table: node id to side-channel address.
+    pub peers: BTreeMap<u32, SocketAddr>,
+    /// Whether a non-loopback listen address is accepted (only the builder can set it).
+    pub allow_non_loopback: bool,
+}
+
+impl Default for NodeConfig {
+    fn default() -> Self {
+        NodeConfig {
+            node_id: 1,
+            listen: SocketAddr::new(IpAddr::V4(Ipv4Addr::LOCALHOST), 0),
+            peers: BTreeMap::new(),
+            allow_non_loopback: false,
+        }
+    }
+}
+
+/// Where a setting came from; errors name it.
+///
+/// ```
+/// use rsm::core::config::Origin;
+///
+/// assert_eq!(Origin::File("/etc/rsm/rsm.toml".into()).to_string(), "/etc/rsm/rsm.toml");
+/// assert_eq!(Origin::Environment.to_string(), "environment");
+/// assert_eq!(Origin::Builder.to_string(), "builder");
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Origin {
+    /// A configuration file, by the name it was read under.
+    File(String),
+    /// The `RSM_*` variables.
+    Environment,
+    /// The caller's explicit settings (`NodeBuilder`).
+    Builder,
+}
+
+impl fmt::Display for Origin {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Origin::File(path) => f.write_str(path),
+            Origin::Environment => f.write_str("environment"),
+            Origin::Builder => f.write_str("builder"),
+        }
+    }
+}
+
+/// A configuration field, to name it in errors the way its source spells it.
+#[derive(Debug, Clone, Copy)]
+enum Field {
+    NodeId,
+    Listen,
+    Peers,
+    AllowNonLoopback,
+}
+
+impl Field {
+    fn key(self) -> &'static str {
+        match self {
+            Field::NodeId => "node_id",
+            Field::Listen => "listen",
+            Field::Peers => "peers",
+            Field::AllowNonLoopback => "allow_non_loopback",
+        }
+    }
+}
+
+impl Origin {
+    /// The name of `field` in this source: the variable for the environment, `source: key`
+    /// for the others.
+    fn label(&self, field: Field) -> String {
+        match (self, field) {
+            (Origin::Environment, Field::NodeId) => ENV_NODE_ID.to_string(),
+            (Origin::Environment, Field::Listen) => ENV_LISTEN.to_string(),
+            (Origin::Environment, Field::Peers) => ENV_PEERS.to_string(),
+            _ => format!("{self}: {}", field.key()),
+        }
+    }
+
+    /// The name of one peer entry in this source.
+    fn peer_label(&self, id: u32) -> String {
+        match self {
+            Origin::File(path) => format!("{path}: peers.{id}"),
+            Origin::Environment => format!("{ENV_PEERS}: peer {id}"),
+            Origin::Builder => format!("builder: peer {id}"),
+        }
+    }
+}
+
+/// A value with the source that set it, so that errors found after merging still name it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Sourced<T> {
+    value: T,
+    origin: Origin,
+}
+
+/// One configuration source's settings: every field is optional, and [`merge`] lays a later
+/// source over an earlier one.
+///
+/// Each setting remembers its [`Origin`], so that [`resolve`] can name the source of a value it
+/// refuses even after several layers were merged.
+///
+/// ```
+/// use rsm::core::config::{Origin, PartialConfig};
+///
+/// let mut file = PartialConfig::new(Origin::File("rsm.toml".into()));
+/// file.set_node_id(2).insert_peer(3, "127.0.0.1:7403".parse()?);
+/// let mut builder = PartialConfig::new(Origin::Builder);
+/// builder.insert_peer(3, "127.0.0.1:9003".parse()?).insert_peer(4, "127.0.0.1:7404".parse()?);
+/// file.merge(&builder);
+/// assert_eq!(file.node_id(), Some(2));
+/// assert_eq!(file.peers()[&3].port(), 9003);
+/// assert_eq!(file.peers().len(), 2);
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+///
+/// [`merge`]: PartialConfig::merge
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PartialConfig {
+    origin: Origin,
+    node_id: Option<Sourced<u32>>,
+    listen: Option<Sourced<SocketAddr>>,
+    peers: BTreeMap<u32, Sourced<SocketAddr>>,
+    allow_non_loopback: Option<Sourced<bool>>,
+}
+
+impl PartialConfig {
+    /// An empty layer whose settings will come from `origin`.
+    ///
+    /// ```
+    /// use rsm::core::config::{Origin, PartialConfig};
+    ///
+    /// let layer = PartialConfig::new(Origin::Builder);
+    /// assert!(layer.is_empty());
+    /// assert_eq!(layer.origin(), &Origin::Builder);
+    /// ```
+    pub fn new(origin: Origin) -> Self {
+        PartialConfig {
+            origin,
+            node_id: None,
+            listen: None,
+            peers: BTreeMap::new(),
+            allow_non_loopback: None,
+        }
+    }
+
+    /// The source this layer's own settings come from.
+    ///
+    /// ```
+    /// use rsm::core::config::{Origin, PartialConfig};
+    ///
+    /// assert_eq!(PartialConfig::new(Origin::Environment).origin(), &Origin::Environment);
+    /// ```
+    pub fn origin(&self) -> &Origin {
+        &self.origin
+    }
+
+    /// Whether this layer sets nothing.
+    ///
+    /// ```
+    /// use rsm::core::config::from_env;
+    ///
+    /// assert!(from_env(|_| None)?.is_empty());
+    /// # Ok::<(), rsm::Error>(())
+    /// ```
+    pub fn is_empty(&self) -> bool {
+        self.node_id.is_none()
+            && self.listen.is_none()
+            && self.peers.is_empty()
+            && self.allow_non_loopback.is_none()
+    }
+
+    /// The node id, if this layer sets one.
+    ///
+    /// ```
+    /// use rsm::core::config::{Origin, PartialConfig};
+    ///
+    /// let mut layer = PartialConfig::new(Origin::Builder);
+    /// assert_eq!(layer.node_id(), None);
+    /// layer.set_node_id(7);
+    /// assert_eq!(layer.node_id(), Some(7));
+    /// ```
+    pub fn node_id(&self) -> Option<u32> {
+        self.node_id.as_ref().map(|s| s.value)
+    }
+
+    /// The listen address, if this layer sets one.
+    ///
+    /// ```
+    /// use rsm::core::config::{Origin, PartialConfig};
+    ///
+    /// let mut layer = PartialConfig::new(Origin::Builder);
+    /// layer.set_listen("[::1]:7401".parse()?);
+    /// assert_eq!(layer.listen(), Some("[::1]:7401".parse()?));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn listen(&self) -> Option<SocketAddr> {
+        self.listen.as_ref().map(|s| s.value)
+    }
+
+    /// The peers this layer names (a copy).
+    ///
+    /// ```
+    /// use rsm::core::config::{Origin, PartialConfig};
+    ///
+    /// let mut layer = PartialConfig::new(Origin::Builder);
+    /// layer.insert_peer(2, "127.0.0.1:7402".parse()?);
+    /// assert_eq!(layer.peers()[&2].port(), 7402);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn peers(&self) -> BTreeMap<u32, SocketAddr> {
+        self.peers.iter().map(|(id, s)| (*id, s.value)).collect()
+    }
+
+    /// The non-loopback opt-in, if this layer sets it.
+    ///
+    /// ```
+    /// use rsm::core::config::{Origin, PartialConfig};
+    ///
+    /// let mut layer = PartialConfig::new(Origin::Builder);
+    /// layer.set_allow_non_loopback(true);
+    /// assert_eq!(layer.allow_non_loopback(), Some(true));
+    /// ```
+    pub fn allow_non_loopback(&self) -> Option<bool> {
+        self.allow_non_loopback.as_ref().map(|s| s.value)
+    }
+
+    /// Sets the node id.
+    ///
+    /// ```
+    /// use rsm::core::config::{Origin, PartialConfig, resolve};
+    ///
+    /// let mut layer = PartialConfig::new(Origin::Builder);
+    /// layer.set_node_id(9);
+    /// assert_eq!(resolve(&[layer])?.node_id, 9);
+    /// # Ok::<(), rsm::Error>(())
+    /// ```
+    pub fn set_node_id(&mut self, id: u32) -> &mut Self {
+        self.node_id = Some(self.sourced(id));
+        self
+    }
+
+    /// Sets the listen address.
+    ///
+    /// ```
+    /// use rsm::core::config::{Origin, PartialConfig, resolve};
+    ///
+    /// let mut layer = PartialConfig::new(Origin::Builder);
+    /// layer.set_listen("127.0.0.5:7401".parse()?);
+    /// assert_eq!(resolve(&[layer])?.listen, "127.0.0.5:7401".parse()?);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn set_listen(&mut self, addr: SocketAddr) -> &mut Self {
+        self.listen = Some(self.sourced(addr));
+        self
+    }
+
+    /// Adds a peer, or replaces the address of a peer this layer already names.
+    ///
+    /// ```
+    /// use rsm::core::config::{Origin, PartialConfig};
+    ///
+    /// let mut layer = PartialConfig::new(Origin::Builder);
+    /// layer.insert_peer(2, "127.0.0.1:1".parse()?).insert_peer(2, "127.0.0.1:2".parse()?);
+    /// assert_eq!(layer.peers()[&2].port(), 2);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn insert_peer(&mut self, id: u32, addr: SocketAddr) -> &mut Self {
+        let value = self.sourced(addr);
+        self.peers.insert(id, value);
+        self
+    }
+
+    /// Sets the non-loopback opt-in. [`resolve`] honours it only from [`Origin::Builder`]:
+    /// the side channel is not authenticated yet, so only the program itself may decide to
+    /// listen beyond the host, never a file or a variable.
+    ///
+    /// ```
+    /// use rsm::core::config::{Origin, PartialConfig, resolve};
+    ///
+    /// let mut env = PartialConfig::new(Origin::Environment);
+    /// env.set_allow_non_loopback(true);
+    /// assert_eq!(resolve(&[env]).unwrap_err().code(), 44);
+    /// ```
+    pub fn set_allow_non_loopback(&mut self, allow: bool) -> &mut Self {
+        self.allow_non_loopback = Some(self.sourced(allow));
+        self
+    }
+
+    /// Lays `later` over this layer: each setting `later` has replaces this one's, and its
+    /// peers replace or join these peers entry by entry. Settings keep their origin.
+    ///
+    /// ```
+    /// use rsm::core::config::{from_toml, Origin, PartialConfig};
+    ///
+    /// let mut merged = from_toml("node_id = 2\nlisten = \"127.0.0.1:7402\"", "rsm.toml")?;
+    /// let mut builder = PartialConfig::new(Origin::Builder);
+    /// builder.set_node_id(3);
+    /// merged.merge(&builder);
+    /// assert_eq!(merged.node_id(), Some(3));
+    /// assert_eq!(merged.listen().map(|a| a.port()), Some(7402));
+    /// # Ok::<(), rsm::Error>(())
+    /// ```
+    pub fn merge(&mut self, later: &PartialConfig) {
+        if let Some(id) = &later.node_id {
+            self.node_id = Some(id.clone());
+        }
+        if let Some(listen) = &later.listen {
+            self.listen = Some(listen.clone());
+        }
+        if let Some(allow) = &later.allow_non_loopback {
+            self.allow_non_loopback = Some(allow.clone());
+        }
+        for (id, addr) in &later.peers {
+            self.peers.insert(*id, addr.clone());
+        }
+    }
+
+    fn sourced<T>(&self, value: T) -> Sourced<T> {
+        Sourced {
+            value,
+            origin: self.origin.clone(),
+        }
+    }
+}
+
+/// `RSMERR_BAD_CONF` with `detail`.
+fn bad_conf(detail: impl Into<String>) -> Error {
+    Error::bad_conf().op("configure").detail(detail)
+}
+
+/// `value` quoted for an error message, escaped and cut short: inputs are arbitrary.
+fn quoted(value: &str) -> String {
+    match value.char_indices().nth(MAX_QUOTED_CHARS) {
+        Some((cut, _)) => format!("{:?}...", &value[..cut]),
+        None => format!("{value:?}"),
+    }
+}
+
+fn parse_node_id(text: &str) -> std::result::Result<u32, String> {
+    text.parse::<u32>().map_err(|_| {
+        format!(
+            "invalid node id {} (expected an integer 0-4294967295)",
+            quoted(text)
+        )
+    })
+}
+
+fn parse_addr(text: &str) -> std::result::Result<SocketAddr, String> {
+    text.parse::<SocketAddr>().map_err(|_| {
+        format!(
+            "invalid address {} (expected ip:port, such as 127.0.0.1:7401 or [::1]:7401)",
+            quoted(text)
+        )
+    })
+}
+
+/// The top level of a configuration file. Values stay untyped here so that each is checked
+/// on its own and its error names its key, which serde's typed errors do not.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawFile {
+    node_id: Option<toml::Value>,
+    listen: Option<toml::Value>,
+    peers: Option<toml::Value>,
+}
+
+/// Parses a configuration file's text; `source` names the file in errors.
+///
+/// Keys: `node_id` (an integer), `listen` (`"ip:port"`) and a `[peers]` table from node id to
+/// `"ip:port"`. Unknown keys are refused, so a misspelt key is not silently ignored; so is a
+/// text over [`MAX_FILE_BYTES`] or a table of more than [`MAX_PEERS`] peers.
+///
+/// ```
+/// use rsm::core::config::from_toml;
+///
+/// let text = "node_id = 1\nlisten = \"127.0.0.1:7401\"\n[peers]\n2 = \"127.0.0.1:7402\"\n";
+/// let layer = from_toml(text, "/etc/rsm/rsm.toml")?;
+/// assert_eq!(layer.node_id(), Some(1));
+/// assert_eq!(layer.peers()[&2].port(), 7402);
+///
+/// let err = from_toml("node_id = \"one\"", "/etc/rsm/rsm.toml").unwrap_err();
+/// assert_eq!(err.code(), 44);
+/// assert!(err.to_string().contains("/etc/rsm/rsm.toml: node_id: invalid type"));
+/// # Ok::<(), rsm::Error>(())
+/// ```
+pub fn from_toml(text: &str, source: &str) -> Result<PartialConfig> {
+    if text.len() > MAX_FILE_BYTES {
+        return Err(bad_conf(format!(
+            "{source}: the file has {} bytes, at most {MAX_FILE_BYTES} are accepted",
+            text.len()
+        )));
+    }
+    let raw: RawFile = toml::from_str(text)
+        .map_err(|e| bad_conf(format!("{source}: {}", describe_toml_error(&e, text))))?;
+    let mut layer = PartialConfig::new(Origin::File(source.to_string()));
+    let origin = layer.origin.clone();
+    if let Some(value) = raw.node_id {
+        let id: u32 = value
+            .try_into()
+            .map_err(|e| field_error(&origin, Field::NodeId, e.message()))?;
+        layer.set_node_id(id);
+    }
+    if let Some(value) = raw.listen {
+        let text = toml_string(value).map_err(|m| field_error(&origin, Field::Listen, &m))?;
+        let addr = parse_addr(&text).map_err(|m| field_error(&origin, Field::Listen, &m))?;
+        layer.set_listen(addr);
+    }
+    if let Some(value) = raw.peers {
+        for (id, addr) in toml_peers(value, &origin)? {
+            layer.insert_peer(id, addr);
+        }
+    }
+    Ok(layer)
+}
+
+fn field_error(origin: &Origin, field: Field, message: &str) -> Error {
+    bad_conf(format!("{}: {message}", origin.label(field)))
+}
+
+/// A parse error with its line and column, which toml gives only as a byte span.
+fn describe_toml_error(e: &toml::de::Error, text: &str) -> String {
+    let position = e
+        .span()
+        .and_then(|span| text.get(..span.start))
+        .map(|before| {
+            let line = before.matches('\n').count() + 1;
+            let column = before.rsplit('\n').next().map_or(0, |l| l.chars().count()) + 1;
+            format!("line {line}, column {column}: ")
+        })
+        .unwrap_or_default();
+    format!("{position}{}", e.message().trim_end())
+}
+
+fn toml_string(value: toml::Value) -> std::result::Result<String, String> {
+    match value {
+        toml::Value::String(s) => Ok(s),
+        other => Err(format!(
+            "invalid type: {}, expected a string \"ip:port\"",
+            other.type_str()
+        )),
+    }
+}
+
+/// The `[peers]` table: ids as keys, `"ip:port"` strings as values.
+fn toml_peers(value: toml::Value, origin: &Origin) -> Result<Vec<(u32, SocketAddr)>> {
+    let table = match value {
+        toml::Value::Table(table) => table,
+        other => {
+            return Err(field_error(
+                origin,
+                Field::Peers,
+                &format!(
+                    "invalid type: {}, expected a table such as [peers] 2 = \"127.0.0.1:7402\"",
+                    other.type_str()
+                ),
+            ));
+        }
+    };
+    if table.len() > MAX_PEERS {
+        return Err(too_many_peers(&origin.label(Field::Peers), table.len()));
+    }
+    let mut peers = BTreeMap::new();
+    for (key, value) in table {
+        let label = format!("{}.{}", origin.label(Field::Peers), key_for_error(&key));
+        let entry_error = |m: String| bad_conf(format!("{label}: {m}"));
+        let id = parse_node_id(&key).map_err(entry_error)?;
+        let text = toml_string(value).map_err(entry_error)?;
+        let addr = parse_addr(&text).map_err(entry_error)?;
+        // "2" and "02" are different TOML keys but the same node.
+        if peers.insert(id, addr).is_some() {
+            return Err(entry_error(format!("node {id} is listed twice")));
+        }
+    }
+    Ok(peers.into_iter().collect())
+}
+
+/// A TOML key as the user would write it: bare when it can be, quoted otherwise.
+fn key_for_error(key: &str) -> String {
+    let bare = !key.is_empty()
+        && key.len() <= MAX_QUOTED_CHARS
+        && key
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-');
+    if bare { key.to_string() } else { quoted(key) }
+}
+
+fn too_many_peers(label: &str, count: usize) -> Error {
+    bad_conf(format!(
+        "{label}: {count} peers, at most {MAX_PEERS} are accepted"
+    ))
+}
+
+/// Reads `RSM_NODE_ID`, `RSM_LISTEN` and `RSM_PEERS` through `get`, which returns a
+/// variable's value or `None` when it is unset; the caller decides where variables come from,
+/// so that tests need no real environment.
+///
+/// An empty (or blank) variable counts as unset. `RSM_PEERS` is a comma-separated list of
+/// `id=ip:port` entries, such as `2=127.0.0.1:7402,3=[::1]:7403`; whitespace around entries
+/// and a trailing comma are tolerated, a node named twice is refused.
+///
+/// ```
+/// use rsm::core::config::from_env;
+///
+/// let layer = from_env(|name| match name {
+///     "RSM_NODE_ID" => Some("3".to_string()),
+///     "RSM_PEERS" => Some("2=127.0.0.1:7402, 4=[::1]:7404".to_string()),
+///     _ => None,
+/// })?;
+/// assert_eq!(layer.node_id(), Some(3));
+/// assert_eq!(layer.peers().len(), 2);
+///
+/// let err = from_env(|name| (name == "RSM_PEERS").then(|| "2=foo".to_string())).unwrap_err();
+/// assert!(err.to_string().contains(r#"RSM_PEERS: entry "2=foo": invalid address "foo""#));
+/// # Ok::<(), rsm::Error>(())
+/// ```
+pub fn from_env(get: impl Fn(&str) -> Option<String>) -> Result<PartialConfig> {
+    let mut layer = PartialConfig::new(Origin::Environment);
+    let set = |name: &str| get(name).filter(|v| !v.trim().is_empty());
+    if let Some(text) = set(ENV_NODE_ID) {
+        let id = parse_node_id(text.trim()).map_err(|m| bad_conf(format!("{ENV_NODE_ID}: {m}")))?;
+        layer.set_node_id(id);
+    }
+    if let Some(text) = set(ENV_LISTEN) {
+        let addr = parse_addr(text.trim()).map_err(|m| bad_conf(format!("{ENV_LISTEN}: {m}")))?;
+        layer.set_listen(addr);
+    }
+    if let Some(text) = set(ENV_PEERS) {
+        for (id, addr) in parse_env_peers(&text)? {
+            layer.insert_peer(id, addr);
+        }
+    }
+    Ok(layer)
+}
+
+/// `2=127.0.0.1:7402,3=[::1]:7403`. Stops at the first bad entry and before parsing more
+/// than [`MAX_PEERS`] entries, so that an enormous variable costs one scan at most.
+fn parse_env_peers(text: &str) -> Result<Vec<(u32, SocketAddr)>> {
+    let mut peers = BTreeMap::new();
+    for entry in text.split(',').map(str::trim).filter(|e| !e.is_empty()) {
+        if peers.len() == MAX_PEERS {
+            let count = text.split(',').filter(|e| !e.trim().is_empty()).count();
+            return Err(too_many_peers(ENV_PEERS, count));
+        }
+        let entry_error =
+            |m: String| bad_conf(format!("{ENV_PEERS}: entry {}: {m}", quoted(entry)));
+        let (id, addr) = entry
+            .split_once('=')
+            .ok_or_else(|| entry_error("expected id=ip:port".to_string()))?;
+        let id = parse_node_id(id.trim()).map_err(entry_error)?;
+        let addr = parse_addr(addr.trim()).map_err(entry_error)?;
+        if peers.insert(id, addr).is_some() {
+            return Err(entry_error(format!("node {id} is listed twice")));
+        }
+    }
+    Ok(peers.into_iter().collect())
+}
+
+/// Merges `layers` in order (later ones override earlier ones) over the defaults of
+/// [`NodeConfig::default`], then validates the result.
+///
+/// Refused with `RSMERR_BAD_CONF`, naming the source that set the value:
+/// - a listen address outside 127.0.0.0/8 and other than `::1`, unless the builder opted in
+///   with `allow_non_loopback` (the side channel is not authenticated yet);
+/// - `allow_non_loopback` from any source but [`Origin::Builder`];
+/// - a peer with the node's own id;
+/// - more than [`MAX_PEERS`] peers in all.
+///
+/// ```
+/// use rsm::core::config::{from_toml, resolve, Origin, PartialConfig};
+///
+/// let file = from_toml("listen = \"192.0.2.2:7401\"", "rsm.toml")?;
+/// let err = resolve(&[file.clone()]).unwrap_err();
+/// assert_eq!(err.code(), 44);
+/// assert!(err.to_string().contains("rsm.toml: listen"));
+///
+/// let mut builder = PartialConfig::new(Origin::Builder);
+/// builder.set_allow_non_loopback(true);
+/// assert!(resolve(&[file, builder])?.allow_non_loopback);
+/// # Ok::<(), rsm::Error>(())
+/// ```
+pub fn resolve(layers: &[PartialConfig]) -> Result<NodeConfig> {
+    let mut merged = PartialConfig::new(Origin::Builder);
+    for layer in layers {
+        merged.merge(layer);
+    }
+    let defaults = NodeConfig::default();
+    let allow_non_loopback = check_allow_origin(merged.allow_non_loopback.as_ref())?;
+    let node_id = merged.node_id().unwrap_or(defaults.node_id);
+    if let Some(listen) = &merged.listen {
+        check_listen(listen, allow_non_loopback)?;
+    }
+    if merged.peers.len() > MAX_PEERS {
+        return Err(too_many_peers("peers (all sources)", merged.peers.len()));
+    }
+    if let Some(own) = merged.peers.get(&node_id) {
+        return Err(bad_conf(format!(
+            "{}: this is the node's own id; remove the peer or change node_id",
+            own.origin.peer_label(node_id)
+        ))
+        .node(node_id));
+    }
+    Ok(NodeConfig {
+        node_id,
+        listen: merged.listen().unwrap_or(defaults.listen),
+        peers: merged.peers(),
+        allow_non_loopback,
+    })
+}
+
+fn check_allow_origin(allow: Option<&Sourced<bool>>) -> Result<bool> {
+    match allow {
+        None => Ok(false),
+        Some(s) if s.origin == Origin::Builder => Ok(s.value),
+        Some(s) => Err(bad_conf(format!(
+            "{}: only the program may allow a non-loopback listen address \
+             (NodeBuilder::allow_non_loopback), never a file or a variable",
+            s.origin.label(Field::AllowNonLoopback)
+        ))),
+    }
+}
+
+/// Whether `ip` is 127.0.0.0/8 or `::1`, the only addresses an unauthenticated side channel
+/// may listen on.
+fn is_loopback(ip: IpAddr) -> bool {
+    match ip {
+        IpAddr::V4(v4) => v4.is_loopback(),
+        IpAddr::V6(v6) => v6.is_loopback(),
+    }
+}
+
+fn check_listen(listen: &Sourced<SocketAddr>, allow_non_loopback: bool) -> Result<()> {
+    if allow_non_loopback || is_loopback(listen.value.ip()) {
+        return Ok(());
+    }
+    Err(bad_conf(format!(
+        "{}: {} is not a loopback address and the side channel is not authenticated yet; \
+         listen on 127.0.0.1 or ::1, or opt in with NodeBuilder::allow_non_loopback(true)",
+        listen.origin.label(Field::Listen),
+        listen.value.ip()
+    )))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn addr(s: &str) -> SocketAddr {
+        s.parse().expect("test address")
+    }
+
+    fn env(vars: &[(&str, &str)]) -> Result<PartialConfig> {
+        let vars: Vec<(String, String)> = vars
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        from_env(move |name| vars.iter().find(|(k, _)| k == name).map(|(_, v)| v.clone()))
+    }
+
+    fn builder() -> PartialConfig {
+        PartialConfig::new(Origin::Builder)
+    }
+
+    /// Asserts BAD_CONF (44) whose detail contains `needle`.
+    fn assert_bad_conf<T: fmt::Debug>(result: Result<T>, needle: &str) {
+        let err = result.expect_err("expected BAD_CONF");
+        assert_eq!(err.code(), 44, "{err}");
+        let detail = err.context().detail.clone().unwrap_or_default();
+        assert!(
+            detail.contains(needle),
+            "detail {detail:?} lacks {needle:?}"
+        );
+    }
+
+    // --- defaults ---
+
+    #[test]
+    fn nothing_configured_gives_the_defaults() {
+        assert_eq!(resolve(&[]).expect("defaults"), NodeConfig::default());
+        let empty = [
+            from_toml("", "f").expect("empty file"),
+            env(&[]).expect("empty env"),
+        ];
+        assert_eq!(resolve(&empty).expect("defaults"), NodeConfig::default());
+        let d = NodeConfig::default();
+        assert_eq!(
+            (d.node_id, d.listen, d.allow_non_loopback),
+            (1, addr("127.0.0.1:0"), false)
+        );
+    }
+
+    // --- the file ---
+
+    #[test]
+    fn toml_reads_every_key() {
+        let text = "node_id = 4\nlisten = \"[::1]:7404\"\n\n[peers]\n2 = \"127.0.0.1:7402\"\n\"3\" = \"[::1]:7403\"\n";
+        let layer = from_toml(text, "/etc/rsm/rsm.toml").expect("valid file");
+        assert_eq!(layer.origin(), &Origin::File("/etc/rsm/rsm.toml".into()));
+        assert_eq!(layer.node_id(), Some(4));
+        assert_eq!(layer.listen(), Some(addr("[::1]:7404")));
+        let peers = layer.peers();
+        assert_eq!(peers.len(), 2);
+        assert_eq!(peers[&2], addr("127.0.0.1:7402"));
+        assert_eq!(peers[&3], addr("[::1]:7403"));
+        assert_eq!(layer.allow_non_loopback(), None);
+    }
+
+    #[test]
+    fn toml_inline_peers_table_is_accepted() {
+        let layer = from_toml("peers = { 2 = \"127.0.0.1:7402\" }", "f").expect("inline");
+        assert_eq!(layer.peers()[&2].port(), 7402);
+    }
+
+    #[test]
+    fn toml_errors_name_the_file_and_field() {
+        let f = "/etc/rsm/rsm.toml";
+        assert_bad_conf(
+            from_toml("node_id = \"one\"", f),
+            "/etc/rsm/rsm.toml: node_id: invalid type",
+        );
+        assert_bad_conf(
+            from_toml("node_id = -1", f),
+            "/etc/rsm/rsm.toml: node_id: invalid value",
+        );
+        assert_bad_conf(from_toml("node_id = 4294967296", f), "rsm.toml: node_id:");
+        assert_bad_conf(
+            from_toml("listen = 7401", f),
+            "rsm.toml: listen: invalid type: integer",
+        );
+        assert_bad_conf(
+            from_toml("listen = \"localhost:1\"", f),
+            "rsm.toml: listen: invalid address \"localhost:1\"",
+        );
+        assert_bad_conf(
+            from_toml("listen = \"127.0.0.1\"", f),
+            "rsm.toml: listen: invalid address",
+        );
+        assert_bad_conf(
+            from_toml("peers = 3", f),
+            "rsm.toml: peers: invalid type: integer",
+        );
+        assert_bad_conf(
+            from_toml("[peers]\nx = \"127.0.0.1:1\"", f),
+            "rsm.toml: peers.x: invalid node id \"x\"",
+        );
+        assert_bad_conf(
+            from_toml("[peers]\n2 = 5", f),
+            "rsm.toml: peers.2: invalid type: integer",
+        );
+        assert_bad_conf(
+            from_toml("[peers]\n2 = \"foo\"", f),
+            "rsm.toml: peers.2: invalid address \"foo\"",
+        );
+        assert_bad_conf(
+            from_toml("[peers]\n2 = \"127.0.0.1:1\"\n02 = \"127.0.0.1:2\"", f),
+            "rsm.toml: peers.",
+        );
+    }
+
+    #[test]
+    fn toml_unknown_keys_are_refused() {
+        assert_bad_conf(
+            from_toml("nodeid = 2", "rsm.toml"),
+            "rsm.toml: line 1, column 1: unknown field `nodeid`",
+        );
+        assert_bad_conf(
+            from_toml("allow_non_loopback = true", "rsm.toml"),
+            "unknown field `allow_non_loopback`",
+        );
+    }
+
+    #[test]
+    fn toml_syntax_errors_give_the_position() {
+        assert_bad_conf(
+            from_toml("node_id = 1\nlisten = ", "rsm.toml"),
+            "rsm.toml: line 2, column",
+        );
+    }
+
+    #[test]
+    fn toml_over_one_mebibyte_is_refused() {
+        let text = format!("# {}\n", "x".repeat(MAX_FILE_BYTES));
+        assert_bad_conf(from_toml(&text, "big.toml"), "big.toml: the file has");
+        let fits = format!("#{}", "x".repeat(MAX_FILE_BYTES - 1));
+        assert!(from_toml(&fits, "f").is_ok());
+    }
+
+    #[test]
+    fn toml_more_than_max_peers_is_refused() {
+        let mut text = String::from("[peers]\n");
+        for id in 0..=MAX_PEERS {
+            text.push_str(&format!("{} = \"127.0.0.1:{}\"\n", id + 10, id % 60000 + 1));
+        }
+        assert_bad_conf(
+            from_toml(&text, "rsm.toml"),
+            "rsm.toml: peers: 4097 peers, at most 4096",
+        );
+    }
+
+    // --- the environment ---
+
+    #[test]
+    fn env_reads_every_variable() {
+        let layer = env(&[
+            ("RSM_NODE_ID", " 5 "),
+            ("RSM_LISTEN", "127.0.0.9:7405"),
+            ("RSM_PEERS", " 2=127.0.0.1:7402 ,3 = [::1]:7403,"),
+        ])
+        .expect("valid variables");
+        assert_eq!(layer.origin(), &Origin::Environment);
+        assert_eq!(layer.node_id(), Some(5));
+        assert_eq!(layer.listen(), Some(addr("127.0.0.9:7405")));
+        assert_eq!(
+            layer.peers(),
+            BTreeMap::from([(2, addr("127.0.0.1:7402")), (3, addr("[::1]:7403"))])
+        );
+    }
+
+    #[test]
+    fn env_empty_means_unset() {
+        let layer =
+            env(&[("RSM_NODE_ID", ""), ("RSM_LISTEN", "  "), ("RSM_PEERS", "")]).expect("empty");
+        assert!(layer.is_empty());
+    }
+
+    #[test]
+    fn env_errors_name_the_variable() {
+        assert_bad_conf(
+            env(&[("RSM_NODE_ID", "x")]),
+            "RSM_NODE_ID: invalid node id \"x\"",
+        );
+        assert_bad_conf(
+            env(&[("RSM_NODE_ID", "-1")]),
+            "RSM_NODE_ID: invalid node id",
+        );
+        assert_bad_conf(
+            env(&[("RSM_LISTEN", "foo")]),
+            "RSM_LISTEN: invalid address \"foo\"",
+        );
+        assert_bad_conf(
+            env(&[("RSM_PEERS", "2=foo")]),
+            "RSM_PEERS: entry \"2=foo\": invalid address \"foo\"",
+        );
+        assert_bad_conf(
+            env(&[("RSM_PEERS", "2")]),
+            "RSM_PEERS: entry \"2\": expected id=ip:port",
+        );
+        assert_bad_conf(
+            env(&[("RSM_PEERS", "a=127.0.0.1:1")]),
+            "RSM_PEERS: entry \"a=127.0.0.1:1\": invalid node id \"a\"",
+        );
+        assert_bad_conf(
+            env(&[("RSM_PEERS", "2=127.0.0.1:1,2=127.0.0.1:2")]),
+            "RSM_PEERS: entry \"2=127.0.0.1:2\": node 2 is listed twice",
+        );
+    }
+
+    #[test]
+    fn env_more_than_max_peers_is_refused() {
+        let text: Vec<String> = (0..=MAX_PEERS as u32)
+            .map(|id| format!("{}=127.0.0.1:1", id + 10))
+            .collect();
+        assert_bad_conf(
+            env(&[("RSM_PEERS", &text.join(","))]),
+            "RSM_PEERS: 4097 peers, at most 4096",
+        );
+        let fits: Vec<String> = (0..MAX_PEERS as u32)
+            .map(|id| format!("{}=127.0.0.1:1", id + 10))
+            .collect();
+        assert_eq!(
+            env(&[("RSM_PEERS", &fits.join(","))])
+                .expect("4096 peers")
+                .peers()
+                .len(),
+            MAX_PEERS
+        );
+    }
+
+    #[test]
+    fn long_values_are_cut_short_in_errors() {
+        let long = "y".repeat(10_000);
+        let err = env(&[("RSM_LISTEN", &long)]).expect_err("bad address");
+        let detail = err.context().detail.clone().unwrap_or_default();
+        assert!(detail.len() < 400, "{detail}");
+        assert!(detail.contains("..."), "{detail}");
+    }
+
+    // --- precedence and merge ---
+
+    #[test]
+    fn later_sources_override_earlier_ones() {
+        let file = from_toml("node_id = 2\nlisten = \"127.0.0.1:7402\"", "f").expect("file");
+        let env_layer =
+            env(&[("RSM_NODE_ID", "3"), ("RSM_LISTEN", "127.0.0.1:7403")]).expect("env");
+        let mut b = builder();
+        b.set_node_id(4);
+
+        let c = resolve(std::slice::from_ref(&file)).expect("file only");
+        assert_eq!((c.node_id, c.listen.port()), (2, 7402));
+        let c = resolve(&[file.clone(), env_layer.clone()]).expect("file < env");
+        assert_eq!((c.node_id, c.listen.port()), (3, 7403));
+        let c = resolve(&[file, env_layer, b]).expect("env < builder");
+        assert_eq!((c.node_id, c.listen.port()), (4, 7403));
+    }
+
+    #[test]
+    fn peers_merge_entry_by_entry() {
+        let file = from_toml(
+            "[peers]\n2 = \"127.0.0.1:7402\"\n3 = \"127.0.0.1:7403\"",
+            "f",
+        )
+        .expect("file");
+        let env_layer = env(&[("RSM_PEERS", "3=127.0.0.1:9003,4=127.0.0.1:7404")]).expect("env");
+        let mut b = builder();
+        b.insert_peer(4, addr("127.0.0.1:9004"))
+            .insert_peer(5, addr("127.0.0.1:7405"));
+        let c = resolve(&[file, env_layer, b]).expect("merge");
+        let expected = BTreeMap::from([
+            (2, addr("127.0.0.1:7402")),
+            (3, addr("127.0.0.1:9003")),
+            (4, addr("127.0.0.1:9004")),
+            (5, addr("127.0.0.1:7405")),
+        ]);
+        assert_eq!(c.peers, expected);
+    }
+
+    #[test]
+    fn merge_keeps_each_settings_origin() {
+        let mut merged = from_toml("listen = \"192.0.2.2:1\"", "a.toml").expect("file");
+        merged.merge(&env(&[("RSM_NODE_ID", "3")]).expect("env"));
+        // The listen address came from the file, so the error names the file.
+        assert_bad_conf(
+            resolve(&[merged]),
+            "a.toml: listen: 192.0.2.2 is not a loopback address",
+        );
+    }
+
+    // --- validation ---
+
+    #[test]
+    fn loopback_listen_addresses_are_accepted() {
+        for a in ["127.0.0.5:7401", "127.255.255.254:0", "[::1]:7401"] {
+            let mut b = builder();
+            b.set_listen(addr(a));
+            assert_eq!(resolve(&[b]).expect(a).listen, addr(a));
+        }
+    }
+
+    #[test]
+    fn non_loopback_listen_is_refused_without_the_opt_in() {
+        for a in [
+            "192.0.2.2:7401",
+            "0.0.0.0:0",
+            "[::]:0",
+            "[::ffff:127.0.0.1]:1",
+            "[2001:db8::1]:1",
+        ] {
+            let mut b = builder();
+            b.set_listen(addr(a));
+            assert_bad_conf(resolve(&[b]), "builder: listen:");
+        }
+        assert_bad_conf(
+            resolve(&[env(&[("RSM_LISTEN", "192.0.2.2:1")]).expect("env")]),
+            "RSM_LISTEN: 192.0.2.2 is not a loopback address",
+        );
+        assert_bad_conf(
+            resolve(&[from_toml("listen = \"192.0.2.2:1\"", "/etc/rsm/rsm.toml").expect("file")]),
+            "/etc/rsm/rsm.toml: listen: 192.0.2.2",
+        );
+    }
+
+    #[test]
+    fn the_builder_may_allow_non_loopback() {
+        let env_layer = env(&[("RSM_LISTEN", "192.0.2.2:7401")]).expect("env");
+        let mut b = builder();
+        b.set_allow_non_loopback(true);
+        let c = resolve(&[env_layer, b]).expect("opted in");
+        assert_eq!(c.listen, addr("192.0.2.2:7401"));
+        assert!(c.allow_non_loopback);
+
+        let mut off = builder();
+        off.set_allow_non_loopback(false)
+            .set_listen(addr("192.0.2.2:1"));
+        assert_bad_conf(resolve(&[off]), "builder: listen:");
+    }
+
+    #[test]
+    fn only_the_builder_may_allow_non_loopback() {
+        for origin in [Origin::Environment, Origin::File("f.toml".into())] {
+            let mut layer = PartialConfig::new(origin);
+            layer.set_allow_non_loopback(true);
+            assert_bad_conf(resolve(&[layer]), "allow_non_loopback: only the program");
+        }
+    }
+
+    #[test]
+    fn a_peer_with_the_own_id_is_refused() {
+        // The default id 1.
+        assert_bad_conf(
+            resolve(&[env(&[("RSM_PEERS", "1=127.0.0.1:7401")]).expect("env")]),
+            "RSM_PEERS: peer 1: this is the node's own id",
+        );
+        // An id from one source, the peer from another.
+        let file = from_toml("[peers]\n7 = \"127.0.0.1:7407\"", "rsm.toml").expect("file");
+        let mut b = builder();
+        b.set_node_id(7);
+        let err = resolve(&[file, b]).expect_err("own id");
+        assert_eq!(err.context().node, Some(7));
+        assert!(
+            err.to_string()
+                .contains("rsm.toml: peers.7: this is the node's own id"),
+            "{err}"
+        );
+        // A builder peer.
+        let mut b = builder();
+        b.set_node_id(3).insert_peer(3, addr("127.0.0.1:1"));
+        assert_bad_conf(resolve(&[b]), "builder: peer 3");
+    }
+
+    #[test]
+    fn more_than_max_peers_in_all_is_refused() {
+        let mut b = builder();
+        for id in 0..=MAX_PEERS as u32 {
+            b.insert_peer(id + 10, addr("127.0.0.1:1"));
+        }
+        assert_bad_conf(resolve(&[b]), "4097 peers, at most 4096");
+    }
+
+    // --- properties ---
+
+    fn arb_socket_addr() -> impl Strategy<Value = SocketAddr> {
+        prop_oneof![
+            (any::<[u8; 4]>(), any::<u16>()).prop_map(|(ip, port)| SocketAddr::from((ip, port))),
+            (any::<[u16; 8]>(), any::<u16>()).prop_map(|(ip, port)| SocketAddr::from((ip, port))),
+        ]
+    }
+
+    proptest! {
+        #[test]
+        fn from_env_never_panics(node in ".*", listen in ".*", peers in ".*") {
+            let _ = env(&[("RSM_NODE_ID", &node), ("RSM_LISTEN", &listen), ("RSM_PEERS", &peers)]);
+        }
+
+        #[test]
+        fn from_env_never_panics_on_near_miss_peers(peers in "[0-9=,: \\[\\]a-f.%]{0,80}") {
+            if let Ok(layer) = env(&[("RSM_PEERS", &peers)]) {
+                let _ = resolve(&[layer]);
+            }
+        }
+
+        #[test]
+        fn from_toml_never_panics(text in ".*") {
+            if let Ok(layer) = from_toml(&text, "fuzz.toml") {
+                let _ = resolve(&[layer]);
+            }
+        }
+
+        #[test]
+        fn from_toml_never_panics_on_near_miss_files(
+            text in "(node_id|listen|peers|\\[peers\\]|[0-9]+|\"[0-9.:\\[\\]]*\"| |=|\n|\\{|\\}|,|-){0,40}"
+        ) {
+            let _ = from_toml(&text, "fuzz.toml");
+        }
+
+        #[test]
+        fn generated_peers_round_trip(
+            peers in proptest::collection::btree_map(any::<u32>(), arb_socket_addr(), 0..32),
+            pad in "[ \t]{0,2}",
+            trailing_comma in any::<bool>(),
+        ) {
+            let mut text = peers
+                .iter()
+                .map(|(id, a)| format!("{pad}{id}={a}{pad}"))
+                .collect::<Vec<_>>()
+                .join(",");
+            if trailing_comma {
+                text.push(',');
+            }
+            let layer = env(&[("RSM_PEERS", &text)]).map_err(|e| TestCaseError::fail(e.to_string()))?;
+            prop_assert_eq!(layer.peers(), peers);
+        }
+    }
+}

@@ -1,0 +1,7 @@
+//! Sans-I/O state: no tokio, no FFI, unit-testable. Configuration, controller names and
+//! segment-id parsing live here; later the access check, the side-channel wire format,
+//! operation slots and event counting.
+
+pub mod config;
+pub mod ctlrname;
+pub mod segid;

@@ -1,0 +1,237 @@
+//! Reliable datagram endpoints and the RMA operations posted on them.
+
+use super::{
+    av::AddressVector, close_fid, cq::CompletionQueue, domain::Domain, error::fi_failure, ffi,
+};
+use crate::{Error, Result, error::FabricFailure};
+use std::ptr;
+use std::sync::Arc;
+
+/// Why a post did not go out.
+#[derive(Debug)]
+pub(crate) enum PostError {
+    /// The transmit queue is full (`-FI_EAGAIN`): progress the queue, then retry.
+    Again,
+    /// The provider refused the operation.
+    Failed(FabricFailure),
+}
+
+fn post_result(call: &'static str, ret: isize) -> std::result::Result<(), PostError> {
+    match ret {
+        0 => Ok(()),
+        r if r == -(ffi::FI_EAGAIN as isize) => Err(PostError::Again),
+        r => Err(PostError::Failed(fi_failure(call, r))),
+    }
+}
+
+/// An RDM endpoint bound to one completion queue (transmit and receive) and one address
+/// vector. It keeps both, and so its domain, open.
+pub(crate) struct Endpoint {
+    fid: *mut ffi::fid_ep,
+    cq: Arc<CompletionQueue>,
+    av: Arc<AddressVector>,
+    name: Vec<u8>,
+}
+
+// SAFETY: the domain is FI_THREAD_SAFE, so posting from several threads is allowed.
+unsafe impl Send for Endpoint {}
+// SAFETY: as above.
+unsafe impl Sync for Endpoint {}
+
+impl Endpoint {
+    /// Opens, binds and enables an endpoint of the domain's description.
+    pub(crate) fn open(
+        domain: &Arc<Domain>,
+        cq: Arc<CompletionQueue>,
+        av: Arc<AddressVector>,
+    ) -> Result<Arc<Self>> {
+        let mut fid = ptr::null_mut();
+        // SAFETY: the domain and its Info are alive; fid receives the new object.
+        let ret = unsafe {
+            ffi::fi_endpoint(
+                domain.as_ptr(),
+                domain.info().as_ptr(),
+                &mut fid,
+                ptr::null_mut(),
+            )
+        };
+        if ret != 0 {
+            return Err(
+                Error::insufficient_resources().fabric(fi_failure("fi_endpoint", ret as isize))
+            );
+        }
+        let mut ep = Endpoint {
+            fid,
+            cq,
+            av,
+            name: Vec::new(),
+        };
+        ep.bind_and_enable()?;
+        ep.name = ep.getname()?;
+        Ok(Arc::new(ep))
+    }
+
+    fn bind_and_enable(&mut self) -> Result<()> {
+        let flags = u64::from(ffi::FI_TRANSMIT | ffi::FI_RECV);
+        // SAFETY: the endpoint, queue and vector are alive and belong to one domain.
+        let ret = unsafe { ffi::fi_ep_bind(self.fid, self.cq.as_fid(), flags) };
+        if ret != 0 {
+            return Err(
+                Error::insufficient_resources().fabric(fi_failure("fi_ep_bind(cq)", ret as isize))
+            );
+        }
+        // SAFETY: as above.
+        let ret = unsafe { ffi::fi_ep_bind(self.fid, self.av.as_fid(), 0) };
+        if ret != 0 {
+            return Err(
+                Error::insufficient_resources().fabric(fi_failure("fi_ep_bind(av)", ret as isize))
+            );
+        }
+        // SAFETY: the endpoint is bound and alive.
+        let ret = unsafe { ffi::fi_enable(self.fid) };
+        if ret != 0 {
+            return Err(
+                Error::insufficient_resources().fabric(fi_failure("fi_enable", ret as isize))
+            );
+        }
+        Ok(())
+    }
+
+    fn getname(&self) -> Result<Vec<u8>> {
+        let mut buf = vec![0u8; super::av::MAX_ADDR_LEN];
+        let mut len = buf.len();
+        // SAFETY: buf has len writable bytes; the endpoint is alive and enabled.
+        let ret =
+            unsafe { ffi::fi_getname(&mut (*self.fid).fid, buf.as_mut_ptr().cast(), &mut len) };
+        if ret != 0 || len > buf.len() {
+            return Err(
+                Error::insufficient_resources().fabric(fi_failure("fi_getname", ret as isize))
+            );
+        }
+        buf.truncate(len);
+        Ok(buf)
+    }
+
+    /// This endpoint's fabric address, to send to peers.
+    pub(crate) fn name(&self) -> &[u8] {
+        &self.name
+    }
+
+    pub(crate) fn cq(&self) -> &Arc<CompletionQueue> {
+        &self.cq
+    }
+
+    pub(crate) fn av(&self) -> &Arc<AddressVector> {
+        &self.av
+    }
+
+    /// Posts a write of `len` bytes from `buf` to `addr`/`key` at `dest`, with `flags`
+    /// (`FI_DELIVERY_COMPLETE` for visibility at the target, `FI_REMOTE_CQ_DATA` with
+    /// `data`).
+    ///
+    /// # Safety
+    /// `buf..buf+len` must stay readable and `context` (64 bytes) valid and unmoved until the
+    /// completion for `context` has been read, or the endpoint is closed. `desc` must be the
+    /// descriptor of a registration covering `buf`, or NULL where the provider needs none.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) unsafe fn write(
+        &self,
+        buf: *const u8,
+        len: usize,
+        desc: *mut libc::c_void,
+        dest: ffi::fi_addr_t,
+        addr: u64,
+        key: u64,
+        context: *mut ffi::fi_context2,
+        flags: u64,
+        data: u64,
+    ) -> std::result::Result<(), PostError> {
+        let mut desc = desc;
+        let iov = libc::iovec {
+            iov_base: buf as *mut _,
+            iov_len: len,
+        };
+        let rma = ffi::fi_rma_iov { addr, len, key };
+        let msg = ffi::fi_msg_rma {
+            msg_iov: &iov,
+            desc: &mut desc,
+            iov_count: 1,
+            addr: dest,
+            rma_iov: &rma,
+            rma_iov_count: 1,
+            context: context.cast(),
+            data,
+        };
+        // SAFETY: msg and the structs it points to live across the call (the provider copies
+        // them); the caller keeps the buffer and context alive until completion.
+        let ret =
+            unsafe { ffi::fi_writemsg(self.fid, &msg, flags | u64::from(ffi::FI_COMPLETION)) };
+        post_result("fi_writemsg", ret)
+    }
+
+    /// Posts a read of `len` bytes into `buf` from `addr`/`key` at `src`.
+    ///
+    /// # Safety
+    /// `buf..buf+len` must stay writable and untouched by anyone else, and `context` valid
+    /// and unmoved, until the completion for `context` has been read or the endpoint is
+    /// closed. `desc` as for [`Endpoint::write`].
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) unsafe fn read(
+        &self,
+        buf: *mut u8,
+        len: usize,
+        desc: *mut libc::c_void,
+        src: ffi::fi_addr_t,
+        addr: u64,
+        key: u64,
+        context: *mut ffi::fi_context2,
+    ) -> std::result::Result<(), PostError> {
+        // SAFETY: the caller keeps the buffer and context alive until completion.
+        let ret = unsafe {
+            ffi::fi_read(
+                self.fid,
+                buf.cast(),
+                len,
+                desc,
+                src,
+                addr,
+                key,
+                context.cast(),
+            )
+        };
+        post_result("fi_read", ret)
+    }
+
+    /// Posts a small write that carries `data` to the target's queue and needs no buffer or
+    /// context afterwards (`fi_inject_writedata`): the doorbell of a signal.
+    pub(crate) fn inject_writedata(
+        &self,
+        payload: &[u8],
+        data: u64,
+        dest: ffi::fi_addr_t,
+        addr: u64,
+        key: u64,
+    ) -> std::result::Result<(), PostError> {
+        // SAFETY: inject copies the payload before returning; nothing is kept.
+        let ret = unsafe {
+            ffi::fi_inject_writedata(
+                self.fid,
+                payload.as_ptr().cast(),
+                payload.len(),
+                data,
+                dest,
+                addr,
+                key,
+            )
+        };
+        post_result("fi_inject_writedata", ret)
+    }
+}
+
+impl Drop for Endpoint {
+    fn drop(&mut self) {
+        // SAFETY: the reactor drops its Arc only after in-flight operations completed or were
+        // abandoned to this close (their slots stay leaked, never freed, in that case).
+        unsafe { close_fid(&mut (*self.fid).fid, "endpoint") };
+    }
+}

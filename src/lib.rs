@@ -1,0 +1,26 @@
+//! # rsm: remote shared memory for async Rust
+//!
+//! `rsm` brings the Solaris RSMAPI (Remote Shared Memory API) model to async Rust on Linux:
+//! interconnect controllers and topology, exported and imported memory segments, put/get,
+//! barriers and signals, with the data path on libfabric.
+//!
+//! See the README for the set-up and the crate layout; the RSMAPI table below says, for each
+//! of the 42 RSMAPI functions, what `rsm` offers in its place.
+
+pub mod error;
+
+pub mod core;
+// The wrappers are complete ahead of their users: the reactor and segments build on them.
+#[allow(dead_code)]
+pub(crate) mod fabric;
+pub(crate) mod sys;
+
+pub mod controller;
+pub mod node;
+pub mod topology;
+
+pub use controller::{Controller, ControllerAttr, ControllerInfo};
+pub use core::segid::{SegmentIdRange, get_segmentid_range};
+pub use error::{Error, Result};
+pub use node::{Node, NodeBuilder, NodeConfig};
+pub use topology::Topology;

@@ -1,0 +1,657 @@
+//! [`Node`]: this process's identity in the cluster (design §3).
+//!
+//! A node has a `u32` id, a random incarnation id that tells a restarted peer from its
+//! previous life, a side-channel listener and a peer table. [`NodeBuilder`] gathers the
+//! configuration, later sources overriding earlier ones:
+//!
+//! 1. the TOML file named by `RSM_CONFIG` (default `/etc/rsm/rsm.toml`, optional) or by
+//!    [`NodeBuilder::config_file`];
+//! 2. the variables `RSM_NODE_ID`, `RSM_LISTEN` and `RSM_PEERS` (`2=127.0.0.1:7402,...`);
+//! 3. the builder's own settings.
+//!
+//! With nothing configured the node is node 1, listening on 127.0.0.1 with an ephemeral port.
+//! The parsing and the rules live in [`crate::core::config`].
+//!
+//! ```
+//! use rsm::Node;
+//!
+//! # fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+//! rt.block_on(async {
+//!     let node = Node::builder().id(2).ignore_environment().start().await?;
+//!     assert_eq!(node.id(), 2);
+//!     assert_ne!(node.listen_addr().port(), 0);
+//!     node.shutdown().await;
+//!     Ok(())
+//! })
+//! # }
+//! ```
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::fs::File;
+use std::io::{self, Read};
+use std::net::{SocketAddr, TcpListener};
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use rand::Rng;
+use socket2::{Domain, Protocol, Socket, Type};
+
+use crate::controller::{Controller, ControllerRegistry};
+pub use crate::core::config::NodeConfig;
+use crate::core::config::{
+    self, DEFAULT_CONFIG_PATH, ENV_CONFIG, ENV_LISTEN, ENV_NODE_ID, ENV_PEERS, MAX_FILE_BYTES,
+    Origin, PartialConfig,
+};
+use crate::{Error, Result};
+
+/// The side-channel listener's accept backlog: peers connect once and stay connected, so a
+/// burst is at most one connection per peer.
+const LISTEN_BACKLOG: i32 = 128;
+
+/// This process's node: its id, incarnation, side-channel listener and peers.
+///
+/// Cheap to clone (an `Arc`), `Send + Sync`, usable from many tasks at once. Created with
+/// [`Node::builder`].
+///
+/// ```
+/// use rsm::Node;
+///
+/// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+/// rt.block_on(async {
+///     let node = Node::builder().ignore_environment().start().await?;
+///     let same = node.clone();
+///     tokio::spawn(async move { assert_eq!(same.id(), 1) }).await?;
+///     node.shutdown().await;
+///     Ok(())
+/// })
+/// # }
+/// ```
+#[derive(Clone)]
+pub struct Node {
+    pub(crate) inner: Arc<NodeInner>,
+}
+
+/// What every clone of a [`Node`] shares.
+pub(crate) struct NodeInner {
+    config: NodeConfig,
+    listen_addr: SocketAddr,
+    incarnation: u64,
+    /// The side-channel listener, `None` after shutdown. Nothing accepts on it yet: the side
+    /// channel that does arrives in a later change; until then it reserves the address and
+    /// turns port 0 into the real port peers are told.
+    listener: Mutex<Option<TcpListener>>,
+    /// The controllers opened from this node, shared so that `rsm_get_controller` is
+    /// reference-counted per node.
+    pub(crate) registry: ControllerRegistry,
+}
+
+impl fmt::Debug for Node {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Node")
+            .field("id", &self.id())
+            .field("incarnation", &format_args!("{:#018x}", self.incarnation()))
+            .field("listen_addr", &self.listen_addr())
+            .field("peers", &self.inner.config.peers)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Node {
+    /// A builder for a node; see [`NodeBuilder`] for the configuration sources.
+    ///
+    /// ```
+    /// use rsm::Node;
+    ///
+    /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+    /// let node = rt.block_on(Node::builder().id(3).ignore_environment().start())?;
+    /// assert_eq!(node.id(), 3);
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn builder() -> NodeBuilder {
+        NodeBuilder::default()
+    }
+
+    /// This node's id.
+    ///
+    /// ```
+    /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// # let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+    /// let node = rt.block_on(rsm::Node::builder().ignore_environment().start())?;
+    /// assert_eq!(node.id(), 1); // the default
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn id(&self) -> u32 {
+        self.inner.config.node_id
+    }
+
+    /// This node's incarnation: random, never 0, new at every start, so that peers tell a
+    /// node restarted under the same id from its previous life.
+    ///
+    /// ```
+    /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// # let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+    /// let node = rt.block_on(rsm::Node::builder().ignore_environment().start())?;
+    /// assert_ne!(node.incarnation(), 0);
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn incarnation(&self) -> u64 {
+        self.inner.incarnation
+    }
+
+    /// The address the side channel is bound to: the configured one, with port 0 replaced by
+    /// the ephemeral port the system chose. It stays the same after [`shutdown`].
+    ///
+    /// ```
+    /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// # let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+    /// let node = rt.block_on(
+    ///     rsm::Node::builder().listen("127.0.0.1:0".parse()?).ignore_environment().start(),
+    /// )?;
+    /// assert!(node.listen_addr().ip().is_loopback());
+    /// assert_ne!(node.listen_addr().port(), 0);
+    /// # Ok(())
+    /// # }
+    /// ```
+    ///
+    /// [`shutdown`]: Node::shutdown
+    pub fn listen_addr(&self) -> SocketAddr {
+        self.inner.listen_addr
+    }
+
+    /// The peer table (node id to side-channel address), a copy.
+    ///
+    /// ```
+    /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// # let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+    /// let node = rt.block_on(
+    ///     rsm::Node::builder().peer(2, "127.0.0.1:7402".parse()?).ignore_environment().start(),
+    /// )?;
+    /// assert_eq!(node.peers()[&2].port(), 7402);
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn peers(&self) -> BTreeMap<u32, SocketAddr> {
+        self.inner.config.peers.clone()
+    }
+
+    /// The configuration the node was started with, as resolved from all sources. Its
+    /// `listen` is the configured address (port 0 stays 0); [`listen_addr`] is the bound one.
+    ///
+    /// ```
+    /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// # let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+    /// let node = rt.block_on(rsm::Node::builder().id(4).ignore_environment().start())?;
+    /// assert_eq!(node.config().node_id, 4);
+    /// assert_eq!(node.config().listen.port(), 0);
+    /// assert!(!node.config().allow_non_loopback);
+    /// # Ok(())
+    /// # }
+    /// ```
+    ///
+    /// [`listen_addr`]: Node::listen_addr
+    pub fn config(&self) -> &NodeConfig {
+        &self.inner.config
+    }
+
+    /// Opens a controller by name (spec §4.1 `rsm_get_controller`): `<type><unit>` such as
+    /// `tcp0`, or `<type>:<domain>` such as `tcp:lo`, matched case-insensitively; `loopback`
+    /// (with any unit number) or `""` gives the same-host loopback controller.
+    ///
+    /// Controllers are reference-counted: every handle to the same controller shares its
+    /// resources, freed when the last one is dropped.
+    ///
+    /// # Errors
+    /// `RSMERR_CTLR_NOT_PRESENT` for a name no usable provider or domain answers to.
+    ///
+    /// # Cancel safety
+    /// Cancel safe: a dropped future opens nothing that outlives it.
+    ///
+    /// ```
+    /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// # let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+    /// rt.block_on(async {
+    ///     let node = rsm::Node::builder().ignore_environment().start().await?;
+    ///     let _loopback = node.controller("loopback").await?;
+    ///     assert_eq!(node.controller("nosuch7").await.unwrap_err().code(), 4);
+    ///     Ok(())
+    /// })
+    /// # }
+    /// ```
+    pub async fn controller(&self, name: &str) -> Result<Controller> {
+        self.inner.registry.get(Some(name))
+    }
+
+    /// The topology as this node sees it (spec `rsm_get_interconnect_topology`): the local
+    /// node id, the local controllers and, per controller, the peers reachable through it.
+    ///
+    /// ```
+    /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// # let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+    /// let node = rt.block_on(rsm::Node::builder().id(5).ignore_environment().start())?;
+    /// let _topology = node.topology()?;
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn topology(&self) -> Result<crate::Topology> {
+        crate::topology::Topology::build(self.id(), self.listen_addr().ip(), &self.peers())
+    }
+
+    /// Stops the node: for now, closes the side-channel listener. Idempotent; the node's
+    /// identity methods keep working afterwards.
+    ///
+    /// # Cancel safety
+    /// Cancel safe: the listener is closed before the first await point.
+    ///
+    /// ```
+    /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// # let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+    /// rt.block_on(async {
+    ///     let node = rsm::Node::builder().ignore_environment().start().await?;
+    ///     let addr = node.listen_addr();
+    ///     node.shutdown().await;
+    ///     node.shutdown().await; // a second call does nothing
+    ///     // The port is free again.
+    ///     let again = rsm::Node::builder().listen(addr).ignore_environment().start().await?;
+    ///     assert_eq!(again.listen_addr(), addr);
+    ///     Ok(())
+    /// })
+    /// # }
+    /// ```
+    pub async fn shutdown(&self) {
+        if let Some(listener) = self.inner.listener().take() {
+            drop(listener);
+            tracing::debug!(node = self.id(), addr = %self.listen_addr(), "side-channel listener closed");
+        }
+    }
+}
+
+impl NodeInner {
+    /// The listener slot. A panic elsewhere while holding the lock leaves the `Option` in a
+    /// valid state, so poisoning is ignored.
+    fn listener(&self) -> MutexGuard<'_, Option<TcpListener>> {
+        self.listener
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+}
+
+/// Configures and starts a [`Node`]; from [`Node::builder`].
+///
+/// Settings made here override the configuration file and the `RSM_*` variables; see the
+/// [module documentation](crate::node) for the order.
+///
+/// ```
+/// use rsm::Node;
+///
+/// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+/// let node = rt.block_on(
+///     Node::builder()
+///         .id(2)
+///         .listen("127.0.0.1:0".parse()?)
+///         .peer(1, "127.0.0.1:7401".parse()?)
+///         .ignore_environment()
+///         .start(),
+/// )?;
+/// assert_eq!(node.id(), 2);
+/// assert_eq!(node.peers().len(), 1);
+/// # Ok(())
+/// # }
+/// ```
+#[derive(Debug, Clone)]
+#[must_use = "a builder does nothing until start().await"]
+pub struct NodeBuilder {
+    settings: PartialConfig,
+    config_file: Option<PathBuf>,
+    ignore_environment: bool,
+}
+
+impl Default for NodeBuilder {
+    fn default() -> Self {
+        NodeBuilder {
+            settings: PartialConfig::new(Origin::Builder),
+            config_file: None,
+            ignore_environment: false,
+        }
+    }
+}
+
+/// Which configuration file to read, and who asked for it.
+enum FileChoice {
+    /// Named by the caller or by `RSM_CONFIG`: it must exist.
+    Required(PathBuf, &'static str),
+    /// The default path: read if present.
+    Optional(PathBuf),
+}
+
+impl NodeBuilder {
+    /// Sets the node id (any `u32`).
+    ///
+    /// ```
+    /// let builder = rsm::Node::builder().id(7);
+    /// # let _ = builder;
+    /// ```
+    pub fn id(mut self, id: u32) -> Self {
+        self.settings.set_node_id(id);
+        self
+    }
+
+    /// Sets the side-channel listen address; port 0 asks for an ephemeral port. Only
+    /// 127.0.0.0/8 and `::1` are accepted unless [`allow_non_loopback`] is set.
+    ///
+    /// ```
+    /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let builder = rsm::Node::builder().listen("[::1]:0".parse()?);
+    /// # let _ = builder;
+    /// # Ok(())
+    /// # }
+    /// ```
+    ///
+    /// [`allow_non_loopback`]: NodeBuilder::allow_non_loopback
+    pub fn listen(mut self, addr: SocketAddr) -> Self {
+        self.settings.set_listen(addr);
+        self
+    }
+
+    /// Adds a peer, or replaces the address the file or the variables give for `id`.
+    ///
+    /// ```
+    /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let builder = rsm::Node::builder()
+    ///     .peer(2, "127.0.0.1:7402".parse()?)
+    ///     .peer(3, "[::1]:7403".parse()?);
+    /// # let _ = builder;
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn peer(mut self, id: u32, addr: SocketAddr) -> Self {
+        self.settings.insert_peer(id, addr);
+        self
+    }
+
+    /// Accepts a listen address beyond the host (default `false`). The side channel is not
+    /// authenticated yet, so any host that reaches this address could talk to the node; only
+    /// the program can opt in, never a file or a variable.
+    ///
+    /// ```
+    /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+    /// let refused = rt.block_on(
+    ///     rsm::Node::builder().listen("0.0.0.0:0".parse()?).ignore_environment().start(),
+    /// );
+    /// assert_eq!(refused.unwrap_err().code(), 44); // RSMERR_BAD_CONF
+    /// let node = rt.block_on(
+    ///     rsm::Node::builder()
+    ///         .listen("0.0.0.0:0".parse()?)
+    ///         .allow_non_loopback(true)
+    ///         .ignore_environment()
+    ///         .start(),
+    /// )?;
+    /// assert!(node.config().allow_non_loopback);
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn allow_non_loopback(mut self, allow: bool) -> Self {
+        self.settings.set_allow_non_loopback(allow);
+        self
+    }
+
+    /// Reads the configuration from `path` instead of the file `RSM_CONFIG` names. The file
+    /// must exist; it is read even with [`ignore_environment`].
+    ///
+    /// ```
+    /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+    /// let missing = rt.block_on(
+    ///     rsm::Node::builder().config_file("/nonexistent/rsm.toml").ignore_environment().start(),
+    /// );
+    /// assert_eq!(missing.unwrap_err().code(), 44); // RSMERR_BAD_CONF
+    /// # Ok(())
+    /// # }
+    /// ```
+    ///
+    /// [`ignore_environment`]: NodeBuilder::ignore_environment
+    pub fn config_file(mut self, path: impl Into<PathBuf>) -> Self {
+        self.config_file = Some(path.into());
+        self
+    }
+
+    /// Ignores the machine's configuration: `RSM_CONFIG`, the default file
+    /// `/etc/rsm/rsm.toml` and the `RSM_*` variables, so that the node depends only on what
+    /// the program says. For tests and for programs that embed `rsm` with their own
+    /// configuration. A file named with [`config_file`] is still read.
+    ///
+    /// ```
+    /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// # let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+    /// let node = rt.block_on(rsm::Node::builder().ignore_environment().start())?;
+    /// assert_eq!(node.config().peers.len(), 0);
+    /// # Ok(())
+    /// # }
+    /// ```
+    ///
+    /// [`config_file`]: NodeBuilder::config_file
+    pub fn ignore_environment(mut self) -> Self {
+        self.ignore_environment = true;
+        self
+    }
+
+    /// Resolves the configuration, binds the side-channel listener and starts the node.
+    ///
+    /// # Errors
+    /// - `RSMERR_BAD_CONF` for a configuration that does not parse or is refused (see
+    ///   [`crate::core::config::resolve`]), or a named configuration file that cannot be read;
+    ///   the detail names the source and the field.
+    /// - `RSMERR_INSUFFICIENT_RESOURCES` when the listen address cannot be bound (in use, not
+    ///   an address of this host).
+    ///
+    /// # Cancel safety
+    /// Cancel safe: nothing outlives a dropped future.
+    ///
+    /// ```
+    /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+    /// let err = rt
+    ///     .block_on(rsm::Node::builder().id(1).peer(1, "127.0.0.1:1".parse()?).ignore_environment().start())
+    ///     .unwrap_err();
+    /// assert_eq!(err.code(), 44);
+    /// assert!(err.to_string().contains("own id"));
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub async fn start(self) -> Result<Node> {
+        // Everything below is short and local (a small file, one bind), so it runs inline
+        // rather than on a blocking pool, which would also tie `start` to tokio.
+        let layers = self.layers()?;
+        let config = config::resolve(&layers)?;
+        let listener = bind(config.listen)?;
+        let listen_addr = listener.local_addr().map_err(|e| {
+            Error::insufficient_resources().op("start").detail(format!(
+                "cannot read the address bound for {}: {e}",
+                config.listen
+            ))
+        })?;
+        let incarnation = rand::rng().random_range(1..=u64::MAX);
+        tracing::info!(
+            node = config.node_id,
+            incarnation = format_args!("{incarnation:#018x}"),
+            addr = %listen_addr,
+            peers = config.peers.len(),
+            "node started"
+        );
+        Ok(Node {
+            inner: Arc::new(NodeInner {
+                registry: ControllerRegistry::new(listen_addr.ip()),
+                config,
+                listen_addr,
+                incarnation,
+                listener: Mutex::new(Some(listener)),
+            }),
+        })
+    }
+
+    /// The configuration layers in override order: file, variables, builder.
+    fn layers(&self) -> Result<Vec<PartialConfig>> {
+        let mut layers = Vec::with_capacity(3);
+        if let Some(file) = self.file_layer()? {
+            layers.push(file);
+        }
+        if !self.ignore_environment {
+            layers.push(env_layer()?);
+        }
+        layers.push(self.settings.clone());
+        Ok(layers)
+    }
+
+    fn file_choice(&self) -> Option<FileChoice> {
+        if let Some(path) = &self.config_file {
+            return Some(FileChoice::Required(
+                path.clone(),
+                "NodeBuilder::config_file",
+            ));
+        }
+        if self.ignore_environment {
+            return None;
+        }
+        // An empty RSM_CONFIG counts as unset, as shells make `RSM_CONFIG= cmd` easy.
+        match std::env::var_os(ENV_CONFIG).filter(|v| !v.is_empty()) {
+            Some(path) => Some(FileChoice::Required(path.into(), ENV_CONFIG)),
+            None => Some(FileChoice::Optional(PathBuf::from(DEFAULT_CONFIG_PATH))),
+        }
+    }
+
+    fn file_layer(&self) -> Result<Option<PartialConfig>> {
+        let Some(choice) = self.file_choice() else {
+            return Ok(None);
+        };
+        let (path, named_by) = match &choice {
+            FileChoice::Required(path, by) => (path.as_path(), Some(*by)),
+            FileChoice::Optional(path) => (path.as_path(), None),
+        };
+        let source = path.display().to_string();
+        match read_config_file(path) {
+            Ok(text) => config::from_toml(&text, &source).map(Some),
+            Err(e) if e.kind() == io::ErrorKind::NotFound && named_by.is_none() => {
+                tracing::debug!(path = %source, "no configuration file, using the defaults");
+                Ok(None)
+            }
+            Err(e) => {
+                let named = named_by
+                    .map(|by| format!(" (named by {by})"))
+                    .unwrap_or_default();
+                Err(Error::bad_conf().op("configure").detail(format!(
+                    "{source}{named}: cannot read the configuration file: {e}"
+                )))
+            }
+        }
+    }
+}
+
+/// Reads at most [`MAX_FILE_BYTES`] + 1 bytes, so that `from_toml` sees an oversized file as
+/// such without this reading all of it.
+fn read_config_file(path: &Path) -> io::Result<String> {
+    let file = File::open(path)?;
+    if file.metadata()?.is_dir() {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            "is a directory",
+        ));
+    }
+    let mut bytes = Vec::new();
+    file.take(MAX_FILE_BYTES as u64 + 1)
+        .read_to_end(&mut bytes)?;
+    if bytes.len() > MAX_FILE_BYTES {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidData,
+            format!("larger than {MAX_FILE_BYTES} bytes"),
+        ));
+    }
+    String::from_utf8(bytes)
+        .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, format!("not UTF-8: {e}")))
+}
+
+/// The `RSM_*` variables of this process, read, never set.
+fn env_layer() -> Result<PartialConfig> {
+    let mut vars = Vec::with_capacity(3);
+    for name in [ENV_NODE_ID, ENV_LISTEN, ENV_PEERS] {
+        match std::env::var(name) {
+            Ok(value) => vars.push((name, value)),
+            Err(std::env::VarError::NotPresent) => {}
+            Err(std::env::VarError::NotUnicode(_)) => {
+                return Err(Error::bad_conf()
+                    .op("configure")
+                    .detail(format!("{name}: the value is not valid UTF-8")));
+            }
+        }
+    }
+    config::from_env(|name| {
+        vars.iter()
+            .find(|(n, _)| *n == name)
+            .map(|(_, v)| v.clone())
+    })
+}
+
+/// Binds the side-channel listener. SO_REUSEADDR lets a restarted node take its fixed port
+/// back while old connections linger in TIME_WAIT; on Linux it never lets two live listeners
+/// share a port.
+fn bind(addr: SocketAddr) -> Result<TcpListener> {
+    let fail = |e: io::Error| {
+        Error::insufficient_resources()
+            .op("start")
+            .detail(format!("cannot listen on {addr}: {e}"))
+    };
+    let socket =
+        Socket::new(Domain::for_address(addr), Type::STREAM, Some(Protocol::TCP)).map_err(fail)?;
+    socket.set_reuse_address(true).map_err(fail)?;
+    socket.bind(&addr.into()).map_err(fail)?;
+    socket.listen(LISTEN_BACKLOG).map_err(fail)?;
+    socket.set_nonblocking(true).map_err(fail)?;
+    Ok(socket.into())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn assert_send_sync<T: Send + Sync + Clone + 'static>() {}
+
+    #[test]
+    fn node_and_builder_are_send_sync() {
+        assert_send_sync::<Node>();
+        assert_send_sync::<NodeBuilder>();
+    }
+
+    #[test]
+    fn bind_reports_the_address_and_the_io_error() {
+        let first = bind("127.0.0.1:0".parse().expect("addr")).expect("ephemeral bind");
+        let taken = first.local_addr().expect("bound address");
+        let err = bind(taken).expect_err("the port is taken");
+        assert_eq!(err.code(), 31);
+        let detail = err.context().detail.clone().unwrap_or_default();
+        assert!(detail.contains(&taken.to_string()), "{detail}");
+    }
+
+    #[test]
+    fn the_listener_is_non_blocking() {
+        let listener = bind("127.0.0.1:0".parse().expect("addr")).expect("bind");
+        let err = listener.accept().expect_err("no one connects");
+        assert_eq!(err.kind(), io::ErrorKind::WouldBlock);
+    }
+
+    #[test]
+    fn ignore_environment_reads_no_file() {
+        let builder = Node::builder().ignore_environment();
+        assert!(builder.file_choice().is_none());
+        let named = Node::builder().config_file("/x.toml").ignore_environment();
+        assert!(
+            matches!(named.file_choice(), Some(FileChoice::Required(p, _)) if p == Path::new("/x.toml"))
+        );
+    }
+}

@@ -1,0 +1,125 @@
+//! Topology (spec §4.9, `rsm_get_interconnect_topology`): the local node, its controllers
+//! with their addresses, and per controller the remote nodes it can reach.
+
+use crate::Result;
+use crate::controller::ControllerRegistry;
+use serde::Serialize;
+use std::collections::BTreeMap;
+use std::net::{IpAddr, SocketAddr};
+
+/// `RSM_CONNECTION_ACTIVE`: the path to a remote controller is usable.
+pub const RSM_CONNECTION_ACTIVE: u32 = 3;
+
+/// The state of the path to a remote node.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ConnectionState {
+    /// In the peer table; not yet heard from (the side channel reports answers later).
+    Configured,
+    /// Answered on the side channel (`RSM_CONNECTION_ACTIVE`).
+    Active,
+}
+
+/// A remote controller reachable from a local one (`rsm_remote_cntlr_t`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct RemoteController {
+    /// The remote node id.
+    pub node: u32,
+    /// The remote controller's name.
+    pub controller: String,
+    /// The remote node's side-channel address.
+    pub address: SocketAddr,
+    /// The state of the path.
+    pub state: ConnectionState,
+}
+
+/// A local controller and what it reaches (`rsm_connections_t`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct ControllerConnections {
+    /// The local controller's name.
+    pub controller: String,
+    /// Its local address, as the provider formats it.
+    pub address: String,
+    /// The remote controllers it has a path to.
+    pub remotes: Vec<RemoteController>,
+}
+
+/// The interconnect topology seen from one node (`rsm_topology_t`).
+///
+/// ```
+/// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+/// rt.block_on(async {
+///     let node = rsm::Node::builder().ignore_environment().id(3).start().await?;
+///     let topo = node.topology()?;
+///     assert_eq!(topo.local_node, 3);
+///     assert!(topo.controllers.iter().any(|c| c.controller == "tcp0"));
+///     Ok::<_, rsm::Error>(())
+/// })?;
+/// # Ok(()) }
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Topology {
+    /// The local node id.
+    pub local_node: u32,
+    /// The local controllers, loopback excluded (as in RSMAPI: it reaches no other host).
+    pub controllers: Vec<ControllerConnections>,
+}
+
+impl Topology {
+    pub(crate) fn build(
+        node_id: u32,
+        local_ip: IpAddr,
+        peers: &BTreeMap<u32, SocketAddr>,
+    ) -> Result<Topology> {
+        let list = ControllerRegistry::new(local_ip).list()?;
+        let controllers = list
+            .into_iter()
+            .filter(|c| c.provider != "loopback")
+            .map(|c| ControllerConnections {
+                remotes: peers
+                    .iter()
+                    .map(|(&node, &address)| RemoteController {
+                        node,
+                        controller: c.name.clone(),
+                        address,
+                        state: ConnectionState::Configured,
+                    })
+                    .collect(),
+                controller: c.name,
+                address: c.address,
+            })
+            .collect();
+        Ok(Topology {
+            local_node: node_id,
+            controllers,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn peers_appear_under_every_controller() {
+        let mut peers = BTreeMap::new();
+        peers.insert(2, "127.0.0.1:7402".parse().unwrap());
+        peers.insert(5, "127.0.0.1:7405".parse().unwrap());
+        let t = Topology::build(1, "127.0.0.1".parse().unwrap(), &peers).unwrap();
+        assert_eq!(t.local_node, 1);
+        assert!(!t.controllers.is_empty());
+        assert!(t.controllers.iter().all(|c| c.controller != "loopback"));
+        for c in &t.controllers {
+            let nodes: Vec<u32> = c.remotes.iter().map(|r| r.node).collect();
+            assert_eq!(nodes, vec![2, 5]);
+            assert!(c.remotes.iter().all(|r| r.controller == c.controller));
+        }
+        let tcp = t
+            .controllers
+            .iter()
+            .find(|c| c.controller == "tcp0")
+            .unwrap();
+        assert!(tcp.address.starts_with("127.0.0.1"), "{}", tcp.address);
+    }
+}

@@ -1,0 +1,77 @@
+//! Developer tasks for the rsm workspace, run as `cargo xtask <command>`.
+//!
+//! `setup` makes sure the Debian packages rsm builds against are installed
+//! (installing them with apt-get when run as root); `test` and `demo` do the
+//! same first, so that a fresh Debian 12 machine with only Rust and gcc needs
+//! nothing but `cargo xtask test`.
+//!
+//! The crate uses std only so that it compiles in seconds and before libfabric
+//! exists on the machine.
+
+#![forbid(unsafe_code)]
+
+mod command;
+mod deps;
+mod dpkg;
+mod failure;
+mod steps;
+mod uid;
+mod version;
+
+use std::ffi::OsString;
+use std::process::ExitCode;
+
+const USAGE: &str = "\
+usage: cargo xtask <command>
+
+commands:
+  setup   check the system packages rsm needs; as root, install missing ones with apt-get
+  test    setup, then cargo fmt --check, cargo clippy -D warnings, cargo test
+  demo    setup, then build and run the rsm binary's demo commands
+  help    print this message
+";
+
+/// Exit status for a command line xtask does not understand, as clap and most
+/// Unix tools use.
+const USAGE_ERROR: u8 = 2;
+
+fn main() -> ExitCode {
+    let args: Vec<OsString> = std::env::args_os().skip(1).collect();
+    let command = match args.as_slice() {
+        [] => return usage_error("no command given"),
+        [command] => command,
+        [_, extra, ..] => {
+            return usage_error(&format!(
+                "unexpected argument `{}`",
+                extra.to_string_lossy()
+            ));
+        }
+    };
+
+    let result = match command.to_str() {
+        Some("setup") => deps::ensure(),
+        Some("test") => deps::ensure().and_then(|()| steps::run_all(steps::TEST)),
+        Some("demo") => deps::ensure().and_then(|()| steps::run_all(steps::DEMO)),
+        Some("help" | "-h" | "--help") => {
+            print!("{USAGE}");
+            return ExitCode::SUCCESS;
+        }
+        _ => {
+            return usage_error(&format!("unknown command `{}`", command.to_string_lossy()));
+        }
+    };
+
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(failure) => {
+            eprintln!("xtask: error: {}", failure.message);
+            ExitCode::from(failure.code)
+        }
+    }
+}
+
+fn usage_error(problem: &str) -> ExitCode {
+    eprintln!("xtask: {problem}\n");
+    eprint!("{USAGE}");
+    ExitCode::from(USAGE_ERROR)
+}

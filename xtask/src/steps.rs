@@ -1,0 +1,159 @@
+//! The cargo invocations behind `test` and `demo`, and running them in order.
+
+use std::env;
+use std::ffi::OsString;
+use std::path::PathBuf;
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use crate::command::run_echoed;
+use crate::failure::Failure;
+
+/// One cargo invocation.
+pub struct Step {
+    pub name: &'static str,
+    pub cargo_args: &'static [&'static str],
+    /// Set on the child only: xtask's own environment stays as it was given.
+    pub env: &'static [&'static [(&'static str, &'static str)]],
+}
+
+/// libfabric's tcp and sockets providers otherwise pick the first non-loopback
+/// interface (eth0 in a container), while every endpoint these runs create is
+/// on this host.
+const LOOPBACK_FABRIC: &[(&str, &str)] = &[
+    ("FI_TCP_IFACE", "lo"),
+    ("FI_SOCKETS_IFACE", "lo"),
+    ("FI_NET_IFACE", "lo"),
+];
+
+/// A failing test on a CI machine is only debuggable from its log.
+const BACKTRACES: &[(&str, &str)] = &[("RUST_BACKTRACE", "1")];
+
+pub const TEST: &[Step] = &[
+    Step {
+        name: "fmt",
+        cargo_args: &["fmt", "--all", "--", "--check"],
+        env: &[],
+    },
+    Step {
+        name: "clippy",
+        cargo_args: &[
+            "clippy",
+            "--workspace",
+            "--all-targets",
+            "--all-features",
+            "--",
+            "-D",
+            "warnings",
+        ],
+        env: &[],
+    },
+    Step {
+        name: "test",
+        cargo_args: &["test", "--workspace", "--all-features"],
+        env: &[LOOPBACK_FABRIC, BACKTRACES],
+    },
+];
+
+pub const DEMO: &[Step] = &[
+    Step {
+        name: "rsm info",
+        cargo_args: &["run", "--release", "--bin", "rsm", "--", "info"],
+        env: &[LOOPBACK_FABRIC],
+    },
+    Step {
+        name: "rsm topology",
+        cargo_args: &["run", "--release", "--bin", "rsm", "--", "topology"],
+        env: &[LOOPBACK_FABRIC],
+    },
+];
+
+/// Runs `steps` in order from the workspace root, stopping at the first that
+/// fails, then prints how long each one took.
+pub fn run_all(steps: &[Step]) -> Result<(), Failure> {
+    // Under `cargo xtask`, CARGO is the cargo that is running us: using it
+    // keeps the toolchain (rustup override, +nightly) the same for the steps.
+    let cargo = env::var_os("CARGO").unwrap_or_else(|| OsString::from("cargo"));
+    let root = workspace_root();
+
+    let mut timings = Vec::new();
+    let mut outcome = Ok(());
+    for step in steps {
+        eprintln!("xtask: == {} ==", step.name);
+        let mut cmd = Command::new(&cargo);
+        cmd.args(step.cargo_args).current_dir(&root);
+        for (key, value) in step.env.iter().copied().flatten() {
+            cmd.env(key, value);
+        }
+        let started = Instant::now();
+        let result = run_echoed(&mut cmd, &format!("step `{}`", step.name));
+        timings.push((step.name, started.elapsed(), result.is_ok()));
+        if let Err(failure) = result {
+            outcome = Err(failure);
+            break;
+        }
+    }
+    report(&timings);
+    outcome
+}
+
+/// The directory holding the workspace Cargo.toml, so the steps behave the
+/// same whichever subdirectory `cargo xtask` was typed in.
+fn workspace_root() -> PathBuf {
+    // `cargo run` sets CARGO_MANIFEST_DIR at run time too; preferring it over
+    // the path compiled in keeps working if the checkout was moved.
+    let manifest_dir = env::var_os("CARGO_MANIFEST_DIR")
+        .map_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")), PathBuf::from);
+    match manifest_dir.parent() {
+        Some(root) => root.to_path_buf(),
+        None => manifest_dir,
+    }
+}
+
+fn report(timings: &[(&str, Duration, bool)]) {
+    let width = timings
+        .iter()
+        .map(|(name, ..)| name.len())
+        .max()
+        .unwrap_or(0);
+    eprintln!("xtask: == elapsed ==");
+    for (name, elapsed, ok) in timings {
+        let verdict = if *ok { "" } else { "  (failed)" };
+        eprintln!(
+            "xtask: {name:<width$} {:>8.1} s{verdict}",
+            elapsed.as_secs_f64()
+        );
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn env_of(step: &Step) -> Vec<(&str, &str)> {
+        step.env.iter().copied().flatten().copied().collect()
+    }
+
+    #[test]
+    fn test_step_keeps_libfabric_on_loopback_and_shows_backtraces() {
+        let test = TEST.iter().find(|step| step.name == "test");
+        let env = test.map(env_of).unwrap_or_default();
+        for var in ["FI_TCP_IFACE", "FI_SOCKETS_IFACE", "FI_NET_IFACE"] {
+            assert!(env.contains(&(var, "lo")), "{var} not set to lo");
+        }
+        assert!(env.contains(&("RUST_BACKTRACE", "1")));
+    }
+
+    #[test]
+    fn demo_steps_keep_libfabric_on_loopback() {
+        for step in DEMO {
+            assert_eq!(env_of(step), LOOPBACK_FABRIC, "{}", step.name);
+        }
+    }
+
+    #[test]
+    fn test_steps_run_cheapest_first() {
+        let names: Vec<_> = TEST.iter().map(|step| step.name).collect();
+        assert_eq!(names, ["fmt", "clippy", "test"]);
+    }
+}
