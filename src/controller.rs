@@ -11,8 +11,13 @@
 //! node shares the same open fabric and domain, and dropping the last one frees them
 //! (`rsm_release_controller`).
 
+use crate::backend::fabric::FabricBackend;
 use crate::core::ctlrname::ControllerName;
+use crate::export::ExportSegment;
 use crate::fabric::{self, Domain, Fabric, Hints, InfoList, ffi};
+use crate::import::ImportSegment;
+use crate::perm::{ExportFlags, Perm};
+use crate::state::NodeState;
 use crate::{Error, Result, sys};
 use serde::Serialize;
 use std::collections::HashMap;
@@ -111,7 +116,7 @@ struct Candidate {
 /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
 /// let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
 /// rt.block_on(async {
-///     let node = rsm::Node::builder().ignore_environment().start().await?;
+///     let node = rsm::Node::builder().ignore_environment().id(9119).start().await?;
 ///     let a = node.controller("loopback").await?;
 ///     let b = node.controller("LOOPBACK0").await?;
 ///     assert!(rsm::Controller::same(&a, &b));
@@ -128,14 +133,15 @@ pub struct Controller {
 
 pub(crate) struct ControllerInner {
     info: ControllerInfo,
+    kind: String,
     serial: u64,
     backend: Backend,
+    node: Weak<NodeState>,
 }
 
-#[allow(dead_code)] // the data path (next change) uses the fabric and domain
 enum Backend {
     Loopback,
-    Fabric { domain: Arc<Domain> },
+    Fabric(Arc<FabricBackend>),
 }
 
 impl std::fmt::Debug for Controller {
@@ -187,11 +193,57 @@ impl Controller {
 
     /// Drops this handle (`rsm_release_controller`); the last release closes the controller.
     pub fn release(self) {}
+
+    /// The provider type: `tcp`, `shm`, `sockets`, ..., or `loopback`.
+    pub fn kind(&self) -> &str {
+        &self.inner.kind
+    }
+
+    pub(crate) fn fabric(&self) -> Option<&Arc<FabricBackend>> {
+        match &self.inner.backend {
+            Backend::Fabric(b) => Some(b),
+            Backend::Loopback => None,
+        }
+    }
+
+    fn node_state(&self, op: &'static str) -> Result<Arc<NodeState>> {
+        self.inner.node.upgrade().ok_or_else(|| {
+            Error::bad_ctlr_hndl()
+                .op(op)
+                .controller(self.name())
+                .detail("the node was shut down")
+        })
+    }
+
+    /// Creates an export segment of `size` bytes of memory `rsm` allocates
+    /// (`rsm_memseg_export_create`): page-aligned, zeroed, and excluded from `fork`. The size
+    /// is a multiple of the page size and at most the controller's
+    /// `max_export_segment_size`.
+    pub fn export(&self, size: usize, flags: ExportFlags) -> Result<ExportSegment> {
+        let node = self.node_state("export_create")?;
+        ExportSegment::create(self, Arc::downgrade(&node), size, flags)
+    }
+
+    /// Connects to segment `segment` of node `node` (`rsm_memseg_import_connect`), asking for
+    /// `perm` (`Perm::READ`, `Perm::WRITE` or `Perm::RDWR`).
+    ///
+    /// Errors: `RSMERR_REMOTE_NODE_UNREACHABLE` when the node does not answer,
+    /// `RSMERR_SEG_NOT_PUBLISHED` when it has no such segment, `RSMERR_PERM_DENIED` for bits
+    /// other than read and write.
+    ///
+    /// # Cancel safety
+    /// Cancel safe: a connect abandoned after the exporter granted it is never used, and the
+    /// exporter forgets it when this node disconnects or goes away.
+    pub async fn import(&self, node: u32, segment: u32, perm: Perm) -> Result<ImportSegment> {
+        let state = self.node_state("import_connect")?;
+        ImportSegment::connect(self, state, node, segment, perm).await
+    }
 }
 
 /// The controllers of one node: what `fi_getinfo` offers on its interface, and the open ones.
 pub(crate) struct ControllerRegistry {
     local_ip: IpAddr,
+    node: Weak<NodeState>,
     candidates: OnceLock<std::result::Result<Vec<Candidate>, String>>,
     open: Mutex<HashMap<String, Weak<ControllerInner>>>,
 }
@@ -199,9 +251,10 @@ pub(crate) struct ControllerRegistry {
 static SERIAL: AtomicU64 = AtomicU64::new(1);
 
 impl ControllerRegistry {
-    pub(crate) fn new(local_ip: IpAddr) -> Self {
+    pub(crate) fn new(local_ip: IpAddr, node: Weak<NodeState>) -> Self {
         ControllerRegistry {
             local_ip,
+            node,
             candidates: OnceLock::new(),
             open: Mutex::new(HashMap::new()),
         }
@@ -234,8 +287,12 @@ impl ControllerRegistry {
             return Ok(Controller { inner });
         }
         let inner = Arc::new(match parsed {
-            ControllerName::Loopback => open_loopback(),
-            _ => open_fabric(self.resolve(&parsed, &key)?, self.local_ip)?,
+            ControllerName::Loopback => open_loopback(self.node.clone()),
+            _ => open_fabric(
+                self.resolve(&parsed, &key)?,
+                self.local_ip,
+                self.node.clone(),
+            )?,
         });
         open.retain(|_, w| w.strong_count() > 0);
         open.insert(key, Arc::downgrade(&inner));
@@ -291,7 +348,7 @@ fn canonical(parsed: &ControllerName) -> String {
 /// assert_eq!(list[0].name, "loopback");
 /// ```
 pub fn list_controllers(local_ip: IpAddr) -> Result<Vec<ControllerInfo>> {
-    ControllerRegistry::new(local_ip).list()
+    ControllerRegistry::new(local_ip, Weak::new()).list()
 }
 
 /// The provider type of a provider name: `tcp` for `tcp;ofi_rxm`, `udp` for `udp;ofi_rxd`.
@@ -313,11 +370,19 @@ fn excluded(provider: &str) -> bool {
 
 fn enumerate(local_ip: IpAddr) -> Result<Vec<Candidate>> {
     let hints = Hints::rsm_rdm()?;
-    let list = InfoList::get(&hints, Some(&local_ip.to_string()))?;
+    // IP providers answer for the node's own interface when asked with it as the source.
+    // Others must not get it: shm would take "127.0.0.1" as its region name, the same in
+    // every process, and the second endpoint on the host would fail with EBUSY.
+    let on_interface = InfoList::get(&hints, Some(&local_ip.to_string()))?;
+    let unaddressed = InfoList::get(&hints, None)?;
+    let entries = on_interface
+        .iter()
+        .filter(|e| e.is_ip())
+        .chain(unaddressed.iter().filter(|e| !e.is_ip()));
     let mut seen: Vec<(String, String)> = Vec::new();
     let mut units: HashMap<String, u32> = HashMap::new();
     let mut out = Vec::new();
-    for entry in list.iter() {
+    for entry in entries {
         let provider = entry.provider();
         if excluded(&provider) || !entry.is_rdm() || entry.cq_data_size() < 4 {
             continue;
@@ -341,20 +406,29 @@ fn enumerate(local_ip: IpAddr) -> Result<Vec<Candidate>> {
     Ok(out)
 }
 
-fn open_loopback() -> ControllerInner {
+fn open_loopback(node: Weak<NodeState>) -> ControllerInner {
     ControllerInner {
         info: loopback_info(),
+        kind: "loopback".into(),
         serial: SERIAL.fetch_add(1, Ordering::Relaxed),
         backend: Backend::Loopback,
+        node,
     }
 }
 
-fn open_fabric(c: &Candidate, local_ip: IpAddr) -> Result<ControllerInner> {
+fn open_fabric(c: &Candidate, local_ip: IpAddr, node: Weak<NodeState>) -> Result<ControllerInner> {
     let (info, domain) = describe(c, local_ip)?;
+    let backend = FabricBackend::open(domain, &c.name, &c.kind)
+        .map_err(|e| e.op("get_controller").controller(c.name.clone()))?;
+    if let Some(state) = node.upgrade() {
+        state.add_engine(backend.engine());
+    }
     Ok(ControllerInner {
         info,
+        kind: c.kind.clone(),
         serial: SERIAL.fetch_add(1, Ordering::Relaxed),
-        backend: Backend::Fabric { domain },
+        backend: Backend::Fabric(backend),
+        node,
     })
 }
 
@@ -485,7 +559,7 @@ mod tests {
     use super::*;
 
     fn registry() -> ControllerRegistry {
-        ControllerRegistry::new("127.0.0.1".parse().unwrap())
+        ControllerRegistry::new("127.0.0.1".parse().unwrap(), Weak::new())
     }
 
     #[test]

@@ -15,12 +15,27 @@ pub mod core;
 pub(crate) mod fabric;
 pub(crate) mod sys;
 
+#[doc(hidden)]
+pub mod bench;
+pub(crate) mod reactor;
+pub(crate) mod sidechannel;
+
+pub(crate) mod backend;
+pub(crate) mod state;
+
 pub mod controller;
+pub mod export;
+pub mod import;
 pub mod node;
+pub mod perm;
 pub mod topology;
 
 pub use controller::{Controller, ControllerAttr, ControllerInfo};
 pub use core::segid::{SegmentIdRange, get_segmentid_range};
 pub use error::{Error, Result};
+pub use export::ExportSegment;
+pub use import::ImportSegment;
 pub use node::{Node, NodeBuilder, NodeConfig};
+pub use perm::{Access, ExportFlags, Perm};
+pub use reactor::{IoBuf, IoBufMut, Op};
 pub use topology::Topology;

@@ -18,8 +18,8 @@
 //! # fn main() -> Result<(), Box<dyn std::error::Error>> {
 //! let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
 //! rt.block_on(async {
-//!     let node = Node::builder().id(2).ignore_environment().start().await?;
-//!     assert_eq!(node.id(), 2);
+//!     let node = Node::builder().id(9021).ignore_environment().start().await?;
+//!     assert_eq!(node.id(), 9021);
 //!     assert_ne!(node.listen_addr().port(), 0);
 //!     node.shutdown().await;
 //!     Ok(())
@@ -33,7 +33,8 @@ use std::fs::File;
 use std::io::{self, Read};
 use std::net::{SocketAddr, TcpListener};
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use rand::Rng;
 use socket2::{Domain, Protocol, Socket, Type};
@@ -44,6 +45,8 @@ use crate::core::config::{
     self, DEFAULT_CONFIG_PATH, ENV_CONFIG, ENV_LISTEN, ENV_NODE_ID, ENV_PEERS, MAX_FILE_BYTES,
     Origin, PartialConfig,
 };
+use crate::sidechannel::{LocalIdentity, SideChannel, SideChannelConfig};
+use crate::state::{NodeHandler, NodeState};
 use crate::{Error, Result};
 
 /// The side-channel listener's accept backlog: peers connect once and stay connected, so a
@@ -61,9 +64,9 @@ const LISTEN_BACKLOG: i32 = 128;
 /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
 /// let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
 /// rt.block_on(async {
-///     let node = Node::builder().ignore_environment().start().await?;
+///     let node = Node::builder().id(9067).ignore_environment().start().await?;
 ///     let same = node.clone();
-///     tokio::spawn(async move { assert_eq!(same.id(), 1) }).await?;
+///     tokio::spawn(async move { assert_eq!(same.id(), 9067) }).await?;
 ///     node.shutdown().await;
 ///     Ok(())
 /// })
@@ -79,13 +82,30 @@ pub(crate) struct NodeInner {
     config: NodeConfig,
     listen_addr: SocketAddr,
     incarnation: u64,
-    /// The side-channel listener, `None` after shutdown. Nothing accepts on it yet: the side
-    /// channel that does arrives in a later change; until then it reserves the address and
-    /// turns port 0 into the real port peers are told.
-    listener: Mutex<Option<TcpListener>>,
     /// The controllers opened from this node, shared so that `rsm_get_controller` is
     /// reference-counted per node.
     pub(crate) registry: ControllerRegistry,
+    /// Segments, connections and the handling of what peers say.
+    pub(crate) state: Arc<NodeState>,
+    side: Arc<SideChannel>,
+    /// The node's own runtime: the side channel and revokes run on it, so they do not
+    /// depend on the caller's tasks being scheduled. `None` once shut down.
+    runtime: Mutex<Option<tokio::runtime::Runtime>>,
+}
+
+impl Drop for NodeInner {
+    fn drop(&mut self) {
+        self.side.shutdown();
+        if let Some(rt) = self
+            .runtime
+            .get_mut()
+            .unwrap_or_else(|p| p.into_inner())
+            .take()
+        {
+            // Drop must not block, and may run inside an async context.
+            rt.shutdown_background();
+        }
+    }
 }
 
 impl fmt::Debug for Node {
@@ -107,8 +127,8 @@ impl Node {
     ///
     /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
     /// let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
-    /// let node = rt.block_on(Node::builder().id(3).ignore_environment().start())?;
-    /// assert_eq!(node.id(), 3);
+    /// let node = rt.block_on(Node::builder().id(9130).ignore_environment().start())?;
+    /// assert_eq!(node.id(), 9130);
     /// # Ok(())
     /// # }
     /// ```
@@ -136,7 +156,7 @@ impl Node {
     /// ```
     /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
     /// # let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
-    /// let node = rt.block_on(rsm::Node::builder().ignore_environment().start())?;
+    /// let node = rt.block_on(rsm::Node::builder().id(9159).ignore_environment().start())?;
     /// assert_ne!(node.incarnation(), 0);
     /// # Ok(())
     /// # }
@@ -152,7 +172,7 @@ impl Node {
     /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
     /// # let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
     /// let node = rt.block_on(
-    ///     rsm::Node::builder().listen("127.0.0.1:0".parse()?).ignore_environment().start(),
+    ///     rsm::Node::builder().id(9175).listen("127.0.0.1:0".parse()?).ignore_environment().start(),
     /// )?;
     /// assert!(node.listen_addr().ip().is_loopback());
     /// assert_ne!(node.listen_addr().port(), 0);
@@ -171,7 +191,7 @@ impl Node {
     /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
     /// # let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
     /// let node = rt.block_on(
-    ///     rsm::Node::builder().peer(2, "127.0.0.1:7402".parse()?).ignore_environment().start(),
+    ///     rsm::Node::builder().id(9194).peer(2, "127.0.0.1:7402".parse()?).ignore_environment().start(),
     /// )?;
     /// assert_eq!(node.peers()[&2].port(), 7402);
     /// # Ok(())
@@ -187,8 +207,8 @@ impl Node {
     /// ```
     /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
     /// # let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
-    /// let node = rt.block_on(rsm::Node::builder().id(4).ignore_environment().start())?;
-    /// assert_eq!(node.config().node_id, 4);
+    /// let node = rt.block_on(rsm::Node::builder().id(9210).ignore_environment().start())?;
+    /// assert_eq!(node.config().node_id, 9210);
     /// assert_eq!(node.config().listen.port(), 0);
     /// assert!(!node.config().allow_non_loopback);
     /// # Ok(())
@@ -217,7 +237,7 @@ impl Node {
     /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
     /// # let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
     /// rt.block_on(async {
-    ///     let node = rsm::Node::builder().ignore_environment().start().await?;
+    ///     let node = rsm::Node::builder().id(9240).ignore_environment().start().await?;
     ///     let _loopback = node.controller("loopback").await?;
     ///     assert_eq!(node.controller("nosuch7").await.unwrap_err().code(), 4);
     ///     Ok(())
@@ -234,13 +254,32 @@ impl Node {
     /// ```
     /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
     /// # let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
-    /// let node = rt.block_on(rsm::Node::builder().id(5).ignore_environment().start())?;
-    /// let _topology = node.topology()?;
+    /// let node = rt.block_on(rsm::Node::builder().id(9257).ignore_environment().start())?;
+    /// let _topology = rt.block_on(node.topology())?;
     /// # Ok(())
     /// # }
     /// ```
-    pub fn topology(&self) -> Result<crate::Topology> {
-        crate::topology::Topology::build(self.id(), self.listen_addr().ip(), &self.peers())
+    pub async fn topology(&self) -> Result<crate::Topology> {
+        let side = Arc::clone(&self.inner.side);
+        let peers = self.peers();
+        let candidates: Vec<u32> = peers.keys().copied().collect();
+        let answered = self
+            .inner
+            .state
+            .run(async move {
+                let probes = candidates.iter().map(|&n| {
+                    let side = Arc::clone(&side);
+                    async move { (n, side.probe(n).await) }
+                });
+                Ok(futures::future::join_all(probes).await)
+            })
+            .await?;
+        let live: BTreeMap<u32, SocketAddr> = answered
+            .into_iter()
+            .filter(|(_, ok)| *ok)
+            .filter_map(|(n, _)| peers.get(&n).map(|a| (n, *a)))
+            .collect();
+        crate::topology::Topology::build(self.id(), self.listen_addr().ip(), &live)
     }
 
     /// Stops the node: for now, closes the side-channel listener. Idempotent; the node's
@@ -253,33 +292,41 @@ impl Node {
     /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
     /// # let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
     /// rt.block_on(async {
-    ///     let node = rsm::Node::builder().ignore_environment().start().await?;
+    ///     let node = rsm::Node::builder().id(9295).ignore_environment().start().await?;
     ///     let addr = node.listen_addr();
     ///     node.shutdown().await;
     ///     node.shutdown().await; // a second call does nothing
     ///     // The port is free again.
-    ///     let again = rsm::Node::builder().listen(addr).ignore_environment().start().await?;
+    ///     let again = rsm::Node::builder().id(9295).listen(addr).ignore_environment().start().await?;
     ///     assert_eq!(again.listen_addr(), addr);
     ///     Ok(())
     /// })
     /// # }
     /// ```
     pub async fn shutdown(&self) {
-        if let Some(listener) = self.inner.listener().take() {
-            drop(listener);
-            tracing::debug!(node = self.id(), addr = %self.listen_addr(), "side-channel listener closed");
+        self.inner.side.shutdown();
+        // The listeners close as their accept loops end on the node's runtime; wait (briefly)
+        // until the address is free again, so a restarted node can take it back.
+        let addr = self.listen_addr();
+        for _ in 0..100 {
+            if self.inner.side.listeners_closed() {
+                break;
+            }
+            futures_timer_sleep(Duration::from_millis(10)).await;
         }
+        tracing::debug!(node = self.id(), addr = %addr, "node shut down");
     }
 }
 
-impl NodeInner {
-    /// The listener slot. A panic elsewhere while holding the lock leaves the `Option` in a
-    /// valid state, so poisoning is ignored.
-    fn listener(&self) -> MutexGuard<'_, Option<TcpListener>> {
-        self.listener
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
-    }
+/// A sleep that needs no runtime in the caller: a thread-free poll of a std timer would
+/// need one, so the node's own runtime is not used either (it may be shutting down).
+async fn futures_timer_sleep(d: Duration) {
+    let (tx, rx) = futures::channel::oneshot::channel::<()>();
+    std::thread::spawn(move || {
+        std::thread::sleep(d);
+        let _ = tx.send(());
+    });
+    let _ = rx.await;
 }
 
 /// Configures and starts a [`Node`]; from [`Node::builder`].
@@ -294,13 +341,13 @@ impl NodeInner {
 /// let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
 /// let node = rt.block_on(
 ///     Node::builder()
-///         .id(2)
+///         .id(9344)
 ///         .listen("127.0.0.1:0".parse()?)
 ///         .peer(1, "127.0.0.1:7401".parse()?)
 ///         .ignore_environment()
 ///         .start(),
 /// )?;
-/// assert_eq!(node.id(), 2);
+/// assert_eq!(node.id(), 9344);
 /// assert_eq!(node.peers().len(), 1);
 /// # Ok(())
 /// # }
@@ -389,7 +436,7 @@ impl NodeBuilder {
     /// assert_eq!(refused.unwrap_err().code(), 44); // RSMERR_BAD_CONF
     /// let node = rt.block_on(
     ///     rsm::Node::builder()
-    ///         .listen("0.0.0.0:0".parse()?)
+    ///         .id(9438).listen("0.0.0.0:0".parse()?)
     ///         .allow_non_loopback(true)
     ///         .ignore_environment()
     ///         .start(),
@@ -431,7 +478,7 @@ impl NodeBuilder {
     /// ```
     /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
     /// # let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
-    /// let node = rt.block_on(rsm::Node::builder().ignore_environment().start())?;
+    /// let node = rt.block_on(rsm::Node::builder().id(9481).ignore_environment().start())?;
     /// assert_eq!(node.config().peers.len(), 0);
     /// # Ok(())
     /// # }
@@ -479,6 +526,37 @@ impl NodeBuilder {
             ))
         })?;
         let incarnation = rand::rng().random_range(1..=u64::MAX);
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .thread_name(format!("rsm-node-{}", config.node_id))
+            .enable_all()
+            .build()
+            .map_err(|e| {
+                Error::insufficient_resources()
+                    .op("start")
+                    .detail(format!("the node's runtime: {e}"))
+            })?;
+        let state = NodeState::new(runtime.handle().clone());
+        let side = match SideChannel::start(
+            runtime.handle(),
+            LocalIdentity {
+                node_id: config.node_id,
+                incarnation,
+                doorbells: Vec::new(),
+            },
+            listener,
+            config.peers.clone(),
+            Arc::new(NodeHandler(Arc::downgrade(&state))),
+            SideChannelConfig::default(),
+        ) {
+            Ok(side) => side,
+            Err(e) => {
+                // `start` is async: dropping a runtime here would panic.
+                runtime.shutdown_background();
+                return Err(e.op("start"));
+            }
+        };
+        state.set_side_channel(Arc::clone(&side));
         tracing::info!(
             node = config.node_id,
             incarnation = format_args!("{incarnation:#018x}"),
@@ -488,13 +566,28 @@ impl NodeBuilder {
         );
         Ok(Node {
             inner: Arc::new(NodeInner {
-                registry: ControllerRegistry::new(listen_addr.ip()),
+                registry: ControllerRegistry::new(listen_addr.ip(), Arc::downgrade(&state)),
                 config,
                 listen_addr,
                 incarnation,
-                listener: Mutex::new(Some(listener)),
+                state,
+                side,
+                runtime: Mutex::new(Some(runtime)),
             }),
         })
+    }
+
+    /// The configuration `start` would use, resolved from the same sources, without
+    /// starting anything (what `rsm info` needs to find the node's interface).
+    ///
+    /// ```
+    /// let config = rsm::Node::builder().id(6).ignore_environment().resolve()?;
+    /// assert_eq!(config.node_id, 6);
+    /// assert!(config.listen.ip().is_loopback());
+    /// # Ok::<(), rsm::Error>(())
+    /// ```
+    pub fn resolve(&self) -> Result<NodeConfig> {
+        config::resolve(&self.layers()?)
     }
 
     /// The configuration layers in override order: file, variables, builder.

@@ -1,5 +1,5 @@
 //! Topology (spec §4.9, `rsm_get_interconnect_topology`): the local node, its controllers
-//! with their addresses, and per controller the remote nodes it can reach.
+//! with their addresses, and per controller the remote nodes that answer on the side channel.
 
 use crate::Result;
 use crate::controller::ControllerRegistry;
@@ -13,9 +13,8 @@ pub const RSM_CONNECTION_ACTIVE: u32 = 3;
 /// The state of the path to a remote node.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
+#[non_exhaustive]
 pub enum ConnectionState {
-    /// In the peer table; not yet heard from (the side channel reports answers later).
-    Configured,
     /// Answered on the side channel (`RSM_CONNECTION_ACTIVE`).
     Active,
 }
@@ -50,9 +49,9 @@ pub struct ControllerConnections {
 /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
 /// let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
 /// rt.block_on(async {
-///     let node = rsm::Node::builder().ignore_environment().id(3).start().await?;
-///     let topo = node.topology()?;
-///     assert_eq!(topo.local_node, 3);
+///     let node = rsm::Node::builder().ignore_environment().id(9052).start().await?;
+///     let topo = node.topology().await?;
+///     assert_eq!(topo.local_node, 9052);
 ///     assert!(topo.controllers.iter().any(|c| c.controller == "tcp0"));
 ///     Ok::<_, rsm::Error>(())
 /// })?;
@@ -72,7 +71,7 @@ impl Topology {
         local_ip: IpAddr,
         peers: &BTreeMap<u32, SocketAddr>,
     ) -> Result<Topology> {
-        let list = ControllerRegistry::new(local_ip).list()?;
+        let list = ControllerRegistry::new(local_ip, std::sync::Weak::new()).list()?;
         let controllers = list
             .into_iter()
             .filter(|c| c.provider != "loopback")
@@ -83,7 +82,7 @@ impl Topology {
                         node,
                         controller: c.name.clone(),
                         address,
-                        state: ConnectionState::Configured,
+                        state: ConnectionState::Active,
                     })
                     .collect(),
                 controller: c.name,

@@ -77,10 +77,24 @@ fn info_table_names_each_controller() {
 }
 
 #[test]
-fn topology_reports_the_configured_peers() {
+fn topology_reports_the_peers_that_answer() {
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let live_id = 3_000_000 + std::process::id() % 100_000;
+    let live = rt
+        .block_on(
+            rsm::Node::builder()
+                .ignore_environment()
+                .id(live_id)
+                .start(),
+        )
+        .unwrap();
+    let peers = format!("{live_id}={},2=127.0.0.1:1", live.listen_addr());
     let (ok, out, err) = rsm(
         &["topology", "--json"],
-        &[("RSM_NODE_ID", "4"), ("RSM_PEERS", "2=127.0.0.1:7402")],
+        &[("RSM_NODE_ID", "4"), ("RSM_PEERS", &peers)],
     );
     assert!(ok, "{err}");
     let t: serde_json::Value = serde_json::from_str(&out).expect("topology --json parses");
@@ -88,8 +102,19 @@ fn topology_reports_the_configured_peers() {
     let ctrls = t["controllers"].as_array().unwrap();
     assert!(!ctrls.is_empty());
     for c in ctrls {
-        assert_eq!(c["remotes"][0]["node"], 2);
+        let nodes: Vec<u64> = c["remotes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|r| r["node"].as_u64().unwrap())
+            .collect();
+        assert_eq!(
+            nodes,
+            vec![u64::from(live_id)],
+            "only the node that answers: {c}"
+        );
     }
+    rt.block_on(live.shutdown());
 }
 
 #[test]

@@ -9,6 +9,10 @@ use std::process::Command;
 
 use rsm::Node;
 
+/// Tests that start nodes run one at a time: most use small or default node ids, and two
+/// live nodes with one id cannot share a host (their local side-channel name is per id).
+static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
 /// Set on the child only: the test body that finds it runs the child's half.
 const CHILD_MARKER: &str = "RSM_TEST_CONFIG_CHILD";
 
@@ -63,6 +67,7 @@ fn path_str(path: &Path) -> &str {
 
 #[tokio::test]
 async fn a_config_file_configures_the_node() {
+    let _serial = SERIAL.lock().await;
     let file = config_file(
         "node_id = 3\nlisten = \"127.0.0.1:0\"\n\n[peers]\n1 = \"127.0.0.1:7401\"\n2 = \"[::1]:7402\"\n",
     );
@@ -81,6 +86,7 @@ async fn a_config_file_configures_the_node() {
 
 #[tokio::test]
 async fn the_builder_overrides_the_file() {
+    let _serial = SERIAL.lock().await;
     let file =
         config_file("node_id = 3\n[peers]\n1 = \"127.0.0.1:7401\"\n2 = \"127.0.0.1:7402\"\n");
     let node = Node::builder()
@@ -102,6 +108,7 @@ async fn the_builder_overrides_the_file() {
 
 #[tokio::test]
 async fn a_bad_file_is_bad_conf_naming_file_and_field() {
+    let _serial = SERIAL.lock().await;
     let file = config_file("node_id = \"three\"\n");
     let err = Node::builder()
         .config_file(file.path())
@@ -126,6 +133,7 @@ async fn a_bad_file_is_bad_conf_naming_file_and_field() {
 
 #[tokio::test]
 async fn a_missing_named_file_is_bad_conf() {
+    let _serial = SERIAL.lock().await;
     let dir = tempfile::tempdir().expect("temp dir");
     let missing = dir.path().join("rsm.toml");
     let err = Node::builder()
@@ -140,6 +148,7 @@ async fn a_missing_named_file_is_bad_conf() {
 
 #[tokio::test]
 async fn an_oversized_file_is_bad_conf() {
+    let _serial = SERIAL.lock().await;
     let file = config_file(&format!("# {}\n", "x".repeat(1 << 20)));
     let err = Node::builder()
         .config_file(file.path())
@@ -153,6 +162,7 @@ async fn an_oversized_file_is_bad_conf() {
 
 #[tokio::test]
 async fn a_non_loopback_listen_address_is_refused() {
+    let _serial = SERIAL.lock().await;
     let err = Node::builder()
         .listen(addr("192.0.2.2:0"))
         .ignore_environment()
@@ -178,6 +188,7 @@ async fn a_non_loopback_listen_address_is_refused() {
 
 #[tokio::test]
 async fn the_opt_in_lets_a_non_loopback_address_through_to_bind() {
+    let _serial = SERIAL.lock().await;
     // 192.0.2.0/24 is TEST-NET-1, on no interface: configuration passes, bind fails.
     let result = Node::builder()
         .listen(addr("192.0.2.2:0"))
@@ -193,6 +204,7 @@ async fn the_opt_in_lets_a_non_loopback_address_through_to_bind() {
 
 #[tokio::test]
 async fn other_loopback_addresses_are_accepted() {
+    let _serial = SERIAL.lock().await;
     let node = Node::builder()
         .listen(addr("127.0.0.5:0"))
         .ignore_environment()
@@ -214,6 +226,7 @@ async fn other_loopback_addresses_are_accepted() {
 
 #[tokio::test]
 async fn a_peer_with_the_own_id_is_refused() {
+    let _serial = SERIAL.lock().await;
     let err = Node::builder()
         .id(2)
         .peer(2, addr("127.0.0.1:7402"))
@@ -227,6 +240,7 @@ async fn a_peer_with_the_own_id_is_refused() {
 
 #[tokio::test]
 async fn port_zero_becomes_a_real_port_and_two_nodes_get_two() {
+    let _serial = SERIAL.lock().await;
     let a = Node::builder()
         .id(1)
         .ignore_environment()
@@ -251,6 +265,7 @@ async fn port_zero_becomes_a_real_port_and_two_nodes_get_two() {
 
 #[tokio::test]
 async fn a_taken_port_is_insufficient_resources() {
+    let _serial = SERIAL.lock().await;
     let a = Node::builder()
         .ignore_environment()
         .start()
@@ -282,6 +297,7 @@ async fn a_taken_port_is_insufficient_resources() {
 
 #[tokio::test]
 async fn variables_override_the_file_and_the_builder_overrides_them() {
+    let _serial = SERIAL.lock().await;
     if !is_child() {
         let file = config_file(
             "node_id = 3\nlisten = \"127.0.0.1:0\"\n[peers]\n1 = \"127.0.0.1:7401\"\n2 = \"127.0.0.1:7402\"\n",
@@ -336,6 +352,7 @@ async fn variables_override_the_file_and_the_builder_overrides_them() {
 
 #[tokio::test]
 async fn config_file_overrides_rsm_config() {
+    let _serial = SERIAL.lock().await;
     if !is_child() {
         let dir = tempfile::tempdir().expect("temp dir");
         let missing = dir.path().join("absent.toml");
@@ -356,6 +373,7 @@ async fn config_file_overrides_rsm_config() {
 
 #[tokio::test]
 async fn a_missing_file_named_by_rsm_config_is_bad_conf() {
+    let _serial = SERIAL.lock().await;
     if !is_child() {
         let dir = tempfile::tempdir().expect("temp dir");
         let missing = dir.path().join("absent.toml");
@@ -377,6 +395,7 @@ async fn a_missing_file_named_by_rsm_config_is_bad_conf() {
 
 #[tokio::test]
 async fn bad_variables_are_bad_conf_naming_them() {
+    let _serial = SERIAL.lock().await;
     if !is_child() {
         run_in_child(
             "bad_variables_are_bad_conf_naming_them",
@@ -400,6 +419,7 @@ async fn bad_variables_are_bad_conf_naming_them() {
 
 #[tokio::test]
 async fn a_non_loopback_rsm_listen_is_refused() {
+    let _serial = SERIAL.lock().await;
     if !is_child() {
         run_in_child(
             "a_non_loopback_rsm_listen_is_refused",
@@ -424,6 +444,7 @@ async fn a_non_loopback_rsm_listen_is_refused() {
 
 #[tokio::test]
 async fn without_rsm_config_a_missing_default_file_is_fine() {
+    let _serial = SERIAL.lock().await;
     if Path::new("/etc/rsm/rsm.toml").exists() {
         return; // the machine has a default file: nothing to test here
     }

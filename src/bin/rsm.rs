@@ -1,4 +1,5 @@
-//! The `rsm` command: `info` lists the controllers, `topology` prints the topology.
+//! The `rsm` command: `info` lists the controllers, `topology` prints the topology, `bench`
+//! measures put and get against a peer process it starts.
 
 use clap::{Parser, Subcommand};
 use rsm::controller::ControllerInfo;
@@ -29,6 +30,12 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Measure put or get latency or bandwidth against a peer process this command starts,
+    /// verifying every byte; --baseline compares with plain libfabric calls.
+    Bench(rsm::bench::BenchArgs),
+    /// The peer process of `rsm bench` (started by it).
+    #[command(hide = true)]
+    BenchPeer(rsm::bench::PeerArgs),
 }
 
 fn main() -> ExitCode {
@@ -51,7 +58,12 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    match rt.block_on(run(cli.command)) {
+    let command = match cli.command {
+        Command::Bench(args) => return rt.block_on(rsm::bench::run(args)),
+        Command::BenchPeer(args) => return rt.block_on(rsm::bench::run_peer(args)),
+        other => other,
+    };
+    match rt.block_on(run(command)) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("rsm: {e} [{}]", e.name());
@@ -61,10 +73,11 @@ fn main() -> ExitCode {
 }
 
 async fn run(command: Command) -> rsm::Result<()> {
-    let node = rsm::Node::builder().start().await?;
     match command {
         Command::Info { json } => {
-            let list = rsm::controller::list_controllers(node.listen_addr().ip())?;
+            // Listing needs only the node's interface, not a running node.
+            let config = rsm::Node::builder().resolve()?;
+            let list = rsm::controller::list_controllers(config.listen.ip())?;
             if json {
                 println!("{}", info_json(&list));
             } else {
@@ -72,7 +85,8 @@ async fn run(command: Command) -> rsm::Result<()> {
             }
         }
         Command::Topology { json } => {
-            let topo = node.topology()?;
+            let node = rsm::Node::builder().start().await?;
+            let topo = node.topology().await?;
             if json {
                 println!(
                     "{}",
@@ -88,7 +102,7 @@ async fn run(command: Command) -> rsm::Result<()> {
                     println!("  {} at {}", c.controller, c.address);
                     if c.remotes.is_empty() {
                         println!(
-                            "    no remote nodes configured (RSM_PEERS, the config file or the builder add them)"
+                            "    no remote node answers (RSM_PEERS or the config file name them)"
                         );
                     }
                     for r in &c.remotes {
@@ -99,9 +113,10 @@ async fn run(command: Command) -> rsm::Result<()> {
                     }
                 }
             }
+            node.shutdown().await;
         }
+        Command::Bench(_) | Command::BenchPeer(_) => unreachable!("dispatched in main"),
     }
-    node.shutdown().await;
     Ok(())
 }
 

@@ -5,3 +5,4 @@
 pub mod config;
 pub mod ctlrname;
 pub mod segid;
+pub mod wire;

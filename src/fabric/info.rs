@@ -247,6 +247,12 @@ impl<'a> InfoRef<'a> {
     pub(crate) fn domain_name(&self) -> String {
         cstr_field(self.domain_attr().name)
     }
+    /// Whether the provider addresses endpoints by IP (socket address formats).
+    pub(crate) fn is_ip(&self) -> bool {
+        let f = self.raw.addr_format;
+        f == ffi::FI_SOCKADDR_IN || f == ffi::FI_SOCKADDR_IN6 || f == ffi::FI_SOCKADDR
+    }
+
     pub(crate) fn caps(&self) -> u64 {
         self.raw.caps
     }

@@ -1,0 +1,212 @@
+//! A libfabric controller's resources: domain, endpoint, address vector, progress engine,
+//! and the per-domain registration keys.
+
+use crate::fabric::{
+    AddressVector, CompletionQueue, Domain, Endpoint, MemoryRegion, MrAccess, ffi,
+};
+use crate::reactor::engine::{Engine, Tuning};
+use crate::reactor::slot::Visibility;
+use crate::{Error, Result};
+use std::collections::{HashMap, HashSet};
+use std::sync::{Arc, Mutex};
+
+/// How many times publish tries a fresh random key when the provider says it is taken.
+const KEY_ATTEMPTS: usize = 16;
+
+pub(crate) struct FabricBackend {
+    domain: Arc<Domain>,
+    engine: Arc<Engine>,
+    name: String,
+    keys: Mutex<HashSet<u64>>,
+    peers: Mutex<HashMap<Vec<u8>, (ffi::fi_addr_t, usize)>>,
+    key_mask: u64,
+    virt_addr: bool,
+    visibility: Visibility,
+    max_transfer: usize,
+}
+
+impl FabricBackend {
+    /// Opens the endpoint and starts the progress engine on `domain`.
+    pub(crate) fn open(domain: Arc<Domain>, name: &str, kind: &str) -> Result<Arc<Self>> {
+        let v = domain.info().view();
+        let tx = v.tx_size().max(16);
+        let cq = CompletionQueue::open(&domain, tx * 2, true)?;
+        let av = AddressVector::open(&domain)?;
+        let ep = Endpoint::open(&domain, cq, av)?;
+        let engine = Engine::start(ep, name, Tuning::for_kind(kind), tx)?;
+        let key_size = v.mr_key_size();
+        let key_mask = if key_size >= 8 {
+            u64::MAX
+        } else {
+            (1u64 << (key_size * 8)) - 1
+        };
+        let virt_addr = v.mr_mode() & ffi::FI_MR_VIRT_ADDR as i32 != 0;
+        let max_transfer = max_transfer_for(v.max_msg_size());
+        Ok(Arc::new(FabricBackend {
+            virt_addr,
+            domain,
+            engine,
+            name: name.to_string(),
+            keys: Mutex::new(HashSet::new()),
+            peers: Mutex::new(HashMap::new()),
+            key_mask,
+            visibility: visibility_for(kind),
+            max_transfer,
+        }))
+    }
+
+    /// How puts on this controller make their data visible before they resolve.
+    pub(crate) fn visibility(&self) -> Visibility {
+        self.visibility
+    }
+
+    /// The largest piece one post carries; longer operations are posted in pieces.
+    pub(crate) fn max_transfer(&self) -> usize {
+        self.max_transfer
+    }
+
+    pub(crate) fn engine(&self) -> &Arc<Engine> {
+        &self.engine
+    }
+
+    /// This controller's fabric address, for peers.
+    pub(crate) fn address(&self) -> Vec<u8> {
+        self.engine.endpoint().name().to_vec()
+    }
+
+    /// Registers `len` bytes at `addr` under a fresh random key that is unique in the domain.
+    ///
+    /// # Safety
+    /// The memory must stay mapped until the returned registration is dropped and every
+    /// operation that used it completed.
+    pub(crate) unsafe fn register(
+        self: &Arc<Self>,
+        addr: *const u8,
+        len: usize,
+        access: MrAccess,
+    ) -> Result<Registration> {
+        let mut last = None;
+        for _ in 0..KEY_ATTEMPTS {
+            let key = self.fresh_key();
+            // SAFETY: forwarded contract.
+            match unsafe { MemoryRegion::register(&self.domain, addr, len, access, key) } {
+                Ok(mr) => {
+                    let key = mr.key(); // a PROV_KEY provider may have chosen its own
+                    self.keys
+                        .lock()
+                        .unwrap_or_else(|p| p.into_inner())
+                        .insert(key);
+                    let base = if self.virt_addr { addr as u64 } else { 0 };
+                    return Ok(Registration {
+                        mr,
+                        key,
+                        base,
+                        backend: Arc::clone(self),
+                    });
+                }
+                Err(e)
+                    if e.fabric_failure()
+                        .is_some_and(|f| f.errno == ffi::FI_ENOKEY as i32) =>
+                {
+                    last = Some(e)
+                }
+                Err(e) => return Err(e.controller(self.name.clone())),
+            }
+        }
+        Err(last
+            .unwrap_or_else(Error::insufficient_resources)
+            .controller(self.name.clone()))
+    }
+
+    fn fresh_key(&self) -> u64 {
+        let keys = self.keys.lock().unwrap_or_else(|p| p.into_inner());
+        loop {
+            let k = rand::random::<u64>() & self.key_mask;
+            if k != 0 && !keys.contains(&k) {
+                return k;
+            }
+        }
+    }
+
+    /// The address-vector handle of a peer's fabric address, shared by every connection to
+    /// it (counted; `release_peer` undoes one).
+    pub(crate) fn peer(&self, addr: &[u8]) -> Result<ffi::fi_addr_t> {
+        let mut peers = self.peers.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some((fi, n)) = peers.get_mut(addr) {
+            *n += 1;
+            return Ok(*fi);
+        }
+        let fi = self.engine.endpoint().av().insert(addr)?;
+        peers.insert(addr.to_vec(), (fi, 1));
+        Ok(fi)
+    }
+
+    pub(crate) fn release_peer(&self, addr: &[u8]) {
+        let mut peers = self.peers.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some((fi, n)) = peers.get_mut(addr) {
+            *n -= 1;
+            if *n == 0 {
+                self.engine.endpoint().av().remove(*fi);
+                peers.remove(addr);
+            }
+        }
+    }
+}
+
+/// tcp;ofi_rxm (and rxd over udp, built the same way) complete a `FI_DELIVERY_COMPLETE`
+/// write once the bytes left for the socket: measured with a stopped target, whose memory
+/// had none of them. shm and sockets deliver what they promise.
+fn visibility_for(kind: &str) -> Visibility {
+    match kind {
+        "tcp" | "udp" => Visibility::FencedRead,
+        _ => Visibility::DeliveryComplete,
+    }
+}
+
+/// Segments may be larger than one message of the provider (verbs allows 2 GiB), so longer
+/// operations go out in pieces of at most `max_msg_size`.
+fn max_transfer_for(max_msg_size: usize) -> usize {
+    max_msg_size.max(1)
+}
+
+impl Drop for FabricBackend {
+    fn drop(&mut self) {
+        self.engine.stop();
+    }
+}
+
+/// A registration of segment memory under its own key; dropping it closes the registration
+/// and frees the key.
+pub(crate) struct Registration {
+    mr: MemoryRegion,
+    key: u64,
+    base: u64,
+    backend: Arc<FabricBackend>,
+}
+
+impl Registration {
+    pub(crate) fn key(&self) -> u64 {
+        self.key
+    }
+
+    /// The address peers add offsets to: the virtual address where the provider wants it
+    /// (`FI_MR_VIRT_ADDR`), else 0.
+    pub(crate) fn base(&self) -> u64 {
+        self.base
+    }
+
+    #[allow(dead_code)]
+    pub(crate) fn len(&self) -> usize {
+        self.mr.len()
+    }
+}
+
+impl Drop for Registration {
+    fn drop(&mut self) {
+        self.backend
+            .keys
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(&self.key);
+    }
+}

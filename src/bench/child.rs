@@ -1,0 +1,170 @@
+//! The peer process `rsm bench` starts: spawned from the running executable, talked to over
+//! its standard input and output, and always ended and reaped, also on errors and panics.
+
+use super::BenchError;
+use super::proto::{Command, PeerHello};
+use std::io::{BufRead, BufReader, Write};
+use std::process::{Child, ChildStdin, Stdio};
+use std::sync::mpsc::{self, Receiver, RecvTimeoutError};
+use std::time::{Duration, Instant};
+
+/// How long the peer may take to open its domain and start its node.
+const HELLO_TIMEOUT: Duration = Duration::from_secs(60);
+/// How long one command may take (the longest is a checksum of the whole buffer).
+const REPLY_TIMEOUT: Duration = Duration::from_secs(60);
+/// How long the peer gets to close its libfabric objects after `quit` before it is killed.
+const QUIT_GRACE: Duration = Duration::from_secs(5);
+
+/// A running `rsm bench-peer`. Dropping it asks the peer to quit, waits a little, then kills
+/// it, and reaps it in every case.
+pub(crate) struct PeerProcess {
+    child: Child,
+    stdin: Option<ChildStdin>,
+    lines: Receiver<String>,
+    /// The peer's hello line.
+    pub(crate) hello: PeerHello,
+}
+
+impl PeerProcess {
+    /// Starts `<current exe> bench-peer --controller C --max-size N [--no-rsm]` with the
+    /// providers pinned to loopback (in the child's environment only) and reads its hello.
+    pub(crate) fn spawn(
+        controller: &str,
+        max_size: usize,
+        no_rsm: bool,
+    ) -> Result<PeerProcess, BenchError> {
+        let exe = std::env::current_exe()
+            .map_err(|e| BenchError::Peer(format!("cannot find the rsm executable: {e}")))?;
+        let mut cmd = std::process::Command::new(exe);
+        cmd.args(["bench-peer", "--controller", controller, "--max-size"])
+            .arg(max_size.to_string())
+            .env("FI_TCP_IFACE", "lo")
+            .env("FI_SOCKETS_IFACE", "lo")
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit());
+        if no_rsm {
+            cmd.arg("--no-rsm");
+        }
+        let mut child = cmd
+            .spawn()
+            .map_err(|e| BenchError::Peer(format!("cannot start the peer: {e}")))?;
+        let stdout = child.stdout.take();
+        let stdin = child.stdin.take();
+        let (tx, lines) = mpsc::channel();
+        // From here on the guard owns the child: any early return kills and reaps it.
+        let mut peer = PeerProcess {
+            child,
+            stdin,
+            lines,
+            hello: PeerHello::default(),
+        };
+        let stdout = stdout.ok_or_else(|| BenchError::Peer("no pipe from the peer".into()))?;
+        std::thread::Builder::new()
+            .name("rsm-bench-peer-out".into())
+            .spawn(move || {
+                for line in BufReader::new(stdout).lines() {
+                    let Ok(line) = line else { break };
+                    if tx.send(line).is_err() {
+                        break;
+                    }
+                }
+            })
+            .map_err(|e| BenchError::Peer(format!("cannot start a reader thread: {e}")))?;
+        let line = peer.recv(HELLO_TIMEOUT, "its hello")?;
+        peer.hello = serde_json::from_str(&line)
+            .map_err(|e| BenchError::Peer(format!("unreadable hello {line:?}: {e}")))?;
+        Ok(peer)
+    }
+
+    fn recv(&mut self, timeout: Duration, what: &str) -> Result<String, BenchError> {
+        match self.lines.recv_timeout(timeout) {
+            Ok(line) => Ok(line),
+            Err(RecvTimeoutError::Timeout) => Err(BenchError::Peer(format!(
+                "no answer to {what} within {} s",
+                timeout.as_secs()
+            ))),
+            Err(RecvTimeoutError::Disconnected) => {
+                // The pipe closed: the peer exited (its own message is on standard error).
+                let status = self.child.wait().map(|s| s.to_string());
+                Err(BenchError::Peer(format!(
+                    "the peer exited before {what} ({})",
+                    status.unwrap_or_else(|e| e.to_string())
+                )))
+            }
+        }
+    }
+
+    /// Sends one command and returns the peer's reply line (`err ...` becomes an error).
+    pub(crate) fn request(&mut self, cmd: &Command) -> Result<String, BenchError> {
+        let line = cmd.to_line();
+        let stdin = self
+            .stdin
+            .as_mut()
+            .ok_or_else(|| BenchError::Peer("the peer's input is closed".into()))?;
+        writeln!(stdin, "{line}")
+            .and_then(|()| stdin.flush())
+            .map_err(|e| BenchError::Peer(format!("cannot send {line:?}: {e}")))?;
+        let reply = self.recv(REPLY_TIMEOUT, &format!("{line:?}"))?;
+        match reply.strip_prefix("err ") {
+            Some(why) => Err(BenchError::Peer(format!("{line:?} failed: {why}"))),
+            None => Ok(reply),
+        }
+    }
+
+    /// Sends a command whose answer must be `ok`.
+    pub(crate) fn expect_ok(&mut self, cmd: &Command) -> Result<(), BenchError> {
+        match self.request(cmd)?.as_str() {
+            "ok" => Ok(()),
+            other => Err(BenchError::Peer(format!(
+                "{:?}: unexpected answer {other:?}",
+                cmd.to_line()
+            ))),
+        }
+    }
+
+    /// The peer's checksum of the first `len` bytes of a buffer.
+    pub(crate) fn sum(&mut self, cmd: &Command) -> Result<u64, BenchError> {
+        let reply = self.request(cmd)?;
+        u64::from_str_radix(&reply, 16)
+            .map_err(|_| BenchError::Peer(format!("{:?}: bad checksum {reply:?}", cmd.to_line())))
+    }
+}
+
+impl Drop for PeerProcess {
+    fn drop(&mut self) {
+        if matches!(self.child.try_wait(), Ok(Some(_))) {
+            return; // exited and reaped
+        }
+        // Ask first: a peer that quits closes its libfabric objects (a killed shm peer
+        // leaves its region in /dev/shm). Closing its input is a second way of asking.
+        if let Some(mut stdin) = self.stdin.take() {
+            let _ = writeln!(stdin, "quit").and_then(|()| stdin.flush());
+        }
+        let deadline = Instant::now() + QUIT_GRACE;
+        while Instant::now() < deadline {
+            match self.child.try_wait() {
+                Ok(Some(_)) => return,
+                Ok(None) => std::thread::sleep(Duration::from_millis(5)),
+                Err(_) => break,
+            }
+        }
+        let pid = self.child.id();
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        remove_shm_leftovers(pid);
+    }
+}
+
+/// Removes the shared-memory files of a peer that had to be killed (`/dev/shm/<pid>:...`).
+fn remove_shm_leftovers(pid: u32) {
+    let prefix = format!("{pid}:");
+    let Ok(dir) = std::fs::read_dir("/dev/shm") else {
+        return;
+    };
+    for entry in dir.flatten() {
+        if entry.file_name().to_string_lossy().starts_with(&prefix) {
+            let _ = std::fs::remove_file(entry.path());
+        }
+    }
+}

@@ -1,0 +1,269 @@
+//! The arguments of `rsm bench` and of the hidden `rsm bench-peer`, as clap derives that the
+//! `rsm` binary embeds.
+
+use clap::{Args, ValueEnum};
+use std::fmt;
+use std::str::FromStr;
+
+/// The remote operation measured.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum Op {
+    /// Write local bytes into the peer's memory (delivery-complete: visible at the target).
+    Put,
+    /// Read the peer's memory into a local buffer.
+    Get,
+}
+
+impl Op {
+    /// The name used in output: `put` or `get`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Op::Put => "put",
+            Op::Get => "get",
+        }
+    }
+}
+
+impl fmt::Display for Op {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// What is measured.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum Mode {
+    /// One awaited operation in flight: median and p99 of each operation's time.
+    Latency,
+    /// A window of operations in flight: MB/s and operations per second.
+    Bandwidth,
+}
+
+impl Mode {
+    /// The name used in output: `latency` or `bandwidth`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Mode::Latency => "latency",
+            Mode::Bandwidth => "bandwidth",
+        }
+    }
+}
+
+impl fmt::Display for Mode {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// A comma-separated list of transfer sizes: `8,4096,65536` or `8,4K,64K,1M` (binary units:
+/// `K`/`KiB` = 1024, `M`/`MiB`, `G`/`GiB`; an optional trailing `B`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SizeList(pub Vec<usize>);
+
+/// The largest transfer size accepted (1 GiB).
+pub const MAX_SIZE: usize = 1 << 30;
+
+/// Parses one size such as `8`, `4K`, `64KiB`, `1M` or `1MB` (binary units).
+pub fn parse_size(s: &str) -> Result<usize, String> {
+    let t = s.trim();
+    let split = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
+    let (digits, unit) = t.split_at(split);
+    if digits.is_empty() {
+        return Err(format!("{s:?} is not a size (such as 8, 4K, 64K or 1M)"));
+    }
+    let n: usize = digits
+        .parse()
+        .map_err(|_| format!("{s:?}: the number is too large"))?;
+    let mult: usize = match unit.trim().to_ascii_lowercase().as_str() {
+        "" | "b" => 1,
+        "k" | "kb" | "kib" => 1 << 10,
+        "m" | "mb" | "mib" => 1 << 20,
+        "g" | "gb" | "gib" => 1 << 30,
+        other => return Err(format!("{s:?}: unknown unit {other:?} (use K, M or G)")),
+    };
+    let size = n
+        .checked_mul(mult)
+        .ok_or_else(|| format!("{s:?}: the size is too large"))?;
+    if size == 0 {
+        return Err(format!("{s:?}: sizes start at 1 byte"));
+    }
+    if size > MAX_SIZE {
+        return Err(format!("{s:?}: sizes are at most 1 GiB"));
+    }
+    Ok(size)
+}
+
+impl FromStr for SizeList {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, String> {
+        let sizes = s
+            .split(',')
+            .filter(|p| !p.trim().is_empty())
+            .map(parse_size)
+            .collect::<Result<Vec<_>, _>>()?;
+        if sizes.is_empty() {
+            return Err("give at least one size, such as 8,4K,64K,1M".into());
+        }
+        Ok(SizeList(sizes))
+    }
+}
+
+impl fmt::Display for SizeList {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let parts: Vec<String> = self.0.iter().map(usize::to_string).collect();
+        f.write_str(&parts.join(","))
+    }
+}
+
+/// `rsm bench`: measures put or get between this process and a peer process it starts.
+#[derive(Debug, Clone, Args)]
+pub struct BenchArgs {
+    /// The controller to measure, such as tcp0 or shm0 (see `rsm info`).
+    #[arg(long)]
+    pub controller: String,
+    /// The operation: put (delivery-complete write) or get (read).
+    #[arg(long, value_enum)]
+    pub op: Op,
+    /// Transfer sizes, comma-separated; K, M and G are binary units (8,4K,64K,1M).
+    #[arg(long, default_value = "8,4096,65536,1048576")]
+    pub sizes: SizeList,
+    /// latency: one awaited operation in flight; bandwidth: a window of them.
+    #[arg(long, value_enum, default_value_t = Mode::Latency)]
+    pub mode: Mode,
+    /// Operations in flight in bandwidth mode.
+    #[arg(long, default_value_t = 16, value_parser = clap::value_parser!(u32).range(1..=4096))]
+    pub window: u32,
+    /// Timed operations per row, at least (latency rows take at least 1000 samples,
+    /// bandwidth rows at least the window and more for small sizes).
+    #[arg(long, default_value_t = 1000, value_parser = clap::value_parser!(u64).range(1..=100_000_000))]
+    pub iters: u64,
+    /// Also measure the same operations with plain libfabric calls (busy polling, as
+    /// fabtests does) and report the ratio: above 1 means rsm is better.
+    #[arg(long)]
+    pub baseline: bool,
+    /// Measure only the plain libfabric baseline (no rsm node): a harness self-test.
+    #[arg(long, hide = true)]
+    pub baseline_only: bool,
+    /// Test hook: corrupt one byte after each run, so that verification must fail.
+    #[arg(long, hide = true)]
+    pub corrupt_for_test: bool,
+    /// One JSON object per line and row instead of a table.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// `rsm bench-peer` (hidden): the target process `rsm bench` starts and talks to over its
+/// standard input and output.
+#[derive(Debug, Clone, Args)]
+pub struct PeerArgs {
+    /// The controller, as given to `rsm bench`.
+    #[arg(long)]
+    pub controller: String,
+    /// Bytes to register (raw baseline) and export (rsm); K, M and G accepted.
+    #[arg(long, value_parser = parse_size)]
+    pub max_size: usize,
+    /// Do not start an rsm node (baseline-only runs).
+    #[arg(long)]
+    pub no_rsm: bool,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    #[derive(Parser)]
+    struct Cli {
+        #[command(flatten)]
+        bench: BenchArgs,
+    }
+
+    #[test]
+    fn sizes_accept_plain_numbers_and_binary_units() {
+        assert_eq!(
+            "8,4096,65536,1048576".parse::<SizeList>().unwrap().0,
+            vec![8, 4096, 65536, 1 << 20]
+        );
+        assert_eq!(
+            "8,4K,64K,1M".parse::<SizeList>().unwrap().0,
+            vec![8, 4096, 65536, 1 << 20]
+        );
+        assert_eq!(
+            " 1k , 2KiB,3MB,1G ,".parse::<SizeList>().unwrap().0,
+            vec![1024, 2048, 3 << 20, 1 << 30]
+        );
+        assert_eq!(parse_size("16B").unwrap(), 16);
+        for bad in [
+            "",
+            "0",
+            "K",
+            "4X",
+            "-1",
+            "2G",
+            "99999999999999999999999",
+            "1.5M",
+        ] {
+            assert!(parse_size(bad).is_err(), "{bad:?} accepted");
+        }
+        assert!("".parse::<SizeList>().is_err());
+        assert!(",,".parse::<SizeList>().is_err());
+        assert!("8,0".parse::<SizeList>().is_err());
+    }
+
+    #[test]
+    fn bench_arguments_and_defaults() {
+        let cli = Cli::try_parse_from(["x", "--controller", "tcp0", "--op", "put"]).unwrap();
+        let b = cli.bench;
+        assert_eq!(b.controller, "tcp0");
+        assert_eq!(b.op, Op::Put);
+        assert_eq!(b.mode, Mode::Latency);
+        assert_eq!(b.sizes.0, vec![8, 4096, 65536, 1 << 20]);
+        assert_eq!((b.window, b.iters), (16, 1000));
+        assert!(!b.baseline && !b.baseline_only && !b.json);
+
+        let cli = Cli::try_parse_from([
+            "x",
+            "--controller",
+            "shm0",
+            "--op",
+            "get",
+            "--sizes",
+            "8,4K,64K,1M",
+            "--mode",
+            "bandwidth",
+            "--window",
+            "4",
+            "--iters",
+            "50",
+            "--baseline",
+            "--json",
+        ])
+        .unwrap();
+        let b = cli.bench;
+        assert_eq!(
+            (b.op, b.mode, b.window, b.iters),
+            (Op::Get, Mode::Bandwidth, 4, 50)
+        );
+        assert_eq!(b.sizes.to_string(), "8,4096,65536,1048576");
+        assert!(b.baseline && b.json);
+
+        for bad in [
+            &["x", "--controller", "tcp0"][..],
+            &["x", "--controller", "tcp0", "--op", "swap"],
+            &["x", "--controller", "tcp0", "--op", "put", "--window", "0"],
+            &[
+                "x",
+                "--controller",
+                "tcp0",
+                "--op",
+                "put",
+                "--sizes",
+                "8,banana",
+            ],
+            &["x", "--controller", "tcp0", "--op", "put", "--mode", "fast"],
+        ] {
+            assert!(Cli::try_parse_from(bad).is_err(), "{bad:?} accepted");
+        }
+    }
+}

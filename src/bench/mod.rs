@@ -1,0 +1,426 @@
+//! Benchmark support for `rsm bench`.
+//!
+//! `rsm bench --controller C --op put|get --sizes LIST [--mode latency|bandwidth]
+//! [--window W] [--iters N] [--baseline] [--json]` starts its own peer process (`rsm
+//! bench-peer`, the same executable), measures one row per size and checks every byte it
+//! moved:
+//!
+//! - **latency**: one awaited operation in flight; a warm-up, then at least 1000 timed
+//!   operations (`max(1000, iters)`); median and p99 by nearest rank.
+//! - **bandwidth**: `W` operations in flight, each with its own buffer; a warm-up, then at
+//!   least `max(iters, W)` operations (more for small sizes: up to 20 000, or 16 MiB worth);
+//!   MB/s (10^6 bytes per second), operations per second, and `median_us` = time / operations.
+//! - **put** is a write that completes when its data is visible at the target (rsm's
+//!   implicit barrier; `FI_DELIVERY_COMPLETE` in the baseline); **get** is a read.
+//! - **`--baseline`** repeats each row with plain libfabric calls between the same two
+//!   processes (same provider and domain, same operations, sizes, window and completion
+//!   semantics; no reactor, no futures, both processes busy-polling their completion queues
+//!   as fabtests does, except on auto-progress providers such as sockets, where polling
+//!   threads would starve the provider's own) and adds `ratio`, above 1 when rsm is better:
+//!   baseline median / rsm median in latency mode, rsm MB/s / baseline MB/s in bandwidth
+//!   mode.
+//! - **verification**: before a put run the source buffers hold a pattern and the peer's
+//!   memory another; afterwards the peer's checksum of its memory must equal the pattern's.
+//!   Before a get run the peer fills its memory with a pattern and the local buffers hold
+//!   another; afterwards every local buffer must hold the peer's pattern. Each row and side
+//!   has its own seed.
+//!
+//! The exit status is 0 when every row verified, 1 when a byte was wrong, 2 when the run
+//! failed. A progress line goes to standard error; rows go to standard output (`--json`:
+//! one object per line and row; `report::Row::to_json` lists the keys).
+//!
+//! The rsm side lives in `rsm_side.rs` (see there); the hidden `--baseline-only` runs the
+//! harness without it.
+
+mod child;
+mod cli;
+mod pattern;
+mod peer;
+mod proto;
+mod raw;
+mod report;
+mod rsm_run;
+mod rsm_side;
+mod stats;
+
+pub use cli::{BenchArgs, MAX_SIZE, Mode, Op, PeerArgs, SizeList, parse_size};
+pub use peer::run_peer;
+
+use child::PeerProcess;
+use proto::{Command, Target};
+use raw::{Baseline, fabric_info_for, round_up};
+use report::{Progress, Row};
+use rsm_side::RsmInitiator;
+use stats::Summary;
+use std::io::Write;
+use std::process::ExitCode;
+
+/// Why `rsm bench` could not measure (a wrong byte is not an error: it is a row with
+/// `verified: false`).
+#[derive(Debug, thiserror::Error)]
+pub enum BenchError {
+    /// An rsm or libfabric call failed.
+    #[error("{0} [{name}]", name = .0.name())]
+    Rsm(#[from] crate::Error),
+    /// The peer process failed, exited, or answered nonsense.
+    #[error("peer process: {0}")]
+    Peer(String),
+    /// The arguments cannot be measured as given.
+    #[error("{0}")]
+    Usage(String),
+}
+
+/// The most memory a run may use for its local buffers (window × largest size).
+const MAX_LOCAL: usize = 1 << 30;
+
+/// One row to measure.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct RowSpec {
+    pub(crate) op: Op,
+    pub(crate) mode: Mode,
+    pub(crate) size: usize,
+    /// Operations in flight: 1 in latency mode.
+    pub(crate) window: usize,
+    pub(crate) iters: usize,
+}
+
+impl RowSpec {
+    /// Timed operations: at least 1000 samples in latency mode; in bandwidth mode at least
+    /// the window, and for small sizes enough to move 16 MiB, up to 20 000.
+    pub(crate) fn timed(&self) -> usize {
+        match self.mode {
+            Mode::Latency => self.iters.max(1000),
+            Mode::Bandwidth => self
+                .iters
+                .max(self.window)
+                .max(((16 << 20) / self.size).min(20_000)),
+        }
+    }
+
+    /// Untimed operations first: connection set-up, caches, page faults.
+    pub(crate) fn warmup(&self) -> usize {
+        (self.timed() / 10).clamp(16, 1000).max(2 * self.window)
+    }
+
+    /// Buffers (and contexts) needed: one per operation in flight.
+    pub(crate) fn slots(&self) -> usize {
+        self.window
+    }
+}
+
+fn seed_for(row: usize, side: u64) -> u64 {
+    0x5253_4D42_454E_4300 ^ ((row as u64) << 8) ^ side
+}
+
+/// Runs `rsm bench`; returns 0 when every row verified, 1 when a byte was wrong, 2 when the
+/// run failed. Call it on a multi-thread runtime: the baseline busy-polls on the calling
+/// thread.
+pub async fn run(args: BenchArgs) -> ExitCode {
+    let mut progress = Progress::new();
+    match bench(&args, &mut progress).await {
+        Ok(rows) => {
+            let bad: Vec<String> = rows
+                .iter()
+                .filter(|r| !r.verified())
+                .map(|r| report::human_size(r.size))
+                .collect();
+            if bad.is_empty() {
+                progress.finish(&format!(
+                    "rsm bench: {} {}: {} rows, every byte verified",
+                    args.controller,
+                    args.op,
+                    rows.len()
+                ));
+                ExitCode::SUCCESS
+            } else {
+                progress.finish(&format!(
+                    "rsm bench: {} {}: WRONG DATA in the rows of {}",
+                    args.controller,
+                    args.op,
+                    bad.join(", ")
+                ));
+                ExitCode::from(1)
+            }
+        }
+        Err(e) => {
+            progress.clear();
+            eprintln!("rsm bench: {e}");
+            ExitCode::from(2)
+        }
+    }
+}
+
+async fn bench(args: &BenchArgs, progress: &mut Progress) -> Result<Vec<Row>, BenchError> {
+    let sizes = &args.sizes.0;
+    let max = sizes.iter().copied().max().unwrap_or(8);
+    let window = match args.mode {
+        Mode::Latency => 1,
+        Mode::Bandwidth => args.window as usize,
+    };
+    let iters = usize::try_from(args.iters).unwrap_or(usize::MAX);
+    let use_rsm = !args.baseline_only;
+    let use_baseline = args.baseline || args.baseline_only;
+    let page = crate::sys::limits::page_size();
+    if round_up(max, page).saturating_mul(window) > MAX_LOCAL {
+        return Err(BenchError::Usage(format!(
+            "{window} operations of {} in flight need more than 1 GiB of buffers: lower --window or the largest size",
+            report::human_size(max)
+        )));
+    }
+    // Fail before starting the peer if the controller has no libfabric domain.
+    let info = if use_baseline {
+        Some(fabric_info_for(&args.controller)?)
+    } else {
+        None
+    };
+
+    let mut peer = PeerProcess::spawn(&args.controller, max, !use_rsm)?;
+    let mut rsm = None;
+    if use_rsm {
+        let Some(pi) = peer.hello.rsm.clone() else {
+            let why = peer.hello.rsm_error.as_deref().unwrap_or("no reason given");
+            return Err(BenchError::Usage(format!(
+                "the peer could not start its rsm side: {why}"
+            )));
+        };
+        rsm = Some(RsmInitiator::connect(&args.controller, &pi, peer.hello.len as usize).await?);
+    }
+    let mut baseline = None;
+    if let Some(info) = info {
+        let h = &peer.hello;
+        let addr = proto::hex_decode(h.addr.as_deref().unwrap_or_default())
+            .map_err(|e| BenchError::Peer(format!("its fabric address: {e}")))?;
+        let b = Baseline::open(info, max, window, &addr, h.base, h.key, h.len)?;
+        peer.expect_ok(&Command::Addr(b.name().to_vec()))?;
+        baseline = Some(b);
+    }
+    let provider = baseline
+        .as_ref()
+        .map(Baseline::provider)
+        .or_else(|| peer.hello.provider.clone())
+        .unwrap_or_else(|| "loopback".into());
+
+    let mut rows = Vec::new();
+    for (i, &size) in sizes.iter().enumerate() {
+        let spec = RowSpec {
+            op: args.op,
+            mode: args.mode,
+            size,
+            window,
+            iters,
+        };
+        progress.row(&args.controller, args.op, size, args.mode);
+        let mut row = Row {
+            controller: args.controller.clone(),
+            provider: provider.clone(),
+            op: args.op,
+            mode: args.mode,
+            size,
+            window,
+            rsm: None,
+            rsm_verified: None,
+            baseline: None,
+            baseline_verified: None,
+        };
+        if let Some(init) = &rsm {
+            let seed = seed_for(i, 1);
+            let (s, ok) = rsm_row(
+                init,
+                &mut peer,
+                &spec,
+                seed,
+                progress,
+                args.corrupt_for_test,
+            )
+            .await?;
+            row.rsm = Some(s);
+            row.rsm_verified = Some(ok);
+        }
+        if let Some(b) = &mut baseline {
+            let seed = seed_for(i, 2);
+            let (s, ok) = baseline_row(b, &mut peer, &spec, seed, progress, args.corrupt_for_test)?;
+            row.baseline = Some(s);
+            row.baseline_verified = Some(ok);
+        }
+        if args.json {
+            progress.clear();
+            let mut out = std::io::stdout().lock();
+            let _ = writeln!(out, "{}", row.to_json());
+            let _ = out.flush();
+        }
+        rows.push(row);
+    }
+    if let Some(init) = rsm {
+        init.shutdown().await;
+    }
+    drop(baseline);
+    drop(peer);
+    if !args.json {
+        progress.clear();
+        print!("{}", report::table(&rows));
+    }
+    Ok(rows)
+}
+
+/// The seeds of the data written and of what it overwrites: a transfer that moves nothing,
+/// or moves the wrong bytes, leaves the other pattern behind.
+fn seeds(op: Op, seed: u64) -> (u64, u64) {
+    match op {
+        Op::Put => (seed, !seed),
+        Op::Get => (!seed, seed),
+    }
+}
+
+async fn rsm_row(
+    init: &RsmInitiator,
+    peer: &mut PeerProcess,
+    spec: &RowSpec,
+    seed: u64,
+    progress: &mut Progress,
+    corrupt: bool,
+) -> Result<(Summary, bool), BenchError> {
+    let (local_seed, remote_seed) = seeds(spec.op, seed);
+    let size = spec.size;
+    progress.phase("rsm", "preparing");
+    peer.expect_ok(&Command::Fill {
+        seed: remote_seed,
+        len: size,
+        target: Target::Rsm,
+    })?;
+    let mut bufs: Vec<Vec<u8>> = (0..spec.slots())
+        .map(|_| pattern::pattern(local_seed, size))
+        .collect();
+    let summary = rsm_run::measure(init, spec, &mut bufs, progress).await?;
+    progress.phase("rsm", "verifying");
+    let want = pattern::pattern(seed, size);
+    let ok = match spec.op {
+        Op::Put => {
+            if corrupt {
+                peer.expect_ok(&Command::Corrupt {
+                    offset: size / 2,
+                    target: Target::Rsm,
+                })?;
+            }
+            peer.sum(&Command::Sum {
+                len: size,
+                target: Target::Rsm,
+            })? == pattern::fnv1a64(&want)
+        }
+        Op::Get => {
+            if corrupt {
+                if let Some(b) = bufs.first_mut() {
+                    b[size / 2] ^= 0xFF;
+                }
+            }
+            bufs.len() == spec.slots() && bufs.iter().all(|b| *b == want)
+        }
+    };
+    Ok((summary, ok))
+}
+
+fn baseline_row(
+    b: &mut Baseline,
+    peer: &mut PeerProcess,
+    spec: &RowSpec,
+    seed: u64,
+    progress: &mut Progress,
+    corrupt: bool,
+) -> Result<(Summary, bool), BenchError> {
+    let (local_seed, remote_seed) = seeds(spec.op, seed);
+    let (op, size, slots) = (spec.op, spec.size, spec.slots());
+    progress.phase("baseline", "preparing");
+    peer.expect_ok(&Command::Fill {
+        seed: remote_seed,
+        len: size,
+        target: Target::Raw,
+    })?;
+    b.fill_local(local_seed, size, slots)?;
+    // The peer busy-polls its queue from here until the next command.
+    peer.expect_ok(&Command::Progress)?;
+    progress.phase("baseline", "warm-up");
+    let (warmup, n) = (spec.warmup(), spec.timed());
+    let summary = match spec.mode {
+        Mode::Latency => {
+            let mut samples = b.latency(op, size, warmup, n, &mut |done| {
+                progress.tick("baseline", done, n)
+            })?;
+            Summary::from_latency(&mut samples, size)
+        }
+        Mode::Bandwidth => {
+            let t = b.bandwidth(op, size, spec.window, warmup, n, &mut |done| {
+                progress.tick("baseline", done, n)
+            })?;
+            Summary::from_bandwidth(t, n as u64, size)
+        }
+    };
+    progress.phase("baseline", "verifying");
+    if corrupt {
+        match op {
+            Op::Put => peer.expect_ok(&Command::Corrupt {
+                offset: size / 2,
+                target: Target::Raw,
+            })?,
+            Op::Get => b.corrupt_local(size / 2)?,
+        }
+    }
+    // This command also ends the peer's polling.
+    let remote_sum = peer.sum(&Command::Sum {
+        len: size,
+        target: Target::Raw,
+    })?;
+    let want = pattern::fnv1a64(&pattern::pattern(seed, size));
+    let ok = match op {
+        Op::Put => remote_sum == want,
+        // The peer's memory must still hold its pattern, and every slot must have got it.
+        Op::Get => remote_sum == want && b.check_local(seed, size, slots)?.is_none(),
+    };
+    Ok((summary, ok))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn spec(mode: Mode, size: usize, window: usize, iters: usize) -> RowSpec {
+        RowSpec {
+            op: Op::Put,
+            mode,
+            size,
+            window,
+            iters,
+        }
+    }
+
+    #[test]
+    fn sample_counts() {
+        // Latency: at least 1000 samples.
+        assert_eq!(spec(Mode::Latency, 8, 1, 200).timed(), 1000);
+        assert_eq!(spec(Mode::Latency, 8, 1, 5000).timed(), 5000);
+        assert!(spec(Mode::Latency, 8, 1, 200).warmup() >= 16);
+        // Bandwidth: more operations for small sizes, at least the window.
+        assert_eq!(spec(Mode::Bandwidth, 8, 16, 1000).timed(), 20_000);
+        assert_eq!(spec(Mode::Bandwidth, 4096, 16, 1000).timed(), 4096);
+        assert_eq!(spec(Mode::Bandwidth, 1 << 20, 16, 1000).timed(), 1000);
+        assert_eq!(spec(Mode::Bandwidth, 1 << 20, 64, 10).timed(), 64);
+        assert!(spec(Mode::Bandwidth, 1 << 20, 64, 10).warmup() >= 128);
+    }
+
+    #[test]
+    fn seeds_differ_per_row_side_and_direction() {
+        let all = [
+            seed_for(0, 1),
+            seed_for(0, 2),
+            seed_for(1, 1),
+            seed_for(1, 2),
+        ];
+        for (i, a) in all.iter().enumerate() {
+            for b in &all[i + 1..] {
+                assert_ne!(a, b);
+            }
+        }
+        let (l, r) = seeds(Op::Put, 5);
+        assert_eq!((l, r), (5, !5));
+        let (l, r) = seeds(Op::Get, 5);
+        assert_eq!((l, r), (!5, 5));
+    }
+}

@@ -1,0 +1,218 @@
+//! `rsm bench-peer`: the target process. It registers a buffer with plain libfabric (for
+//! the baseline) and, unless told not to, exports a segment through rsm; prints its hello;
+//! then answers commands on its standard input (see [`super::proto`]).
+
+use super::BenchError;
+use super::cli::PeerArgs;
+use super::pattern;
+use super::proto::{Command, PeerHello, Target, hex_encode};
+use super::raw::{RawTarget, YIELD_EVERY, fabric_info_for, round_up};
+use super::rsm_side::RsmPeer;
+use crate::core::ctlrname::ControllerName;
+use std::io::{BufRead, Write};
+use std::process::ExitCode;
+use std::sync::mpsc::{self, Receiver, TryRecvError};
+
+/// Runs the peer until `quit` or the end of its input. Call it on a multi-thread runtime: it
+/// blocks its own thread while it waits for commands and while it progresses.
+pub async fn run_peer(args: PeerArgs) -> ExitCode {
+    match peer(args).await {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("rsm bench-peer: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+async fn peer(args: PeerArgs) -> Result<(), BenchError> {
+    let len = round_up(args.max_size.max(1), crate::sys::limits::page_size());
+    let loopback = ControllerName::parse(Some(&args.controller))? == ControllerName::Loopback;
+    let raw = if loopback {
+        None
+    } else {
+        Some(RawTarget::open(fabric_info_for(&args.controller)?, len)?)
+    };
+    let (rsm, rsm_info, rsm_error) = if args.no_rsm {
+        (None, None, None)
+    } else {
+        match RsmPeer::start(&args.controller, len).await {
+            Ok((p, info)) => (Some(p), Some(info), None),
+            Err(e) => (None, None, Some(e.to_string())),
+        }
+    };
+    let hello = PeerHello {
+        provider: raw.as_ref().map(|r| r.raw.provider()),
+        addr: raw.as_ref().map(|r| hex_encode(r.raw.ep.name())),
+        key: raw.as_ref().map_or(0, |r| r.region.key()),
+        base: raw.as_ref().map_or(0, RawTarget::base),
+        len: len as u64,
+        rsm: rsm_info,
+        rsm_error,
+    };
+    let line = serde_json::to_string(&hello)
+        .map_err(|e| BenchError::Peer(format!("cannot encode the hello: {e}")))?;
+    reply(&line)?;
+    let commands = stdin_lines();
+    let result = serve(raw.as_ref(), rsm.as_ref(), &commands);
+    drop(raw);
+    if let Some(p) = rsm {
+        p.shutdown().await;
+    }
+    result
+}
+
+fn reply(line: &str) -> Result<(), BenchError> {
+    let mut out = std::io::stdout().lock();
+    writeln!(out, "{line}")
+        .and_then(|()| out.flush())
+        .map_err(|e| BenchError::Peer(format!("cannot answer: {e}")))
+}
+
+/// Standard input, line by line, from a reader thread, so that a progressing peer can look
+/// for the next command without blocking.
+fn stdin_lines() -> Receiver<String> {
+    let (tx, rx) = mpsc::channel();
+    let spawned = std::thread::Builder::new()
+        .name("rsm-bench-peer-in".into())
+        .spawn(move || {
+            for line in std::io::stdin().lock().lines() {
+                let Ok(line) = line else { break };
+                if tx.send(line).is_err() {
+                    break;
+                }
+            }
+        });
+    if let Err(e) = spawned {
+        // The sender was dropped with the closure: the peer sees the end of its input.
+        eprintln!("rsm bench-peer: cannot start the input thread: {e}");
+    }
+    rx
+}
+
+fn serve(
+    raw: Option<&RawTarget>,
+    rsm: Option<&RsmPeer>,
+    commands: &Receiver<String>,
+) -> Result<(), BenchError> {
+    let mut pending: Option<String> = None;
+    let mut scratch = Vec::with_capacity(64);
+    let mut reported = false;
+    loop {
+        let line = match pending.take() {
+            Some(l) => l,
+            None => match commands.recv() {
+                Ok(l) => l,
+                Err(_) => return Ok(()), // the initiator is gone
+            },
+        };
+        let cmd = match Command::parse(&line) {
+            Ok(c) => c,
+            Err(e) => {
+                reply(&format!("err {e}"))?;
+                continue;
+            }
+        };
+        if cmd == Command::Quit {
+            reply("bye")?;
+            return Ok(());
+        }
+        if cmd == Command::Progress {
+            reply("ok")?;
+            // Busy-poll until the next command: shm and tcp;ofi_rxm place remote writes and
+            // answer reads only while the target reads its queue. Providers with progress
+            // threads of their own (sockets) need no poller, and are slowed by one.
+            let spin = raw.filter(|r| !r.raw.auto_progress());
+            let mut polls = 0u32;
+            loop {
+                polls = polls.wrapping_add(1);
+                if polls % YIELD_EVERY == 0 {
+                    std::thread::yield_now();
+                }
+                if let Some(t) = spin {
+                    if let Err(e) = t.progress(&mut scratch) {
+                        if !reported {
+                            eprintln!("rsm bench-peer: completion queue: {e}");
+                            reported = true;
+                        }
+                    }
+                }
+                match commands.try_recv() {
+                    Ok(l) => {
+                        pending = Some(l);
+                        break;
+                    }
+                    Err(TryRecvError::Empty) if spin.is_some() => {}
+                    Err(TryRecvError::Empty) => match commands.recv() {
+                        Ok(l) => {
+                            pending = Some(l);
+                            break;
+                        }
+                        Err(_) => return Ok(()),
+                    },
+                    Err(TryRecvError::Disconnected) => return Ok(()),
+                }
+            }
+            continue;
+        }
+        let answer = match execute(&cmd, raw, rsm) {
+            Ok(a) => a,
+            Err(e) => format!("err {e}"),
+        };
+        reply(&answer)?;
+    }
+}
+
+fn execute(
+    cmd: &Command,
+    raw: Option<&RawTarget>,
+    rsm: Option<&RsmPeer>,
+) -> Result<String, String> {
+    let raw = |t: Target| match (t, raw) {
+        (Target::Raw, Some(r)) => Ok(Some(r)),
+        (Target::Raw, None) => Err("no libfabric buffer on the loopback controller".to_string()),
+        (Target::Rsm, _) => Ok(None),
+    };
+    let rsm = || rsm.ok_or_else(|| "this peer has no rsm segment".to_string());
+    let e = |e: crate::Error| e.to_string();
+    match *cmd {
+        Command::Addr(ref a) => {
+            let r = raw(Target::Raw)?.ok_or("no endpoint")?;
+            r.raw.ep.av().insert(a).map_err(e)?;
+            Ok("ok".into())
+        }
+        Command::Fill { seed, len, target } => {
+            match raw(target)? {
+                Some(r) => r.region.fill(0, seed, len).map_err(e)?,
+                None => rsm()?
+                    .write_at(0, &pattern::pattern(seed, len))
+                    .map_err(e)?,
+            }
+            Ok("ok".into())
+        }
+        Command::Sum { len, target } => {
+            let bytes = match raw(target)? {
+                Some(r) => r.region.read(0, len).map_err(e)?,
+                None => {
+                    let mut v = vec![0u8; len];
+                    rsm()?.read_at(0, &mut v).map_err(e)?;
+                    v
+                }
+            };
+            Ok(format!("{:016x}", pattern::fnv1a64(&bytes)))
+        }
+        Command::Corrupt { offset, target } => {
+            match raw(target)? {
+                Some(r) => r.region.corrupt(offset).map_err(e)?,
+                None => {
+                    let p = rsm()?;
+                    let mut b = [0u8; 1];
+                    p.read_at(offset, &mut b).map_err(e)?;
+                    p.write_at(offset, &[!b[0]]).map_err(e)?;
+                }
+            }
+            Ok("ok".into())
+        }
+        Command::Progress | Command::Quit => Err("handled by the loop".into()),
+    }
+}

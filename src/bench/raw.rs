@@ -1,0 +1,627 @@
+//! The plain-libfabric side of `rsm bench`: the same controller's provider and domain opened
+//! directly through the `fabric` wrappers, no reactor and no futures, busy-polling the
+//! completion queue as fabtests does. The exception is a provider with progress threads of
+//! its own (sockets): there the initiator sleeps on the queue's wait fd when it is empty and
+//! the peer does not poll, because on two cores a spinning thread starves those threads
+//! (milliseconds per operation instead of about 30 µs). The peer uses [`RawTarget`], the
+//! initiator [`Baseline`].
+
+use super::cli::Op;
+use super::pattern;
+use crate::core::ctlrname::ControllerName;
+use crate::fabric::endpoint::PostError;
+use crate::fabric::{
+    AddressVector, CompletionQueue, CqEntry, CqReadError, Domain, Endpoint, Fabric, Hints, Info,
+    InfoList, MemoryRegion, MrAccess, WaitKind, ffi,
+};
+use crate::sys::mem::Mapping;
+use crate::{Error, Result};
+use std::cell::UnsafeCell;
+use std::mem::ManuallyDrop;
+use std::os::fd::RawFd;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// The key of the peer's registered buffer.
+pub(crate) const PEER_KEY: u64 = 0xB0;
+/// The key of the initiator's local buffer (its own domain, so any other value would do).
+pub(crate) const LOCAL_KEY: u64 = 0xB1;
+
+/// No completion for this long means the run is stuck (a dead or idle peer).
+const STALL: Duration = Duration::from_secs(20);
+
+/// A busy poller yields its CPU after this many empty polls in a row (a few tens of µs).
+/// With two cores, one other busy process makes the two pollers share a core, and without
+/// yielding each waits out the other's whole time slice: 8-12 ms per operation instead of
+/// 10 µs (measured). On an idle core the yield returns at once.
+pub(crate) const YIELD_EVERY: u32 = 256;
+
+/// The address every bench process uses as its source: tcp and sockets then pick `lo`.
+pub(crate) const SOURCE: &str = "127.0.0.1";
+
+/// The description of the domain behind controller `name` (`tcp0`, `shm0`, `tcp:lo`), chosen
+/// as controllers choose it: the node's controller list on 127.0.0.1 names the provider and
+/// domain, and `fi_getinfo` with the controllers' hints, that provider and that domain (and
+/// 127.0.0.1 as the source, except for shm) gives the description. The loopback controller
+/// has none (it does not use libfabric).
+pub(crate) fn fabric_info_for(name: &str) -> Result<Arc<Info>> {
+    let parsed = ControllerName::parse(Some(name))?;
+    let list = crate::controller::list_controllers(SOURCE.parse().expect("an IPv4 address"))?;
+    let kind_of = |provider: &str| {
+        provider
+            .split(';')
+            .next()
+            .unwrap_or(provider)
+            .to_ascii_lowercase()
+    };
+    let found = match &parsed {
+        ControllerName::Loopback => {
+            return Err(Error::ctlr_not_present().controller(name).detail(
+                "the loopback controller does not use libfabric: it has no plain-libfabric baseline",
+            ));
+        }
+        ControllerName::Unit { kind, unit } => {
+            let want = format!("{kind}{unit}");
+            list.iter().find(|c| c.name == want)
+        }
+        ControllerName::Domain { kind, domain } => list.iter().find(|c| {
+            c.provider_attr.is_some() && kind_of(&c.provider) == *kind && c.domain == *domain
+        }),
+    };
+    let Some(c) = found else {
+        let names: Vec<&str> = list.iter().map(|c| c.name.as_str()).collect();
+        return Err(Error::ctlr_not_present()
+            .controller(name)
+            .detail(format!("present: {}", names.join(", "))));
+    };
+    let mut hints = Hints::rsm_rdm()?;
+    hints.provider(&c.provider)?;
+    hints.domain(&c.domain)?;
+    // shm turns the source node into its region's name (`127.0.0.1:0:0` in /dev/shm), the
+    // same in every process, so the second endpoint on the host fails with EBUSY: it is
+    // asked without one and names its region after the process.
+    let source = (c.provider != "shm").then_some(SOURCE);
+    let infos = InfoList::get(&hints, source)?;
+    let entry = infos
+        .iter()
+        .find(|i| i.provider() == c.provider && i.domain_name() == c.domain)
+        .ok_or_else(|| {
+            Error::ctlr_not_present().controller(name).detail(format!(
+                "fi_getinfo no longer offers {} on domain {}",
+                c.provider, c.domain
+            ))
+        })?;
+    Ok(Arc::new(entry.dup()?))
+}
+
+/// An endpoint with its completion queue (no wait object: it is busy-polled) and address
+/// vector, on a domain of its own.
+pub(crate) struct RawEndpoint {
+    pub(crate) ep: Arc<Endpoint>,
+    pub(crate) cq: Arc<CompletionQueue>,
+    pub(crate) domain: Arc<Domain>,
+}
+
+impl RawEndpoint {
+    /// Opens fabric, domain, queue (`cq_size` entries), address vector and endpoint. The
+    /// queue has a wait fd only for auto-progress providers (see [`Self::auto_progress`]).
+    pub(crate) fn open(info: Arc<Info>, cq_size: usize) -> Result<Self> {
+        let auto = info.view().data_progress_auto();
+        let domain = Domain::open(Fabric::open(info)?)?;
+        let cq = CompletionQueue::open(&domain, cq_size, auto)?;
+        let av = AddressVector::open(&domain)?;
+        let ep = Endpoint::open(&domain, Arc::clone(&cq), av)?;
+        Ok(RawEndpoint { ep, cq, domain })
+    }
+
+    /// The provider's name, such as `tcp;ofi_rxm`.
+    pub(crate) fn provider(&self) -> String {
+        self.domain.info().view().provider()
+    }
+
+    /// Whether the provider moves data with threads of its own (`FI_PROGRESS_AUTO`, the
+    /// sockets provider): then nobody needs to poll for the target, and a spinning poller
+    /// only takes the CPU from those threads (two cores here).
+    pub(crate) fn auto_progress(&self) -> bool {
+        self.domain.info().view().data_progress_auto()
+    }
+
+    /// Whether remote addresses are virtual addresses (`FI_MR_VIRT_ADDR`) rather than
+    /// offsets from 0.
+    pub(crate) fn virt_addr(&self) -> bool {
+        self.domain.info().view().mr_mode() & ffi::FI_MR_VIRT_ADDR as i32 != 0
+    }
+}
+
+/// Page-aligned memory with its registration. The registration is dropped before the memory
+/// (field order); the owner keeps both until no operation on them is in flight.
+pub(crate) struct RawRegion {
+    mr: MemoryRegion,
+    mem: Mapping,
+}
+
+impl RawRegion {
+    /// Maps at least `len` bytes (whole pages) and registers them under `key`.
+    pub(crate) fn new(
+        domain: &Arc<Domain>,
+        len: usize,
+        access: MrAccess,
+        key: u64,
+    ) -> Result<Self> {
+        let mem = Mapping::new(round_up(len.max(1), crate::sys::limits::page_size()))?;
+        // SAFETY: `mem` is owned by the returned value and dropped after `mr` (field order);
+        // the owners of a RawRegion keep it until every operation on it has completed, and
+        // leak it otherwise (see Baseline's Drop).
+        let mr = unsafe { MemoryRegion::register(domain, mem.as_ptr(), mem.len(), access, key) }?;
+        Ok(RawRegion { mr, mem })
+    }
+
+    /// The key peers use.
+    pub(crate) fn key(&self) -> u64 {
+        self.mr.key()
+    }
+
+    /// The local descriptor for operations on this memory.
+    pub(crate) fn desc(&self) -> *mut libc::c_void {
+        self.mr.desc()
+    }
+
+    /// The start of the memory.
+    pub(crate) fn addr(&self) -> usize {
+        self.mem.as_ptr() as usize
+    }
+
+    fn check(&self, offset: usize, len: usize) -> Result<()> {
+        match offset.checked_add(len) {
+            Some(end) if end <= self.mem.len() => Ok(()),
+            _ => Err(Error::bad_length()
+                .offset(offset as u64)
+                .length(len as u64)
+                .detail(format!("the buffer has {} bytes", self.mem.len()))),
+        }
+    }
+
+    /// Copies `data` in at `offset` (only while no operation on these bytes is in flight).
+    pub(crate) fn write(&self, offset: usize, data: &[u8]) -> Result<()> {
+        self.check(offset, data.len())?;
+        self.mem.write_at(offset, data);
+        Ok(())
+    }
+
+    /// Copies `len` bytes at `offset` out (only while no operation on them is in flight).
+    pub(crate) fn read(&self, offset: usize, len: usize) -> Result<Vec<u8>> {
+        self.check(offset, len)?;
+        let mut v = vec![0u8; len];
+        self.mem.read_at(offset, &mut v);
+        Ok(v)
+    }
+
+    /// Fills `len` bytes at `offset` with the pattern of `seed`.
+    pub(crate) fn fill(&self, offset: usize, seed: u64, len: usize) -> Result<()> {
+        self.write(offset, &pattern::pattern(seed, len))
+    }
+
+    /// Flips every bit of the byte at `offset` (test hook).
+    pub(crate) fn corrupt(&self, offset: usize) -> Result<()> {
+        let b = self.read(offset, 1)?;
+        self.write(offset, &[!b[0]])
+    }
+
+    fn ptr(&self, offset: usize) -> *mut u8 {
+        debug_assert!(offset <= self.mem.len());
+        self.mem.as_ptr().wrapping_add(offset)
+    }
+}
+
+/// Rounds `n` up to a multiple of `to` (a power of two).
+pub(crate) fn round_up(n: usize, to: usize) -> usize {
+    n.div_ceil(to) * to
+}
+
+/// The peer's side: an endpoint and a registered buffer others read and write.
+pub(crate) struct RawTarget {
+    // Field order: the region (registration, then memory) closes before the endpoint.
+    pub(crate) region: RawRegion,
+    pub(crate) raw: RawEndpoint,
+}
+
+impl RawTarget {
+    /// Opens the endpoint and registers `len` bytes for remote reads and writes.
+    pub(crate) fn open(info: Arc<Info>, len: usize) -> Result<Self> {
+        let raw = RawEndpoint::open(info, 256)?;
+        let access = MrAccess::REMOTE_READ.union(MrAccess::REMOTE_WRITE);
+        let region = RawRegion::new(&raw.domain, len, access, PEER_KEY)?;
+        Ok(RawTarget { region, raw })
+    }
+
+    /// The address initiators add offsets to.
+    pub(crate) fn base(&self) -> u64 {
+        if self.raw.virt_addr() {
+            self.region.addr() as u64
+        } else {
+            0
+        }
+    }
+
+    /// Reads whatever completions are queued (driving the provider's progress); error
+    /// entries are returned as text.
+    pub(crate) fn progress(&self, scratch: &mut Vec<CqEntry>) -> std::result::Result<(), String> {
+        scratch.clear();
+        match self.raw.cq.read(scratch) {
+            Ok(_) => Ok(()),
+            Err(CqReadError::Entry(e)) => Err(e.failure.to_string()),
+            Err(CqReadError::Failed(f)) => Err(f.to_string()),
+        }
+    }
+}
+
+/// Where the peer's buffer is, as its hello line says.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Remote {
+    /// The peer's handle in this endpoint's address vector.
+    pub(crate) addr: ffi::fi_addr_t,
+    /// The address of the buffer's first byte in the peer's addressing (see `base`).
+    pub(crate) base: u64,
+    /// Its key.
+    pub(crate) key: u64,
+    /// Its length.
+    pub(crate) len: u64,
+}
+
+/// The initiator's side: local slots of one stride each (one per operation in flight), one
+/// operation context per slot, and the peer.
+pub(crate) struct Baseline {
+    raw: RawEndpoint,
+    remote: Remote,
+    /// Leaked instead of dropped if operations are still in flight (see Drop).
+    local: ManuallyDrop<RawRegion>,
+    /// One context per slot; the provider writes into them while their operation is in
+    /// flight, so they are only ever reached through `UnsafeCell::get` pointers.
+    ctxs: ManuallyDrop<Box<[UnsafeCell<ffi::fi_context2>]>>,
+    stride: usize,
+    in_flight: usize,
+    comps: Vec<CqEntry>,
+    /// Sleep on this wait fd after an empty poll (auto-progress providers, see
+    /// [`RawEndpoint::auto_progress`]); everything else is busy-polled.
+    idle_fd: Option<RawFd>,
+    /// Empty polls in a row (see [`YIELD_EVERY`]).
+    empty_polls: u32,
+}
+
+/// Why a run stopped.
+fn op_failed(op: Op, f: crate::error::FabricFailure) -> Error {
+    Error::barrier_failure()
+        .op(if op == Op::Put { "put" } else { "get" })
+        .fabric(f)
+}
+
+impl Baseline {
+    /// Opens the controller's domain and an endpoint, registers `slots` local buffers of
+    /// `max_size` bytes each, and inserts the peer's address (`peer_addr`, as its
+    /// `fi_getname` gave it).
+    pub(crate) fn open(
+        info: Arc<Info>,
+        max_size: usize,
+        slots: usize,
+        peer_addr: &[u8],
+        base: u64,
+        key: u64,
+        len: u64,
+    ) -> Result<Self> {
+        let raw = RawEndpoint::open(info, (2 * slots).max(64))?;
+        let addr = raw.ep.av().insert(peer_addr)?;
+        let stride = round_up(max_size.max(1), crate::sys::limits::page_size());
+        let total = stride
+            .checked_mul(slots)
+            .ok_or_else(|| Error::insufficient_mem().detail("window × largest size overflows"))?;
+        let access = MrAccess::READ.union(MrAccess::WRITE);
+        let local = RawRegion::new(&raw.domain, total, access, LOCAL_KEY)?;
+        let ctxs = (0..slots)
+            .map(|_| UnsafeCell::new(ffi::fi_context2::default()))
+            .collect::<Vec<_>>()
+            .into_boxed_slice();
+        Ok(Baseline {
+            remote: Remote {
+                addr,
+                base,
+                key,
+                len,
+            },
+            local: ManuallyDrop::new(local),
+            ctxs: ManuallyDrop::new(ctxs),
+            stride,
+            in_flight: 0,
+            comps: Vec::with_capacity(64),
+            idle_fd: match raw.cq.wait() {
+                WaitKind::Fd(fd) if raw.auto_progress() => Some(fd),
+                _ => None,
+            },
+            empty_polls: 0,
+            raw,
+        })
+    }
+
+    /// This endpoint's fabric address, for the peer's address vector.
+    pub(crate) fn name(&self) -> &[u8] {
+        self.raw.ep.name()
+    }
+
+    /// The provider's name.
+    pub(crate) fn provider(&self) -> String {
+        self.raw.provider()
+    }
+
+    /// How many slots (and so operations in flight) there are.
+    pub(crate) fn slots(&self) -> usize {
+        self.ctxs.len()
+    }
+
+    /// Fills the first `size` bytes of the first `slots` slots with the pattern of `seed`.
+    pub(crate) fn fill_local(&self, seed: u64, size: usize, slots: usize) -> Result<()> {
+        let p = pattern::pattern(seed, size);
+        for s in 0..slots.min(self.slots()) {
+            self.local.write(s * self.stride, &p)?;
+        }
+        Ok(())
+    }
+
+    /// Checks the first `size` bytes of the first `slots` slots against the pattern of
+    /// `seed`: the first wrong byte as (slot, offset), or `None`.
+    pub(crate) fn check_local(
+        &self,
+        seed: u64,
+        size: usize,
+        slots: usize,
+    ) -> Result<Option<(usize, usize)>> {
+        let want = pattern::pattern(seed, size);
+        for s in 0..slots.min(self.slots()) {
+            let got = self.local.read(s * self.stride, size)?;
+            if let Some(at) = pattern::first_mismatch(&got, &want) {
+                return Ok(Some((s, at)));
+            }
+        }
+        Ok(None)
+    }
+
+    /// Flips one local byte (test hook).
+    pub(crate) fn corrupt_local(&self, offset: usize) -> Result<()> {
+        self.local.corrupt(offset)
+    }
+
+    fn post(&mut self, op: Op, slot: usize, size: usize) -> std::result::Result<(), PostError> {
+        debug_assert!(slot < self.slots() && size <= self.stride && size as u64 <= self.remote.len);
+        let buf = self.local.ptr(slot * self.stride);
+        let desc = self.local.desc();
+        let ctx = self.ctxs[slot].get();
+        let r = &self.remote;
+        let res = match op {
+            // SAFETY: the slot's bytes and its context stay allocated and untouched until the
+            // completion for `ctx` is read (a slot is reused only after that), or are leaked
+            // by Drop if it never is; `desc` is the registration covering the slot.
+            Op::Put => unsafe {
+                self.raw.ep.write(
+                    buf,
+                    size,
+                    desc,
+                    r.addr,
+                    r.base,
+                    r.key,
+                    ctx,
+                    u64::from(ffi::FI_DELIVERY_COMPLETE),
+                    0,
+                )
+            },
+            // SAFETY: as for the write; nothing reads or writes the slot until completion.
+            Op::Get => unsafe {
+                self.raw
+                    .ep
+                    .read(buf, size, desc, r.addr, r.base, r.key, ctx)
+            },
+        };
+        if res.is_ok() {
+            self.in_flight += 1;
+        }
+        res
+    }
+
+    /// Reads completions; each completed slot is passed to `done`. Returns how many.
+    fn poll(&mut self, op: Op, done: &mut impl FnMut(usize)) -> Result<usize> {
+        let n = self.poll_once(op, done)?;
+        if n > 0 {
+            self.empty_polls = 0;
+        } else {
+            self.empty_polls = self.empty_polls.wrapping_add(1);
+            if self.empty_polls % YIELD_EVERY == 0 {
+                std::thread::yield_now();
+            }
+            if let Some(fd) = self.idle_fd {
+                // libfabric's rule: sleep on the fd only after fi_trywait said so.
+                if self.raw.cq.trywait() {
+                    wait_readable(fd, Duration::from_millis(10));
+                }
+            }
+        }
+        Ok(n)
+    }
+
+    fn poll_once(&mut self, op: Op, done: &mut impl FnMut(usize)) -> Result<usize> {
+        self.comps.clear();
+        match self.raw.cq.read(&mut self.comps) {
+            Ok(_) => {}
+            Err(CqReadError::Entry(e)) => return Err(op_failed(op, e.failure)),
+            Err(CqReadError::Failed(f)) => return Err(op_failed(op, f)),
+        }
+        let base = self.ctxs.as_ptr() as usize;
+        let width = std::mem::size_of::<UnsafeCell<ffi::fi_context2>>();
+        for e in &self.comps {
+            let off = e.context.wrapping_sub(base);
+            if e.context < base || off % width != 0 || off / width >= self.ctxs.len() {
+                return Err(Error::barrier_failure().detail(format!(
+                    "a completion with an unknown context {:#x} (flags {:#x})",
+                    e.context, e.flags
+                )));
+            }
+            self.in_flight -= 1;
+            done(off / width);
+        }
+        Ok(self.comps.len())
+    }
+
+    /// Posts on `slot`, polling the queue while the transmit queue is full.
+    fn post_retrying(&mut self, op: Op, slot: usize, size: usize) -> Result<()> {
+        let since = Instant::now();
+        loop {
+            match self.post(op, slot, size) {
+                Ok(()) => return Ok(()),
+                Err(PostError::Again) => {
+                    self.poll(op, &mut |_| {})?;
+                    if since.elapsed() > STALL {
+                        return Err(stalled(op, "the transmit queue stayed full"));
+                    }
+                }
+                Err(PostError::Failed(f)) => return Err(op_failed(op, f)),
+            }
+        }
+    }
+
+    /// Latency: `warmup` untimed then `samples` timed operations of `size` bytes, one in
+    /// flight, each posted and then spun on until its completion. Returns the times in ns.
+    /// `tick` is called now and then with the number of timed samples done.
+    pub(crate) fn latency(
+        &mut self,
+        op: Op,
+        size: usize,
+        warmup: usize,
+        samples: usize,
+        tick: &mut dyn FnMut(usize),
+    ) -> Result<Vec<u64>> {
+        let mut out = Vec::with_capacity(samples);
+        for i in 0..warmup + samples {
+            let t0 = Instant::now();
+            self.post_retrying(op, 0, size)?;
+            let mut spins = 0u32;
+            while self.in_flight > 0 {
+                if self.poll(op, &mut |_| {})? == 0 {
+                    spins = spins.wrapping_add(1);
+                    if spins % 4096 == 0 && t0.elapsed() > STALL {
+                        return Err(stalled(op, "no completion"));
+                    }
+                }
+            }
+            let dt = t0.elapsed();
+            if i >= warmup {
+                out.push(u64::try_from(dt.as_nanos()).unwrap_or(u64::MAX));
+                let n = out.len();
+                if n % 64 == 0 || n == samples {
+                    tick(n);
+                }
+            }
+        }
+        Ok(out)
+    }
+
+    /// Bandwidth: `warmup` untimed, then `ops` timed operations of `size` bytes with
+    /// `window` in flight (each on its own slot and context). Returns the timed wall time.
+    pub(crate) fn bandwidth(
+        &mut self,
+        op: Op,
+        size: usize,
+        window: usize,
+        warmup: usize,
+        ops: usize,
+        tick: &mut dyn FnMut(usize),
+    ) -> Result<Duration> {
+        self.stream(op, size, window, warmup, &mut |_| {})?;
+        let t0 = Instant::now();
+        self.stream(op, size, window, ops, tick)?;
+        Ok(t0.elapsed())
+    }
+
+    fn stream(
+        &mut self,
+        op: Op,
+        size: usize,
+        window: usize,
+        total: usize,
+        tick: &mut dyn FnMut(usize),
+    ) -> Result<()> {
+        let window = window.clamp(1, self.slots());
+        let mut free: Vec<usize> = (0..window).rev().collect();
+        let (mut posted, mut done) = (0usize, 0usize);
+        let mut last = Instant::now();
+        let mut spins = 0u32;
+        while done < total {
+            while posted < total {
+                let Some(&slot) = free.last() else { break };
+                match self.post(op, slot, size) {
+                    Ok(()) => {
+                        free.pop();
+                        posted += 1;
+                    }
+                    Err(PostError::Again) => break,
+                    Err(PostError::Failed(f)) => return Err(op_failed(op, f)),
+                }
+            }
+            let n = self.poll(op, &mut |slot| free.push(slot))?;
+            if n > 0 {
+                let before = done;
+                done += n;
+                if done / 256 != before / 256 || done == total {
+                    tick(done);
+                }
+                spins = 0;
+                last = Instant::now();
+            } else {
+                spins = spins.wrapping_add(1);
+                if spins % 4096 == 0 && last.elapsed() > STALL {
+                    return Err(stalled(op, "no completion"));
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Sleeps until `fd` is readable or `timeout` passes.
+fn wait_readable(fd: RawFd, timeout: Duration) {
+    use rustix::event::{PollFd, PollFlags, Timespec, poll};
+    // SAFETY: `fd` is the wait fd of a completion queue the caller holds open (Baseline keeps
+    // its endpoint, and so the queue, alive), so it stays open for this call.
+    let fd = unsafe { std::os::fd::BorrowedFd::borrow_raw(fd) };
+    let mut fds = [PollFd::new(&fd, PollFlags::IN)];
+    let ts = Timespec {
+        tv_sec: 0,
+        tv_nsec: i64::from(timeout.subsec_nanos()),
+    };
+    // An error or a timeout only means polling the queue again.
+    let _ = poll(&mut fds, Some(&ts));
+}
+
+fn stalled(op: Op, what: &str) -> Error {
+    Error::timeout()
+        .op(if op == Op::Put { "put" } else { "get" })
+        .detail(format!(
+            "{what} for {} s: is the peer still progressing?",
+            STALL.as_secs()
+        ))
+}
+
+impl Drop for Baseline {
+    fn drop(&mut self) {
+        if self.in_flight == 0 {
+            // SAFETY: nothing is in flight, so the provider holds no pointer into the
+            // contexts or the local memory; each is dropped once, here.
+            unsafe {
+                ManuallyDrop::drop(&mut self.local);
+                ManuallyDrop::drop(&mut self.ctxs);
+            }
+        } else {
+            // A failed run left operations posted: the provider may still write into the
+            // slots and contexts, so they are leaked, never freed.
+            tracing::warn!(
+                in_flight = self.in_flight,
+                "rsm bench: leaking the baseline's buffers"
+            );
+        }
+    }
+}

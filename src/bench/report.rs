@@ -1,0 +1,369 @@
+//! Rows, their JSON and table forms, and the progress line on standard error.
+
+use super::cli::{Mode, Op};
+use super::stats::{Summary, ratio};
+use serde_json::{Map, Value, json};
+use std::io::Write;
+use std::time::{Duration, Instant};
+
+/// One row: one size of one operation and mode on one controller, measured by rsm, by the
+/// baseline, or by both.
+#[derive(Debug, Clone)]
+pub struct Row {
+    /// The controller, as given (`tcp0`).
+    pub controller: String,
+    /// The libfabric provider behind it (`tcp;ofi_rxm`), or `loopback`.
+    pub provider: String,
+    /// The operation.
+    pub op: Op,
+    /// The mode.
+    pub mode: Mode,
+    /// Bytes per operation.
+    pub size: usize,
+    /// Operations in flight: 1 in latency mode.
+    pub window: usize,
+    /// What rsm measured, if it ran.
+    pub rsm: Option<Summary>,
+    /// Whether every byte rsm moved was right, if it ran.
+    pub rsm_verified: Option<bool>,
+    /// What plain libfabric measured, if it ran.
+    pub baseline: Option<Summary>,
+    /// Whether every byte the baseline moved was right, if it ran.
+    pub baseline_verified: Option<bool>,
+}
+
+fn round(x: f64, decimals: i32) -> f64 {
+    let f = 10f64.powi(decimals);
+    (x * f).round() / f
+}
+
+impl Row {
+    /// True when something was measured and every side that ran moved every byte right.
+    pub fn verified(&self) -> bool {
+        (self.rsm_verified.is_some() || self.baseline_verified.is_some())
+            && self.rsm_verified != Some(false)
+            && self.baseline_verified != Some(false)
+    }
+
+    /// Above 1 when rsm is better (see [`ratio`]); `None` unless both sides ran.
+    pub fn ratio(&self) -> Option<f64> {
+        ratio(
+            self.mode == Mode::Latency,
+            self.rsm.as_ref()?,
+            self.baseline.as_ref()?,
+        )
+    }
+
+    /// The JSON object of this row. Always: `controller`, `provider`, `op`, `mode`, `size`,
+    /// `window`, `samples`, `median_us`, `p99_us`, `mb_per_s`, `ops_per_s` (rsm's numbers,
+    /// null when rsm did not run; `p99_us` is null in bandwidth mode, where `median_us` is
+    /// total time / operations) and `verified`. When the baseline ran, also
+    /// `baseline_samples`, `baseline_median_us`, `baseline_p99_us`, `baseline_mb_per_s`,
+    /// `baseline_ops_per_s`, `baseline_verified` and `ratio` (null unless rsm ran too).
+    pub fn to_json(&self) -> Value {
+        let side = |s: Option<&Summary>| {
+            (
+                s.map(|s| s.ops),
+                s.map(|s| round(s.median_us, 3)),
+                s.and_then(|s| s.p99_us).map(|p| round(p, 3)),
+                s.map(|s| round(s.mb_per_s, 3)),
+                s.map(|s| round(s.ops_per_s, 1)),
+            )
+        };
+        let (samples, median, p99, mbs, ops) = side(self.rsm.as_ref());
+        let mut obj: Map<String, Value> = match json!({
+            "controller": self.controller,
+            "provider": self.provider,
+            "op": self.op.as_str(),
+            "mode": self.mode.as_str(),
+            "size": self.size,
+            "window": self.window,
+            "samples": samples,
+            "median_us": median,
+            "p99_us": p99,
+            "mb_per_s": mbs,
+            "ops_per_s": ops,
+            "verified": self.verified(),
+        }) {
+            Value::Object(m) => m,
+            _ => unreachable!("json! of an object literal is an object"),
+        };
+        if self.baseline.is_some() || self.baseline_verified.is_some() {
+            let (samples, median, p99, mbs, ops) = side(self.baseline.as_ref());
+            obj.insert("baseline_samples".into(), json!(samples));
+            obj.insert("baseline_median_us".into(), json!(median));
+            obj.insert("baseline_p99_us".into(), json!(p99));
+            obj.insert("baseline_mb_per_s".into(), json!(mbs));
+            obj.insert("baseline_ops_per_s".into(), json!(ops));
+            obj.insert("baseline_verified".into(), json!(self.baseline_verified));
+            obj.insert("ratio".into(), json!(self.ratio().map(|r| round(r, 3))));
+        }
+        Value::Object(obj)
+    }
+}
+
+/// `8 B`, `4 KiB`, `1 MiB`, or the exact number when it is not a whole unit.
+pub fn human_size(n: usize) -> String {
+    for (shift, unit) in [(30, "GiB"), (20, "MiB"), (10, "KiB")] {
+        if n >= 1 << shift && n % (1 << shift) == 0 {
+            return format!("{} {unit}", n >> shift);
+        }
+    }
+    format!("{n} B")
+}
+
+fn num(x: Option<f64>, decimals: usize) -> String {
+    x.map_or_else(|| "-".into(), |v| format!("{v:.decimals$}"))
+}
+
+/// The rows as a readable table, one header per (controller, op, mode).
+pub fn table(rows: &[Row]) -> String {
+    let mut out = String::new();
+    let mut last: Option<(String, Op, Mode)> = None;
+    let has_rsm = rows.iter().any(|x| x.rsm.is_some());
+    let has_base = rows.iter().any(|x| x.baseline.is_some());
+    for r in rows {
+        let key = (r.controller.clone(), r.op, r.mode);
+        if last.as_ref() != Some(&key) {
+            if last.is_some() {
+                out.push('\n');
+            }
+            out.push_str(&format!(
+                "{} ({}) {} {}, window {}\n",
+                r.controller, r.provider, r.op, r.mode, r.window
+            ));
+            let mut h = format!("{:>8}", "size");
+            for (on, side) in [(has_rsm, "rsm"), (has_base, "baseline")] {
+                if on {
+                    h.push_str(&format!(
+                        " | {side:<8} {:>10} {:>10} {:>10} {:>11}",
+                        "median_us", "p99_us", "MB/s", "ops/s"
+                    ));
+                }
+            }
+            if has_rsm && has_base {
+                h.push_str(&format!(" | {:>6}", "ratio"));
+            }
+            h.push_str(" | verified\n");
+            out.push_str(&h);
+            last = Some(key);
+        }
+        let mut line = format!("{:>8}", human_size(r.size));
+        for (on, s) in [(has_rsm, &r.rsm), (has_base, &r.baseline)] {
+            if on {
+                let s = s.as_ref();
+                line.push_str(&format!(
+                    " | {:<8} {:>10} {:>10} {:>10} {:>11}",
+                    "",
+                    num(s.map(|s| s.median_us), 2),
+                    num(s.and_then(|s| s.p99_us), 2),
+                    num(s.map(|s| s.mb_per_s), 1),
+                    num(s.map(|s| s.ops_per_s), 0),
+                ));
+            }
+        }
+        if has_rsm && has_base {
+            line.push_str(&format!(" | {:>6}", num(r.ratio(), 2)));
+        }
+        line.push_str(if r.verified() { " | yes\n" } else { " | NO\n" });
+        out.push_str(&line);
+    }
+    out
+}
+
+/// The progress line on standard error: rewritten in place with `\r`, at most every 100 ms.
+pub struct Progress {
+    prefix: String,
+    shown: usize,
+    last: Option<Instant>,
+}
+
+impl Default for Progress {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Progress {
+    /// A progress line that has shown nothing yet.
+    pub fn new() -> Progress {
+        Progress {
+            prefix: String::new(),
+            shown: 0,
+            last: None,
+        }
+    }
+
+    /// Starts a row: `rsm bench: tcp0 put 65536 B latency`.
+    pub fn row(&mut self, controller: &str, op: Op, size: usize, mode: Mode) {
+        self.prefix = format!("rsm bench: {controller} {op} {size} B {mode}");
+    }
+
+    /// `side` has done `done` of `total`: shown if 100 ms passed since the last update.
+    pub fn tick(&mut self, side: &str, done: usize, total: usize) {
+        let now = Instant::now();
+        if self
+            .last
+            .is_some_and(|t| now.duration_since(t) < Duration::from_millis(100))
+            && done != 0
+        {
+            return;
+        }
+        self.last = Some(now);
+        self.show(&format!("{}: {side} {done}/{total}", self.prefix));
+    }
+
+    /// Shows a phase without counts (`warm-up`, `verifying`).
+    pub fn phase(&mut self, side: &str, what: &str) {
+        self.last = Some(Instant::now());
+        self.show(&format!("{}: {side} {what}", self.prefix));
+    }
+
+    fn show(&mut self, text: &str) {
+        let pad = self.shown.saturating_sub(text.chars().count());
+        let mut err = std::io::stderr().lock();
+        let _ = write!(err, "\r{text}{:pad$}", "");
+        let _ = err.flush();
+        self.shown = text.chars().count();
+    }
+
+    /// Blanks the line (before a row goes to standard output).
+    pub fn clear(&mut self) {
+        if self.shown > 0 {
+            let mut err = std::io::stderr().lock();
+            let _ = write!(err, "\r{:n$}\r", "", n = self.shown);
+            let _ = err.flush();
+            self.shown = 0;
+        }
+        self.last = None;
+    }
+
+    /// Ends with a final message and a newline.
+    pub fn finish(&mut self, text: &str) {
+        self.show(text);
+        let _ = writeln!(std::io::stderr().lock());
+        self.shown = 0;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn row(rsm: bool, baseline: bool, mode: Mode) -> Row {
+        let s = |median: f64| Summary {
+            median_us: median,
+            p99_us: (mode == Mode::Latency).then_some(median * 2.0),
+            mb_per_s: 8.0 / median,
+            ops_per_s: 1e6 / median,
+            ops: 1000,
+        };
+        Row {
+            controller: "tcp0".into(),
+            provider: "tcp;ofi_rxm".into(),
+            op: Op::Put,
+            mode,
+            size: 8,
+            window: 1,
+            rsm: rsm.then(|| s(20.0)),
+            rsm_verified: rsm.then_some(true),
+            baseline: baseline.then(|| s(10.0)),
+            baseline_verified: baseline.then_some(true),
+        }
+    }
+
+    const ALWAYS: [&str; 12] = [
+        "controller",
+        "provider",
+        "op",
+        "mode",
+        "size",
+        "window",
+        "samples",
+        "median_us",
+        "p99_us",
+        "mb_per_s",
+        "ops_per_s",
+        "verified",
+    ];
+    const BASELINE: [&str; 7] = [
+        "baseline_samples",
+        "baseline_median_us",
+        "baseline_p99_us",
+        "baseline_mb_per_s",
+        "baseline_ops_per_s",
+        "baseline_verified",
+        "ratio",
+    ];
+
+    #[test]
+    fn json_rows_have_their_keys() {
+        let v = row(true, false, Mode::Latency).to_json();
+        for k in ALWAYS {
+            assert!(v.get(k).is_some(), "{k} missing in {v}");
+        }
+        for k in BASELINE {
+            assert!(v.get(k).is_none(), "{k} present without a baseline: {v}");
+        }
+        assert_eq!(v["op"], "put");
+        assert_eq!(v["mode"], "latency");
+        assert_eq!(v["verified"], true);
+        assert_eq!(v["median_us"], 20.0);
+        assert_eq!(v["p99_us"], 40.0);
+
+        let v = row(true, true, Mode::Latency).to_json();
+        for k in ALWAYS.iter().chain(&BASELINE) {
+            assert!(v.get(*k).is_some(), "{k} missing in {v}");
+        }
+        // Latency: baseline median over rsm median.
+        assert_eq!(v["ratio"], 0.5);
+        assert_eq!(v["baseline_median_us"], 10.0);
+
+        let v = row(true, true, Mode::Bandwidth).to_json();
+        assert!(v["p99_us"].is_null());
+        assert_eq!(v["mode"], "bandwidth");
+        // Bandwidth: rsm MB/s over baseline MB/s.
+        assert_eq!(v["ratio"], 0.5);
+
+        let v = row(false, true, Mode::Latency).to_json();
+        assert!(v["median_us"].is_null() && v["ratio"].is_null());
+        assert_eq!(v["baseline_verified"], true);
+        assert_eq!(v["verified"], true);
+        let line = serde_json::to_string(&v).unwrap();
+        assert!(!line.contains('\n'), "one line per row");
+    }
+
+    #[test]
+    fn verified_needs_every_side_right() {
+        let mut r = row(true, true, Mode::Latency);
+        assert!(r.verified());
+        r.baseline_verified = Some(false);
+        assert!(!r.verified());
+        assert_eq!(r.to_json()["verified"], false);
+        let mut r = row(true, true, Mode::Latency);
+        r.rsm_verified = Some(false);
+        assert!(!r.verified());
+        assert!(!row(false, false, Mode::Latency).verified());
+    }
+
+    #[test]
+    fn table_and_sizes() {
+        assert_eq!(human_size(8), "8 B");
+        assert_eq!(human_size(4096), "4 KiB");
+        assert_eq!(human_size(1 << 20), "1 MiB");
+        assert_eq!(human_size(1 << 30), "1 GiB");
+        assert_eq!(human_size(1536), "1536 B");
+        let t = table(&[
+            row(true, true, Mode::Latency),
+            row(true, true, Mode::Latency),
+        ]);
+        assert!(
+            t.starts_with("tcp0 (tcp;ofi_rxm) put latency, window 1\n"),
+            "{t}"
+        );
+        assert!(t.contains("ratio") && t.contains("baseline") && t.contains("| yes"));
+        assert_eq!(t.lines().count(), 4, "{t}");
+        let t = table(&[row(false, true, Mode::Bandwidth)]);
+        assert!(!t.contains("ratio") && !t.contains("rsm "), "{t}");
+    }
+}

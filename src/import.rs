@@ -1,0 +1,352 @@
+//! Import segments (spec §4.3, §4.4): a connection to a segment another node published,
+//! with asynchronous put and get.
+
+use crate::backend::fabric::FabricBackend;
+use crate::controller::Controller;
+use crate::core::wire::{ConnectRequest, Message};
+use crate::fabric::ffi;
+use crate::perm::Perm;
+use crate::reactor::engine::Engine;
+use crate::reactor::slot::{OpInfo, Remote};
+use crate::reactor::tracker::Tracker;
+use crate::reactor::{IoBuf, IoBufMut, Op};
+use crate::state::{NodeState, REVOKE_WAIT};
+use crate::{Error, Result};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, Weak};
+
+/// A connection to a remote segment (`rsm_memseg_import_handle_t`). Cheap to clone; usable
+/// from many tasks at once.
+///
+/// Every `put` resolves when its data is visible at the target (delivery complete), every
+/// `get` when its data has arrived. Both take an owned buffer and give it back with the
+/// result; see [`Op`] for what cancellation means.
+#[derive(Clone)]
+pub struct ImportSegment {
+    inner: Arc<ImportInner>,
+}
+
+impl std::fmt::Debug for ImportSegment {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ImportSegment")
+            .field("node", &self.inner.node)
+            .field("segment", &format_args!("{:#x}", self.inner.segment))
+            .field("length", &self.inner.length)
+            .finish()
+    }
+}
+
+#[derive(Debug, Clone, Copy)]
+struct View {
+    base: u64,
+    key: u64,
+}
+
+pub(crate) struct ImportInner {
+    ctrl: Controller,
+    backend: Arc<FabricBackend>,
+    engine: Arc<Engine>,
+    state: Weak<NodeState>,
+    node: u32,
+    segment: u32,
+    conn_id: u64,
+    peer_incarnation: u64,
+    dest: ffi::fi_addr_t,
+    peer_addr: Vec<u8>,
+    length: u64,
+    granted: Perm,
+    view: Mutex<View>,
+    tracker: Arc<Tracker>,
+    disconnected: AtomicBool,
+}
+
+impl ImportInner {
+    pub(crate) fn peer_incarnation(&self) -> u64 {
+        self.peer_incarnation
+    }
+
+    /// Fails pending and later operations with `err` (forced disconnect, decision 19).
+    pub(crate) fn abort(&self, err: Error) {
+        self.tracker.abort(err.segment(self.segment));
+    }
+
+    /// Phase 1 of a revoke at the importer: fail new operations, wait for those in flight.
+    pub(crate) async fn revoked(&self) {
+        self.abort(
+            Error::conn_aborted()
+                .node(self.node)
+                .detail("the exporter withdrew the segment (unpublish or destroy)"),
+        );
+        let _ = tokio::time::timeout(REVOKE_WAIT, self.tracker.drained()).await;
+    }
+}
+
+impl Drop for ImportInner {
+    fn drop(&mut self) {
+        if !self.disconnected.swap(true, Ordering::SeqCst) {
+            if let Some(state) = self.state.upgrade() {
+                state.remove_import(self.node, self.conn_id);
+                if let Ok(side) = state.side() {
+                    let _ = side.try_send(
+                        self.node,
+                        Message::Disconnect {
+                            conn_id: self.conn_id,
+                        },
+                    );
+                }
+            }
+        }
+        self.backend.release_peer(&self.peer_addr);
+    }
+}
+
+impl ImportSegment {
+    /// `rsm_memseg_import_connect`, from [`Controller::import`].
+    pub(crate) async fn connect(
+        ctrl: &Controller,
+        state: Arc<NodeState>,
+        node: u32,
+        segment: u32,
+        perm: Perm,
+    ) -> Result<Self> {
+        const OP: &str = "import_connect";
+        let ctx = |e: Error| e.op(OP).controller(ctrl.name()).node(node).segment(segment);
+        if perm.bits() & !Perm::RDWR.bits() != 0 {
+            return Err(ctx(Error::perm_denied().detail(format!(
+                "{perm:?} asks for bits other than read (0400) and write (0200)"
+            ))));
+        }
+        let backend = Arc::clone(ctrl.fabric().ok_or_else(|| {
+            ctx(Error::ctlr_not_present().detail("the loopback controller cannot import yet"))
+        })?);
+        let (uid, gid, groups) = crate::sys::creds::current();
+        let request = Message::ConnectRequest(ConnectRequest {
+            req: rand::random(),
+            segment_id: segment,
+            controller: ctrl.kind().to_string(),
+            perm: perm.bits(),
+            uid,
+            gid,
+            groups,
+            fabric_addr: backend.address(),
+        });
+        let side = Arc::clone(state.side().map_err(ctx)?);
+        let (peer, reply) = state
+            .run(async move { side.request(node, request).await })
+            .await
+            .map_err(ctx)?;
+        let grant = match reply {
+            Message::ConnectReply(r) => r.result.map_err(|code| {
+                ctx(Error::from_code(code as i32).unwrap_or_else(|| {
+                    Error::conn_aborted()
+                        .detail(format!("the exporter answered with unknown code {code}"))
+                }))
+            })?,
+            other => {
+                return Err(ctx(
+                    Error::conn_aborted().detail(format!("unexpected answer {other:?}"))
+                ));
+            }
+        };
+        let key = *grant
+            .keys
+            .first()
+            .ok_or_else(|| ctx(Error::conn_aborted().detail("the exporter granted no key")))?;
+        let dest = backend.peer(&grant.fabric_addr).map_err(ctx)?;
+        let inner = Arc::new(ImportInner {
+            engine: Arc::clone(backend.engine()),
+            backend,
+            ctrl: ctrl.clone(),
+            state: Arc::downgrade(&state),
+            node,
+            segment,
+            conn_id: grant.conn_id,
+            peer_incarnation: peer.incarnation,
+            dest,
+            peer_addr: grant.fabric_addr,
+            length: grant.length,
+            granted: Perm::from_bits(grant.granted),
+            view: Mutex::new(View {
+                base: grant.base,
+                key,
+            }),
+            tracker: Arc::new(Tracker::default()),
+            disconnected: AtomicBool::new(false),
+        });
+        state.add_import(node, grant.conn_id, &inner);
+        tracing::debug!(
+            node,
+            segment = format_args!("{segment:#x}"),
+            conn = grant.conn_id,
+            length = grant.length,
+            "imported"
+        );
+        Ok(ImportSegment { inner })
+    }
+
+    /// The exporting node.
+    pub fn node(&self) -> u32 {
+        self.inner.node
+    }
+
+    /// The segment id.
+    pub fn segment_id(&self) -> u32 {
+        self.inner.segment
+    }
+
+    /// The segment's length in bytes.
+    pub fn len(&self) -> u64 {
+        self.inner.length
+    }
+
+    /// Whether the segment has no bytes (never true for a connected segment).
+    pub fn is_empty(&self) -> bool {
+        self.inner.length == 0
+    }
+
+    /// The access granted at connect.
+    pub fn perm(&self) -> Perm {
+        self.inner.granted
+    }
+
+    /// The controller the import uses.
+    pub fn controller(&self) -> &Controller {
+        &self.inner.ctrl
+    }
+
+    /// Operations posted and not yet completed by the provider.
+    pub fn in_flight(&self) -> usize {
+        self.inner.tracker.in_flight()
+    }
+
+    fn check(&self, op: &'static str, need: Perm, offset: u64, len: usize) -> Result<Remote> {
+        let inner = &self.inner;
+        let ctx = |e: Error| {
+            e.op(op)
+                .segment(inner.segment)
+                .node(inner.node)
+                .offset(offset)
+                .length(len as u64)
+        };
+        if inner.disconnected.load(Ordering::SeqCst) {
+            return Err(ctx(
+                Error::bad_seg_hndl().detail("the segment was disconnected")
+            ));
+        }
+        if let Some(e) = inner.tracker.aborted() {
+            return Err(ctx(e));
+        }
+        if !inner.granted.allows(need) {
+            return Err(ctx(
+                Error::perm_denied().detail(format!("the connection grants {:?}", inner.granted))
+            ));
+        }
+        if offset > inner.length || (offset == inner.length && len > 0) {
+            return Err(ctx(
+                Error::bad_offset().detail(format!("the segment has {} bytes", inner.length))
+            ));
+        }
+        if offset
+            .checked_add(len as u64)
+            .is_none_or(|end| end > inner.length)
+        {
+            return Err(ctx(
+                Error::bad_length().detail(format!("the segment has {} bytes", inner.length))
+            ));
+        }
+        let view = *inner.view.lock().unwrap_or_else(|p| p.into_inner());
+        Ok(Remote {
+            dest: inner.dest,
+            addr: view.base + offset,
+            key: view.key,
+        })
+    }
+
+    fn info(&self, op: &'static str, offset: u64) -> OpInfo {
+        OpInfo {
+            op,
+            segment: self.inner.segment,
+            node: self.inner.node,
+            offset,
+        }
+    }
+
+    /// Writes the whole of `buf` at `offset` (`rsm_memseg_import_put`) and resolves when the
+    /// data is visible at the target. The buffer comes back with the result (`None` only if
+    /// the operation was failed early, e.g. the exporter died, while the provider still
+    /// held the buffer).
+    ///
+    /// # Cancel safety
+    /// Dropping the future stops the waiting, not the write: once posted, the bytes may
+    /// still land, and the buffer is freed only when the provider is done with it.
+    pub fn put<B: IoBuf>(&self, offset: u64, buf: B) -> Op<B> {
+        let len = buf.bytes_len();
+        let remote = match self.check("put", Perm::WRITE, offset, len) {
+            Ok(r) => r,
+            Err(e) => return Op::failed(e, buf),
+        };
+        if len == 0 {
+            return Op::done(buf);
+        }
+        Op::write(
+            Arc::clone(&self.inner.engine),
+            Arc::clone(&self.inner.tracker),
+            remote,
+            self.inner.backend.visibility(),
+            self.inner.backend.max_transfer(),
+            buf,
+            self.info("put", offset),
+        )
+    }
+
+    /// Reads `buf.len()` bytes at `offset` into `buf` (`rsm_memseg_import_get`).
+    ///
+    /// # Cancel safety
+    /// As for [`ImportSegment::put`]: the buffer stays with the operation until the
+    /// provider has finished writing into it.
+    pub fn get<B: IoBufMut>(&self, offset: u64, buf: B) -> Op<B> {
+        let len = buf.bytes_len();
+        let remote = match self.check("get", Perm::READ, offset, len) {
+            Ok(r) => r,
+            Err(e) => return Op::failed(e, buf),
+        };
+        if len == 0 {
+            return Op::done(buf);
+        }
+        Op::read(
+            Arc::clone(&self.inner.engine),
+            Arc::clone(&self.inner.tracker),
+            remote,
+            self.inner.backend.max_transfer(),
+            buf,
+            self.info("get", offset),
+        )
+    }
+
+    /// Disconnects (`rsm_memseg_import_disconnect`): waits (at most 5 s) for operations in
+    /// flight, then tells the exporter. Works after a forced disconnect too.
+    pub async fn disconnect(self) -> Result<()> {
+        let inner = &self.inner;
+        if inner.disconnected.swap(true, Ordering::SeqCst) {
+            return Err(Error::bad_seg_hndl()
+                .op("import_disconnect")
+                .detail("already disconnected"));
+        }
+        let Some(state) = inner.state.upgrade() else {
+            return Ok(());
+        };
+        state.remove_import(inner.node, inner.conn_id);
+        let tracker = Arc::clone(&inner.tracker);
+        let (node, conn_id) = (inner.node, inner.conn_id);
+        let st = Arc::clone(&state);
+        state
+            .run(async move {
+                let _ = tokio::time::timeout(REVOKE_WAIT, tracker.drained()).await;
+                if let Ok(side) = st.side() {
+                    let _ = side.try_send(node, Message::Disconnect { conn_id });
+                }
+                Ok(())
+            })
+            .await
+    }
+}

@@ -1,0 +1,124 @@
+//! Permissions, export flags and access-list entries (spec §2.5, §3.3, §3.4).
+
+use std::fmt;
+use std::ops::BitOr;
+
+/// Access to an imported segment (`rsm_permission_t`): `READ` (0400), `WRITE` (0200), or
+/// both (`RDWR`, 0600).
+///
+/// ```
+/// use rsm::Perm;
+/// assert_eq!(Perm::RDWR, Perm::READ | Perm::WRITE);
+/// assert!(Perm::RDWR.allows(Perm::WRITE));
+/// assert!(!Perm::READ.allows(Perm::WRITE));
+/// ```
+#[derive(Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub struct Perm(u32);
+
+impl Perm {
+    /// No access.
+    pub const NONE: Perm = Perm(0);
+    /// `RSM_PERM_READ`.
+    pub const READ: Perm = Perm(0o400);
+    /// `RSM_PERM_WRITE`.
+    pub const WRITE: Perm = Perm(0o200);
+    /// `RSM_PERM_RDWR`.
+    pub const RDWR: Perm = Perm(0o600);
+
+    /// The permission with these bits; any bits are kept, so that checks can refuse them.
+    pub const fn from_bits(bits: u32) -> Perm {
+        Perm(bits)
+    }
+
+    /// The raw bits.
+    pub const fn bits(self) -> u32 {
+        self.0
+    }
+
+    /// Whether every bit of `other` is in `self`.
+    pub const fn allows(self, other: Perm) -> bool {
+        self.0 & other.0 == other.0
+    }
+}
+
+impl BitOr for Perm {
+    type Output = Perm;
+    fn bitor(self, rhs: Perm) -> Perm {
+        Perm(self.0 | rhs.0)
+    }
+}
+
+impl fmt::Debug for Perm {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "Perm({:#o})", self.0)
+    }
+}
+
+/// Flags of `rsm_memseg_export_create`.
+///
+/// ```
+/// use rsm::ExportFlags;
+/// let f = ExportFlags::ALLOW_REBIND | ExportFlags::CREATE_SEG_DONTWAIT;
+/// assert!(f.contains(ExportFlags::ALLOW_REBIND));
+/// assert_eq!(f.bits(), 0x03);
+/// ```
+#[derive(Clone, Copy, PartialEq, Eq, Hash, Default, Debug)]
+pub struct ExportFlags(u32);
+
+impl ExportFlags {
+    /// `RSM_ALLOW_REBIND`: the segment's memory may be replaced later.
+    pub const ALLOW_REBIND: ExportFlags = ExportFlags(0x01);
+    /// `RSM_CREATE_SEG_DONTWAIT`: publish fails instead of waiting for resources.
+    pub const CREATE_SEG_DONTWAIT: ExportFlags = ExportFlags(0x02);
+    /// `RSM_LOCK_OPS`: atomic operations on the segment (decision 7).
+    pub const LOCK_OPS: ExportFlags = ExportFlags(0x04);
+
+    /// No flag.
+    pub const fn empty() -> ExportFlags {
+        ExportFlags(0)
+    }
+
+    /// The flags with these bits (unknown bits are ignored, as RSMAPI does).
+    pub const fn from_bits(bits: u32) -> ExportFlags {
+        ExportFlags(bits & 0x07)
+    }
+
+    /// The raw bits.
+    pub const fn bits(self) -> u32 {
+        self.0
+    }
+
+    /// Whether every flag of `other` is set.
+    pub const fn contains(self, other: ExportFlags) -> bool {
+        self.0 & other.0 == other.0
+    }
+}
+
+impl BitOr for ExportFlags {
+    type Output = ExportFlags;
+    fn bitor(self, rhs: ExportFlags) -> ExportFlags {
+        ExportFlags(self.0 | rhs.0)
+    }
+}
+
+/// One access-list entry (`rsmapi_access_entry_t`): a node and its owner/group/other
+/// permission bits (such as 0666 or 0640).
+///
+/// ```
+/// let acl = [rsm::Access::new(2, 0o666)];
+/// assert_eq!(acl[0].node, 2);
+/// ```
+#[derive(Clone, Copy, PartialEq, Eq, Hash, Debug)]
+pub struct Access {
+    /// The node allowed to import.
+    pub node: u32,
+    /// Its permission bits, at most 0666.
+    pub perm: u32,
+}
+
+impl Access {
+    /// An entry for `node` with `perm` bits.
+    pub const fn new(node: u32, perm: u32) -> Access {
+        Access { node, perm }
+    }
+}

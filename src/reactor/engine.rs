@@ -1,0 +1,474 @@
+//! The progress engine of one fabric controller: the only reader of its completion queue,
+//! on a thread `rsm` owns, so progress never depends on the user's tasks being scheduled
+//! (design §6).
+//!
+//! How it waits depends on the provider:
+//! - a wait fd (tcp;ofi_rxm, sockets): drain the queue until empty, `fi_trywait`, then sleep
+//!   in `poll` on the fd and the engine's eventfd. The poll is level-triggered, so the
+//!   edge-trigger trap of tokio's `AsyncFd` (an fd still readable after `fi_trywait`) cannot
+//!   lose a wake-up here. While operations are in flight it spins briefly first (not on
+//!   sockets, whose own progress threads starve when the application spins on 2 cores).
+//! - no wait fd (shm, udp): poll the queue while operations are in flight and for a short
+//!   window after the last activity, then sleep on the eventfd. Local posts wake it; a peer
+//!   whose operations need this node's progress sends `Wake` over the side channel.
+//!
+//! Every open controller has an engine, also one that expects nothing: shm and
+//! tcp;ofi_rxm place remote writes and reads only while the target reads its queue.
+
+use crate::error::FabricFailure;
+use crate::fabric::endpoint::PostError;
+use crate::fabric::{CompletionQueue, CqEntry, CqReadError, Endpoint, WaitKind, ffi};
+use crate::reactor::slot::{Remote, SlotHeader};
+use crate::sys::wake::{Waker as WakeFd, readable_now};
+use crate::{Error, Result};
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::task::Waker;
+use std::time::{Duration, Instant};
+
+/// How an engine spins and sleeps; chosen per provider, tuned by measurement (`rsm bench`).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Tuning {
+    /// With a wait fd: how long to spin on the queue while operations are in flight before
+    /// sleeping in `poll`. Zero disables spinning.
+    pub(crate) busy_spin: Duration,
+    /// Without a wait fd: how long to keep polling after the last activity before sleeping.
+    pub(crate) idle_window: Duration,
+    /// Wake a sleeping engine when an operation is posted, so it spins for the completion
+    /// instead of waiting for the fd.
+    pub(crate) wake_on_post: bool,
+}
+
+impl Tuning {
+    /// The tuning for a provider type (`tcp`, `shm`, `sockets`, ...).
+    pub(crate) fn for_kind(kind: &str) -> Tuning {
+        match kind {
+            // sockets' own progress threads need the CPU: never spin.
+            "sockets" => Tuning {
+                busy_spin: Duration::ZERO,
+                idle_window: Duration::ZERO,
+                wake_on_post: false,
+            },
+            _ => Tuning {
+                busy_spin: Duration::from_micros(100),
+                idle_window: Duration::from_millis(2),
+                wake_on_post: true,
+            },
+        }
+    }
+}
+
+/// What became of a post.
+pub(crate) enum PostOutcome {
+    Posted,
+    /// The transmit queue is full: wait for space and retry.
+    Again,
+    Failed(FabricFailure),
+}
+
+type RemoteDataHandler = Box<dyn Fn(u64) + Send + Sync>;
+type KickHook = Box<dyn Fn(u32) + Send + Sync>;
+
+/// How often a polling engine with stalled operations asks their targets to wake: about
+/// half the targets' idle window, so a busy target never falls asleep under a transfer.
+const KICK_EVERY: Duration = Duration::from_millis(1);
+/// Targets posted to within this long count as having work in flight from here.
+const KICK_RECENT: Duration = Duration::from_secs(2);
+
+pub(crate) struct Engine {
+    ep: Arc<Endpoint>,
+    cq: Arc<CompletionQueue>,
+    name: String,
+    tuning: Tuning,
+    tx_limit: usize,
+    inflight: AtomicUsize,
+    tx_waiters: Mutex<Vec<Waker>>,
+    wake: WakeFd,
+    sleeping: AtomicBool,
+    stop: AtomicBool,
+    orphan_errors: AtomicU64,
+    remote_data: Mutex<Option<RemoteDataHandler>>,
+    /// Wakes a peer node's polling engine (a `Wake` over the side channel).
+    kick: Mutex<Option<KickHook>>,
+    /// Peer nodes this engine posted to: when, and when they were last woken.
+    targets: Mutex<HashMap<u32, (Instant, Option<Instant>)>>,
+}
+
+impl std::fmt::Debug for Engine {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Engine")
+            .field("controller", &self.name)
+            .field("inflight", &self.inflight)
+            .finish()
+    }
+}
+
+/// How long a stopping engine waits for in-flight operations before it leaks them.
+const DRAIN_ON_STOP: Duration = Duration::from_secs(5);
+
+impl Engine {
+    /// Starts the engine's thread for `ep` (whose queue it reads).
+    pub(crate) fn start(
+        ep: Arc<Endpoint>,
+        name: &str,
+        tuning: Tuning,
+        tx_limit: usize,
+    ) -> Result<Arc<Engine>> {
+        let wake = WakeFd::new()
+            .map_err(|e| Error::insufficient_resources().detail(format!("eventfd: {e}")))?;
+        let engine = Arc::new(Engine {
+            cq: Arc::clone(ep.cq()),
+            ep,
+            name: name.to_string(),
+            tuning,
+            tx_limit: tx_limit.max(1),
+            inflight: AtomicUsize::new(0),
+            tx_waiters: Mutex::new(Vec::new()),
+            wake,
+            sleeping: AtomicBool::new(false),
+            stop: AtomicBool::new(false),
+            orphan_errors: AtomicU64::new(0),
+            remote_data: Mutex::new(None),
+            kick: Mutex::new(None),
+            targets: Mutex::new(HashMap::new()),
+        });
+        let e = Arc::clone(&engine);
+        std::thread::Builder::new()
+            .name(format!("rsm-{name}"))
+            .spawn(move || e.run())
+            .map_err(|err| {
+                Error::insufficient_resources().detail(format!("progress thread: {err}"))
+            })?;
+        Ok(engine)
+    }
+
+    pub(crate) fn endpoint(&self) -> &Arc<Endpoint> {
+        &self.ep
+    }
+
+    /// Whether this engine sleeps without a wait fd, so peers must wake it for work that
+    /// needs its progress.
+    pub(crate) fn polls(&self) -> bool {
+        self.cq.wait() == WaitKind::Poll
+    }
+
+    /// Error completions that carried no operation (shm writes them when a fast-path copy
+    /// fails): barriers count them as failures.
+    #[allow(dead_code)] // barriers read it
+    pub(crate) fn orphan_errors(&self) -> u64 {
+        self.orphan_errors.load(Ordering::Relaxed)
+    }
+
+    /// Routes remote completion data (signals) to `f`.
+    #[allow(dead_code)] // signals use it
+    pub(crate) fn set_remote_data_handler(&self, f: RemoteDataHandler) {
+        *self.remote_data.lock().unwrap_or_else(|p| p.into_inner()) = Some(f);
+    }
+
+    /// Sets how this engine wakes a peer node whose progress its operations need.
+    pub(crate) fn set_kick(&self, f: KickHook) {
+        *self.kick.lock().unwrap_or_else(|p| p.into_inner()) = Some(f);
+    }
+
+    /// Notes a post to `node`. A polling engine (shm) wakes that node's engine unless it
+    /// did so within [`KICK_EVERY`]: the node may sleep, and its progress is needed.
+    pub(crate) fn note_target(&self, node: u32) {
+        if !self.polls() {
+            return;
+        }
+        let now = Instant::now();
+        let kick = {
+            let mut t = self.targets.lock().unwrap_or_else(|p| p.into_inner());
+            let e = t.entry(node).or_insert((now, None));
+            e.0 = now;
+            let due = e.1.is_none_or(|k| now.duration_since(k) >= KICK_EVERY);
+            if due {
+                e.1 = Some(now);
+            }
+            due
+        };
+        if kick {
+            self.kick_node(node);
+        }
+    }
+
+    fn kick_node(&self, node: u32) {
+        if let Some(k) = self.kick.lock().unwrap_or_else(|p| p.into_inner()).as_ref() {
+            k(node);
+        }
+    }
+
+    /// Operations are in flight and nothing completed for a while: wake the targets posted
+    /// to recently (rate-limited per target).
+    fn kick_stalled(&self) {
+        let now = Instant::now();
+        let due: Vec<u32> = {
+            let mut t = self.targets.lock().unwrap_or_else(|p| p.into_inner());
+            t.retain(|_, (posted, _)| now.duration_since(*posted) < KICK_RECENT);
+            t.iter_mut()
+                .filter(|(_, (_, kicked))| {
+                    kicked.is_none_or(|k| now.duration_since(k) >= KICK_EVERY)
+                })
+                .map(|(n, e)| {
+                    e.1 = Some(now);
+                    *n
+                })
+                .collect()
+        };
+        for n in due {
+            self.kick_node(n);
+        }
+    }
+
+    /// Takes a place in the transmit queue, or registers `waker` for when one frees up.
+    pub(crate) fn reserve(&self, waker: &Waker) -> bool {
+        let prev = self.inflight.fetch_add(1, Ordering::SeqCst);
+        if prev >= self.tx_limit {
+            self.inflight.fetch_sub(1, Ordering::SeqCst);
+            self.wait_for_space(waker);
+            return false;
+        }
+        // Paired with the engine's store of `sleeping` before its last look at `inflight`:
+        // one of the two sees the other.
+        if self.sleeping.load(Ordering::SeqCst) && (self.polls() || self.tuning.wake_on_post) {
+            self.wake.wake();
+        }
+        true
+    }
+
+    pub(crate) fn unreserve(&self) {
+        self.inflight.fetch_sub(1, Ordering::SeqCst);
+    }
+
+    pub(crate) fn op_done(&self) {
+        self.inflight.fetch_sub(1, Ordering::SeqCst);
+    }
+
+    pub(crate) fn wait_for_space(&self, waker: &Waker) {
+        self.tx_waiters
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push(waker.clone());
+        self.wake.wake();
+    }
+
+    /// Keeps a polling engine awake for a window: a peer needs its progress.
+    pub(crate) fn nudge(&self) {
+        self.wake.wake();
+    }
+
+    /// Operations posted and not completed.
+    #[allow(dead_code)] // diagnostics and tests
+    pub(crate) fn in_flight(&self) -> usize {
+        self.inflight.load(Ordering::SeqCst)
+    }
+
+    /// Asks the thread to finish: it drains what is in flight (at most 5 s, then leaks it)
+    /// and exits. Never blocks.
+    pub(crate) fn stop(&self) {
+        self.stop.store(true, Ordering::SeqCst);
+        self.wake.wake();
+    }
+
+    /// # Safety
+    /// As [`Endpoint::write`]: buffer and context stay valid until the completion.
+    pub(crate) unsafe fn post_write(
+        &self,
+        buf: *mut u8,
+        len: usize,
+        r: Remote,
+        ctx: *mut ffi::fi_context2,
+        flags: u64,
+    ) -> PostOutcome {
+        // SAFETY: forwarded contract; rsm's providers need no local descriptor (no FI_MR_LOCAL
+        // in the hints' answer for plain buffers).
+        let res = unsafe {
+            self.ep.write(
+                buf,
+                len,
+                std::ptr::null_mut(),
+                r.dest,
+                r.addr,
+                r.key,
+                ctx,
+                flags,
+                0,
+            )
+        };
+        outcome(res)
+    }
+
+    /// # Safety
+    /// As [`Endpoint::read`].
+    pub(crate) unsafe fn post_read(
+        &self,
+        buf: *mut u8,
+        len: usize,
+        r: Remote,
+        ctx: *mut ffi::fi_context2,
+    ) -> PostOutcome {
+        // SAFETY: forwarded contract.
+        let res = unsafe {
+            self.ep
+                .read(buf, len, std::ptr::null_mut(), r.dest, r.addr, r.key, ctx)
+        };
+        outcome(res)
+    }
+
+    fn run(self: Arc<Self>) {
+        let mut entries: Vec<CqEntry> = Vec::with_capacity(64);
+        let mut last_work = Instant::now();
+        let mut stop_deadline: Option<Instant> = None;
+        loop {
+            let n = self.drain(&mut entries);
+            if n > 0 {
+                last_work = Instant::now();
+            }
+            self.wake_tx_waiters();
+            if self.stop.load(Ordering::SeqCst) {
+                let deadline = *stop_deadline.get_or_insert_with(|| Instant::now() + DRAIN_ON_STOP);
+                if self.inflight.load(Ordering::SeqCst) == 0 {
+                    break;
+                }
+                if Instant::now() >= deadline {
+                    tracing::warn!(controller = %self.name, inflight = self.inflight.load(Ordering::SeqCst),
+                        "operations still in flight at close: leaking them");
+                    break;
+                }
+                std::thread::yield_now();
+                continue;
+            }
+            if n > 0 {
+                continue;
+            }
+            match self.cq.wait() {
+                WaitKind::Fd(fd) => {
+                    if self.idle_fd(fd, last_work) {
+                        last_work = Instant::now();
+                    }
+                }
+                WaitKind::Poll => {
+                    if self.idle_poll(last_work) {
+                        last_work = Instant::now();
+                    }
+                }
+            }
+        }
+        tracing::debug!(controller = %self.name, "progress thread exits");
+    }
+
+    /// One idle step with a wait fd; returns whether it slept (and was woken).
+    fn idle_fd(&self, fd: std::os::fd::RawFd, last_work: Instant) -> bool {
+        if self.inflight.load(Ordering::SeqCst) > 0 && last_work.elapsed() < self.tuning.busy_spin {
+            std::hint::spin_loop();
+            return false;
+        }
+        // A post that sees `sleeping` wakes us (with wake_on_post) so the spin above starts
+        // at once; one that misses it is still covered by the fd, which its completion makes
+        // readable.
+        self.sleeping.store(true, Ordering::SeqCst);
+        // fi_trywait first: libfabric's rule before sleeping on its fd. The level check costs
+        // one syscall and guards against a provider that leaves the fd readable.
+        if self.cq.trywait() && !readable_now(fd) {
+            self.wake.wait(Some(fd), None);
+            self.wake.drain();
+        }
+        self.sleeping.store(false, Ordering::SeqCst);
+        true
+    }
+
+    /// One idle step without a wait fd; returns whether it slept (and was woken).
+    fn idle_poll(&self, last_work: Instant) -> bool {
+        let busy = self.inflight.load(Ordering::SeqCst) > 0;
+        if busy && last_work.elapsed() >= KICK_EVERY {
+            self.kick_stalled();
+        }
+        if busy || last_work.elapsed() < self.tuning.idle_window {
+            std::hint::spin_loop();
+            std::thread::yield_now();
+            return false;
+        }
+        self.sleeping.store(true, Ordering::SeqCst);
+        if self.inflight.load(Ordering::SeqCst) > 0 {
+            self.sleeping.store(false, Ordering::SeqCst);
+            return false;
+        }
+        let mut probe = Vec::new();
+        if self.drain(&mut probe) == 0 {
+            self.wake.wait(None, None);
+            self.wake.drain();
+        }
+        self.sleeping.store(false, Ordering::SeqCst);
+        true
+    }
+
+    fn wake_tx_waiters(&self) {
+        let waiters =
+            std::mem::take(&mut *self.tx_waiters.lock().unwrap_or_else(|p| p.into_inner()));
+        for w in waiters {
+            w.wake();
+        }
+    }
+
+    /// Reads the queue until it is empty and dispatches every entry; returns how many.
+    fn drain(&self, entries: &mut Vec<CqEntry>) -> usize {
+        let mut total = 0;
+        loop {
+            entries.clear();
+            match self.cq.read(entries) {
+                Ok(0) => return total,
+                Ok(n) => {
+                    total += n;
+                    for e in entries.iter() {
+                        self.dispatch(e);
+                    }
+                }
+                Err(CqReadError::Entry(err)) => {
+                    total += 1;
+                    if err.context == 0 {
+                        self.orphan_errors.fetch_add(1, Ordering::Relaxed);
+                        tracing::warn!(controller = %self.name, error = %err.failure, "error completion without an operation");
+                    } else {
+                        // SAFETY: a non-NULL context on this queue is one of our slots
+                        // (only slots are posted with contexts), completed exactly once.
+                        unsafe { SlotHeader::complete(err.context, Err(err.failure)) };
+                    }
+                }
+                Err(CqReadError::Failed(f)) => {
+                    tracing::error!(controller = %self.name, error = %f, "completion queue failed");
+                    return total;
+                }
+            }
+        }
+    }
+
+    fn dispatch(&self, e: &CqEntry) {
+        // Remote data first: only the flag and the data are reliable across providers.
+        if e.has_remote_data() {
+            if let Some(h) = self
+                .remote_data
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .as_ref()
+            {
+                h(e.data);
+            }
+            return;
+        }
+        if e.context == 0 {
+            tracing::debug!(controller = %self.name, flags = e.flags, "completion without context ignored");
+            return;
+        }
+        // SAFETY: a non-NULL context on this queue is one of our slots, completed once.
+        unsafe { SlotHeader::complete(e.context, Ok(())) };
+    }
+}
+
+fn outcome(res: std::result::Result<(), PostError>) -> PostOutcome {
+    match res {
+        Ok(()) => PostOutcome::Posted,
+        Err(PostError::Again) => PostOutcome::Again,
+        Err(PostError::Failed(f)) => PostOutcome::Failed(f),
+    }
+}

@@ -1,0 +1,199 @@
+//! The listeners: the node's TCP port and its Unix socket `rsm-node-<id>` in the abstract
+//! namespace, and the accept loops that greet and establish what connects to them.
+
+use std::io;
+use std::net::SocketAddr;
+use std::os::linux::net::SocketAddrExt;
+use std::os::unix::net::{SocketAddr as UnixAddr, UnixListener as StdUnixListener};
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use socket2::{SockRef, TcpKeepalive};
+use tokio::net::{TcpListener, TcpStream, UnixListener, UnixStream};
+
+use super::{Shared, creds, link};
+use crate::{Error, Result};
+
+/// How long an accept loop pauses after a failed accept (out of descriptors, say) before it
+/// tries again, so that it does not spin.
+const ACCEPT_BACKOFF: Duration = Duration::from_millis(100);
+
+/// TCP keepalive: a backstop under the heartbeats, for a peer host that vanished.
+const KEEPALIVE: TcpKeepalive = TcpKeepalive::new()
+    .with_time(Duration::from_secs(10))
+    .with_interval(Duration::from_secs(2))
+    .with_retries(3);
+
+/// The abstract Unix socket name of node `node`, without the leading NUL.
+pub(super) fn unix_name(node: u32) -> String {
+    format!("rsm-node-{node}")
+}
+
+/// Binds `rsm-node-<node>` in the abstract namespace, non-blocking.
+///
+/// # Errors
+/// `RSMERR_INSUFFICIENT_RESOURCES`: the name is taken (another node with this id runs on this
+/// host) or the socket cannot be created.
+pub(super) fn bind_unix(node: u32) -> Result<StdUnixListener> {
+    let name = unix_name(node);
+    let fail = |e: io::Error| {
+        let what = if e.kind() == io::ErrorKind::AddrInUse {
+            format!(
+                "another node with id {node} runs on this host (the unix socket @{name} is taken)"
+            )
+        } else {
+            format!("cannot listen on the unix socket @{name}: {e}")
+        };
+        Error::insufficient_resources()
+            .op("start side channel")
+            .node(node)
+            .detail(what)
+    };
+    let addr = UnixAddr::from_abstract_name(name.as_bytes()).map_err(fail)?;
+    let listener = StdUnixListener::bind_addr(&addr).map_err(fail)?;
+    listener.set_nonblocking(true).map_err(fail)?;
+    Ok(listener)
+}
+
+/// Sets TCP_NODELAY and keepalive on a side-channel socket. Failures are logged: the link
+/// still works without them.
+pub(super) fn tune_tcp(stream: &TcpStream) {
+    let sock = SockRef::from(stream);
+    if let Err(e) = sock.set_tcp_nodelay(true) {
+        tracing::debug!(error = %e, "cannot set TCP_NODELAY on a side-channel socket");
+    }
+    if let Err(e) = sock.set_tcp_keepalive(&KEEPALIVE) {
+        tracing::debug!(error = %e, "cannot set keepalive on a side-channel socket");
+    }
+}
+
+/// Counts a listener as open until it is dropped.
+pub(super) struct OpenListener {
+    shared: Arc<Shared>,
+}
+
+impl OpenListener {
+    /// Counts one more open listener of `shared`.
+    pub(super) fn count(shared: &Arc<Shared>) -> Self {
+        shared.open_listeners.fetch_add(1, Ordering::SeqCst);
+        OpenListener {
+            shared: Arc::clone(shared),
+        }
+    }
+}
+
+impl Drop for OpenListener {
+    fn drop(&mut self) {
+        self.shared.open_listeners.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+/// A listener with its count: the fields drop in order, so the count falls only once the
+/// socket is closed.
+pub(super) struct Counted<L> {
+    pub(super) listener: L,
+    pub(super) open: OpenListener,
+}
+
+/// Accepts TCP links until the side channel shuts down.
+pub(super) async fn tcp_loop(shared: Arc<Shared>, counted: Counted<TcpListener>) {
+    let listener = &counted.listener;
+    loop {
+        let accepted = tokio::select! {
+            () = shared.closed.cancelled() => break,
+            accepted = listener.accept() => accepted,
+        };
+        match accepted {
+            Ok((stream, from)) => {
+                let s = Arc::clone(&shared);
+                shared.handle.spawn(async move {
+                    tokio::select! {
+                        () = s.closed.cancelled() => {}
+                        () = greet_tcp(&s, stream, from) => {}
+                    }
+                });
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "side-channel accept failed");
+                tokio::time::sleep(ACCEPT_BACKOFF).await;
+            }
+        }
+    }
+    tracing::debug!(node = shared.me.node_id, "tcp listener closed");
+}
+
+/// Accepts Unix links until the side channel shuts down.
+pub(super) async fn unix_loop(shared: Arc<Shared>, counted: Counted<UnixListener>) {
+    let listener = &counted.listener;
+    loop {
+        let accepted = tokio::select! {
+            () = shared.closed.cancelled() => break,
+            accepted = listener.accept() => accepted,
+        };
+        match accepted {
+            Ok((stream, _)) => {
+                let s = Arc::clone(&shared);
+                shared.handle.spawn(async move {
+                    tokio::select! {
+                        () = s.closed.cancelled() => {}
+                        () = greet_unix(&s, stream) => {}
+                    }
+                });
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "side-channel accept failed");
+                tokio::time::sleep(ACCEPT_BACKOFF).await;
+            }
+        }
+    }
+    tracing::debug!(node = shared.me.node_id, "unix listener closed");
+}
+
+async fn greet_tcp(shared: &Arc<Shared>, stream: TcpStream, from: SocketAddr) {
+    tune_tcp(&stream);
+    let (read, write) = stream.into_split();
+    if let Err(why) = greet(shared, read, write, None).await {
+        tracing::info!(%from, "side-channel link refused: {why}");
+    }
+}
+
+async fn greet_unix(shared: &Arc<Shared>, stream: UnixStream) {
+    let creds = match creds::of_stream(&stream) {
+        Ok(creds) => creds,
+        Err(e) => {
+            tracing::warn!(error = %e, "cannot read a unix peer's credentials; link refused");
+            return;
+        }
+    };
+    let pid = creds.pid;
+    let (read, write) = stream.into_split();
+    if let Err(why) = greet(shared, read, write, Some(creds)).await {
+        tracing::info!(?pid, "unix side-channel link refused: {why}");
+    }
+}
+
+/// The hello exchange of an accepted link, then its establishment.
+async fn greet<R, W>(
+    shared: &Arc<Shared>,
+    read: R,
+    write: W,
+    creds: Option<creds::PeerCreds>,
+) -> std::result::Result<(), String>
+where
+    R: tokio::io::AsyncRead + Unpin + Send + 'static,
+    W: tokio::io::AsyncWrite + Unpin + Send + 'static,
+{
+    let greeted = link::handshake(shared, read, write, shared.cfg.hello_timeout).await?;
+    if greeted.hello.node_id == shared.me.node_id {
+        return Err(if greeted.hello.incarnation == shared.me.incarnation {
+            "this node dialled itself".to_string()
+        } else {
+            format!(
+                "another node claims this node's id {}; check the node ids",
+                shared.me.node_id
+            )
+        });
+    }
+    link::establish(shared, greeted, creds).map(drop)
+}

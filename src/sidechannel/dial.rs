@@ -1,0 +1,152 @@
+//! Dialling a peer that has no live link: first its Unix socket on this host, then its TCP
+//! address from the peer table, all within the connect timeout.
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use tokio::net::{TcpStream, UnixStream};
+use tokio::time::Instant;
+
+use super::accept::{tune_tcp, unix_name};
+use super::peers::LinkHandle;
+use super::{Shared, creds, link};
+use crate::{Error, Result};
+
+/// One lock per node being dialled, so that concurrent senders to a node share one dial.
+#[derive(Default)]
+pub(super) struct DialLocks {
+    locks: Mutex<HashMap<u32, Arc<tokio::sync::Mutex<()>>>>,
+}
+
+impl DialLocks {
+    fn map(&self) -> MutexGuard<'_, HashMap<u32, Arc<tokio::sync::Mutex<()>>>> {
+        self.locks
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+}
+
+/// Holds a node's dial lock entry and removes it when no one else waits on it.
+struct DialSlot<'a> {
+    locks: &'a DialLocks,
+    node: u32,
+    lock: Arc<tokio::sync::Mutex<()>>,
+}
+
+impl<'a> DialSlot<'a> {
+    fn new(locks: &'a DialLocks, node: u32) -> Self {
+        let lock = Arc::clone(locks.map().entry(node).or_default());
+        DialSlot { locks, node, lock }
+    }
+}
+
+impl Drop for DialSlot<'_> {
+    fn drop(&mut self) {
+        let mut map = self.locks.map();
+        // The map's reference and ours: no one else is dialling or waiting.
+        if Arc::strong_count(&self.lock) == 2 {
+            map.remove(&self.node);
+        }
+    }
+}
+
+fn unreachable(node: u32, detail: impl Into<String>) -> Error {
+    Error::remote_node_unreachable()
+        .op("connect to node")
+        .node(node)
+        .detail(detail)
+}
+
+impl Shared {
+    /// A live link to `node`, dialled if there is none.
+    ///
+    /// # Errors
+    /// `RSMERR_REMOTE_NODE_UNREACHABLE` when neither the Unix socket nor the TCP address
+    /// answers with a hello of `node` within the connect timeout (the detail lists what was
+    /// tried), for this node's own id, and after shutdown.
+    pub(super) async fn ensure_link(self: &Arc<Self>, node: u32) -> Result<LinkHandle> {
+        if let Some(link) = self.peers.newest(node) {
+            return Ok(link);
+        }
+        if self.closed.is_cancelled() {
+            return Err(unreachable(node, "the side channel is shut down"));
+        }
+        if node == self.me.node_id {
+            return Err(unreachable(
+                node,
+                "this is the local node; it has no side-channel link to itself",
+            ));
+        }
+        let timeout = self.cfg.connect_timeout;
+        let deadline = Instant::now() + timeout;
+        let slot = DialSlot::new(&self.dials, node);
+        let Ok(_dialling) = tokio::time::timeout_at(deadline, slot.lock.lock()).await else {
+            return Err(unreachable(
+                node,
+                format!("another dial to the node did not finish within {timeout:?}"),
+            ));
+        };
+        if let Some(link) = self.peers.newest(node) {
+            return Ok(link);
+        }
+        let mut tried = Vec::with_capacity(2);
+        if self.cfg.unix {
+            let name = unix_name(node);
+            match tokio::time::timeout_at(deadline, self.dial_unix(node, &name)).await {
+                Ok(Ok(link)) => return Ok(link),
+                Ok(Err(why)) => tried.push(format!("the unix socket @{name} ({why})")),
+                Err(_) => tried.push(format!("the unix socket @{name} (no answer)")),
+            }
+        }
+        match self.addrs.get(&node) {
+            Some(&addr) => {
+                match tokio::time::timeout_at(deadline, self.dial_tcp(node, addr)).await {
+                    Ok(Ok(link)) => return Ok(link),
+                    Ok(Err(why)) => tried.push(format!("{addr} ({why})")),
+                    Err(_) => tried.push(format!("{addr} (no answer within {timeout:?})")),
+                }
+            }
+            None => tried.push("no tcp address: the node is not in the peer table".to_string()),
+        }
+        Err(unreachable(node, format!("tried {}", tried.join("; "))))
+    }
+
+    async fn dial_unix(self: &Arc<Self>, node: u32, name: &str) -> Result<LinkHandle, String> {
+        let stream = UnixStream::connect(format!("\0{name}"))
+            .await
+            .map_err(|e| e.to_string())?;
+        let creds = creds::of_stream(&stream).map_err(|e| format!("no peer credentials: {e}"))?;
+        let (read, write) = stream.into_split();
+        self.greet(node, read, write, Some(creds)).await
+    }
+
+    async fn dial_tcp(self: &Arc<Self>, node: u32, addr: SocketAddr) -> Result<LinkHandle, String> {
+        let stream = TcpStream::connect(addr).await.map_err(|e| e.to_string())?;
+        tune_tcp(&stream);
+        let (read, write) = stream.into_split();
+        self.greet(node, read, write, None).await
+    }
+
+    /// The hello exchange of a dialled link: the hello must come from the node dialled.
+    async fn greet<R, W>(
+        self: &Arc<Self>,
+        node: u32,
+        read: R,
+        write: W,
+        creds: Option<creds::PeerCreds>,
+    ) -> Result<LinkHandle, String>
+    where
+        R: tokio::io::AsyncRead + Unpin + Send + 'static,
+        W: tokio::io::AsyncWrite + Unpin + Send + 'static,
+    {
+        let greeted = link::handshake(self, read, write, self.cfg.hello_timeout).await?;
+        if greeted.hello.node_id != node {
+            return Err(format!(
+                "a different node ({}) answers there",
+                greeted.hello.node_id
+            ));
+        }
+        link::establish(self, greeted, creds)
+    }
+}

@@ -1,0 +1,335 @@
+//! One link: the framing, the hello exchange, and the reader and writer tasks.
+//!
+//! Every link, dialled or accepted, over TCP or Unix, runs the same way:
+//!
+//! 1. both sides send [`Hello`] first and expect a hello first ([`handshake`]);
+//! 2. [`establish`] enters the link into the peer table and spawns two tasks:
+//!    - the writer sends the frames queued on the link's channel and a heartbeat every
+//!      `heartbeat_interval`;
+//!    - the reader routes connect replies to their requests, hands everything else to the
+//!      handler and queues its replies, and closes the link when nothing arrived for
+//!      `dead_after`, the peer said goodbye or closed, or a frame does not decode.
+//!
+//! Whatever ends the link cancels its token, which stops both tasks; the reader's exit (also
+//! by abort or a runtime shutting down) detaches the link from the table, fails the requests
+//! sent on it and reports the peer lost when this was its last link.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use futures::{SinkExt, StreamExt};
+use tokio::io::{AsyncRead, AsyncWrite};
+use tokio::sync::mpsc;
+use tokio::time::{Instant, MissedTickBehavior};
+use tokio_util::codec::{FramedRead, FramedWrite, LengthDelimitedCodec};
+use tokio_util::sync::CancellationToken;
+
+use super::creds::PeerCreds;
+use super::peers::LinkHandle;
+use super::{PeerInfo, Shared};
+use crate::core::wire::{self, Hello, MAX_FRAME, Message};
+
+/// Frames queued for one link's writer. A peer that leaves this many unread is not reading:
+/// a reply that finds the queue full closes the link.
+pub(super) const LINK_QUEUE: usize = 1024;
+
+/// How long the writer may take to flush and shut down its half once the link closes.
+const CLOSE_FLUSH: Duration = Duration::from_millis(500);
+
+/// The framing of every link: a 4-byte little-endian length, then a frame body of at most
+/// [`MAX_FRAME`] bytes; a longer frame is an error that closes the link.
+pub(super) fn codec() -> LengthDelimitedCodec {
+    LengthDelimitedCodec::builder()
+        .little_endian()
+        .length_field_type::<u32>()
+        .max_frame_length(MAX_FRAME)
+        .new_codec()
+}
+
+/// A link after a successful hello exchange, not yet established.
+pub(super) struct Greeted<R, W> {
+    pub(super) reader: FramedRead<R, LengthDelimitedCodec>,
+    pub(super) writer: FramedWrite<W, LengthDelimitedCodec>,
+    pub(super) hello: Hello,
+}
+
+/// Sends this node's hello and waits up to `wait` for the peer's, which must come first.
+/// The error says what went wrong, in words.
+pub(super) async fn handshake<R, W>(
+    shared: &Shared,
+    read: R,
+    write: W,
+    wait: Duration,
+) -> Result<Greeted<R, W>, String>
+where
+    R: AsyncRead + Unpin,
+    W: AsyncWrite + Unpin,
+{
+    let mut reader = FramedRead::new(read, codec());
+    let mut writer = FramedWrite::new(write, codec());
+    writer
+        .send(shared.hello.clone())
+        .await
+        .map_err(|e| format!("cannot send the hello: {e}"))?;
+    let first = match tokio::time::timeout(wait, reader.next()).await {
+        Err(_) => return Err(format!("no hello within {wait:?}")),
+        Ok(None) => return Err("closed before its hello".into()),
+        Ok(Some(Err(e))) => return Err(format!("unreadable hello: {e}")),
+        Ok(Some(Ok(frame))) => frame,
+    };
+    match wire::decode(&first) {
+        Ok(Message::Hello(hello)) => Ok(Greeted {
+            reader,
+            writer,
+            hello,
+        }),
+        Ok(other) => Err(format!("sent a {} before its hello", other.kind())),
+        Err(e) => Err(format!("its hello does not decode: {e}")),
+    }
+}
+
+/// Enters a greeted link into the peer table and starts its tasks. `creds` are the kernel's
+/// credentials of a Unix peer (`None` on TCP). When the hello carries a new incarnation of a
+/// known peer (or the peer's other links are all closing), the old links are closed and the
+/// old incarnation is reported lost before this link delivers anything.
+pub(super) fn establish<R, W>(
+    shared: &Arc<Shared>,
+    greeted: Greeted<R, W>,
+    creds: Option<PeerCreds>,
+) -> Result<LinkHandle, String>
+where
+    R: AsyncRead + Unpin + Send + 'static,
+    W: AsyncWrite + Unpin + Send + 'static,
+{
+    let Greeted {
+        reader,
+        writer,
+        hello,
+    } = greeted;
+    let same_host =
+        creds.is_some() || (hello.boot_id != [0; 16] && hello.boot_id == shared.boot_id);
+    let info = Arc::new(PeerInfo {
+        node_id: hello.node_id,
+        incarnation: hello.incarnation,
+        byte_order: hello.byte_order,
+        same_host,
+        creds,
+        doorbells: hello.doorbells,
+        link_id: shared.next_link_id(),
+    });
+    let (tx, rx) = mpsc::channel(LINK_QUEUE);
+    let link = LinkHandle {
+        info: Arc::clone(&info),
+        tx,
+        closing: shared.closed.child_token(),
+    };
+    let replaced = shared
+        .peers
+        .attach(link.clone())
+        .map_err(|_| "the side channel is shut down".to_string())?;
+    if let Some(old) = replaced {
+        if old.incarnation == info.incarnation {
+            tracing::info!(
+                node = info.node_id,
+                "peer reconnected while its previous links were closing"
+            );
+        } else {
+            tracing::info!(
+                node = info.node_id,
+                old = format_args!("{:#018x}", old.incarnation),
+                new = format_args!("{:#018x}", info.incarnation),
+                "peer restarted under a new incarnation"
+            );
+        }
+        for l in &old.links {
+            l.closing.cancel();
+        }
+        shared.report_lost(info.node_id, old.incarnation);
+    }
+    tracing::debug!(
+        node = info.node_id,
+        link = info.link_id,
+        unix = info.creds.is_some(),
+        same_host,
+        "side-channel link up"
+    );
+    shared.handle.spawn(write_loop(
+        writer,
+        rx,
+        link.closing.clone(),
+        shared.cfg.heartbeat_interval,
+        shared.cfg.dead_after,
+        info.link_id,
+    ));
+    shared
+        .handle
+        .spawn(read_loop(Arc::clone(shared), link.clone(), reader));
+    Ok(link)
+}
+
+/// Detaches the link when the reader ends, however it ends (returned, aborted, or dropped
+/// with its runtime).
+struct DetachOnDrop {
+    shared: Arc<Shared>,
+    link: LinkHandle,
+}
+
+impl Drop for DetachOnDrop {
+    fn drop(&mut self) {
+        self.link.closing.cancel();
+        self.shared.link_gone(&self.link.info);
+    }
+}
+
+/// Receives frames until the link ends; see the module docs.
+async fn read_loop<R>(
+    shared: Arc<Shared>,
+    link: LinkHandle,
+    mut frames: FramedRead<R, LengthDelimitedCodec>,
+) where
+    R: AsyncRead + Unpin,
+{
+    let guard = DetachOnDrop {
+        shared: Arc::clone(&shared),
+        link: link.clone(),
+    };
+    let info = &*link.info;
+    let dead_after = shared.cfg.dead_after;
+    let why: &str = loop {
+        let next = tokio::select! {
+            biased;
+            () = link.closing.cancelled() => break "closed by this node",
+            next = tokio::time::timeout(dead_after, frames.next()) => next,
+        };
+        let frame = match next {
+            Err(_) => {
+                tracing::warn!(
+                    node = info.node_id,
+                    link = info.link_id,
+                    "nothing heard for {dead_after:?}; closing the link"
+                );
+                break "heartbeats missed";
+            }
+            Ok(None) => break "closed by the peer",
+            Ok(Some(Err(e))) => {
+                tracing::warn!(node = info.node_id, link = info.link_id, error = %e, "side-channel read failed; closing the link");
+                break "read failed";
+            }
+            Ok(Some(Ok(frame))) => frame,
+        };
+        let msg = match wire::decode(&frame) {
+            Ok(msg) => msg,
+            Err(e) => {
+                tracing::warn!(node = info.node_id, link = info.link_id, error = %e, "a frame does not decode; closing the link");
+                break "bad frame";
+            }
+        };
+        match msg {
+            Message::Heartbeat { .. } => {}
+            Message::Goodbye => break "goodbye",
+            Message::Hello(_) => {
+                tracing::warn!(
+                    node = info.node_id,
+                    link = info.link_id,
+                    "a second hello; closing the link"
+                );
+                break "second hello";
+            }
+            Message::ConnectReply(reply) => shared.complete_request(info, reply),
+            other => {
+                if link.closing.is_cancelled() {
+                    break "closed by this node";
+                }
+                let kind = other.kind();
+                let reply = match shared.dispatch(info, other) {
+                    Ok(reply) => reply,
+                    Err(()) => break "handler panicked",
+                };
+                if let Some(reply) = reply {
+                    if let Err(why) = queue_reply(&link, &reply) {
+                        tracing::warn!(
+                            node = info.node_id,
+                            link = info.link_id,
+                            request = kind,
+                            reply = reply.kind(),
+                            "{why}; closing the link"
+                        );
+                        break "reply not sent";
+                    }
+                }
+            }
+        }
+    };
+    tracing::debug!(
+        node = info.node_id,
+        link = info.link_id,
+        why,
+        "side-channel link down"
+    );
+    drop(guard);
+}
+
+/// Queues the handler's reply on the link it answers.
+fn queue_reply(link: &LinkHandle, reply: &Message) -> Result<(), String> {
+    let frame = wire::encode(reply).map_err(|e| format!("the reply cannot be encoded: {e}"))?;
+    link.tx.try_send(frame).map_err(|e| match e {
+        mpsc::error::TrySendError::Full(_) => {
+            format!("the peer leaves {LINK_QUEUE} frames unread")
+        }
+        mpsc::error::TrySendError::Closed(_) => "the writer has stopped".to_string(),
+    })
+}
+
+/// Sends queued frames and heartbeats until the link closes; frames queued before the close
+/// (a goodbye among them) are still sent. A write that does not complete within `dead_after`
+/// closes the link: the peer is not reading.
+async fn write_loop<W>(
+    mut sink: FramedWrite<W, LengthDelimitedCodec>,
+    mut rx: mpsc::Receiver<Bytes>,
+    closing: CancellationToken,
+    heartbeat: Duration,
+    dead_after: Duration,
+    link_id: u64,
+) where
+    W: AsyncWrite + Unpin,
+{
+    let mut tick = tokio::time::interval_at(Instant::now() + heartbeat, heartbeat);
+    tick.set_missed_tick_behavior(MissedTickBehavior::Delay);
+    let mut seq = 0u64;
+    loop {
+        let frame = tokio::select! {
+            biased;
+            frame = rx.recv() => match frame {
+                Some(frame) => frame,
+                None => break,
+            },
+            () = closing.cancelled() => break,
+            _ = tick.tick() => {
+                seq = seq.wrapping_add(1);
+                match wire::encode(&Message::Heartbeat { seq }) {
+                    Ok(frame) => frame,
+                    Err(_) => continue,
+                }
+            }
+        };
+        match tokio::time::timeout(dead_after, sink.send(frame)).await {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => {
+                tracing::debug!(link = link_id, error = %e, "side-channel write failed");
+                closing.cancel();
+                return;
+            }
+            Err(_) => {
+                tracing::warn!(
+                    link = link_id,
+                    "a write did not complete within {dead_after:?}; closing the link"
+                );
+                closing.cancel();
+                return;
+            }
+        }
+    }
+    closing.cancel();
+    let _ = tokio::time::timeout(CLOSE_FLUSH, SinkExt::<Bytes>::close(&mut sink)).await;
+}

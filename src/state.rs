@@ -1,0 +1,338 @@
+//! What a node shares between its controllers, segments and side channel: the segment table,
+//! the connections, and the handling of side-channel messages.
+
+use crate::core::segid;
+use crate::core::wire::{ConnectGrant, ConnectReply, ConnectRequest, Message};
+use crate::export::{ExportInner, Importer, Published};
+use crate::import::ImportInner;
+use crate::reactor::engine::Engine;
+use crate::sidechannel::{Handler, PeerInfo, SideChannel};
+use crate::{Error, Result};
+use std::collections::HashMap;
+use std::future::Future;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock, Weak};
+use std::time::Duration;
+use tokio::sync::oneshot;
+
+/// How long an exporter waits for importers to acknowledge a revoke (design §4).
+pub(crate) const REVOKE_WAIT: Duration = Duration::from_secs(5);
+
+pub(crate) struct NodeState {
+    runtime: tokio::runtime::Handle,
+    side: OnceLock<Arc<SideChannel>>,
+    exports: Mutex<Exports>,
+    /// Exporter side: connection id → segment id.
+    conns: Mutex<HashMap<u64, u32>>,
+    /// Importer side: (exporting node, connection id) → import.
+    imports: Mutex<HashMap<(u32, u64), Weak<ImportInner>>>,
+    /// Exporter side: revokes waiting for their acknowledgement.
+    revokes: Mutex<HashMap<u64, (u32, oneshot::Sender<()>)>>,
+    engines: Mutex<Vec<Weak<Engine>>>,
+    next_conn: AtomicU64,
+}
+
+struct Exports {
+    by_id: HashMap<u32, Weak<ExportInner>>,
+    next_auto: u64,
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+impl NodeState {
+    pub(crate) fn new(runtime: tokio::runtime::Handle) -> Arc<Self> {
+        Arc::new(NodeState {
+            runtime,
+            side: OnceLock::new(),
+            exports: Mutex::new(Exports {
+                by_id: HashMap::new(),
+                next_auto: u64::from(segid::AUTO_ID_BASE),
+            }),
+            conns: Mutex::new(HashMap::new()),
+            imports: Mutex::new(HashMap::new()),
+            revokes: Mutex::new(HashMap::new()),
+            engines: Mutex::new(Vec::new()),
+            next_conn: AtomicU64::new(rand::random::<u32>() as u64 + 1),
+        })
+    }
+
+    pub(crate) fn set_side_channel(&self, side: Arc<SideChannel>) {
+        let _ = self.side.set(side);
+    }
+
+    pub(crate) fn side(&self) -> Result<&Arc<SideChannel>> {
+        self.side.get().ok_or_else(|| {
+            Error::remote_node_unreachable().detail("the node's side channel is not running")
+        })
+    }
+
+    /// Runs `fut` on the node's own runtime and awaits it from any executor: the caller
+    /// needs no tokio runtime, and timers and sockets work all the same.
+    pub(crate) async fn run<T: Send + 'static>(
+        &self,
+        fut: impl Future<Output = Result<T>> + Send + 'static,
+    ) -> Result<T> {
+        self.runtime
+            .spawn(fut)
+            .await
+            .map_err(|e| Error::interrupted().detail(format!("the node's task ended: {e}")))?
+    }
+
+    pub(crate) fn spawn(self: Arc<Self>, fut: impl Future<Output = ()> + Send + 'static) {
+        self.runtime.spawn(fut);
+    }
+
+    pub(crate) fn add_engine(self: &Arc<Self>, e: &Arc<Engine>) {
+        let me = Arc::downgrade(self);
+        e.set_kick(Box::new(move |node| {
+            if let Some(side) = me.upgrade().and_then(|s| s.side().ok().cloned()) {
+                let _ = side.try_send(node, Message::Wake);
+            }
+        }));
+        let mut engines = lock(&self.engines);
+        engines.retain(|w| w.strong_count() > 0);
+        engines.push(Arc::downgrade(e));
+    }
+
+    /// Reserves a segment id for `export` (decision 8): the caller's, or the next free one
+    /// from `0x80000000`.
+    pub(crate) fn claim_segment_id(&self, id: u32, export: &Arc<ExportInner>) -> Result<u32> {
+        let mut ex = lock(&self.exports);
+        ex.by_id.retain(|_, w| w.strong_count() > 0);
+        if id != 0 {
+            if ex.by_id.contains_key(&id) {
+                return Err(Error::segid_in_use().op("publish").segment(id));
+            }
+            ex.by_id.insert(id, Arc::downgrade(export));
+            return Ok(id);
+        }
+        while ex.next_auto <= u64::from(u32::MAX) {
+            let candidate = ex.next_auto as u32;
+            ex.next_auto += 1;
+            if let std::collections::hash_map::Entry::Vacant(e) = ex.by_id.entry(candidate) {
+                e.insert(Arc::downgrade(export));
+                return Ok(candidate);
+            }
+        }
+        Err(Error::insufficient_resources()
+            .op("publish")
+            .detail("the node's automatic segment ids are used up"))
+    }
+
+    pub(crate) fn release_segment_id(&self, id: u32) {
+        lock(&self.exports).by_id.remove(&id);
+    }
+
+    pub(crate) fn next_conn_id(&self) -> u64 {
+        self.next_conn.fetch_add(1, Ordering::Relaxed)
+    }
+
+    pub(crate) fn add_import(&self, node: u32, conn_id: u64, imp: &Arc<ImportInner>) {
+        lock(&self.imports).insert((node, conn_id), Arc::downgrade(imp));
+    }
+
+    pub(crate) fn remove_import(&self, node: u32, conn_id: u64) {
+        lock(&self.imports).remove(&(node, conn_id));
+    }
+
+    /// Phase 2 of a revoke (design §4): tells every importer, waits until each acknowledged,
+    /// lost its channel, or 5 s passed, and only then closes the registration (by dropping
+    /// `p`) and frees the id.
+    pub(crate) async fn retire(self: &Arc<Self>, p: Published) {
+        let this = Arc::clone(self);
+        let id = p.id;
+        let res = self
+            .run(async move {
+                let mut waits = Vec::new();
+                for (&conn_id, imp) in &p.importers {
+                    lock(&this.conns).remove(&conn_id);
+                    let (tx, rx) = oneshot::channel();
+                    lock(&this.revokes).insert(conn_id, (imp.node, tx));
+                    let msg = Message::Revoke {
+                        conn_id,
+                        generation: p.generation,
+                    };
+                    match this.side() {
+                        Ok(side) if side.send(imp.node, msg).await.is_ok() => waits.push(rx),
+                        _ => {
+                            lock(&this.revokes).remove(&conn_id);
+                        }
+                    }
+                }
+                let all = futures::future::join_all(waits);
+                if tokio::time::timeout(REVOKE_WAIT, all).await.is_err() {
+                    tracing::warn!(
+                        segment = format_args!("{:#x}", p.id),
+                        "importers did not acknowledge the revoke within 5 s"
+                    );
+                }
+                for conn_id in p.importers.keys() {
+                    lock(&this.revokes).remove(conn_id);
+                }
+                this.release_segment_id(p.id);
+                drop(p);
+                Ok(())
+            })
+            .await;
+        if res.is_err() {
+            self.release_segment_id(id);
+        }
+    }
+
+    fn handle_connect(&self, peer: &PeerInfo, r: ConnectRequest) -> Message {
+        let result = self.admit(peer, &r).map_err(|e| {
+            tracing::debug!(node = peer.node_id, segment = format_args!("{:#x}", r.segment_id), error = %e, "connect refused");
+            e.code() as u32
+        });
+        Message::ConnectReply(ConnectReply { req: r.req, result })
+    }
+
+    fn admit(&self, peer: &PeerInfo, r: &ConnectRequest) -> Result<ConnectGrant> {
+        let export = lock(&self.exports)
+            .by_id
+            .get(&r.segment_id)
+            .and_then(Weak::upgrade);
+        let export = export.ok_or_else(|| Error::seg_not_published().segment(r.segment_id))?;
+        if export.controller().kind() != r.controller {
+            return Err(Error::seg_not_published()
+                .segment(r.segment_id)
+                .detail("published on another controller type"));
+        }
+        if r.perm & !0o600 != 0 {
+            return Err(Error::perm_denied().segment(r.segment_id));
+        }
+        let conn_id = self.next_conn_id();
+        let g = export
+            .admit(
+                conn_id,
+                Importer {
+                    node: peer.node_id,
+                    incarnation: peer.incarnation,
+                },
+            )
+            .ok_or_else(|| Error::seg_not_published().segment(r.segment_id))?;
+        lock(&self.conns).insert(conn_id, r.segment_id);
+        let (uid, gid, _) = crate::sys::creds::current();
+        Ok(ConnectGrant {
+            conn_id,
+            keys: vec![g.key],
+            base: g.base,
+            length: g.length,
+            granted: r.perm,
+            generation: g.generation,
+            fabric_addr: g.fabric_addr,
+            exporter_uid: uid,
+            exporter_gid: gid,
+        })
+    }
+
+    fn export_of_conn(&self, conn_id: u64) -> Option<Arc<ExportInner>> {
+        let segid = *lock(&self.conns).get(&conn_id)?;
+        lock(&self.exports)
+            .by_id
+            .get(&segid)
+            .and_then(Weak::upgrade)
+    }
+
+    fn import(&self, node: u32, conn_id: u64) -> Option<Arc<ImportInner>> {
+        lock(&self.imports)
+            .get(&(node, conn_id))
+            .and_then(Weak::upgrade)
+    }
+}
+
+/// The side channel's view of a node: a weak reference, so the channel does not keep the
+/// node alive.
+pub(crate) struct NodeHandler(pub(crate) Weak<NodeState>);
+
+impl Handler for NodeHandler {
+    fn on_message(&self, peer: &PeerInfo, msg: Message) -> Option<Message> {
+        let node = self.0.upgrade()?;
+        match msg {
+            Message::ConnectRequest(r) => Some(node.handle_connect(peer, r)),
+            Message::Disconnect { conn_id } => {
+                if let Some(export) = node.export_of_conn(conn_id) {
+                    export.forget(conn_id);
+                }
+                lock(&node.conns).remove(&conn_id);
+                None
+            }
+            Message::Revoke {
+                conn_id,
+                generation,
+            } => {
+                if let Some(imp) = node.import(peer.node_id, conn_id) {
+                    let n = Arc::clone(&node);
+                    let from = peer.node_id;
+                    node.spawn(async move {
+                        imp.revoked().await;
+                        if let Ok(side) = n.side() {
+                            let _ = side
+                                .send(
+                                    from,
+                                    Message::RevokeAck {
+                                        conn_id,
+                                        generation,
+                                    },
+                                )
+                                .await;
+                        }
+                    });
+                    None
+                } else {
+                    Some(Message::RevokeAck {
+                        conn_id,
+                        generation,
+                    })
+                }
+            }
+            Message::RevokeAck { conn_id, .. } => {
+                if let Some((_, tx)) = lock(&node.revokes).remove(&conn_id) {
+                    let _ = tx.send(());
+                }
+                None
+            }
+            Message::Wake => {
+                for e in lock(&node.engines).iter().filter_map(Weak::upgrade) {
+                    if e.polls() {
+                        e.nudge();
+                    }
+                }
+                None
+            }
+            other => {
+                tracing::debug!(node = peer.node_id, message = ?other, "side-channel message not handled yet");
+                None
+            }
+        }
+    }
+
+    fn on_peer_lost(&self, node_id: u32, incarnation: u64) {
+        let Some(node) = self.0.upgrade() else { return };
+        // Importer side (decision 19): every import from that node is aborted.
+        let lost: Vec<Arc<ImportInner>> = lock(&node.imports)
+            .iter()
+            .filter(|((n, _), _)| *n == node_id)
+            .filter_map(|(_, w)| w.upgrade())
+            .filter(|imp| imp.peer_incarnation() == incarnation)
+            .collect();
+        for imp in lost {
+            imp.abort(Error::conn_aborted().node(node_id).detail("the exporting node is unreachable (its side channel closed or missed its heartbeats)"));
+        }
+        // Exporter side: its connections end, and revokes need not wait for it.
+        let exports: Vec<Arc<ExportInner>> = lock(&node.exports)
+            .by_id
+            .values()
+            .filter_map(Weak::upgrade)
+            .collect();
+        for export in exports {
+            for conn_id in export.importers_of(node_id, incarnation) {
+                export.forget(conn_id);
+                lock(&node.conns).remove(&conn_id);
+            }
+        }
+        lock(&node.revokes).retain(|_, (n, _)| *n != node_id);
+    }
+}

@@ -1,0 +1,199 @@
+//! Multi-process test support: a test re-executes its own binary as a remote node (a
+//! "role"), talks to it over its standard input and output, and always ends it.
+
+#![allow(dead_code)]
+
+use std::io::{BufRead, BufReader, Write};
+use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
+use std::sync::mpsc;
+use std::time::Duration;
+
+/// The variable that tells a re-executed test binary which role to play.
+pub const ROLE_VAR: &str = "RSM_TEST_ROLE";
+
+/// A node id unlikely to clash with other tests running at the same time on this host (the
+/// side channel's Unix names are per host and per node id).
+pub fn fresh_node_id() -> u32 {
+    let pid = std::process::id();
+    let n = rand_u32();
+    1_000_000 + (pid % 1000) * 1000 + n % 1000
+}
+
+fn rand_u32() -> u32 {
+    let t = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap_or_default();
+    (t.subsec_nanos() ^ (t.as_secs() as u32).rotate_left(7)).wrapping_mul(2_654_435_761)
+}
+
+/// A child process playing a role; killed and reaped on drop, with the `/dev/shm` files
+/// libfabric's shm provider leaves for a killed process removed.
+pub struct Peer {
+    child: Child,
+    stdin: ChildStdin,
+    lines: mpsc::Receiver<String>,
+}
+
+impl Peer {
+    /// Starts `role` of test `entry` (a `#[test]` that calls [`run_role`]) with `args`.
+    pub fn start(entry: &str, role: &str, args: &[(&str, String)]) -> Peer {
+        let mut cmd = Command::new(std::env::current_exe().expect("current exe"));
+        cmd.args(["--exact", entry, "--nocapture", "--test-threads", "1"])
+            .env(ROLE_VAR, role)
+            .env("FI_TCP_IFACE", "lo")
+            .env("FI_SOCKETS_IFACE", "lo")
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit());
+        for (k, v) in args {
+            cmd.env(k, v);
+        }
+        let mut child = cmd.spawn().expect("spawn the peer");
+        let stdin = child.stdin.take().expect("stdin");
+        let stdout: ChildStdout = child.stdout.take().expect("stdout");
+        let (tx, lines) = mpsc::channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+                // libtest may print "test role_entry ... " before the first line.
+                if let Some((_, msg)) = line.split_once("PEER ") {
+                    if tx.send(msg.to_string()).is_err() {
+                        return;
+                    }
+                }
+            }
+        });
+        Peer {
+            child,
+            stdin,
+            lines,
+        }
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// The next line the peer says, within 20 s.
+    pub fn recv(&self) -> String {
+        self.lines
+            .recv_timeout(Duration::from_secs(20))
+            .expect("the peer answered within 20 s")
+    }
+
+    /// Sends a command line and returns the answer.
+    pub fn ask(&mut self, cmd: &str) -> String {
+        writeln!(self.stdin, "{cmd}").expect("write to the peer");
+        self.stdin.flush().expect("flush");
+        self.recv()
+    }
+
+    pub fn signal(&self, sig: i32) {
+        // kill(1) keeps the tests free of unsafe code.
+        let _ = Command::new("kill")
+            .arg(format!("-{sig}"))
+            .arg(self.pid().to_string())
+            .status();
+    }
+
+    /// Kills the peer at once (SIGKILL) and reaps it.
+    pub fn kill(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        remove_shm_files(self.child.id());
+    }
+}
+
+impl Drop for Peer {
+    fn drop(&mut self) {
+        let _ = writeln!(self.stdin, "quit");
+        let deadline = std::time::Instant::now() + Duration::from_secs(5);
+        loop {
+            match self.child.try_wait() {
+                Ok(Some(_)) => break,
+                _ if std::time::Instant::now() >= deadline => {
+                    let _ = self.child.kill();
+                    let _ = self.child.wait();
+                    break;
+                }
+                _ => std::thread::sleep(Duration::from_millis(20)),
+            }
+        }
+        remove_shm_files(self.child.id());
+    }
+}
+
+/// libfabric's shm provider names its regions `/dev/shm/<pid>:...`; a killed process cannot
+/// remove its own.
+pub fn remove_shm_files(pid: u32) {
+    let prefix = format!("{pid}:");
+    if let Ok(dir) = std::fs::read_dir("/dev/shm") {
+        for e in dir.flatten() {
+            if e.file_name().to_string_lossy().starts_with(&prefix) {
+                let _ = std::fs::remove_file(e.path());
+            }
+        }
+    }
+}
+
+/// Whether any `/dev/shm` file belongs to `pid`.
+pub fn shm_files_of(pid: u32) -> Vec<String> {
+    let prefix = format!("{pid}:");
+    std::fs::read_dir("/dev/shm")
+        .map(|d| {
+            d.flatten()
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+                .filter(|n| n.starts_with(&prefix))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// The role this process was started for, if any.
+pub fn role() -> Option<String> {
+    std::env::var(ROLE_VAR).ok()
+}
+
+/// A role's parameter.
+pub fn arg(name: &str) -> String {
+    std::env::var(name).unwrap_or_else(|_| panic!("role parameter {name} missing"))
+}
+
+/// Prints a line the parent reads.
+pub fn say(msg: impl std::fmt::Display) {
+    println!("PEER {msg}");
+}
+
+/// Reads the parent's next command line; `None` at end of input.
+pub fn next_command() -> Option<String> {
+    let mut line = String::new();
+    match std::io::stdin().read_line(&mut line) {
+        Ok(0) | Err(_) => None,
+        Ok(_) => Some(line.trim().to_string()),
+    }
+}
+
+/// The bytes a test writes: position-dependent, so a misplaced byte shows.
+pub fn pattern(seed: u64, len: usize) -> Vec<u8> {
+    (0..len)
+        .map(|i| {
+            ((i as u64)
+                .wrapping_mul(31)
+                .wrapping_add(seed.wrapping_mul(131))
+                % 251) as u8
+        })
+        .collect()
+}
+
+/// FNV-1a over `data`.
+pub fn checksum(data: &[u8]) -> u64 {
+    data.iter().fold(0xcbf2_9ce4_8422_2325u64, |h, &b| {
+        (h ^ u64::from(b)).wrapping_mul(0x100_0000_01b3)
+    })
+}
+
+/// Multi-process tests run one at a time: they spin progress threads and move large
+/// buffers, and two at once on 2 cores only measure the scheduler.
+pub fn serial() -> std::sync::MutexGuard<'static, ()> {
+    static LOCK: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    LOCK.lock().unwrap_or_else(|p| p.into_inner())
+}

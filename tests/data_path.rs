@@ -1,0 +1,442 @@
+//! The data path across real processes: a child process exports a segment, this process
+//! imports it and moves data with put and get, on every local libfabric controller.
+
+mod common;
+
+use common::*;
+use rsm::{ExportFlags, Node, Perm};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+const MIB: usize = 1 << 20;
+
+fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("runtime")
+}
+
+/// The entry every child role runs through; a no-op in the parent's own test run.
+#[test]
+fn role_entry() {
+    match role().as_deref() {
+        None => {}
+        Some("exporter") => exporter(),
+        Some("scenario") => scenario_child(),
+        Some(other) => panic!("unknown role {other}"),
+    }
+}
+
+/// The exporter: publishes a segment and answers commands about its memory.
+fn exporter() {
+    let rt = runtime();
+    let node_id: u32 = arg("NODE_ID").parse().unwrap();
+    let size: usize = arg("SIZE").parse().unwrap();
+    let (node, seg) = rt.block_on(async {
+        let node = Node::builder()
+            .ignore_environment()
+            .id(node_id)
+            .start()
+            .await
+            .unwrap();
+        let ctrl = node.controller(&arg("CTRL")).await.unwrap();
+        let seg = ctrl.export(size, ExportFlags::empty()).unwrap();
+        (node, seg)
+    });
+    let id = rt.block_on(seg.publish(0, &[])).unwrap();
+    say(format!("ready {id}"));
+    while let Some(cmd) = next_command() {
+        let words: Vec<&str> = cmd.split_whitespace().collect();
+        match words.as_slice() {
+            ["sum", off, len] => {
+                let mut buf = vec![0u8; len.parse().unwrap()];
+                seg.read_at(off.parse().unwrap(), &mut buf).unwrap();
+                say(checksum(&buf));
+            }
+            ["fill", seed, off, len] => {
+                let data = pattern(seed.parse().unwrap(), len.parse().unwrap());
+                seg.write_at(off.parse().unwrap(), &data).unwrap();
+                say("ok");
+            }
+            ["importers"] => say(seg.importer_count()),
+            ["unpublish"] => {
+                rt.block_on(seg.unpublish()).unwrap();
+                say("ok");
+            }
+            ["quit"] | [] => break,
+            _ => panic!("unknown command {cmd}"),
+        }
+    }
+    rt.block_on(async {
+        let _ = seg.destroy().await;
+        node.shutdown().await;
+    });
+}
+
+struct Setup {
+    rt: tokio::runtime::Runtime,
+    peer: Peer,
+    node: Node,
+    imp: rsm::ImportSegment,
+    exporter_id: u32,
+    segid: u32,
+}
+
+fn setup(ctrl: &str, size: usize) -> Setup {
+    let exporter_id = fresh_node_id();
+    let peer = Peer::start(
+        "role_entry",
+        "exporter",
+        &[
+            ("NODE_ID", exporter_id.to_string()),
+            ("CTRL", ctrl.to_string()),
+            ("SIZE", size.to_string()),
+        ],
+    );
+    let ready = peer.recv();
+    let segid: u32 = ready
+        .strip_prefix("ready ")
+        .expect("ready line")
+        .parse()
+        .unwrap();
+    let rt = runtime();
+    let (node, imp) = rt.block_on(async {
+        let node = Node::builder()
+            .ignore_environment()
+            .id(fresh_node_id() + 1)
+            .start()
+            .await
+            .unwrap();
+        let c = node.controller(ctrl).await.unwrap();
+        let imp = c.import(exporter_id, segid, Perm::RDWR).await.unwrap();
+        (node, imp)
+    });
+    assert_eq!(imp.len(), size as u64);
+    Setup {
+        rt,
+        peer,
+        node,
+        imp,
+        exporter_id,
+        segid,
+    }
+}
+
+fn data_arrives_intact(ctrl: &str) {
+    let _serial = serial();
+    let size = 64 * MIB;
+    let mut s = setup(ctrl, size);
+    let cases: [(u64, usize); 7] = [
+        (0, 1),
+        (1, 7),
+        (4093, 4096),
+        (65_536, 65_539),
+        (MIB as u64 + 5, MIB),
+        (0, 16 * MIB),
+        (0, 64 * MIB),
+    ];
+    for (i, &(off, len)) in cases.iter().enumerate() {
+        let data = pattern(i as u64 + 1, len);
+        let (res, back) = s.rt.block_on(s.imp.put(off, data.clone()));
+        res.unwrap_or_else(|e| panic!("{ctrl}: put {len} at {off}: {e}"));
+        assert_eq!(back.as_deref(), Some(&data[..]), "the buffer comes back");
+        let sum = s.peer.ask(&format!("sum {off} {len}"));
+        assert_eq!(
+            sum,
+            checksum(&data).to_string(),
+            "{ctrl}: {len} bytes at {off} landed"
+        );
+        let seed = 1000 + i as u64;
+        assert_eq!(s.peer.ask(&format!("fill {seed} {off} {len}")), "ok");
+        let (res, got) = s.rt.block_on(s.imp.get(off, vec![0u8; len]));
+        res.unwrap_or_else(|e| panic!("{ctrl}: get {len} at {off}: {e}"));
+        assert!(
+            got.unwrap() == pattern(seed, len),
+            "{ctrl}: get of {len} bytes at {off}"
+        );
+    }
+
+    // Many operations in flight from several tasks at once, on disjoint ranges.
+    let imp = s.imp.clone();
+    s.rt.block_on(async move {
+        let mut tasks = Vec::new();
+        for t in 0..8u64 {
+            let imp = imp.clone();
+            tasks.push(tokio::spawn(async move {
+                let mut ops = Vec::new();
+                for k in 0..32u64 {
+                    let off = (t * 32 + k) * 8192;
+                    ops.push(imp.put(off, pattern(t * 100 + k, 8192)));
+                }
+                for r in futures::future::join_all(ops).await {
+                    r.0.unwrap();
+                }
+            }));
+        }
+        for t in tasks {
+            t.await.unwrap();
+        }
+    });
+    for t in 0..8u64 {
+        for k in 0..32u64 {
+            let off = (t * 32 + k) * 8192;
+            let (res, got) = s.rt.block_on(s.imp.get(off, vec![0u8; 8192]));
+            res.unwrap();
+            assert!(
+                got.unwrap() == pattern(t * 100 + k, 8192),
+                "{ctrl}: concurrent put {t}/{k}"
+            );
+        }
+    }
+    s.rt.block_on(s.node.shutdown());
+}
+
+fn bounds_are_checked(ctrl: &str) {
+    let _serial = serial();
+    let s = setup(ctrl, 2 * 4096);
+    let len = 8192u64;
+    let code = |op: rsm::Op<Vec<u8>>| {
+        let (res, buf) = s.rt.block_on(op);
+        assert!(buf.is_some(), "a refused operation gives the buffer back");
+        res.unwrap_err().code()
+    };
+    assert_eq!(
+        code(s.imp.put(len, vec![1])),
+        18,
+        "put at the end: BAD_OFFSET"
+    );
+    assert_eq!(code(s.imp.put(u64::MAX, vec![1])), 18);
+    assert_eq!(
+        code(s.imp.put(len - 4, vec![0; 8])),
+        20,
+        "put across the end: BAD_LENGTH"
+    );
+    assert_eq!(code(s.imp.get(len, vec![0; 1])), 18);
+    assert_eq!(code(s.imp.get(1, vec![0; 8192])), 20);
+    // The edges themselves are fine, and zero bytes is a no-op.
+    assert!(s.rt.block_on(s.imp.put(len - 1, vec![9])).0.is_ok());
+    assert!(s.rt.block_on(s.imp.get(0, vec![0; 8192])).0.is_ok());
+    assert!(s.rt.block_on(s.imp.put(len, Vec::new())).0.is_ok());
+    let _ = (s.exporter_id, s.segid);
+    s.rt.block_on(s.node.shutdown());
+}
+
+fn killed_peer_aborts(ctrl: &str) {
+    let _serial = serial();
+    let mut s = setup(ctrl, 16 * MIB);
+    let pid = s.peer.pid();
+    // Operations in flight when the exporter dies.
+    let imp = s.imp.clone();
+    let pending = s.rt.spawn(async move {
+        let mut codes = Vec::new();
+        for round in 0..1000u64 {
+            let (res, _) = imp.put((round % 16) * MIB as u64, vec![7u8; MIB]).await;
+            if let Err(e) = res {
+                codes.push(e.code());
+                break;
+            }
+        }
+        codes
+    });
+    std::thread::sleep(Duration::from_millis(200));
+    let killed = Instant::now();
+    s.peer.kill();
+    let codes =
+        s.rt.block_on(async { tokio::time::timeout(Duration::from_secs(10), pending).await })
+            .expect("no hang")
+            .unwrap();
+    assert!(
+        killed.elapsed() < Duration::from_secs(7),
+        "{ctrl}: aborted after {:?}",
+        killed.elapsed()
+    );
+    assert_eq!(
+        codes,
+        vec![40],
+        "{ctrl}: the pending put ends in CONN_ABORTED"
+    );
+    let (res, _) = s.rt.block_on(s.imp.put(0, vec![1u8; 8]));
+    assert_eq!(
+        res.unwrap_err().code(),
+        40,
+        "{ctrl}: later puts are CONN_ABORTED"
+    );
+    let t = Instant::now();
+    let again = s.rt.block_on(async {
+        let c = s.node.controller(ctrl).await.unwrap();
+        c.import(s.exporter_id, s.segid, Perm::RDWR).await
+    });
+    assert_eq!(
+        again.unwrap_err().code(),
+        39,
+        "{ctrl}: a new connect is REMOTE_NODE_UNREACHABLE"
+    );
+    assert!(t.elapsed() < Duration::from_secs(5));
+    assert!(
+        shm_files_of(pid).is_empty(),
+        "the killed exporter's /dev/shm files are gone"
+    );
+    s.rt.block_on(s.node.shutdown());
+}
+
+/// A buffer that counts its own drop.
+struct Tracked {
+    data: Vec<u8>,
+    drops: Arc<AtomicUsize>,
+}
+
+impl Drop for Tracked {
+    fn drop(&mut self) {
+        self.drops.fetch_add(1, Ordering::SeqCst);
+    }
+}
+
+// SAFETY: the Vec's heap storage does not move with the struct.
+unsafe impl rsm::IoBuf for Tracked {
+    fn stable_ptr(&self) -> *const u8 {
+        self.data.as_ptr()
+    }
+    fn bytes_len(&self) -> usize {
+        self.data.len()
+    }
+}
+
+fn dropped_futures_keep_their_buffers(ctrl: &str) {
+    let _serial = serial();
+    let s = setup(ctrl, 4 * MIB);
+    let drops = Arc::new(AtomicUsize::new(0));
+    // A first put sets up the provider's connection, which needs the exporter running.
+    s.rt.block_on(s.imp.put(0, vec![0u8; 8])).0.unwrap();
+    // The exporter stops: nothing it must do for a delivery-complete put can happen now.
+    s.peer.signal(19); // SIGSTOP
+    std::thread::sleep(Duration::from_millis(100));
+    let n = 64;
+    s.rt.block_on(async {
+        for i in 0..n {
+            let mut op = s.imp.put(
+                i as u64 * 65_536,
+                Tracked {
+                    data: vec![i as u8; 65_536],
+                    drops: drops.clone(),
+                },
+            );
+            // Poll once, so the operation is posted, then abandon it.
+            assert!(
+                futures::poll!(&mut op).is_pending(),
+                "{ctrl}: the put waits for the stopped exporter"
+            );
+            if i % 2 == 0 {
+                drop(op);
+            } else {
+                std::mem::forget(op);
+            }
+        }
+    });
+    assert_eq!(s.imp.in_flight(), n, "{ctrl}: every put was posted");
+    std::thread::sleep(Duration::from_millis(300));
+    assert_eq!(
+        drops.load(Ordering::SeqCst),
+        0,
+        "{ctrl}: no buffer is freed while the provider may use it"
+    );
+    assert!(
+        s.imp.in_flight() > 0,
+        "{ctrl}: the operations are still in flight"
+    );
+    s.peer.signal(18); // SIGCONT
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while s.imp.in_flight() > 0 {
+        assert!(
+            Instant::now() < deadline,
+            "{ctrl}: operations complete after the exporter resumes"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    // Dropped futures' buffers are freed at completion; forgotten ones leak with their slot.
+    assert_eq!(drops.load(Ordering::SeqCst), n / 2, "{ctrl}");
+    let (res, _) = s.rt.block_on(s.imp.put(0, vec![1u8; 8]));
+    res.unwrap();
+    s.rt.block_on(s.node.shutdown());
+}
+
+#[test]
+fn tcp_data_arrives_intact() {
+    data_arrives_intact("tcp0");
+}
+#[test]
+fn shm_data_arrives_intact() {
+    data_arrives_intact("shm0");
+}
+#[test]
+fn sockets_data_arrives_intact() {
+    data_arrives_intact("sockets0");
+}
+
+/// Runs a whole scenario in a child with extra environment (such as FI_SHM_DISABLE_CMA=1,
+/// which must be set before libfabric loads in both processes).
+fn in_child(scenario: &str, env: &[(&str, &str)]) {
+    let _serial = serial();
+    let mut args: Vec<(&str, String)> = vec![("SCENARIO", scenario.to_string())];
+    args.extend(env.iter().map(|(k, v)| (*k, v.to_string())));
+    let mut peer = Peer::start("role_entry", "scenario", &args);
+    let verdict = peer.recv();
+    peer.kill();
+    assert_eq!(verdict, "pass", "{scenario} in a child with {env:?}");
+}
+
+fn scenario_child() {
+    let scenario = arg("SCENARIO");
+    let result = std::panic::catch_unwind(|| match scenario.as_str() {
+        "shm_data" => data_arrives_intact("shm0"),
+        "shm_bounds" => bounds_are_checked("shm0"),
+        other => panic!("unknown scenario {other}"),
+    });
+    say(if result.is_ok() { "pass" } else { "fail" });
+}
+
+#[test]
+fn shm_without_cma_data_arrives_intact() {
+    in_child("shm_data", &[("FI_SHM_DISABLE_CMA", "1")]);
+}
+#[test]
+fn shm_without_cma_bounds_are_checked() {
+    in_child("shm_bounds", &[("FI_SHM_DISABLE_CMA", "1")]);
+}
+
+#[test]
+fn tcp_bounds_are_checked() {
+    bounds_are_checked("tcp0");
+}
+#[test]
+fn shm_bounds_are_checked() {
+    bounds_are_checked("shm0");
+}
+#[test]
+fn sockets_bounds_are_checked() {
+    bounds_are_checked("sockets0");
+}
+
+#[test]
+fn tcp_killed_peer_aborts() {
+    killed_peer_aborts("tcp0");
+}
+#[test]
+fn shm_killed_peer_aborts() {
+    killed_peer_aborts("shm0");
+}
+#[test]
+fn sockets_killed_peer_aborts() {
+    killed_peer_aborts("sockets0");
+}
+
+#[test]
+fn tcp_dropped_futures_keep_their_buffers() {
+    dropped_futures_keep_their_buffers("tcp0");
+}
+#[test]
+fn sockets_dropped_futures_keep_their_buffers() {
+    dropped_futures_keep_their_buffers("sockets0");
+}
