@@ -305,16 +305,19 @@ impl Node {
     /// ```
     pub async fn shutdown(&self) {
         self.inner.side.shutdown();
+        // Engines drain what is in flight (at most 5 s) and close their endpoints, so that a
+        // process that exits next leaves no provider state behind (shm's /dev/shm files).
+        let engines = self.inner.state.stop_engines();
+        let deadline = std::time::Instant::now() + Duration::from_secs(6);
         // The listeners close as their accept loops end on the node's runtime; wait (briefly)
         // until the address is free again, so a restarted node can take it back.
-        let addr = self.listen_addr();
-        for _ in 0..100 {
-            if self.inner.side.listeners_closed() {
-                break;
-            }
-            futures_timer_sleep(Duration::from_millis(10)).await;
+        while std::time::Instant::now() < deadline
+            && (!self.inner.side.listeners_closed() || engines.iter().any(|e| !e.exited()))
+        {
+            futures_timer_sleep(Duration::from_millis(5)).await;
         }
-        tracing::debug!(node = self.id(), addr = %addr, "node shut down");
+        drop(engines);
+        tracing::debug!(node = self.id(), addr = %self.listen_addr(), "node shut down");
     }
 }
 

@@ -96,6 +96,18 @@ impl NodeState {
         engines.push(Arc::downgrade(e));
     }
 
+    /// Stops every progress engine of the node; returns those whose thread still runs.
+    pub(crate) fn stop_engines(&self) -> Vec<Arc<Engine>> {
+        let engines: Vec<Arc<Engine>> = lock(&self.engines)
+            .iter()
+            .filter_map(Weak::upgrade)
+            .collect();
+        for e in &engines {
+            e.stop();
+        }
+        engines
+    }
+
     /// Reserves a segment id for `export` (decision 8): the caller's, or the next free one
     /// from `0x80000000`.
     pub(crate) fn claim_segment_id(&self, id: u32, export: &Arc<ExportInner>) -> Result<u32> {

@@ -235,7 +235,7 @@ fn killed_peer_aborts(ctrl: &str) {
         for round in 0..1000u64 {
             let (res, _) = imp.put((round % 16) * MIB as u64, vec![7u8; MIB]).await;
             if let Err(e) = res {
-                codes.push(e.code());
+                codes.push(e);
                 break;
             }
         }
@@ -254,9 +254,9 @@ fn killed_peer_aborts(ctrl: &str) {
         killed.elapsed()
     );
     assert_eq!(
-        codes,
+        codes.iter().map(|e| e.code()).collect::<Vec<_>>(),
         vec![40],
-        "{ctrl}: the pending put ends in CONN_ABORTED"
+        "{ctrl}: the pending put ends in CONN_ABORTED: {codes:?}"
     );
     let (res, _) = s.rt.block_on(s.imp.put(0, vec![1u8; 8]));
     assert_eq!(

@@ -156,7 +156,7 @@ impl FabricBackend {
 /// tcp;ofi_rxm (and rxd over udp, built the same way) complete a `FI_DELIVERY_COMPLETE`
 /// write once the bytes left for the socket: measured with a stopped target, whose memory
 /// had none of them. shm and sockets deliver what they promise.
-fn visibility_for(kind: &str) -> Visibility {
+pub(crate) fn visibility_for(kind: &str) -> Visibility {
     match kind {
         "tcp" | "udp" => Visibility::FencedRead,
         _ => Visibility::DeliveryComplete,

@@ -8,12 +8,14 @@
 
 use super::cli::Op;
 use super::pattern;
+use crate::backend::fabric::visibility_for;
 use crate::core::ctlrname::ControllerName;
 use crate::fabric::endpoint::PostError;
 use crate::fabric::{
     AddressVector, CompletionQueue, CqEntry, CqReadError, Domain, Endpoint, Fabric, Hints, Info,
     InfoList, MemoryRegion, MrAccess, WaitKind, ffi,
 };
+use crate::reactor::slot::Visibility;
 use crate::sys::mem::Mapping;
 use crate::{Error, Result};
 use std::cell::UnsafeCell;
@@ -39,6 +41,15 @@ pub(crate) const YIELD_EVERY: u32 = 256;
 /// The address every bench process uses as its source: tcp and sockets then pick `lo`.
 pub(crate) const SOURCE: &str = "127.0.0.1";
 
+/// The provider type of a provider name, as controllers name it: `tcp` for `tcp;ofi_rxm`.
+pub(crate) fn provider_kind(provider: &str) -> String {
+    provider
+        .split(';')
+        .next()
+        .unwrap_or(provider)
+        .to_ascii_lowercase()
+}
+
 /// The description of the domain behind controller `name` (`tcp0`, `shm0`, `tcp:lo`), chosen
 /// as controllers choose it: the node's controller list on 127.0.0.1 names the provider and
 /// domain, and `fi_getinfo` with the controllers' hints, that provider and that domain (and
@@ -47,13 +58,6 @@ pub(crate) const SOURCE: &str = "127.0.0.1";
 pub(crate) fn fabric_info_for(name: &str) -> Result<Arc<Info>> {
     let parsed = ControllerName::parse(Some(name))?;
     let list = crate::controller::list_controllers(SOURCE.parse().expect("an IPv4 address"))?;
-    let kind_of = |provider: &str| {
-        provider
-            .split(';')
-            .next()
-            .unwrap_or(provider)
-            .to_ascii_lowercase()
-    };
     let found = match &parsed {
         ControllerName::Loopback => {
             return Err(Error::ctlr_not_present().controller(name).detail(
@@ -65,7 +69,7 @@ pub(crate) fn fabric_info_for(name: &str) -> Result<Arc<Info>> {
             list.iter().find(|c| c.name == want)
         }
         ControllerName::Domain { kind, domain } => list.iter().find(|c| {
-            c.provider_attr.is_some() && kind_of(&c.provider) == *kind && c.domain == *domain
+            c.provider_attr.is_some() && provider_kind(&c.provider) == *kind && c.domain == *domain
         }),
     };
     let Some(c) = found else {
@@ -268,17 +272,53 @@ pub(crate) struct Remote {
     pub(crate) len: u64,
 }
 
+/// Which of an operation's completions a context belongs to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Part {
+    /// The write or read itself.
+    Data,
+    /// The one-byte read that follows a write on [`Visibility::FencedRead`] providers.
+    Fence,
+}
+
+impl Part {
+    /// The part's bit in a slot's outstanding mask.
+    fn bit(self) -> u8 {
+        match self {
+            Part::Data => 1,
+            Part::Fence => 2,
+        }
+    }
+}
+
 /// The initiator's side: local slots of one stride each (one per operation in flight), one
-/// operation context per slot, and the peer.
+/// operation context per slot, one fence context and scratch byte per slot, and the peer.
+///
+/// A put has rsm's completion semantics: where the provider's `FI_DELIVERY_COMPLETE` is
+/// real (shm, sockets) it is one write with that flag; where it is not (tcp;ofi_rxm,
+/// udp;ofi_rxd: see [`visibility_for`]) it is a write without it, then a one-byte read of
+/// the last byte written (the fence), and it is done only when both have completed.
 pub(crate) struct Baseline {
     raw: RawEndpoint,
     remote: Remote,
-    /// Leaked instead of dropped if operations are still in flight (see Drop).
+    /// How a put makes its data visible, as rsm does on this provider.
+    visibility: Visibility,
+    /// Leaked instead of dropped if operations are still in flight (see Drop). Holds the
+    /// slots (`stride` bytes each), then one fence scratch byte per slot at `scratch_at`.
     local: ManuallyDrop<RawRegion>,
-    /// One context per slot; the provider writes into them while their operation is in
-    /// flight, so they are only ever reached through `UnsafeCell::get` pointers.
+    /// One context per slot for its write or read; the provider writes into them while
+    /// their operation is in flight, so they are only ever reached through
+    /// `UnsafeCell::get` pointers.
     ctxs: ManuallyDrop<Box<[UnsafeCell<ffi::fi_context2>]>>,
+    /// One context per slot for its fence read, the same way.
+    fences: ManuallyDrop<Box<[UnsafeCell<ffi::fi_context2>]>>,
     stride: usize,
+    /// Where the fence scratch bytes start in `local` (after the last slot).
+    scratch_at: usize,
+    /// Per slot, the [`Part::bit`]s of its posted parts whose completion has not arrived;
+    /// a slot is free again only at 0.
+    outstanding: Vec<u8>,
+    /// Posted parts (not operations) whose completion has not arrived.
     in_flight: usize,
     comps: Vec<CqEntry>,
     /// Sleep on this wait fd after an empty poll (auto-progress providers, see
@@ -295,10 +335,25 @@ fn op_failed(op: Op, f: crate::error::FabricFailure) -> Error {
         .fabric(f)
 }
 
+fn contexts(n: usize) -> Box<[UnsafeCell<ffi::fi_context2>]> {
+    (0..n)
+        .map(|_| UnsafeCell::new(ffi::fi_context2::default()))
+        .collect::<Vec<_>>()
+        .into_boxed_slice()
+}
+
+/// The index of the context at address `ctx` in `ctxs`, if it is one of them.
+fn index_in(ctxs: &[UnsafeCell<ffi::fi_context2>], ctx: usize) -> Option<usize> {
+    let base = ctxs.as_ptr() as usize;
+    let width = std::mem::size_of::<UnsafeCell<ffi::fi_context2>>();
+    let off = ctx.checked_sub(base)?;
+    (off % width == 0 && off / width < ctxs.len()).then_some(off / width)
+}
+
 impl Baseline {
     /// Opens the controller's domain and an endpoint, registers `slots` local buffers of
-    /// `max_size` bytes each, and inserts the peer's address (`peer_addr`, as its
-    /// `fi_getname` gave it).
+    /// `max_size` bytes each (and the fences' scratch bytes), and inserts the peer's address
+    /// (`peer_addr`, as its `fi_getname` gave it).
     pub(crate) fn open(
         info: Arc<Info>,
         max_size: usize,
@@ -308,18 +363,20 @@ impl Baseline {
         key: u64,
         len: u64,
     ) -> Result<Self> {
-        let raw = RawEndpoint::open(info, (2 * slots).max(64))?;
+        // Up to two parts (write and fence) per slot in flight.
+        let raw = RawEndpoint::open(info, (4 * slots).max(64))?;
+        let visibility = visibility_for(&provider_kind(&raw.provider()));
         let addr = raw.ep.av().insert(peer_addr)?;
         let stride = round_up(max_size.max(1), crate::sys::limits::page_size());
-        let total = stride
+        let scratch_at = stride
             .checked_mul(slots)
             .ok_or_else(|| Error::insufficient_mem().detail("window × largest size overflows"))?;
+        let total = scratch_at
+            .checked_add(slots)
+            .ok_or_else(|| Error::insufficient_mem().detail("window × largest size overflows"))?;
+        // READ: fences and gets land here; WRITE: puts leave from here.
         let access = MrAccess::READ.union(MrAccess::WRITE);
         let local = RawRegion::new(&raw.domain, total, access, LOCAL_KEY)?;
-        let ctxs = (0..slots)
-            .map(|_| UnsafeCell::new(ffi::fi_context2::default()))
-            .collect::<Vec<_>>()
-            .into_boxed_slice();
         Ok(Baseline {
             remote: Remote {
                 addr,
@@ -327,9 +384,13 @@ impl Baseline {
                 key,
                 len,
             },
+            visibility,
             local: ManuallyDrop::new(local),
-            ctxs: ManuallyDrop::new(ctxs),
+            ctxs: ManuallyDrop::new(contexts(slots)),
+            fences: ManuallyDrop::new(contexts(slots)),
             stride,
+            scratch_at,
+            outstanding: vec![0; slots],
             in_flight: 0,
             comps: Vec::with_capacity(64),
             idle_fd: match raw.cq.wait() {
@@ -388,28 +449,33 @@ impl Baseline {
         self.local.corrupt(offset)
     }
 
+    /// Whether a put on this provider is a write and a fence.
+    fn fenced(&self, op: Op) -> bool {
+        op == Op::Put && self.visibility == Visibility::FencedRead
+    }
+
+    /// Posts the write or read of a free slot.
     fn post(&mut self, op: Op, slot: usize, size: usize) -> std::result::Result<(), PostError> {
         debug_assert!(slot < self.slots() && size <= self.stride && size as u64 <= self.remote.len);
+        debug_assert_eq!(self.outstanding[slot], 0);
         let buf = self.local.ptr(slot * self.stride);
         let desc = self.local.desc();
         let ctx = self.ctxs[slot].get();
         let r = &self.remote;
+        let flags = match self.visibility {
+            Visibility::DeliveryComplete => u64::from(ffi::FI_DELIVERY_COMPLETE),
+            // The fence that follows gives the visibility.
+            Visibility::FencedRead => 0,
+        };
         let res = match op {
             // SAFETY: the slot's bytes and its context stay allocated and untouched until the
-            // completion for `ctx` is read (a slot is reused only after that), or are leaked
-            // by Drop if it never is; `desc` is the registration covering the slot.
+            // completion for `ctx` is read (a slot is reused only after all of its parts
+            // completed), or are leaked by Drop if it never is; `desc` is the registration
+            // covering the slot.
             Op::Put => unsafe {
-                self.raw.ep.write(
-                    buf,
-                    size,
-                    desc,
-                    r.addr,
-                    r.base,
-                    r.key,
-                    ctx,
-                    u64::from(ffi::FI_DELIVERY_COMPLETE),
-                    0,
-                )
+                self.raw
+                    .ep
+                    .write(buf, size, desc, r.addr, r.base, r.key, ctx, flags, 0)
             },
             // SAFETY: as for the write; nothing reads or writes the slot until completion.
             Op::Get => unsafe {
@@ -420,14 +486,71 @@ impl Baseline {
         };
         if res.is_ok() {
             self.in_flight += 1;
+            self.outstanding[slot] |= Part::Data.bit();
         }
         res
     }
 
-    /// Reads completions; each completed slot is passed to `done`. Returns how many.
+    /// Posts the fence of the put just posted on `slot`: a read of the last byte it wrote
+    /// into the slot's scratch byte, with the slot's fence context.
+    fn post_fence(&mut self, slot: usize, size: usize) -> std::result::Result<(), PostError> {
+        debug_assert!(slot < self.slots() && self.outstanding[slot] & Part::Fence.bit() == 0);
+        let buf = self.local.ptr(self.scratch_at + slot);
+        let desc = self.local.desc();
+        let ctx = self.fences[slot].get();
+        let r = &self.remote;
+        let last = r.base + size.saturating_sub(1) as u64;
+        // SAFETY: the scratch byte (inside the local region, so `desc` covers it) and the
+        // fence context belong to this slot alone; the slot is reused only after this
+        // completion is read, and Drop leaks both if it never is. Nothing in Rust reads or
+        // writes the scratch byte.
+        let res = unsafe { self.raw.ep.read(buf, 1, desc, r.addr, last, r.key, ctx) };
+        if res.is_ok() {
+            self.in_flight += 1;
+            self.outstanding[slot] |= Part::Fence.bit();
+        }
+        res
+    }
+
+    /// Posts the whole operation on the free `slot`: `Ok(false)` when the transmit queue
+    /// is full before anything went out. Once the write of a fenced put is posted, its
+    /// fence is posted too, polling (and passing completed slots to `done`) while the queue
+    /// is full.
+    fn post_op(
+        &mut self,
+        op: Op,
+        slot: usize,
+        size: usize,
+        done: &mut impl FnMut(usize),
+    ) -> Result<bool> {
+        match self.post(op, slot, size) {
+            Ok(()) => {}
+            Err(PostError::Again) => return Ok(false),
+            Err(PostError::Failed(f)) => return Err(op_failed(op, f)),
+        }
+        if !self.fenced(op) {
+            return Ok(true);
+        }
+        let since = Instant::now();
+        loop {
+            match self.post_fence(slot, size) {
+                Ok(()) => return Ok(true),
+                Err(PostError::Again) => {
+                    self.poll(op, done)?;
+                    if since.elapsed() > STALL {
+                        return Err(stalled(op, "the transmit queue stayed full"));
+                    }
+                }
+                Err(PostError::Failed(f)) => return Err(op_failed(op, f)),
+            }
+        }
+    }
+
+    /// Reads completions; each slot whose operation completed (all of its parts) is passed
+    /// to `done`. Returns how many operations completed.
     fn poll(&mut self, op: Op, done: &mut impl FnMut(usize)) -> Result<usize> {
-        let n = self.poll_once(op, done)?;
-        if n > 0 {
+        let (entries, ops) = self.poll_once(op, done)?;
+        if entries > 0 {
             self.empty_polls = 0;
         } else {
             self.empty_polls = self.empty_polls.wrapping_add(1);
@@ -441,52 +564,57 @@ impl Baseline {
                 }
             }
         }
-        Ok(n)
+        Ok(ops)
     }
 
-    fn poll_once(&mut self, op: Op, done: &mut impl FnMut(usize)) -> Result<usize> {
+    /// One read of the queue: (completions read, operations completed).
+    fn poll_once(&mut self, op: Op, done: &mut impl FnMut(usize)) -> Result<(usize, usize)> {
         self.comps.clear();
         match self.raw.cq.read(&mut self.comps) {
             Ok(_) => {}
             Err(CqReadError::Entry(e)) => return Err(op_failed(op, e.failure)),
             Err(CqReadError::Failed(f)) => return Err(op_failed(op, f)),
         }
-        let base = self.ctxs.as_ptr() as usize;
-        let width = std::mem::size_of::<UnsafeCell<ffi::fi_context2>>();
+        let mut ops = 0;
         for e in &self.comps {
-            let off = e.context.wrapping_sub(base);
-            if e.context < base || off % width != 0 || off / width >= self.ctxs.len() {
+            let found = index_in(&self.ctxs, e.context)
+                .map(|s| (s, Part::Data))
+                .or_else(|| index_in(&self.fences, e.context).map(|s| (s, Part::Fence)));
+            let Some((slot, part)) = found.filter(|&(s, p)| self.outstanding[s] & p.bit() != 0)
+            else {
                 return Err(Error::barrier_failure().detail(format!(
-                    "a completion with an unknown context {:#x} (flags {:#x})",
+                    "a completion with an unknown or idle context {:#x} (flags {:#x})",
                     e.context, e.flags
                 )));
-            }
+            };
             self.in_flight -= 1;
-            done(off / width);
+            self.outstanding[slot] &= !part.bit();
+            if self.outstanding[slot] == 0 {
+                ops += 1;
+                done(slot);
+            }
         }
-        Ok(self.comps.len())
+        Ok((self.comps.len(), ops))
     }
 
     /// Posts on `slot`, polling the queue while the transmit queue is full.
     fn post_retrying(&mut self, op: Op, slot: usize, size: usize) -> Result<()> {
         let since = Instant::now();
         loop {
-            match self.post(op, slot, size) {
-                Ok(()) => return Ok(()),
-                Err(PostError::Again) => {
-                    self.poll(op, &mut |_| {})?;
-                    if since.elapsed() > STALL {
-                        return Err(stalled(op, "the transmit queue stayed full"));
-                    }
-                }
-                Err(PostError::Failed(f)) => return Err(op_failed(op, f)),
+            if self.post_op(op, slot, size, &mut |_| {})? {
+                return Ok(());
+            }
+            self.poll(op, &mut |_| {})?;
+            if since.elapsed() > STALL {
+                return Err(stalled(op, "the transmit queue stayed full"));
             }
         }
     }
 
     /// Latency: `warmup` untimed then `samples` timed operations of `size` bytes, one in
-    /// flight, each posted and then spun on until its completion. Returns the times in ns.
-    /// `tick` is called now and then with the number of timed samples done.
+    /// flight, each posted and then spun on until its completion (both completions of a
+    /// fenced put). Returns the times in ns. `tick` is called now and then with the number
+    /// of timed samples done.
     pub(crate) fn latency(
         &mut self,
         op: Op,
@@ -521,7 +649,8 @@ impl Baseline {
     }
 
     /// Bandwidth: `warmup` untimed, then `ops` timed operations of `size` bytes with
-    /// `window` in flight (each on its own slot and context). Returns the timed wall time.
+    /// `window` in flight (each on its own slot and contexts; a fenced put counts once, and
+    /// is done when both of its parts are). Returns the timed wall time.
     pub(crate) fn bandwidth(
         &mut self,
         op: Op,
@@ -551,21 +680,26 @@ impl Baseline {
         let mut last = Instant::now();
         let mut spins = 0u32;
         while done < total {
+            let before = done;
             while posted < total {
-                let Some(&slot) = free.last() else { break };
-                match self.post(op, slot, size) {
-                    Ok(()) => {
-                        free.pop();
-                        posted += 1;
-                    }
-                    Err(PostError::Again) => break,
-                    Err(PostError::Failed(f)) => return Err(op_failed(op, f)),
+                let Some(slot) = free.pop() else { break };
+                // Polling for room for a fence may complete other operations.
+                let mut finished = |s: usize| {
+                    free.push(s);
+                    done += 1;
+                };
+                if self.post_op(op, slot, size, &mut finished)? {
+                    posted += 1;
+                } else {
+                    free.push(slot);
+                    break;
                 }
             }
-            let n = self.poll(op, &mut |slot| free.push(slot))?;
-            if n > 0 {
-                let before = done;
-                done += n;
+            self.poll(op, &mut |s| {
+                free.push(s);
+                done += 1;
+            })?;
+            if done > before {
                 if done / 256 != before / 256 || done == total {
                     tick(done);
                 }
@@ -614,10 +748,11 @@ impl Drop for Baseline {
             unsafe {
                 ManuallyDrop::drop(&mut self.local);
                 ManuallyDrop::drop(&mut self.ctxs);
+                ManuallyDrop::drop(&mut self.fences);
             }
         } else {
             // A failed run left operations posted: the provider may still write into the
-            // slots and contexts, so they are leaked, never freed.
+            // slots, scratch bytes and contexts, so they are leaked, never freed.
             tracing::warn!(
                 in_flight = self.in_flight,
                 "rsm bench: leaking the baseline's buffers"

@@ -209,7 +209,8 @@ unsafe fn complete_proxy<B: Send + 'static>(
 
 /// The RSMAPI error of a failed completion: a connection the provider lost is a forced
 /// disconnect (`RSMERR_CONN_ABORTED`, decision 19); any other remote failure is what a
-/// barrier reports (`RSMERR_BARRIER_FAILURE`).
+/// barrier reports (`RSMERR_BARRIER_FAILURE`). sockets reports a killed peer's connection
+/// as `EIO` (measured), so `EIO` counts as a lost connection.
 fn completion_error(f: FabricFailure) -> Error {
     let lost = [
         ffi::FI_ECONNRESET,
@@ -220,6 +221,7 @@ fn completion_error(f: FabricFailure) -> Error {
         libc::EPIPE as u32,
         ffi::FI_ETIMEDOUT,
         ffi::FI_ECANCELED,
+        ffi::FI_EIO,
     ];
     if lost.iter().any(|&e| e as i32 == f.errno) {
         Error::conn_aborted()
@@ -542,6 +544,10 @@ fn post_part<B: Send + 'static>(
         PostOutcome::Failed(f) => Poll::Ready(Err(slot
             .info
             .annotate(Error::insufficient_resources().fabric(f), slot.len))),
+        PostOutcome::Closed => Poll::Ready(Err(slot.info.annotate(
+            Error::bad_ctlr_hndl().detail("the node was shut down"),
+            slot.len,
+        ))),
     }
 }
 

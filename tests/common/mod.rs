@@ -95,6 +95,21 @@ impl Peer {
             .status();
     }
 
+    /// Asks the peer to quit and waits (at most 10 s) until it exited; its `/dev/shm` files
+    /// are left for the caller to check.
+    pub fn quit(&mut self) -> bool {
+        let _ = writeln!(self.stdin, "quit");
+        let _ = self.stdin.flush();
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        while std::time::Instant::now() < deadline {
+            if let Ok(Some(status)) = self.child.try_wait() {
+                return status.success();
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        false
+    }
+
     /// Kills the peer at once (SIGKILL) and reaps it.
     pub fn kill(&mut self) {
         let _ = self.child.kill();
