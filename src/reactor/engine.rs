@@ -301,6 +301,9 @@ impl Engine {
         ctx: *mut ffi::fi_context2,
         flags: u64,
     ) -> PostOutcome {
+        if self.stop.load(Ordering::SeqCst) {
+            return PostOutcome::Closed;
+        }
         // SAFETY: forwarded contract; rsm's providers need no local descriptor (no FI_MR_LOCAL
         // in the hints' answer for plain buffers).
         let res = unsafe {
@@ -328,6 +331,9 @@ impl Engine {
         r: Remote,
         ctx: *mut ffi::fi_context2,
     ) -> PostOutcome {
+        if self.stop.load(Ordering::SeqCst) {
+            return PostOutcome::Closed;
+        }
         // SAFETY: forwarded contract.
         let res = unsafe {
             self.ep
