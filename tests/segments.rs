@@ -1,0 +1,241 @@
+//! The export side across processes: unpublish and destroy with connected importers (the
+//! two-phase revoke), republishing afterwards, and the creator rule after `fork`.
+
+mod common;
+
+use common::*;
+use rsm::{ExportFlags, Node, Perm};
+use std::time::{Duration, Instant};
+
+fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("runtime")
+}
+
+#[test]
+fn role_entry() {
+    match role().as_deref() {
+        None => {}
+        Some("exporter") => exporter(),
+        Some("forker") => forker(),
+        Some(other) => panic!("unknown role {other}"),
+    }
+}
+
+/// Publishes a segment; `unpublish`, `destroy`, `publish` and `importers` act on it.
+fn exporter() {
+    let rt = runtime();
+    let node_id: u32 = arg("NODE_ID").parse().unwrap();
+    let (node, ctrl) = rt.block_on(async {
+        let node = Node::builder()
+            .ignore_environment()
+            .id(node_id)
+            .start()
+            .await
+            .unwrap();
+        let ctrl = node.controller(&arg("CTRL")).await.unwrap();
+        (node, ctrl)
+    });
+    let mut seg = Some(ctrl.export(1 << 20, ExportFlags::empty()).unwrap());
+    let id = rt.block_on(seg.as_ref().unwrap().publish(0, &[])).unwrap();
+    say(format!("ready {id}"));
+    while let Some(cmd) = next_command() {
+        let t = Instant::now();
+        match cmd.as_str() {
+            "unpublish" => {
+                rt.block_on(seg.as_ref().unwrap().unpublish()).unwrap();
+                say(format!("ok {}", t.elapsed().as_millis()));
+            }
+            "destroy" => {
+                rt.block_on(seg.take().unwrap().destroy()).unwrap();
+                say(format!("ok {}", t.elapsed().as_millis()));
+            }
+            "publish" => {
+                let s =
+                    seg.get_or_insert_with(|| ctrl.export(1 << 20, ExportFlags::empty()).unwrap());
+                let id = rt.block_on(s.publish(0, &[])).unwrap();
+                say(format!("ready {id}"));
+            }
+            "importers" => say(seg.as_ref().map_or(0, |s| s.importer_count())),
+            "quit" | "" => break,
+            other => panic!("unknown command {other}"),
+        }
+    }
+    rt.block_on(node.shutdown());
+}
+
+fn start_exporter(ctrl: &str) -> (Peer, u32, u32) {
+    let id = fresh_node_id();
+    let peer = Peer::start(
+        "role_entry",
+        "exporter",
+        &[("NODE_ID", id.to_string()), ("CTRL", ctrl.to_string())],
+    );
+    let segid = peer
+        .recv()
+        .strip_prefix("ready ")
+        .expect("ready")
+        .parse()
+        .unwrap();
+    (peer, id, segid)
+}
+
+/// Unpublish (or destroy) while the importer has puts in flight: the importer's operations
+/// end in CONN_ABORTED within 5 s, the exporter stays sound, and a new segment can be
+/// imported afterwards.
+fn revoke_aborts_importers(ctrl: &str, how: &str) {
+    let _serial = serial();
+    let (mut peer, exporter, segid) = start_exporter(ctrl);
+    let rt = runtime();
+    let node = rt
+        .block_on(
+            Node::builder()
+                .ignore_environment()
+                .id(fresh_node_id() + 1)
+                .start(),
+        )
+        .unwrap();
+    let c = rt.block_on(node.controller(ctrl)).unwrap();
+    let imp = rt.block_on(c.import(exporter, segid, Perm::RDWR)).unwrap();
+    rt.block_on(imp.put(0, vec![1u8; 64])).0.unwrap();
+    assert_eq!(peer.ask("importers"), "1");
+
+    let writer = imp.clone();
+    let busy = rt.spawn(async move {
+        let started = Instant::now();
+        loop {
+            let (res, _) = writer.put(4096, vec![2u8; 65_536]).await;
+            if let Err(e) = res {
+                return (e.code(), started.elapsed());
+            }
+            if started.elapsed() > Duration::from_secs(30) {
+                return (0, started.elapsed());
+            }
+        }
+    });
+    std::thread::sleep(Duration::from_millis(100));
+    let t = Instant::now();
+    let answer = peer.ask(how);
+    assert!(answer.starts_with("ok"), "{ctrl}: {how}: {answer}");
+    let (code, _) = rt.block_on(busy).unwrap();
+    assert_eq!(
+        code, 40,
+        "{ctrl}: {how} ends the importer's operations in CONN_ABORTED"
+    );
+    assert!(
+        t.elapsed() < Duration::from_secs(7),
+        "{ctrl}: {how} took {:?}",
+        t.elapsed()
+    );
+    let (res, buf) = rt.block_on(imp.put(0, vec![3u8; 8]));
+    assert_eq!(
+        res.unwrap_err().code(),
+        40,
+        "{ctrl}: later puts are CONN_ABORTED"
+    );
+    assert!(buf.is_some(), "a refused put gives its buffer back");
+    let (res, _) = rt.block_on(imp.get(0, vec![0u8; 8]));
+    assert_eq!(res.unwrap_err().code(), 40);
+
+    // The importer cleans up and imports the segment the exporter publishes next.
+    rt.block_on(imp.disconnect()).unwrap();
+    let again: u32 = peer
+        .ask("publish")
+        .strip_prefix("ready ")
+        .unwrap()
+        .parse()
+        .unwrap();
+    let imp2 = rt.block_on(c.import(exporter, again, Perm::RDWR)).unwrap();
+    rt.block_on(imp2.put(0, vec![4u8; 4096])).0.unwrap();
+    let (res, got) = rt.block_on(imp2.get(0, vec![0u8; 4096]));
+    res.unwrap();
+    assert_eq!(got.unwrap(), vec![4u8; 4096]);
+    if how == "unpublish" {
+        // The old id is free again: importing it fails as not published.
+        if again != segid {
+            let e = rt
+                .block_on(c.import(exporter, segid, Perm::RDWR))
+                .unwrap_err();
+            assert_eq!(e.code(), 7, "{ctrl}: the unpublished id is gone");
+        }
+    }
+    rt.block_on(node.shutdown());
+    assert!(peer.quit(), "the exporter stayed sound and exits cleanly");
+}
+
+#[test]
+fn tcp_unpublish_aborts_importers() {
+    revoke_aborts_importers("tcp0", "unpublish");
+}
+#[test]
+fn shm_unpublish_aborts_importers() {
+    revoke_aborts_importers("shm0", "unpublish");
+}
+#[test]
+fn sockets_unpublish_aborts_importers() {
+    revoke_aborts_importers("sockets0", "unpublish");
+}
+#[test]
+fn tcp_destroy_aborts_importers() {
+    revoke_aborts_importers("tcp0", "destroy");
+}
+#[test]
+fn shm_destroy_aborts_importers() {
+    revoke_aborts_importers("shm0", "destroy");
+}
+#[test]
+fn sockets_destroy_aborts_importers() {
+    revoke_aborts_importers("sockets0", "destroy");
+}
+
+/// Exports a segment, then forks: in the child, the segment refuses with NOT_CREATOR.
+fn forker() {
+    let rt = runtime();
+    let node = rt
+        .block_on(
+            Node::builder()
+                .ignore_environment()
+                .id(arg("NODE_ID").parse().unwrap())
+                .start(),
+        )
+        .unwrap();
+    let ctrl = rt.block_on(node.controller("tcp0")).unwrap();
+    let seg = ctrl.export(1 << 16, ExportFlags::empty()).unwrap();
+    // SAFETY: the child only runs code that takes no lock another thread could hold at the
+    // fork (glibc makes malloc fork-safe; the checks below touch no runtime), then _exits.
+    let pid = unsafe { libc::fork() };
+    if pid == 0 {
+        let code = futures::executor::block_on(seg.publish(0x0040_1000, &[])).map_err(|e| e.code());
+        let unpub = futures::executor::block_on(seg.unpublish()).map_err(|e| e.code());
+        let ok = code == Err(12) && unpub == Err(12);
+        // SAFETY: _exit ends the forked child without running the parent's destructors.
+        unsafe { libc::_exit(if ok { 0 } else { 1 }) };
+    }
+    let mut status = 0;
+    // SAFETY: pid is our child; status is a valid out-parameter.
+    unsafe { libc::waitpid(pid, &mut status, 0) };
+    let child_ok = libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0;
+    // The creator itself still may publish.
+    let published = rt.block_on(seg.publish(0x0040_1000, &[])).is_ok();
+    say(format!("{child_ok} {published}"));
+    rt.block_on(node.shutdown());
+}
+
+#[test]
+fn a_forked_child_is_not_the_creator() {
+    let _serial = serial();
+    let mut peer = Peer::start(
+        "role_entry",
+        "forker",
+        &[("NODE_ID", fresh_node_id().to_string())],
+    );
+    assert_eq!(
+        peer.recv(),
+        "true true",
+        "the child gets NOT_CREATOR, the creator publishes"
+    );
+    peer.kill();
+}
