@@ -1,0 +1,57 @@
+//! `rsm` needs no tokio runtime in the caller: its futures are driven by the node's own
+//! threads and wake whatever executor awaits them. Two nodes in one process, awaited with
+//! `futures::executor::block_on`.
+
+mod common;
+
+use rsm::{ExportFlags, Node, Perm};
+
+#[test]
+fn put_and_get_without_a_tokio_runtime() {
+    let _serial = common::serial();
+    futures::executor::block_on(async {
+        let a_id = common::fresh_node_id();
+        let a = Node::builder()
+            .ignore_environment()
+            .id(a_id)
+            .start()
+            .await
+            .unwrap();
+        let b = Node::builder()
+            .ignore_environment()
+            .id(a_id + 1)
+            .start()
+            .await
+            .unwrap();
+        for ctrl in ["tcp0", "shm0"] {
+            let seg = a
+                .controller(ctrl)
+                .await
+                .unwrap()
+                .export(1 << 16, ExportFlags::empty())
+                .unwrap();
+            let id = seg.publish(0, &[]).await.unwrap();
+            let imp = b
+                .controller(ctrl)
+                .await
+                .unwrap()
+                .import(a_id, id, Perm::RDWR)
+                .await
+                .unwrap();
+            let (res, _) = imp
+                .put(100, bytes::Bytes::from_static(b"no runtime needed"))
+                .await;
+            res.unwrap();
+            let mut here = [0u8; 17];
+            seg.read_at(100, &mut here).unwrap();
+            assert_eq!(&here, b"no runtime needed", "{ctrl}");
+            let (res, back) = imp.get(100, bytes::BytesMut::zeroed(17)).await;
+            res.unwrap();
+            assert_eq!(&back.unwrap()[..], b"no runtime needed", "{ctrl}");
+            imp.disconnect().await.unwrap();
+            seg.destroy().await.unwrap();
+        }
+        a.shutdown().await;
+        b.shutdown().await;
+    });
+}
