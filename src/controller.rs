@@ -227,9 +227,15 @@ impl Controller {
     /// Connects to segment `segment` of node `node` (`rsm_memseg_import_connect`), asking for
     /// `perm` (`Perm::READ`, `Perm::WRITE` or `Perm::RDWR`).
     ///
+    /// The exporter checks the request against the segment's access list and the owner,
+    /// group or other bits of this process's class ([`crate::core::access`]; on one host it
+    /// takes this process's ids from the kernel, and root gets no bypass).
+    ///
     /// Errors: `RSMERR_REMOTE_NODE_UNREACHABLE` when the node does not answer,
-    /// `RSMERR_SEG_NOT_PUBLISHED` when it has no such segment, `RSMERR_PERM_DENIED` for bits
-    /// other than read and write.
+    /// `RSMERR_SEG_NOT_PUBLISHED` when it has no such segment,
+    /// `RSMERR_SEG_NOT_PUBLISHED_TO_NODE` when its access list leaves this node out,
+    /// `RSMERR_PERM_DENIED` for bits other than read and write, or when the class's bits do
+    /// not cover `perm`.
     ///
     /// # Cancel safety
     /// Cancel safe: a connect abandoned after the exporter granted it is never used, and the
@@ -396,14 +402,50 @@ fn enumerate(local_ip: IpAddr) -> Result<Vec<Candidate>> {
         let unit = units.entry(kind.clone()).or_insert(0);
         let name = format!("{kind}{unit}");
         *unit += 1;
+        let info = match ordered_variant(&provider, &entry.domain_name(), &kind, local_ip)? {
+            Some(ordered) => ordered,
+            None => entry.dup()?,
+        };
         out.push(Candidate {
             name,
             kind,
-            info: Arc::new(entry.dup()?),
+            info: Arc::new(info),
         });
     }
     tracing::debug!(controllers = ?out.iter().map(|c| &c.name).collect::<Vec<_>>(), %local_ip, "libfabric controllers");
     Ok(out)
+}
+
+/// On providers whose puts are fenced by a read (tcp, udp), the same domain asked with
+/// read-after-write ordering, which the fence relies on; `None` (and a warning) where the
+/// provider does not offer it.
+fn ordered_variant(
+    provider: &str,
+    domain: &str,
+    kind: &str,
+    local_ip: IpAddr,
+) -> Result<Option<fabric::Info>> {
+    if crate::backend::fabric::visibility_for(kind) != crate::reactor::slot::Visibility::FencedRead
+    {
+        return Ok(None);
+    }
+    let mut hints = Hints::rsm_rdm()?;
+    hints.provider(provider)?.domain(domain)?.read_after_write();
+    let list = InfoList::get(&hints, Some(&local_ip.to_string()))?;
+    let found = list
+        .iter()
+        .find(|e| e.provider() == provider && e.domain_name() == domain);
+    match found {
+        Some(e) => Ok(Some(e.dup()?)),
+        None => {
+            tracing::warn!(
+                provider,
+                domain,
+                "no read-after-write ordering: a put's fence relies on in-order delivery"
+            );
+            Ok(None)
+        }
+    }
 }
 
 fn open_loopback(node: Weak<NodeState>) -> ControllerInner {

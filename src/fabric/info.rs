@@ -71,6 +71,15 @@ impl Hints {
         Ok(self)
     }
 
+    /// Asks that an RMA read after an RMA write to the same target sees the write
+    /// (`FI_ORDER_RMA_RAW`): the fence of a put on providers without real delivery
+    /// completion relies on it.
+    pub(crate) fn read_after_write(&mut self) -> &mut Self {
+        // SAFETY: tx_attr was allocated by fi_allocinfo and is exclusively ours.
+        unsafe { (*(*self.ptr).tx_attr).msg_order |= ffi::FI_ORDER_RMA_RAW };
+        self
+    }
+
     /// Asks for a provider progress thread for data (`FI_PROGRESS_AUTO`).
     #[allow(dead_code)] // chosen by measurement in the reactor
     pub(crate) fn auto_progress(&mut self) -> &mut Self {
