@@ -6,9 +6,10 @@
 
 use crate::backend::fabric::Registration;
 use crate::controller::Controller;
+use crate::core::access::{self, Creator, Requester};
 use crate::core::segid;
 use crate::fabric::MrAccess;
-use crate::perm::{Access, ExportFlags};
+use crate::perm::{Access, ExportFlags, Perm};
 use crate::state::NodeState;
 use crate::sys::mem::Mapping;
 use crate::{Error, Result};
@@ -58,6 +59,9 @@ pub(crate) struct ExportInner {
     #[allow(dead_code)] // rebind reads it
     flags: ExportFlags,
     creator: u32,
+    /// The creating process's uid, gid and umask at export time: what the access check
+    /// compares importers with (spec §6.2, decision 15).
+    owner: Creator,
     state: Mutex<ExportState>,
     // Last: the registrations in `state` close before the memory is unmapped.
     mem: Mapping,
@@ -71,8 +75,12 @@ struct ExportState {
 
 pub(crate) struct Published {
     pub(crate) id: u32,
+    /// The registration that allows remote reads and writes.
     pub(crate) reg: Registration,
-    #[allow(dead_code)] // the access check reads it
+    /// The registration that allows remote reads only, under its own key: a read-only
+    /// importer gets only this key (defence in depth where the provider checks keys).
+    pub(crate) reg_ro: Registration,
+    /// The access list (validated); republish replaces it for later connects.
     pub(crate) acl: Vec<Access>,
     pub(crate) generation: u32,
     pub(crate) importers: HashMap<u64, Importer>,
@@ -87,7 +95,12 @@ pub(crate) struct Importer {
 
 /// What a connect answer needs from a published segment.
 pub(crate) struct Grant {
+    /// The key for the granted mode: the read-only registration's for a grant without
+    /// write, else the read-write one's.
     pub(crate) key: u64,
+    pub(crate) granted: Perm,
+    pub(crate) exporter_uid: u32,
+    pub(crate) exporter_gid: u32,
     pub(crate) base: u64,
     pub(crate) length: u64,
     pub(crate) generation: u32,
@@ -103,18 +116,61 @@ impl ExportInner {
         &self.ctrl
     }
 
-    /// Records a new importer and returns what it needs; `None` when not published.
-    pub(crate) fn admit(&self, conn_id: u64, importer: Importer) -> Option<Grant> {
+    /// Applies the access check (spec §6.2) to `who` asking for `want`, and on success
+    /// records the importer and returns what it needs. `RSMERR_SEG_NOT_PUBLISHED` when not
+    /// published; the check's errors otherwise.
+    pub(crate) fn admit(
+        &self,
+        conn_id: u64,
+        importer: Importer,
+        who: &Requester<'_>,
+        want: Perm,
+    ) -> Result<Grant> {
         let mut st = self.lock();
-        let p = st.published.as_mut()?;
-        p.importers.insert(conn_id, importer);
-        Some(Grant {
-            key: p.reg.key(),
-            base: p.reg.base(),
+        let p = st.published.as_mut().ok_or_else(Error::seg_not_published)?;
+        let granted = access::check(&p.acl, &self.owner, who, want).map_err(|e| e.segment(p.id))?;
+        // libfabric 1.17's shm creates each endpoint's region private to its user (mode
+        // 0600), and a connection needs both processes to map each other's region. Between
+        // users the importer cannot (its fi_av_insert fails), and an exporter that cannot map
+        // the region of an importer that could map its own (root) segfaults on the first
+        // request (smr_progress_connreq ignores the failed mapping). Refuse before any key.
+        if self.ctrl.kind() == "shm" {
+            let (me, _, _) = crate::sys::creds::current();
+            if who.uid != me {
+                let why = format!(
+                    "shm connects only processes of one user (importer uid {}, exporter uid \
+                     {me}): libfabric's shm regions are private to their user; use tcp or \
+                     sockets between users",
+                    who.uid
+                );
+                return Err(Error::perm_denied()
+                    .segment(p.id)
+                    .node(who.node)
+                    .detail(why));
+            }
+        }
+        let fabric_addr = self
+            .ctrl
+            .fabric()
+            .ok_or_else(|| Error::ctlr_not_present().segment(p.id))?
+            .address();
+        let reg = if granted.allows(Perm::WRITE) {
+            &p.reg
+        } else {
+            &p.reg_ro
+        };
+        let grant = Grant {
+            key: reg.key(),
+            granted,
+            exporter_uid: self.owner.uid,
+            exporter_gid: self.owner.gid,
+            base: reg.base(),
             length: self.size as u64,
             generation: p.generation,
-            fabric_addr: self.ctrl.fabric()?.address(),
-        })
+            fabric_addr,
+        };
+        p.importers.insert(conn_id, importer);
+        Ok(grant)
     }
 
     /// Forgets an importer (it disconnected, or its node is gone).
@@ -181,6 +237,11 @@ impl ExportSegment {
                 size,
                 flags,
                 creator: crate::sys::creds::pid(),
+                owner: {
+                    let (uid, gid, _) = crate::sys::creds::current();
+                    let umask = crate::sys::creds::umask();
+                    Creator { uid, gid, umask }
+                },
                 state: Mutex::new(ExportState::default()),
                 mem,
             }),
@@ -267,8 +328,40 @@ impl ExportSegment {
 
     /// Publishes the segment (`rsm_memseg_export_publish`) under `id`, or under an id the
     /// node assigns (from `0x80000000` up) when `id` is 0, and returns the id. Ids chosen by
-    /// the caller lie in `0x400000`-`0x7FFFFFFF` (decision 8). An empty access list lets
-    /// any node connect.
+    /// the caller lie in `0x400000`-`0x7FFFFFFF` (decision 8).
+    ///
+    /// `acl` says which nodes may connect and with which owner/group/other bits (spec §6,
+    /// [`crate::core::access`]): at most 4096 entries, any node id, each permission at most
+    /// `0666` using only read and write bits; for a node listed twice the first entry counts.
+    /// An empty list lets every node connect, with the mode `0666 & !umask` of the process
+    /// that created the segment. Importers are classed against the creator's uid and gid
+    /// recorded at export time, and root gets no bypass (decision 15).
+    ///
+    /// The segment is registered twice with the provider, read-write and read-only, under
+    /// different keys; a read-only importer only learns the read-only key.
+    ///
+    /// Errors: `RSMERR_NOT_CREATOR` from a forked child, `RSMERR_RESERVED_SEGID` for an id
+    /// outside the allowed ranges, `RSMERR_SEG_ALREADY_PUBLISHED`, `RSMERR_BAD_ACL` (before
+    /// anything changes), `RSMERR_SEGID_IN_USE`, and the provider's registration errors.
+    ///
+    /// ```
+    /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// # let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+    /// # rt.block_on(async {
+    /// use rsm::Access;
+    /// let node = rsm::Node::builder().ignore_environment().id(9335).start().await?;
+    /// let seg = node.controller("tcp0").await?.export(1 << 16, rsm::ExportFlags::empty())?;
+    /// // Execute bits are refused.
+    /// let e = seg.publish(0, &[Access::new(2, 0o700)]).await.unwrap_err();
+    /// assert_eq!(e.code(), 21);
+    /// // Node 2: owner read-write, group read; node 3: everyone may read.
+    /// seg.publish(0x400123, &[Access::new(2, 0o640), Access::new(3, 0o444)]).await?;
+    /// seg.destroy().await?;
+    /// node.shutdown().await;
+    /// # Ok::<_, rsm::Error>(())
+    /// # })?;
+    /// # Ok(()) }
+    /// ```
     ///
     /// # Cancel safety
     /// Cancel safe: the segment is published once this returns `Ok`, and not before.
@@ -293,11 +386,20 @@ impl ExportSegment {
                 return Err(Error::seg_already_published().op(OP).segment(p.id));
             }
         }
+        access::validate_acl(acl).map_err(|e| e.op(OP))?;
         let access = MrAccess::REMOTE_READ.union(MrAccess::REMOTE_WRITE);
-        // SAFETY: the memory is owned by ExportInner, which outlives the registration (the
-        // registration lives in its state, dropped before `mem`), and revoke keeps the
-        // segment alive until importers are done.
+        // SAFETY: the memory is owned by ExportInner, which outlives the registrations (they
+        // live in its state, dropped before `mem`), and revoke keeps the segment alive until
+        // importers are done.
         let reg = unsafe { backend.register(self.inner.mem.as_ptr(), self.inner.size, access) }?;
+        // SAFETY: as above.
+        let reg_ro = unsafe {
+            backend.register(
+                self.inner.mem.as_ptr(),
+                self.inner.size,
+                MrAccess::REMOTE_READ,
+            )
+        }?;
         let id = node.claim_segment_id(id, &self.inner)?;
         let mut st = self.inner.lock();
         if st.published.is_some() {
@@ -307,6 +409,7 @@ impl ExportSegment {
         st.published = Some(Published {
             id,
             reg,
+            reg_ro,
             acl: acl.to_vec(),
             generation: 1,
             importers: HashMap::new(),
@@ -318,6 +421,59 @@ impl ExportSegment {
             "published"
         );
         Ok(id)
+    }
+
+    /// Replaces the access list of the published segment (`rsm_memseg_export_republish`).
+    ///
+    /// Only later connects are checked against the new list: importers already connected
+    /// keep what they were granted (spec §4.2). The list follows the rules of
+    /// [`ExportSegment::publish`].
+    ///
+    /// Errors, in this order (the original's): `RSMERR_BAD_SEG_HNDL` after destroy,
+    /// `RSMERR_SEG_NOT_PUBLISHED`, `RSMERR_BAD_ACL` (the old list stays),
+    /// `RSMERR_NOT_CREATOR` from a forked child.
+    ///
+    /// ```
+    /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// # let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+    /// # rt.block_on(async {
+    /// use rsm::Access;
+    /// let node = rsm::Node::builder().ignore_environment().id(9424).start().await?;
+    /// let seg = node.controller("tcp0").await?.export(1 << 16, rsm::ExportFlags::empty())?;
+    /// assert_eq!(seg.republish(&[]).await.unwrap_err().code(), 7); // not published yet
+    /// seg.publish(0, &[Access::new(2, 0o600)]).await?;
+    /// // From now on node 3 may connect instead of node 2.
+    /// seg.republish(&[Access::new(3, 0o666)]).await?;
+    /// assert_eq!(seg.republish(&[Access::new(3, 0o777)]).await.unwrap_err().code(), 21);
+    /// seg.destroy().await?;
+    /// node.shutdown().await;
+    /// # Ok::<_, rsm::Error>(())
+    /// # })?;
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// # Cancel safety
+    /// Cancel safe: the list is replaced once this returns `Ok`, and not before.
+    pub async fn republish(&self, acl: &[Access]) -> Result<()> {
+        const OP: &str = "republish";
+        let mut st = self.inner.lock();
+        if st.destroyed {
+            return Err(Error::bad_seg_hndl()
+                .op(OP)
+                .detail("the segment was destroyed"));
+        }
+        let Some(p) = st.published.as_mut() else {
+            return Err(Error::seg_not_published().op(OP));
+        };
+        access::validate_acl(acl).map_err(|e| e.op(OP).segment(p.id))?;
+        self.check_creator(OP)?;
+        p.acl = acl.to_vec();
+        tracing::debug!(
+            segment = format_args!("{:#x}", p.id),
+            entries = acl.len(),
+            "republished"
+        );
+        Ok(())
     }
 
     /// Withdraws the segment (`rsm_memseg_export_unpublish`): no new connects, and every

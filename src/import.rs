@@ -51,6 +51,8 @@ pub(crate) struct ImportInner {
     segment: u32,
     conn_id: u64,
     peer_incarnation: u64,
+    /// The exporter's byte order, from its hello: typed accesses store in it (decision 4).
+    peer_byte_order: crate::core::wire::ByteOrder,
     dest: ffi::fi_addr_t,
     peer_addr: Vec<u8>,
     length: u64,
@@ -148,6 +150,7 @@ impl ImportSegment {
                 ));
             }
         };
+        // keys[0] is the key for the granted mode.
         let key = *grant
             .keys
             .first()
@@ -162,6 +165,7 @@ impl ImportSegment {
             segment,
             conn_id: grant.conn_id,
             peer_incarnation: peer.incarnation,
+            peer_byte_order: peer.byte_order,
             dest,
             peer_addr: grant.fabric_addr,
             length: grant.length,
@@ -350,3 +354,6 @@ impl ImportSegment {
             .await
     }
 }
+
+// Typed put/get (8/16/32/64 bits, byte order), an `impl ImportSegment` in import/typed.rs.
+mod typed;

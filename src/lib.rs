@@ -6,6 +6,7 @@
 //!
 //! See the README for the set-up and the crate layout; the RSMAPI table below says, for each
 //! of the 42 RSMAPI functions, what `rsm` offers in its place.
+#![doc = include_str!("rsmapi_table.md")]
 
 pub mod error;
 
@@ -17,6 +18,8 @@ pub(crate) mod sys;
 
 #[doc(hidden)]
 pub mod bench;
+#[doc(hidden)]
+pub mod demo;
 pub(crate) mod reactor;
 pub(crate) mod sidechannel;
 
@@ -32,6 +35,7 @@ pub mod topology;
 
 pub use controller::{Controller, ControllerAttr, ControllerInfo};
 pub use core::segid::{SegmentIdRange, get_segmentid_range};
+pub use core::wire::ByteOrder;
 pub use error::{Error, Result};
 pub use export::ExportSegment;
 pub use import::ImportSegment;

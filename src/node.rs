@@ -45,6 +45,7 @@ use crate::core::config::{
     self, DEFAULT_CONFIG_PATH, ENV_CONFIG, ENV_LISTEN, ENV_NODE_ID, ENV_PEERS, MAX_FILE_BYTES,
     Origin, PartialConfig,
 };
+use crate::core::wire::ByteOrder;
 use crate::sidechannel::{LocalIdentity, SideChannel, SideChannelConfig};
 use crate::state::{NodeHandler, NodeState};
 use crate::{Error, Result};
@@ -361,6 +362,8 @@ pub struct NodeBuilder {
     settings: PartialConfig,
     config_file: Option<PathBuf>,
     ignore_environment: bool,
+    /// The byte order the hello announces (native unless fault injection says otherwise).
+    byte_order: ByteOrder,
 }
 
 impl Default for NodeBuilder {
@@ -369,6 +372,7 @@ impl Default for NodeBuilder {
             settings: PartialConfig::new(Origin::Builder),
             config_file: None,
             ignore_environment: false,
+            byte_order: ByteOrder::native(),
         }
     }
 }
@@ -493,6 +497,23 @@ impl NodeBuilder {
         self
     }
 
+    /// Makes the node announce `order` as its byte order in its hello instead of the
+    /// machine's own, so that peers swap typed accesses to it as they would for a node of
+    /// that byte order (decision 4). A test hook: the node's own memory keeps the machine's
+    /// order, only what peers believe changes. Only with the `fault-injection` feature.
+    ///
+    /// ```
+    /// use rsm::ByteOrder;
+    ///
+    /// let builder = rsm::Node::builder().announce_byte_order(ByteOrder::Big);
+    /// # let _ = builder;
+    /// ```
+    #[cfg(feature = "fault-injection")]
+    pub fn announce_byte_order(mut self, order: ByteOrder) -> Self {
+        self.byte_order = order;
+        self
+    }
+
     /// Resolves the configuration, binds the side-channel listener and starts the node.
     ///
     /// # Errors
@@ -546,6 +567,7 @@ impl NodeBuilder {
                 node_id: config.node_id,
                 incarnation,
                 doorbells: Vec::new(),
+                byte_order: self.byte_order,
             },
             listener,
             config.peers.clone(),

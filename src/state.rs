@@ -1,10 +1,12 @@
 //! What a node shares between its controllers, segments and side channel: the segment table,
 //! the connections, and the handling of side-channel messages.
 
+use crate::core::access::Requester;
 use crate::core::segid;
 use crate::core::wire::{ConnectGrant, ConnectReply, ConnectRequest, Message};
 use crate::export::{ExportInner, Importer, Published};
 use crate::import::ImportInner;
+use crate::perm::Perm;
 use crate::reactor::engine::Engine;
 use crate::sidechannel::{Handler, PeerInfo, SideChannel};
 use crate::{Error, Result};
@@ -212,9 +214,6 @@ impl NodeState {
                 .segment(r.segment_id)
                 .detail("published on another controller type"));
         }
-        if r.perm & !0o600 != 0 {
-            return Err(Error::perm_denied().segment(r.segment_id));
-        }
         let conn_id = self.next_conn_id();
         let g = export
             .admit(
@@ -223,20 +222,22 @@ impl NodeState {
                     node: peer.node_id,
                     incarnation: peer.incarnation,
                 },
+                &requester(peer, r),
+                Perm::from_bits(r.perm),
             )
-            .ok_or_else(|| Error::seg_not_published().segment(r.segment_id))?;
+            .map_err(|e| e.segment(r.segment_id))?;
         lock(&self.conns).insert(conn_id, r.segment_id);
-        let (uid, gid, _) = crate::sys::creds::current();
         Ok(ConnectGrant {
             conn_id,
+            // keys[0] is the key for the granted mode (read-only for a grant without write).
             keys: vec![g.key],
             base: g.base,
             length: g.length,
-            granted: r.perm,
+            granted: g.granted.bits(),
             generation: g.generation,
             fabric_addr: g.fabric_addr,
-            exporter_uid: uid,
-            exporter_gid: gid,
+            exporter_uid: g.exporter_uid,
+            exporter_gid: g.exporter_gid,
         })
     }
 
@@ -252,6 +253,26 @@ impl NodeState {
         lock(&self.imports)
             .get(&(node, conn_id))
             .and_then(Weak::upgrade)
+    }
+}
+
+/// Who asks to import, for the access check (decision 15): on a Unix link (same host) the
+/// kernel's credentials of the peer process replace whatever the request claims; between
+/// hosts the claimed uid, gid and supplementary groups (at most 64, bounded by the wire).
+fn requester<'a>(peer: &'a PeerInfo, r: &'a ConnectRequest) -> Requester<'a> {
+    match &peer.creds {
+        Some(c) => Requester {
+            node: peer.node_id,
+            uid: c.uid,
+            gid: c.gid,
+            groups: &c.groups,
+        },
+        None => Requester {
+            node: peer.node_id,
+            uid: r.uid,
+            gid: r.gid,
+            groups: &r.groups,
+        },
     }
 }
 
@@ -346,5 +367,68 @@ impl Handler for NodeHandler {
             }
         }
         lock(&node.revokes).retain(|_, (n, _)| *n != node_id);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::core::wire::ByteOrder;
+    use crate::sidechannel::PeerCreds;
+
+    fn request() -> ConnectRequest {
+        ConnectRequest {
+            req: 1,
+            segment_id: 0x400000,
+            controller: "tcp".into(),
+            perm: 0o600,
+            uid: 0,
+            gid: 0,
+            groups: vec![0, 4],
+            fabric_addr: Vec::new(),
+        }
+    }
+
+    fn peer(creds: Option<PeerCreds>) -> PeerInfo {
+        PeerInfo {
+            node_id: 7,
+            incarnation: 1,
+            byte_order: ByteOrder::native(),
+            same_host: creds.is_some(),
+            creds,
+            doorbells: Vec::new(),
+            link_id: 1,
+        }
+    }
+
+    #[test]
+    fn kernel_credentials_replace_the_claimed_ids() {
+        let r = request();
+        let p = peer(Some(PeerCreds {
+            pid: Some(42),
+            uid: 65534,
+            gid: 65533,
+            groups: vec![100],
+        }));
+        let who = requester(&p, &r);
+        assert_eq!((who.node, who.uid, who.gid), (7, 65534, 65533));
+        assert_eq!(who.groups, &[100]);
+        // The kernel reported no groups: the claimed ones are not used either.
+        let p = peer(Some(PeerCreds {
+            pid: None,
+            uid: 65534,
+            gid: 65534,
+            groups: Vec::new(),
+        }));
+        assert!(requester(&p, &r).groups.is_empty());
+    }
+
+    #[test]
+    fn claimed_ids_count_without_kernel_credentials() {
+        let r = request();
+        let p = peer(None);
+        let who = requester(&p, &r);
+        assert_eq!((who.node, who.uid, who.gid), (7, 0, 0));
+        assert_eq!(who.groups, &[0, 4]);
     }
 }

@@ -19,6 +19,8 @@ pub(crate) struct FabricBackend {
     name: String,
     keys: Mutex<HashSet<u64>>,
     peers: Mutex<HashMap<Vec<u8>, (ffi::fi_addr_t, usize)>>,
+    /// Addresses the provider refused once: never inserted again (see `peer`).
+    refused: Mutex<HashSet<Vec<u8>>>,
     key_mask: u64,
     virt_addr: bool,
     visibility: Visibility,
@@ -49,6 +51,7 @@ impl FabricBackend {
             name: name.to_string(),
             keys: Mutex::new(HashSet::new()),
             peers: Mutex::new(HashMap::new()),
+            refused: Mutex::new(HashSet::new()),
             key_mask,
             visibility: visibility_for(kind),
             max_transfer,
@@ -136,7 +139,24 @@ impl FabricBackend {
             *n += 1;
             return Ok(*fi);
         }
-        let fi = self.engine.endpoint().av().insert(addr)?;
+        // libfabric 1.17's shm keeps the name of an address whose insert failed (e.g. a peer
+        // region of another user, mode 0600, that shm_open may not open): a second insert of
+        // it "succeeds" with no region behind it, and the first operation on it segfaults
+        // (smr_map_add in prov/shm/src/smr_util.c). So a refused address stays refused.
+        let mut refused = self.refused.lock().unwrap_or_else(|p| p.into_inner());
+        if refused.contains(addr) {
+            return Err(Error::remote_node_unreachable().detail(
+                "the provider refused this peer's fabric address before (on shm: the peer runs \
+                 as another user, and shm regions are private to their user)",
+            ));
+        }
+        let fi = match self.engine.endpoint().av().insert(addr) {
+            Ok(fi) => fi,
+            Err(e) => {
+                refused.insert(addr.to_vec());
+                return Err(e);
+            }
+        };
         peers.insert(addr.to_vec(), (fi, 1));
         Ok(fi)
     }

@@ -11,7 +11,10 @@
 //!   least `max(iters, W)` operations (more for small sizes: up to 20 000, or 16 MiB worth);
 //!   MB/s (10^6 bytes per second), operations per second, and `median_us` = time / operations.
 //! - **put** is a write that completes when its data is visible at the target (rsm's
-//!   implicit barrier; `FI_DELIVERY_COMPLETE` in the baseline); **get** is a read.
+//!   implicit barrier). The baseline does what rsm does on the provider: a write with
+//!   `FI_DELIVERY_COMPLETE` on shm and sockets; on tcp;ofi_rxm and udp;ofi_rxd, whose
+//!   delivery-complete writes complete once the bytes are in the socket, a plain write then
+//!   a one-byte read of its last byte, done when both completed. **get** is a read.
 //! - **`--baseline`** repeats each row with plain libfabric calls between the same two
 //!   processes (same provider and domain, same operations, sizes, window and completion
 //!   semantics; no reactor, no futures, both processes busy-polling their completion queues

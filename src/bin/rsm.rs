@@ -1,5 +1,6 @@
 //! The `rsm` command: `info` lists the controllers, `topology` prints the topology, `bench`
-//! measures put and get against a peer process it starts.
+//! measures put and get against a peer process it starts, `demo` walks through export, import
+//! and access control with a second process.
 
 use clap::{Parser, Subcommand};
 use rsm::controller::ControllerInfo;
@@ -36,6 +37,12 @@ enum Command {
     /// The peer process of `rsm bench` (started by it).
     #[command(hide = true)]
     BenchPeer(rsm::bench::PeerArgs),
+    /// Walk through export, publish with an access list, connect, put, get and the refusals,
+    /// with a second process as the exporting node.
+    Demo(rsm::demo::DemoArgs),
+    /// The exporting node of `rsm demo` (started by it).
+    #[command(hide = true)]
+    DemoExporter(rsm::demo::ExporterArgs),
 }
 
 fn main() -> ExitCode {
@@ -61,6 +68,8 @@ fn main() -> ExitCode {
     let command = match cli.command {
         Command::Bench(args) => return rt.block_on(rsm::bench::run(args)),
         Command::BenchPeer(args) => return rt.block_on(rsm::bench::run_peer(args)),
+        Command::Demo(args) => return rt.block_on(rsm::demo::run(args)),
+        Command::DemoExporter(args) => return rt.block_on(rsm::demo::run_exporter(args)),
         other => other,
     };
     match rt.block_on(run(command)) {
@@ -115,7 +124,9 @@ async fn run(command: Command) -> rsm::Result<()> {
             }
             node.shutdown().await;
         }
-        Command::Bench(_) | Command::BenchPeer(_) => unreachable!("dispatched in main"),
+        Command::Bench(_) | Command::BenchPeer(_) | Command::Demo(_) | Command::DemoExporter(_) => {
+            unreachable!("dispatched in main")
+        }
     }
     Ok(())
 }

@@ -2,6 +2,7 @@
 //! segment-id parsing live here; later the access check, the side-channel wire format,
 //! operation slots and event counting.
 
+pub mod access;
 pub mod config;
 pub mod ctlrname;
 pub mod segid;

@@ -208,7 +208,8 @@ pub struct ConnectRequest {
 pub struct ConnectGrant {
     /// The connection id, used in later messages about this connection.
     pub conn_id: u64,
-    /// The remote keys, one per access mode (1 to [`MAX_KEYS`]).
+    /// The remote keys, one per access mode (1 to [`MAX_KEYS`]); `keys[0]` is the key for
+    /// the granted mode (a read-only grant gets the read-only registration's key only).
     pub keys: Vec<u64>,
     /// The base address of the segment, as the provider addresses it.
     pub base: u64,

@@ -97,6 +97,9 @@ pub(crate) struct LocalIdentity {
     /// This node's signal doorbells, one per controller (at most
     /// [`MAX_DOORBELLS`](wire::MAX_DOORBELLS)).
     pub doorbells: Vec<Doorbell>,
+    /// The byte order the hello announces: [`ByteOrder::native`], except where the
+    /// `fault-injection` feature makes a node pretend otherwise (decision 4).
+    pub byte_order: ByteOrder,
 }
 
 /// A peer as one link sees it.
@@ -188,7 +191,7 @@ impl SideChannel {
         let hello = wire::encode(&Message::Hello(Hello {
             node_id: id.node_id,
             incarnation: id.incarnation,
-            byte_order: ByteOrder::native(),
+            byte_order: id.byte_order,
             boot_id,
             auth: Vec::new(),
             doorbells: id.doorbells.clone(),

@@ -170,6 +170,7 @@ fn start_as(id: u32, peers: &[(u32, SocketAddr)], cfg: SideChannelConfig) -> Res
                 addr: 0x10,
                 key: u64::from(id),
             }],
+            byte_order: ByteOrder::native(),
         },
         tcp,
         peers.iter().copied().collect(),

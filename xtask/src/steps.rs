@@ -62,8 +62,8 @@ pub const DEMO: &[Step] = &[
         env: &[LOOPBACK_FABRIC],
     },
     Step {
-        name: "rsm topology",
-        cargo_args: &["run", "--release", "--bin", "rsm", "--", "topology"],
+        name: "rsm demo",
+        cargo_args: &["run", "--release", "--bin", "rsm", "--", "demo"],
         env: &[LOOPBACK_FABRIC],
     },
 ];
@@ -149,6 +149,12 @@ mod tests {
         for step in DEMO {
             assert_eq!(env_of(step), LOOPBACK_FABRIC, "{}", step.name);
         }
+    }
+
+    #[test]
+    fn demo_lists_the_controllers_then_walks_through() {
+        let names: Vec<_> = DEMO.iter().map(|step| step.name).collect();
+        assert_eq!(names, ["rsm info", "rsm demo"]);
     }
 
     #[test]
