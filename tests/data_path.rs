@@ -279,7 +279,15 @@ fn killed_peer_aborts(ctrl: &str) {
         shm_files_of(pid).is_empty(),
         "the killed exporter's /dev/shm files are gone"
     );
+    // The importer's put to the dead exporter never completes; shutting the node down still
+    // closes its endpoint, so this process leaves nothing in /dev/shm either.
     s.rt.block_on(s.node.shutdown());
+    let me = std::process::id();
+    assert!(
+        shm_files_of(me).is_empty(),
+        "{ctrl}: {:?} left in /dev/shm",
+        shm_files_of(me)
+    );
 }
 
 /// A buffer that counts its own drop.

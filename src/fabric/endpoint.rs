@@ -5,7 +5,7 @@ use super::{
 };
 use crate::{Error, Result, error::FabricFailure};
 use std::ptr;
-use std::sync::Arc;
+use std::sync::{Arc, RwLock, RwLockReadGuard};
 
 /// Why a post did not go out.
 #[derive(Debug)]
@@ -28,6 +28,9 @@ fn post_result(call: &'static str, ret: isize) -> std::result::Result<(), PostEr
 /// vector. It keeps both, and so its domain, open.
 pub(crate) struct Endpoint {
     fid: *mut ffi::fid_ep,
+    /// Posts hold it shared; `close` holds it exclusively and sets it, so no post can use
+    /// the endpoint during or after its close.
+    closed: RwLock<bool>,
     cq: Arc<CompletionQueue>,
     av: Arc<AddressVector>,
     name: Vec<u8>,
@@ -62,6 +65,7 @@ impl Endpoint {
         }
         let mut ep = Endpoint {
             fid,
+            closed: RwLock::new(false),
             cq,
             av,
             name: Vec::new(),
@@ -162,10 +166,13 @@ impl Endpoint {
             context: context.cast(),
             data,
         };
+        let open = self.open_guard()?;
         // SAFETY: msg and the structs it points to live across the call (the provider copies
-        // them); the caller keeps the buffer and context alive until completion.
+        // them); the caller keeps the buffer and context alive until completion; `open`
+        // keeps the endpoint from closing meanwhile.
         let ret =
             unsafe { ffi::fi_writemsg(self.fid, &msg, flags | u64::from(ffi::FI_COMPLETION)) };
+        drop(open);
         post_result("fi_writemsg", ret)
     }
 
@@ -186,7 +193,9 @@ impl Endpoint {
         key: u64,
         context: *mut ffi::fi_context2,
     ) -> std::result::Result<(), PostError> {
-        // SAFETY: the caller keeps the buffer and context alive until completion.
+        let open = self.open_guard()?;
+        // SAFETY: the caller keeps the buffer and context alive until completion; `open`
+        // keeps the endpoint from closing meanwhile.
         let ret = unsafe {
             ffi::fi_read(
                 self.fid,
@@ -199,6 +208,7 @@ impl Endpoint {
                 context.cast(),
             )
         };
+        drop(open);
         post_result("fi_read", ret)
     }
 
@@ -212,7 +222,9 @@ impl Endpoint {
         addr: u64,
         key: u64,
     ) -> std::result::Result<(), PostError> {
-        // SAFETY: inject copies the payload before returning; nothing is kept.
+        let open = self.open_guard()?;
+        // SAFETY: inject copies the payload before returning; nothing is kept; `open` keeps
+        // the endpoint from closing meanwhile.
         let ret = unsafe {
             ffi::fi_inject_writedata(
                 self.fid,
@@ -224,14 +236,40 @@ impl Endpoint {
                 key,
             )
         };
+        drop(open);
         post_result("fi_inject_writedata", ret)
+    }
+
+    /// Shared access for one post, or `Failed` once the endpoint is closed.
+    fn open_guard(&self) -> std::result::Result<RwLockReadGuard<'_, bool>, PostError> {
+        let g = self.closed.read().unwrap_or_else(|p| p.into_inner());
+        if *g {
+            return Err(PostError::Failed(fi_failure(
+                "fi_writemsg",
+                -(ffi::FI_ESHUTDOWN as isize),
+            )));
+        }
+        Ok(g)
+    }
+
+    /// Closes the endpoint now, with operations possibly still in flight: the provider then
+    /// touches none of their buffers any more (which stay leaked, never freed), and releases
+    /// what it holds for the endpoint (shm's region in /dev/shm). Later posts fail.
+    pub(crate) fn close(&self) {
+        let mut closed = self.closed.write().unwrap_or_else(|p| p.into_inner());
+        if !*closed {
+            *closed = true;
+            // SAFETY: the exclusive guard keeps every post out; the endpoint is live and is
+            // closed once (the flag).
+            unsafe { close_fid(&mut (*self.fid).fid, "endpoint") };
+        }
     }
 }
 
 impl Drop for Endpoint {
     fn drop(&mut self) {
-        // SAFETY: the reactor drops its Arc only after in-flight operations completed or were
+        // The reactor drops its Arc only after in-flight operations completed or were
         // abandoned to this close (their slots stay leaked, never freed, in that case).
-        unsafe { close_fid(&mut (*self.fid).fid, "endpoint") };
+        self.close();
     }
 }

@@ -381,6 +381,9 @@ impl Engine {
                 }
             }
         }
+        // Closing the endpoint here, not when the last Arc goes, releases the provider's
+        // resources even while leaked slots of operations that never completed hold it.
+        self.ep.close();
         tracing::debug!(controller = %self.name, "progress thread exits");
     }
 
