@@ -13,7 +13,7 @@
 
 use crate::backend::fabric::FabricBackend;
 use crate::core::ctlrname::ControllerName;
-use crate::export::ExportSegment;
+use crate::export::{ExportSegment, SegmentMemory};
 use crate::fabric::{self, Domain, Fabric, Hints, InfoList, ffi};
 use crate::import::ImportSegment;
 use crate::perm::{ExportFlags, Perm};
@@ -222,6 +222,41 @@ impl Controller {
     pub fn export(&self, size: usize, flags: ExportFlags) -> Result<ExportSegment> {
         let node = self.node_state("export_create")?;
         ExportSegment::create(self, Arc::downgrade(&node), size, flags)
+    }
+
+    /// Creates an export segment over memory the caller hands over
+    /// (`rsm_memseg_export_create` with the caller's `vaddr`): see [`SegmentMemory`] for what
+    /// the memory must promise. `rsm` owns it from now on and drops it only after the last
+    /// registration over it was closed. Nothing is copied or zeroed.
+    ///
+    /// Errors, in the original's order: `RSMERR_BAD_ADDR` for a NULL address,
+    /// `RSMERR_BAD_LENGTH` for an empty range, `RSMERR_BAD_MEM_ALIGNMENT` when the address or
+    /// the length is not a multiple of the page size, `RSMERR_BAD_LENGTH` when it is larger
+    /// than the controller's `max_export_segment_size`. On error `mem` is dropped.
+    ///
+    /// ```
+    /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// # let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+    /// # rt.block_on(async {
+    /// let node = rsm::Node::builder().ignore_environment().id(9514).start().await?;
+    /// let ctrl = node.controller("tcp0").await?;
+    /// let e = ctrl.export_memory(Vec::new(), rsm::ExportFlags::empty()).unwrap_err();
+    /// assert_eq!(e.code(), 20); // BAD_LENGTH
+    /// // A Vec of 3 bytes is not a multiple of the page size.
+    /// let e = ctrl.export_memory(vec![0u8; 3], rsm::ExportFlags::empty()).unwrap_err();
+    /// assert_eq!(e.code(), 17); // BAD_MEM_ALIGNMENT
+    /// node.shutdown().await;
+    /// # Ok::<_, rsm::Error>(())
+    /// # })?;
+    /// # Ok(()) }
+    /// ```
+    pub fn export_memory<M: SegmentMemory>(
+        &self,
+        mem: M,
+        flags: ExportFlags,
+    ) -> Result<ExportSegment> {
+        let node = self.node_state("export_create")?;
+        ExportSegment::create_from(self, Arc::downgrade(&node), mem, flags)
     }
 
     /// Connects to segment `segment` of node `node` (`rsm_memseg_import_connect`), asking for

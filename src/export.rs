@@ -1,8 +1,9 @@
 //! Export segments (spec §4.2): memory this node offers to importers.
 //!
-//! `rsm` allocates the memory itself (page-aligned, excluded from `fork`), registers it with
-//! the controller's provider when the segment is published, and hands the key only to
-//! importers that connect through the side channel.
+//! `rsm` allocates the memory itself (page-aligned, excluded from `fork`), or takes memory the
+//! caller hands over ([`SegmentMemory`]), registers it with the controller's provider when the
+//! segment is published, and hands the key only to importers that connect through the side
+//! channel.
 
 use crate::backend::fabric::Registration;
 use crate::controller::Controller;
@@ -15,6 +16,183 @@ use crate::sys::mem::Mapping;
 use crate::{Error, Result};
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
+
+/// Memory a caller hands over to back an export segment
+/// ([`Controller::export_memory`], [`ExportSegment::rebind`]).
+///
+/// `rsm` owns the value from then on: it registers the range with the provider, lets
+/// importers read and write it, and drops the value only after every registration over it was
+/// closed and no importer can reach it any more.
+///
+/// # Safety
+/// An implementation promises that, for as long as the value lives:
+/// - `as_ptr()` and `len()` always return the same range, and the range stays mapped,
+///   readable and writable at that one address (moving the value does not move it);
+/// - nothing else frees, unmaps, remaps or reuses the range, and no Rust reference over it is
+///   held elsewhere (remote writers change it underneath, design §5).
+///
+/// `rsm` calls [`SegmentMemory::as_mut_ptr`] once, when it takes the value over, and uses
+/// that pointer for every access.
+///
+/// ```
+/// use rsm::SegmentMemory;
+/// use std::alloc::{Layout, alloc_zeroed, dealloc};
+///
+/// /// Page-aligned heap memory.
+/// struct Pages { ptr: *mut u8, layout: Layout }
+/// // SAFETY: the allocation is owned by the value and freed only in its Drop.
+/// unsafe impl Send for Pages {}
+/// unsafe impl Sync for Pages {}
+/// // SAFETY: one fixed allocation, valid until drop, freed by nobody else.
+/// unsafe impl SegmentMemory for Pages {
+///     fn as_ptr(&self) -> *mut u8 { self.ptr }
+///     fn len(&self) -> usize { self.layout.size() }
+/// }
+/// impl Drop for Pages {
+///     // SAFETY: allocated with this layout.
+///     fn drop(&mut self) { unsafe { dealloc(self.ptr, self.layout) } }
+/// }
+///
+/// let layout = Layout::from_size_align(1 << 16, 4096).unwrap();
+/// // SAFETY: the layout has a non-zero size.
+/// let ptr = unsafe { alloc_zeroed(layout) };
+/// assert!(!ptr.is_null());
+/// let pages = Pages { ptr, layout };
+/// assert_eq!(pages.len(), 1 << 16);
+/// ```
+pub unsafe trait SegmentMemory: Send + Sync + 'static {
+    /// The start of the range.
+    fn as_ptr(&self) -> *mut u8;
+
+    /// The range's length in bytes.
+    fn len(&self) -> usize;
+
+    /// Whether the range is empty (an export refuses it with `RSMERR_BAD_LENGTH`).
+    fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// The start of the range, from exclusive access: what `rsm` uses. The default returns
+    /// [`SegmentMemory::as_ptr`]; containers whose shared-access pointer must not be written
+    /// through (a `Vec`, a `Box`) return their mutable one.
+    fn as_mut_ptr(&mut self) -> *mut u8 {
+        self.as_ptr()
+    }
+}
+
+// SAFETY: a Vec's heap storage stays at one address while the Vec is neither grown nor
+// dropped, and rsm owns the Vec and never touches it but to drop it. An empty Vec's dangling
+// pointer is refused with BAD_LENGTH before use.
+unsafe impl SegmentMemory for Vec<u8> {
+    fn as_ptr(&self) -> *mut u8 {
+        Vec::as_ptr(self).cast_mut()
+    }
+    fn len(&self) -> usize {
+        Vec::len(self)
+    }
+    fn as_mut_ptr(&mut self) -> *mut u8 {
+        Vec::as_mut_ptr(self)
+    }
+}
+
+// SAFETY: as for Vec: a boxed slice's storage never moves while the box lives.
+unsafe impl SegmentMemory for Box<[u8]> {
+    fn as_ptr(&self) -> *mut u8 {
+        <[u8]>::as_ptr(self).cast_mut()
+    }
+    fn len(&self) -> usize {
+        <[u8]>::len(self)
+    }
+    fn as_mut_ptr(&mut self) -> *mut u8 {
+        <[u8]>::as_mut_ptr(self)
+    }
+}
+
+/// The memory behind a segment: rsm's own mapping, or the caller's. Only reached through
+/// raw pointers.
+pub(crate) enum Memory {
+    Own(Mapping),
+    Caller {
+        ptr: *mut u8,
+        len: usize,
+        // Kept only to be dropped after every registration over it was closed.
+        _mem: Box<dyn SegmentMemory>,
+    },
+}
+
+// SAFETY: the pointer is the caller's memory, owned through `_mem` (Send + Sync); it is only
+// used for bounds-checked raw copies and registrations.
+unsafe impl Send for Memory {}
+// SAFETY: as above.
+unsafe impl Sync for Memory {}
+
+impl Memory {
+    /// Takes over caller memory (boxed first, so the pointer is taken where it stays).
+    fn caller(mem: impl SegmentMemory) -> Memory {
+        let mut mem: Box<dyn SegmentMemory> = Box::new(mem);
+        let ptr = mem.as_mut_ptr();
+        let len = mem.len();
+        Memory::Caller {
+            ptr,
+            len,
+            _mem: mem,
+        }
+    }
+
+    fn as_ptr(&self) -> *mut u8 {
+        match self {
+            Memory::Own(m) => m.as_ptr(),
+            Memory::Caller { ptr, .. } => *ptr,
+        }
+    }
+
+    fn len(&self) -> usize {
+        match self {
+            Memory::Own(m) => m.len(),
+            Memory::Caller { len, .. } => *len,
+        }
+    }
+
+    fn write_at(&self, offset: usize, src: &[u8]) {
+        assert!(
+            offset
+                .checked_add(src.len())
+                .is_some_and(|e| e <= self.len())
+        );
+        // SAFETY: in bounds (checked above); src is a Rust slice, not segment memory.
+        unsafe {
+            std::ptr::copy_nonoverlapping(src.as_ptr(), self.as_ptr().add(offset), src.len())
+        };
+    }
+
+    fn read_at(&self, offset: usize, dst: &mut [u8]) {
+        assert!(
+            offset
+                .checked_add(dst.len())
+                .is_some_and(|e| e <= self.len())
+        );
+        // SAFETY: as in write_at, in the other direction.
+        unsafe {
+            std::ptr::copy_nonoverlapping(self.as_ptr().add(offset), dst.as_mut_ptr(), dst.len())
+        };
+    }
+}
+
+/// Checks caller memory for export_create or rebind: non-null, not empty, page-aligned.
+fn check_caller_memory(ptr: *mut u8, len: usize, page: u64) -> Result<()> {
+    if ptr.is_null() {
+        return Err(Error::bad_addr().detail("the memory's address is NULL"));
+    }
+    if len == 0 {
+        return Err(Error::bad_length().detail("a segment has at least one page"));
+    }
+    if ptr as u64 % page != 0 || len as u64 % page != 0 {
+        return Err(Error::bad_mem_alignment().detail(format!(
+            "address {ptr:p} and length {len} must be multiples of the page size ({page})"
+        )));
+    }
+    Ok(())
+}
 
 /// An exported memory segment (`rsm_memseg_export_handle_t`). Cheap to clone.
 ///
@@ -56,21 +234,21 @@ pub(crate) struct ExportInner {
     ctrl: Controller,
     node: Weak<NodeState>,
     size: usize,
-    #[allow(dead_code)] // rebind reads it
     flags: ExportFlags,
     creator: u32,
     /// The creating process's uid, gid and umask at export time: what the access check
     /// compares importers with (spec §6.2, decision 15).
     owner: Creator,
     state: Mutex<ExportState>,
-    // Last: the registrations in `state` close before the memory is unmapped.
-    mem: Mapping,
+    /// Serialises rebinds of this segment.
+    rebinding: tokio::sync::Mutex<()>,
 }
 
-#[derive(Default)]
 struct ExportState {
     published: Option<Published>,
     destroyed: bool,
+    /// The current memory; `Published` holds it too, after its registrations.
+    mem: Arc<Memory>,
 }
 
 pub(crate) struct Published {
@@ -84,6 +262,27 @@ pub(crate) struct Published {
     pub(crate) acl: Vec<Access>,
     pub(crate) generation: u32,
     pub(crate) importers: HashMap<u64, Importer>,
+    /// The memory the registrations cover; after them, so it is freed after they closed.
+    pub(crate) mem: Arc<Memory>,
+}
+
+/// What a rebind leaves to retire: the old registrations, then the old memory (fields drop
+/// in this order), and whom to tell.
+pub(crate) struct Rebound {
+    pub(crate) segment: u32,
+    pub(crate) generation: u32,
+    pub(crate) notes: Vec<RebindNote>,
+    _reg: Registration,
+    _reg_ro: Registration,
+    _mem: Arc<Memory>,
+}
+
+/// One importer's part of a rebind: its new key (for its granted mode) and base.
+pub(crate) struct RebindNote {
+    pub(crate) conn_id: u64,
+    pub(crate) node: u32,
+    pub(crate) key: u64,
+    pub(crate) base: u64,
 }
 
 /// One connected importer, as the exporter records it.
@@ -91,6 +290,8 @@ pub(crate) struct Published {
 pub(crate) struct Importer {
     pub(crate) node: u32,
     pub(crate) incarnation: u64,
+    /// Whether it was granted write (it holds the read-write key, else the read-only one).
+    pub(crate) writable: bool,
 }
 
 /// What a connect answer needs from a published segment.
@@ -169,6 +370,10 @@ impl ExportInner {
             generation: p.generation,
             fabric_addr,
         };
+        let importer = Importer {
+            writable: granted.allows(Perm::WRITE),
+            ..importer
+        };
         p.importers.insert(conn_id, importer);
         Ok(grant)
     }
@@ -203,6 +408,34 @@ impl ExportSegment {
         size: usize,
         flags: ExportFlags,
     ) -> Result<Self> {
+        Self::create_with(ctrl, node, size, flags, None)
+    }
+
+    /// Export create over caller memory (spec §4.2, in the original's check order).
+    pub(crate) fn create_from(
+        ctrl: &Controller,
+        node: Weak<NodeState>,
+        mem: impl SegmentMemory,
+        flags: ExportFlags,
+    ) -> Result<Self> {
+        let mem = Memory::caller(mem);
+        let size = mem.len();
+        let page = ctrl.attr().page_size;
+        check_caller_memory(mem.as_ptr(), size, page).map_err(|e| {
+            e.op("export_create")
+                .controller(ctrl.name())
+                .length(size as u64)
+        })?;
+        Self::create_with(ctrl, node, size, flags, Some(mem))
+    }
+
+    fn create_with(
+        ctrl: &Controller,
+        node: Weak<NodeState>,
+        size: usize,
+        flags: ExportFlags,
+        mem: Option<Memory>,
+    ) -> Result<Self> {
         let attr = ctrl.attr();
         let err = |e: Error| {
             e.op("export_create")
@@ -229,7 +462,10 @@ impl ExportSegment {
         if ctrl.fabric().is_none() {
             return Err(err(Error::ctlr_not_present().detail("the loopback controller's shared-memory segments are not built yet; use a libfabric controller such as shm0 or tcp0")));
         }
-        let mem = Mapping::new(size).map_err(err)?;
+        let mem = match mem {
+            Some(m) => m,
+            None => Memory::Own(Mapping::new(size).map_err(err)?),
+        };
         Ok(ExportSegment {
             inner: Arc::new(ExportInner {
                 ctrl: ctrl.clone(),
@@ -242,8 +478,12 @@ impl ExportSegment {
                     let umask = crate::sys::creds::umask();
                     Creator { uid, gid, umask }
                 },
-                state: Mutex::new(ExportState::default()),
-                mem,
+                state: Mutex::new(ExportState {
+                    published: None,
+                    destroyed: false,
+                    mem: Arc::new(mem),
+                }),
+                rebinding: tokio::sync::Mutex::new(()),
             }),
         })
     }
@@ -301,28 +541,31 @@ impl ExportSegment {
         Ok(offset as usize)
     }
 
+    /// The current memory (a rebind may replace it; the old one lives as long as this `Arc`).
+    fn memory(&self, op: &'static str) -> Result<Arc<Memory>> {
+        let st = self.inner.lock();
+        if st.destroyed {
+            return Err(Error::bad_seg_hndl()
+                .op(op)
+                .detail("the segment was destroyed"));
+        }
+        Ok(Arc::clone(&st.mem))
+    }
+
     /// Copies `src` into the segment's memory at `offset` (local access; importers may be
     /// writing the same bytes, as with any shared memory).
     pub fn write_at(&self, offset: u64, src: &[u8]) -> Result<()> {
         let off = self.check_range("write_at", offset, src.len())?;
-        if self.inner.lock().destroyed {
-            return Err(Error::bad_seg_hndl()
-                .op("write_at")
-                .detail("the segment was destroyed"));
-        }
-        self.inner.mem.write_at(off, src);
+        let mem = self.memory("write_at")?;
+        mem.write_at(off, src);
         Ok(())
     }
 
     /// Copies from the segment's memory at `offset` into `dst`.
     pub fn read_at(&self, offset: u64, dst: &mut [u8]) -> Result<()> {
         let off = self.check_range("read_at", offset, dst.len())?;
-        if self.inner.lock().destroyed {
-            return Err(Error::bad_seg_hndl()
-                .op("read_at")
-                .detail("the segment was destroyed"));
-        }
-        self.inner.mem.read_at(off, dst);
+        let mem = self.memory("read_at")?;
+        mem.read_at(off, dst);
         Ok(())
     }
 
@@ -387,24 +630,21 @@ impl ExportSegment {
             }
         }
         access::validate_acl(acl).map_err(|e| e.op(OP))?;
-        let access = MrAccess::REMOTE_READ.union(MrAccess::REMOTE_WRITE);
-        // SAFETY: the memory is owned by ExportInner, which outlives the registrations (they
-        // live in its state, dropped before `mem`), and revoke keeps the segment alive until
-        // importers are done.
-        let reg = unsafe { backend.register(self.inner.mem.as_ptr(), self.inner.size, access) }?;
-        // SAFETY: as above.
-        let reg_ro = unsafe {
-            backend.register(
-                self.inner.mem.as_ptr(),
-                self.inner.size,
-                MrAccess::REMOTE_READ,
-            )
-        }?;
+        let mem = self.memory(OP)?;
+        let (reg, reg_ro) = register_both(backend, &mem)?;
         let id = node.claim_segment_id(id, &self.inner)?;
         let mut st = self.inner.lock();
         if st.published.is_some() {
             node.release_segment_id(id);
             return Err(Error::seg_already_published().op(OP));
+        }
+        if !Arc::ptr_eq(&st.mem, &mem) {
+            // A rebind replaced the memory meanwhile (rebinds of unpublished segments do
+            // not wait for publish).
+            node.release_segment_id(id);
+            return Err(Error::interrupted()
+                .op(OP)
+                .detail("the segment was rebound while publishing; publish again"));
         }
         st.published = Some(Published {
             id,
@@ -413,6 +653,7 @@ impl ExportSegment {
             acl: acl.to_vec(),
             generation: 1,
             importers: HashMap::new(),
+            mem,
         });
         tracing::debug!(
             segment = format_args!("{id:#x}"),
@@ -498,6 +739,194 @@ impl ExportSegment {
         Ok(())
     }
 
+    /// Replaces the memory behind the segment (`rsm_memseg_export_rebind`) with `mem`, which
+    /// must be as large as the segment and page-aligned. Importers keep their handles: a
+    /// published segment's new memory is registered under new keys, every importer is sent
+    /// them, and operations it posts from then on land in the new memory. The old
+    /// registrations are closed, and the old memory dropped, only after every importer
+    /// acknowledged (having waited for its operations in flight on the old memory), lost its
+    /// channel, or 5 s passed; this returns then. An unpublished segment just swaps memory.
+    ///
+    /// Nothing is copied: the new memory's contents are what the caller put there. Data
+    /// accessed during a rebind is undefined (spec §4.2); the application quiesces its
+    /// importers itself if it cares which memory a write lands in.
+    ///
+    /// Errors, in the original's order: `RSMERR_BAD_ADDR` for a NULL address,
+    /// `RSMERR_REBIND_NOT_ALLOWED` without [`ExportFlags::ALLOW_REBIND`],
+    /// `RSMERR_NOT_CREATOR` from a forked child, `RSMERR_BAD_LENGTH` when the size differs,
+    /// `RSMERR_BAD_SEG_HNDL` after destroy, `RSMERR_BAD_ADDR` for an address that is not
+    /// page-aligned, and the provider's registration errors (the segment then keeps its old
+    /// memory). On any error `mem` is dropped.
+    ///
+    /// ```
+    /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// # let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+    /// # rt.block_on(async {
+    /// let node = rsm::Node::builder().ignore_environment().id(9512).start().await?;
+    /// let ctrl = node.controller("tcp0").await?;
+    /// let page = ctrl.attr().page_size as usize;
+    /// let seg = ctrl.export(page, rsm::ExportFlags::ALLOW_REBIND)?;
+    /// seg.publish(0, &[]).await?;
+    /// // The new memory must be as large as the segment and page-aligned (see
+    /// // `SegmentMemory` for a page-aligned type); a short Vec is refused.
+    /// let e = seg.rebind(vec![0u8; 3]).await.unwrap_err();
+    /// assert_eq!(e.code(), 20); // BAD_LENGTH: the size differs
+    /// let fixed = ctrl.export(page, rsm::ExportFlags::empty())?;
+    /// assert_eq!(fixed.rebind(vec![0u8; page]).await.unwrap_err().code(), 30);
+    /// seg.destroy().await?;
+    /// node.shutdown().await;
+    /// # Ok::<_, rsm::Error>(())
+    /// # })?;
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// # Cancel safety
+    /// Not cancel safe: once the new keys went out, a dropped future leaves the
+    /// acknowledgement phase running in the background; the segment uses the new memory
+    /// either way. Dropped before that, the segment keeps its old memory.
+    pub async fn rebind(&self, mem: impl SegmentMemory) -> Result<()> {
+        const OP: &str = "export_rebind";
+        let mem = Memory::caller(mem);
+        let len = mem.len();
+        let ctx = |e: Error| {
+            e.op(OP)
+                .controller(self.inner.ctrl.name())
+                .length(len as u64)
+        };
+        if mem.as_ptr().is_null() {
+            return Err(ctx(Error::bad_addr().detail("the memory's address is NULL")));
+        }
+        if !self.inner.flags.contains(ExportFlags::ALLOW_REBIND) {
+            return Err(ctx(Error::rebind_not_allowed().detail(
+                "the segment was created without ExportFlags::ALLOW_REBIND",
+            )));
+        }
+        self.check_creator(OP)?;
+        if len != self.inner.size {
+            return Err(ctx(Error::bad_length().detail(format!(
+                "the new memory must be as large as the segment ({} bytes)",
+                self.inner.size
+            ))));
+        }
+        let page = self.inner.ctrl.attr().page_size;
+        self.memory(OP)?;
+        if mem.as_ptr() as u64 % page != 0 {
+            return Err(ctx(Error::bad_addr().detail(format!(
+                "the memory must start on a page boundary ({page} bytes)"
+            ))));
+        }
+        let _serial = self.inner.rebinding.lock().await;
+        let mem = Arc::new(mem);
+        let rebound = loop {
+            let published = self.inner.lock().published.is_some();
+            let regs = if published {
+                let backend = self
+                    .inner
+                    .ctrl
+                    .fabric()
+                    .ok_or_else(|| ctx(Error::ctlr_not_present()))?;
+                Some(register_both(backend, &mem).map_err(ctx)?)
+            } else {
+                None
+            };
+            let mut st = self.inner.lock();
+            if st.destroyed {
+                return Err(ctx(
+                    Error::bad_seg_hndl().detail("the segment was destroyed")
+                ));
+            }
+            let st = &mut *st;
+            match (st.published.as_mut(), regs) {
+                (None, _) => {
+                    st.mem = mem;
+                    tracing::debug!(controller = self.inner.ctrl.name(), "rebound");
+                    return Ok(());
+                }
+                // Published meanwhile: register and try again.
+                (Some(_), None) => continue,
+                (Some(p), Some((reg, reg_ro))) => {
+                    p.generation += 1;
+                    let old_reg = std::mem::replace(&mut p.reg, reg);
+                    let old_ro = std::mem::replace(&mut p.reg_ro, reg_ro);
+                    let old_mem = std::mem::replace(&mut p.mem, Arc::clone(&mem));
+                    st.mem = mem;
+                    let notes = p
+                        .importers
+                        .iter()
+                        .map(|(&conn_id, i)| {
+                            let reg = if i.writable { &p.reg } else { &p.reg_ro };
+                            RebindNote {
+                                conn_id,
+                                node: i.node,
+                                key: reg.key(),
+                                base: reg.base(),
+                            }
+                        })
+                        .collect();
+                    break Rebound {
+                        segment: p.id,
+                        generation: p.generation,
+                        notes,
+                        _reg: old_reg,
+                        _reg_ro: old_ro,
+                        _mem: old_mem,
+                    };
+                }
+            }
+        };
+        tracing::debug!(
+            segment = format_args!("{:#x}", rebound.segment),
+            generation = rebound.generation,
+            importers = rebound.notes.len(),
+            "rebound"
+        );
+        match self.node(OP) {
+            Ok(node) => node.rebind(rebound).await,
+            Err(_) => drop(rebound),
+        }
+        Ok(())
+    }
+
+    /// The start of the segment's current memory, for zero-copy access by the exporting
+    /// process. [`ExportSegment::size`] bytes follow it.
+    ///
+    /// # Safety
+    /// Importers, and the provider on their behalf, change this memory at any time. The
+    /// caller must therefore:
+    /// - never form a `&` or `&mut` reference over any of it while the segment is published
+    ///   or importers may still be connected; access it only through raw pointers (volatile
+    ///   or atomic reads and writes where it matters), and expect torn data during remote
+    ///   writes;
+    /// - stop using the pointer once the memory is retired: after [`ExportSegment::destroy`]
+    ///   (or dropping the last handle) and after a successful [`ExportSegment::rebind`],
+    ///   whose old memory is freed once importers left it. Call `as_ptr` again after a
+    ///   rebind.
+    ///
+    /// ```
+    /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// # let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+    /// # rt.block_on(async {
+    /// let node = rsm::Node::builder().ignore_environment().id(9513).start().await?;
+    /// let seg = node.controller("tcp0").await?.export(1 << 16, rsm::ExportFlags::empty())?;
+    /// // SAFETY: nobody imports the segment (it is not published), and the pointer is not
+    /// // used after destroy.
+    /// unsafe {
+    ///     let p = seg.as_ptr();
+    ///     p.add(8).write_volatile(42);
+    /// }
+    /// let mut b = [0u8; 1];
+    /// seg.read_at(8, &mut b)?;
+    /// assert_eq!(b[0], 42);
+    /// seg.destroy().await?;
+    /// node.shutdown().await;
+    /// # Ok::<_, rsm::Error>(())
+    /// # })?;
+    /// # Ok(()) }
+    /// ```
+    pub unsafe fn as_ptr(&self) -> *mut u8 {
+        self.inner.lock().mem.as_ptr()
+    }
+
     /// Destroys the segment (`rsm_memseg_export_destroy`), unpublishing it first if needed.
     /// Its memory is freed once no importer can reach it any more.
     pub async fn destroy(self) -> Result<()> {
@@ -514,6 +943,21 @@ impl ExportSegment {
         }
         Ok(())
     }
+}
+
+/// Registers `mem` twice: read-write, then read-only under its own key.
+fn register_both(
+    backend: &Arc<crate::backend::fabric::FabricBackend>,
+    mem: &Arc<Memory>,
+) -> Result<(Registration, Registration)> {
+    let access = MrAccess::REMOTE_READ.union(MrAccess::REMOTE_WRITE);
+    // SAFETY: every registration is kept next to an Arc of the memory it covers (Published,
+    // Rebound), declared before it, so it closes before the memory can be freed; revokes and
+    // rebinds keep both until importers are done.
+    let reg = unsafe { backend.register(mem.as_ptr(), mem.len(), access) }?;
+    // SAFETY: as above.
+    let reg_ro = unsafe { backend.register(mem.as_ptr(), mem.len(), MrAccess::REMOTE_READ) }?;
+    Ok((reg, reg_ro))
 }
 
 impl Drop for ExportSegment {

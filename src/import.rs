@@ -8,12 +8,12 @@ use crate::fabric::ffi;
 use crate::perm::Perm;
 use crate::reactor::engine::Engine;
 use crate::reactor::slot::{OpInfo, Remote};
-use crate::reactor::tracker::Tracker;
+use crate::reactor::tracker::{Tracker, View};
 use crate::reactor::{IoBuf, IoBufMut, Op};
 use crate::state::{NodeState, REVOKE_WAIT};
 use crate::{Error, Result};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, Weak};
+use std::sync::{Arc, Weak};
 
 /// A connection to a remote segment (`rsm_memseg_import_handle_t`). Cheap to clone; usable
 /// from many tasks at once.
@@ -36,12 +36,6 @@ impl std::fmt::Debug for ImportSegment {
     }
 }
 
-#[derive(Debug, Clone, Copy)]
-struct View {
-    base: u64,
-    key: u64,
-}
-
 pub(crate) struct ImportInner {
     ctrl: Controller,
     backend: Arc<FabricBackend>,
@@ -57,7 +51,8 @@ pub(crate) struct ImportInner {
     peer_addr: Vec<u8>,
     length: u64,
     granted: Perm,
-    view: Mutex<View>,
+    /// The in-flight operations, and the view of the exporter's registration (base and key)
+    /// they post with: a rebind swaps it (design §4).
     tracker: Arc<Tracker>,
     disconnected: AtomicBool,
 }
@@ -80,6 +75,27 @@ impl ImportInner {
                 .detail("the exporter withdrew the segment (unpublish or destroy)"),
         );
         let _ = tokio::time::timeout(REVOKE_WAIT, self.tracker.drained()).await;
+    }
+
+    /// The importer's half of a rebind: operations posted from now on use the new
+    /// registration; waits (at most 5 s) for those in flight on the old one, which complete
+    /// normally. A stale or repeated generation changes nothing.
+    pub(crate) async fn rebound(&self, base: u64, key: u64, generation: u32) {
+        let view = View {
+            base,
+            key,
+            generation,
+        };
+        if let Some(old) = self.tracker.rebind(view) {
+            tracing::debug!(
+                node = self.node,
+                segment = format_args!("{:#x}", self.segment),
+                generation,
+                in_flight = old.len(),
+                "rebound"
+            );
+            let _ = tokio::time::timeout(REVOKE_WAIT, self.tracker.drained_of(&old)).await;
+        }
     }
 }
 
@@ -170,11 +186,11 @@ impl ImportSegment {
             peer_addr: grant.fabric_addr,
             length: grant.length,
             granted: Perm::from_bits(grant.granted),
-            view: Mutex::new(View {
+            tracker: Arc::new(Tracker::with_view(View {
                 base: grant.base,
                 key,
-            }),
-            tracker: Arc::new(Tracker::default()),
+                generation: grant.generation,
+            })),
             disconnected: AtomicBool::new(false),
         });
         state.add_import(node, grant.conn_id, &inner);
@@ -258,7 +274,10 @@ impl ImportSegment {
                 Error::bad_length().detail(format!("the segment has {} bytes", inner.length))
             ));
         }
-        let view = *inner.view.lock().unwrap_or_else(|p| p.into_inner());
+        // The slot re-reads the view when it posts; this one is only the first guess.
+        let view = inner.tracker.view().ok_or_else(|| {
+            ctx(Error::conn_aborted().detail("the connection has no registration"))
+        })?;
         Ok(Remote {
             dest: inner.dest,
             addr: view.base + offset,

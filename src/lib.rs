@@ -4,8 +4,14 @@
 //! interconnect controllers and topology, exported and imported memory segments, put/get,
 //! barriers and signals, with the data path on libfabric.
 //!
-//! See the README for the set-up and the crate layout; the RSMAPI table below says, for each
-//! of the 42 RSMAPI functions, what `rsm` offers in its place.
+//! See the README for the set-up and the crate layout. Below: how operations complete and
+//! what cancelling them means, how progress is made, what isolation each controller gives,
+//! and the RSMAPI table, which says for each of the 42 RSMAPI functions what `rsm` offers in
+//! its place.
+//!
+//! The README's quick start (compiled as a doctest) shows a segment exported, published,
+//! imported, written and read.
+#![doc = include_str!("model.md")]
 #![doc = include_str!("rsmapi_table.md")]
 
 pub mod error;
@@ -37,7 +43,7 @@ pub use controller::{Controller, ControllerAttr, ControllerInfo};
 pub use core::segid::{SegmentIdRange, get_segmentid_range};
 pub use core::wire::ByteOrder;
 pub use error::{Error, Result};
-pub use export::ExportSegment;
+pub use export::{ExportSegment, SegmentMemory};
 pub use import::ImportSegment;
 pub use node::{Node, NodeBuilder, NodeConfig};
 pub use perm::{Access, ExportFlags, Perm};

@@ -4,7 +4,7 @@
 use crate::core::access::Requester;
 use crate::core::segid;
 use crate::core::wire::{ConnectGrant, ConnectReply, ConnectRequest, Message};
-use crate::export::{ExportInner, Importer, Published};
+use crate::export::{ExportInner, Importer, Published, Rebound};
 use crate::import::ImportInner;
 use crate::perm::Perm;
 use crate::reactor::engine::Engine;
@@ -20,6 +20,9 @@ use tokio::sync::oneshot;
 /// How long an exporter waits for importers to acknowledge a revoke (design §4).
 pub(crate) const REVOKE_WAIT: Duration = Duration::from_secs(5);
 
+/// An acknowledgement awaited from an importer's node.
+type Waiter = (u32, oneshot::Sender<()>);
+
 pub(crate) struct NodeState {
     runtime: tokio::runtime::Handle,
     side: OnceLock<Arc<SideChannel>>,
@@ -30,6 +33,9 @@ pub(crate) struct NodeState {
     imports: Mutex<HashMap<(u32, u64), Weak<ImportInner>>>,
     /// Exporter side: revokes waiting for their acknowledgement.
     revokes: Mutex<HashMap<u64, (u32, oneshot::Sender<()>)>>,
+    /// Exporter side: rebinds waiting for their acknowledgement, by connection and
+    /// generation.
+    rebinds: Mutex<HashMap<(u64, u32), Waiter>>,
     engines: Mutex<Vec<Weak<Engine>>>,
     next_conn: AtomicU64,
 }
@@ -55,6 +61,7 @@ impl NodeState {
             conns: Mutex::new(HashMap::new()),
             imports: Mutex::new(HashMap::new()),
             revokes: Mutex::new(HashMap::new()),
+            rebinds: Mutex::new(HashMap::new()),
             engines: Mutex::new(Vec::new()),
             next_conn: AtomicU64::new(rand::random::<u32>() as u64 + 1),
         })
@@ -195,6 +202,48 @@ impl NodeState {
         }
     }
 
+    /// The exporter's half of a rebind after the swap (design §4): tells every importer
+    /// its new key and base, waits until each acknowledged, lost its channel, or 5 s passed,
+    /// and only then closes the old registrations and frees the old memory (by dropping
+    /// `old`).
+    pub(crate) async fn rebind(self: &Arc<Self>, r: Rebound) {
+        let this = Arc::clone(self);
+        let _ = self
+            .run(async move {
+                let mut waits = Vec::new();
+                for n in &r.notes {
+                    let (tx, rx) = oneshot::channel();
+                    let at = (n.conn_id, r.generation);
+                    lock(&this.rebinds).insert(at, (n.node, tx));
+                    let msg = Message::Rebind {
+                        conn_id: n.conn_id,
+                        generation: r.generation,
+                        keys: vec![n.key],
+                        base: n.base,
+                    };
+                    match this.side() {
+                        Ok(side) if side.send(n.node, msg).await.is_ok() => waits.push(rx),
+                        _ => {
+                            lock(&this.rebinds).remove(&at);
+                        }
+                    }
+                }
+                let all = futures::future::join_all(waits);
+                if tokio::time::timeout(REVOKE_WAIT, all).await.is_err() {
+                    tracing::warn!(
+                        segment = format_args!("{:#x}", r.segment),
+                        "importers did not acknowledge the rebind within 5 s"
+                    );
+                }
+                for n in &r.notes {
+                    lock(&this.rebinds).remove(&(n.conn_id, r.generation));
+                }
+                drop(r);
+                Ok(())
+            })
+            .await;
+    }
+
     fn handle_connect(&self, peer: &PeerInfo, r: ConnectRequest) -> Message {
         let result = self.admit(peer, &r).map_err(|e| {
             tracing::debug!(node = peer.node_id, segment = format_args!("{:#x}", r.segment_id), error = %e, "connect refused");
@@ -221,6 +270,8 @@ impl NodeState {
                 Importer {
                     node: peer.node_id,
                     incarnation: peer.incarnation,
+                    // admit sets it from the grant.
+                    writable: false,
                 },
                 &requester(peer, r),
                 Perm::from_bits(r.perm),
@@ -321,6 +372,44 @@ impl Handler for NodeHandler {
                     })
                 }
             }
+            Message::Rebind {
+                conn_id,
+                generation,
+                keys,
+                base,
+            } => {
+                let imp = node.import(peer.node_id, conn_id);
+                match (imp, keys.first().copied()) {
+                    (Some(imp), Some(key)) => {
+                        let n = Arc::clone(&node);
+                        let from = peer.node_id;
+                        node.spawn(async move {
+                            imp.rebound(base, key, generation).await;
+                            if let Ok(side) = n.side() {
+                                let ack = Message::RebindAck {
+                                    conn_id,
+                                    generation,
+                                };
+                                let _ = side.send(from, ack).await;
+                            }
+                        });
+                        None
+                    }
+                    _ => Some(Message::RebindAck {
+                        conn_id,
+                        generation,
+                    }),
+                }
+            }
+            Message::RebindAck {
+                conn_id,
+                generation,
+            } => {
+                if let Some((_, tx)) = lock(&node.rebinds).remove(&(conn_id, generation)) {
+                    let _ = tx.send(());
+                }
+                None
+            }
             Message::RevokeAck { conn_id, .. } => {
                 if let Some((_, tx)) = lock(&node.revokes).remove(&conn_id) {
                     let _ = tx.send(());
@@ -367,6 +456,7 @@ impl Handler for NodeHandler {
             }
         }
         lock(&node.revokes).retain(|_, (n, _)| *n != node_id);
+        lock(&node.rebinds).retain(|_, (n, _)| *n != node_id);
     }
 }
 

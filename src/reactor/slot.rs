@@ -118,7 +118,9 @@ pub(crate) struct Slot<B> {
     engine: Arc<Engine>,
     tracker: Arc<Tracker>,
     tracker_id: u64,
-    remote: Remote,
+    /// Where the operation goes; re-read from the tracker's view whenever the first part is
+    /// posted (a rebind may have moved the segment since the operation was created).
+    remote: Mutex<Remote>,
     dir: Dir,
     /// The largest transfer one post may carry (the provider's, or smaller where a provider
     /// path is known to fail above it).
@@ -270,6 +272,8 @@ pub struct Op<B: Send + 'static> {
     slot: Option<Arc<Slot<B>>>,
     /// The next part to post; all are posted when it reaches the slot's part count.
     next: usize,
+    /// The awaiting thread has had its short turn at reading the completion queue.
+    spun: bool,
     ready: Option<(Result<()>, Option<B>)>,
 }
 
@@ -289,6 +293,7 @@ impl<B: Send + 'static> Op<B> {
         Op {
             slot: None,
             next: 0,
+            spun: false,
             ready: Some((Err(err), Some(buf))),
         }
     }
@@ -298,6 +303,7 @@ impl<B: Send + 'static> Op<B> {
         Op {
             slot: None,
             next: 0,
+            spun: false,
             ready: Some((Ok(()), Some(buf))),
         }
     }
@@ -328,7 +334,7 @@ impl<B: Send + 'static> Op<B> {
             engine,
             tracker_id: tracker.next_id(),
             tracker,
-            remote,
+            remote: Mutex::new(remote),
             dir,
             chunk: chunk.max(1),
             ptr,
@@ -338,6 +344,7 @@ impl<B: Send + 'static> Op<B> {
         Op {
             slot: Some(slot),
             next: 0,
+            spun: false,
             ready: None,
         }
     }
@@ -409,10 +416,15 @@ impl<B: Send + 'static> Op<B> {
                 if let Some(err) = slot.tracker.aborted() {
                     return Poll::Ready(Err(slot.info.annotate(err, slot.len)));
                 }
-                slot.tracker.insert(
+                let view = slot.tracker.insert(
                     slot.tracker_id,
                     Arc::downgrade(&slot) as std::sync::Weak<dyn Abort>,
                 );
+                if let Some(v) = view {
+                    let mut r = slot.remote.lock().unwrap_or_else(|p| p.into_inner());
+                    r.addr = v.base + slot.info.offset;
+                    r.key = v.key;
+                }
             }
             match post_part(&slot, self.next, cx) {
                 Poll::Pending => {
@@ -441,6 +453,10 @@ impl<B: Send + 'static> Op<B> {
 }
 
 impl<B: Send + 'static> Slot<B> {
+    fn remote(&self) -> Remote {
+        *self.remote.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
     /// Marks every part posted; if all of them already completed, completes the operation.
     fn finish_posting(&self) {
         let waker = {
@@ -508,7 +524,7 @@ fn post_part<B: Send + 'static>(
         let Handed::Proxy(p) = handed else {
             unreachable_fence()
         };
-        let mut last = slot.remote;
+        let mut last = slot.remote();
         last.addr += slot.len.saturating_sub(1) as u64;
         // SAFETY: the proxy's scratch byte and context stay put until its completion takes
         // the box back.
@@ -516,7 +532,7 @@ fn post_part<B: Send + 'static>(
     } else {
         let start = index * slot.chunk;
         let len = slot.chunk.min(slot.len - start);
-        let mut remote = slot.remote;
+        let mut remote = slot.remote();
         remote.addr += start as u64;
         // SAFETY: start < len, so the pointer stays inside the buffer.
         let ptr = unsafe { slot.ptr.add(start) };
@@ -563,6 +579,24 @@ fn unreachable_fence() -> ! {
     unreachable!("the fence of a put is never its first part")
 }
 
+/// Right after posting, the awaiting thread reads the completion queue itself for a short
+/// while (the engine's `inline_spin`): a completion it reads needs no cross-thread wake-up.
+/// The queue still has one reader at a time; this thread only reads while no one else does.
+fn inline_progress<B: Send + 'static>(slot: &Slot<B>) {
+    let budget = slot.engine.inline_spin();
+    if budget.is_zero() {
+        return;
+    }
+    let start = std::time::Instant::now();
+    loop {
+        slot.engine.try_progress();
+        if slot.lock().result.is_some() || start.elapsed() >= budget {
+            return;
+        }
+        std::hint::spin_loop();
+    }
+}
+
 /// The count a post gave the provider, to take back when the post did not happen.
 enum Handed<B: Send + 'static> {
     Slot(*const Slot<B>),
@@ -600,12 +634,16 @@ impl<B: Send + 'static> Future for Op<B> {
                 }
             }
         }
-        let Some(slot) = self.slot.as_ref() else {
+        let Some(slot) = self.slot.clone() else {
             return Poll::Ready((
                 Err(Error::bad_seg_hndl().detail("operation polled after completion")),
                 None,
             ));
         };
+        if !self.spun {
+            self.spun = true;
+            inline_progress(&slot);
+        }
         let mut st = slot.lock();
         if let Some(res) = st.result.take() {
             let buf = if st.provider_done {

@@ -1,5 +1,6 @@
 //! The in-flight operations of one connection, so a forced disconnect can fail them at once
-//! (decision 19) and a revoke can wait for them (design §4).
+//! (decision 19) and a revoke can wait for them (design §4); and the connection's current
+//! view of the exporter's registration, which a rebind swaps (design §4).
 
 use crate::Error;
 use std::collections::HashMap;
@@ -9,6 +10,15 @@ use std::sync::{Mutex, Weak};
 /// A slot that can be failed early; its buffer stays with it until the provider is done.
 pub(crate) trait Abort: Send + Sync {
     fn abort(&self, err: &Error);
+}
+
+/// Where the exporter's registration is: base address, key, and the generation that
+/// introduced them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct View {
+    pub(crate) base: u64,
+    pub(crate) key: u64,
+    pub(crate) generation: u32,
 }
 
 #[derive(Default)]
@@ -22,6 +32,7 @@ pub(crate) struct Tracker {
 struct Inner {
     aborted: Option<Error>,
     slots: HashMap<u64, Weak<dyn Abort>>,
+    view: Option<View>,
 }
 
 impl Tracker {
@@ -33,18 +44,51 @@ impl Tracker {
         self.inner.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    pub(crate) fn insert(&self, id: u64, slot: Weak<dyn Abort>) {
-        self.lock().slots.insert(id, slot);
+    /// A tracker whose operations go to `view`.
+    pub(crate) fn with_view(view: View) -> Self {
+        let t = Tracker::default();
+        t.lock().view = Some(view);
+        t
+    }
+
+    /// The current view, if the tracker has one.
+    pub(crate) fn view(&self) -> Option<View> {
+        self.lock().view
+    }
+
+    /// Records a slot about to be posted and returns the view it must post with. Both happen
+    /// under the lock [`Tracker::rebind`] takes, so an operation either posts with the old
+    /// view and is among those a rebind waits for, or posts with the new one.
+    pub(crate) fn insert(&self, id: u64, slot: Weak<dyn Abort>) -> Option<View> {
+        let mut g = self.lock();
+        g.slots.insert(id, slot);
+        g.view
     }
 
     pub(crate) fn remove(&self, id: u64) {
-        let empty = {
-            let mut g = self.lock();
-            g.slots.remove(&id);
-            g.slots.is_empty()
-        };
-        if empty {
-            self.idle.notify_waiters();
+        self.lock().slots.remove(&id);
+        self.idle.notify_waiters();
+    }
+
+    /// Replaces the view with a newer generation's and returns the operations in flight on
+    /// the old one; `None` (and no change) when `view` is not newer.
+    pub(crate) fn rebind(&self, view: View) -> Option<Vec<u64>> {
+        let mut g = self.lock();
+        if g.view.is_some_and(|v| v.generation >= view.generation) {
+            return None;
+        }
+        g.view = Some(view);
+        Some(g.slots.keys().copied().collect())
+    }
+
+    /// Resolves when none of the operations `ids` is in flight any more.
+    pub(crate) async fn drained_of(&self, ids: &[u64]) {
+        loop {
+            let notified = self.idle.notified();
+            if !ids.iter().any(|id| self.lock().slots.contains_key(id)) {
+                return;
+            }
+            notified.await;
         }
     }
 
