@@ -4,63 +4,11 @@
 
 mod common;
 
-use rsm::{ExportFlags, ExportSegment, Node, Perm, SegmentMemory};
-use std::alloc::{Layout, alloc_zeroed, dealloc};
+use common::{Pages, page};
+use rsm::{ExportFlags, ExportSegment, Node, Perm};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
-
-fn page() -> usize {
-    // SAFETY: sysconf has no preconditions.
-    unsafe { libc::sysconf(libc::_SC_PAGESIZE) as usize }
-}
-
-/// Page-aligned, zeroed heap memory, `skew` bytes past the aligned start (to show
-/// misalignment).
-struct Pages {
-    ptr: *mut u8,
-    len: usize,
-    layout: Layout,
-    skew: usize,
-}
-
-// SAFETY: the allocation is owned by the value and freed only in its Drop.
-unsafe impl Send for Pages {}
-// SAFETY: as above.
-unsafe impl Sync for Pages {}
-
-impl Pages {
-    fn new(len: usize, skew: usize) -> Pages {
-        let layout = Layout::from_size_align(len + skew, page()).unwrap();
-        // SAFETY: the size is not zero.
-        let ptr = unsafe { alloc_zeroed(layout) };
-        assert!(!ptr.is_null());
-        Pages {
-            ptr,
-            len,
-            layout,
-            skew,
-        }
-    }
-}
-
-// SAFETY: one fixed allocation, valid until drop, freed by nobody else.
-unsafe impl SegmentMemory for Pages {
-    fn as_ptr(&self) -> *mut u8 {
-        // SAFETY: skew lies within the allocation.
-        unsafe { self.ptr.add(self.skew) }
-    }
-    fn len(&self) -> usize {
-        self.len
-    }
-}
-
-impl Drop for Pages {
-    fn drop(&mut self) {
-        // SAFETY: allocated with this layout.
-        unsafe { dealloc(self.ptr, self.layout) }
-    }
-}
 
 async fn two_nodes() -> (Node, Node, u32) {
     let a_id = common::fresh_node_id();

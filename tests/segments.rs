@@ -3,6 +3,7 @@
 
 mod common;
 
+use common::Pages;
 use common::*;
 use rsm::{ExportFlags, Node, Perm};
 use std::time::{Duration, Instant};
@@ -39,7 +40,7 @@ fn exporter() {
         let ctrl = node.controller(&arg("CTRL")).await.unwrap();
         (node, ctrl)
     });
-    let mut seg = Some(ctrl.export(1 << 20, ExportFlags::empty()).unwrap());
+    let mut seg = Some(ctrl.export(1 << 20, ExportFlags::ALLOW_REBIND).unwrap());
     let id = rt.block_on(seg.as_ref().unwrap().publish(0, &[])).unwrap();
     say(format!("ready {id}"));
     while let Some(cmd) = next_command() {
@@ -60,6 +61,17 @@ fn exporter() {
                 say(format!("ready {id}"));
             }
             "importers" => say(seg.as_ref().map_or(0, |s| s.importer_count())),
+            "rebind" => {
+                rt.block_on(seg.as_ref().unwrap().rebind(Pages::new(1 << 20, 0)))
+                    .unwrap();
+                say(format!("ok {}", t.elapsed().as_millis()));
+            }
+            cmd if cmd.starts_with("peek ") => {
+                let off: u64 = cmd[5..].parse().unwrap();
+                let mut b = [0u8; 8];
+                seg.as_ref().unwrap().read_at(off, &mut b).unwrap();
+                say(u64::from_le_bytes(b));
+            }
             "quit" | "" => break,
             other => panic!("unknown command {other}"),
         }
@@ -238,4 +250,59 @@ fn a_forked_child_is_not_the_creator() {
         "the child gets NOT_CREATOR, the creator publishes"
     );
     peer.kill();
+}
+
+/// Rebind with a connected importer in another process: it keeps its handle, and its next
+/// put lands in the new memory (which starts empty: rebind copies nothing).
+fn rebind_moves_importers(ctrl: &str) {
+    let _serial = serial();
+    let (mut peer, exporter, segid) = start_exporter(ctrl);
+    let rt = runtime();
+    let node = rt
+        .block_on(
+            Node::builder()
+                .ignore_environment()
+                .id(fresh_node_id() + 1)
+                .start(),
+        )
+        .unwrap();
+    let c = rt.block_on(node.controller(ctrl)).unwrap();
+    let imp = rt.block_on(c.import(exporter, segid, Perm::RDWR)).unwrap();
+    rt.block_on(imp.put(0, 0x1111u64.to_le_bytes().to_vec()))
+        .0
+        .unwrap();
+    assert_eq!(peer.ask("peek 0"), 0x1111.to_string());
+    let answer = peer.ask("rebind");
+    assert!(answer.starts_with("ok"), "{ctrl}: rebind: {answer}");
+    rt.block_on(imp.put(8, 0x2222u64.to_le_bytes().to_vec()))
+        .0
+        .unwrap();
+    assert_eq!(
+        peer.ask("peek 8"),
+        0x2222.to_string(),
+        "{ctrl}: the put after the rebind lands in the new memory"
+    );
+    assert_eq!(
+        peer.ask("peek 0"),
+        "0",
+        "{ctrl}: the new memory starts empty"
+    );
+    let (res, got) = rt.block_on(imp.get(8, vec![0u8; 8]));
+    res.unwrap();
+    assert_eq!(got.unwrap(), 0x2222u64.to_le_bytes().to_vec());
+    rt.block_on(node.shutdown());
+    assert!(peer.quit());
+}
+
+#[test]
+fn tcp_rebind_moves_importers() {
+    rebind_moves_importers("tcp0");
+}
+#[test]
+fn shm_rebind_moves_importers() {
+    rebind_moves_importers("shm0");
+}
+#[test]
+fn sockets_rebind_moves_importers() {
+    rebind_moves_importers("sockets0");
 }

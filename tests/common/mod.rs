@@ -3,6 +3,8 @@
 
 #![allow(dead_code)]
 
+use rsm::SegmentMemory;
+use std::alloc::{Layout, alloc_zeroed, dealloc};
 use std::io::{BufRead, BufReader, Write};
 use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
 use std::sync::mpsc;
@@ -211,4 +213,57 @@ pub fn checksum(data: &[u8]) -> u64 {
 pub fn serial() -> std::sync::MutexGuard<'static, ()> {
     static LOCK: std::sync::Mutex<()> = std::sync::Mutex::new(());
     LOCK.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// The system page size.
+pub fn page() -> usize {
+    // SAFETY: sysconf has no preconditions.
+    unsafe { libc::sysconf(libc::_SC_PAGESIZE) as usize }
+}
+
+/// Page-aligned, zeroed heap memory, `skew` bytes past the aligned start (to show
+/// misalignment).
+pub struct Pages {
+    ptr: *mut u8,
+    len: usize,
+    layout: Layout,
+    skew: usize,
+}
+
+// SAFETY: the allocation is owned by the value and freed only in its Drop.
+unsafe impl Send for Pages {}
+// SAFETY: as above.
+unsafe impl Sync for Pages {}
+
+impl Pages {
+    pub fn new(len: usize, skew: usize) -> Pages {
+        let layout = Layout::from_size_align(len + skew, page()).unwrap();
+        // SAFETY: the size is not zero.
+        let ptr = unsafe { alloc_zeroed(layout) };
+        assert!(!ptr.is_null());
+        Pages {
+            ptr,
+            len,
+            layout,
+            skew,
+        }
+    }
+}
+
+// SAFETY: one fixed allocation, valid until drop, freed by nobody else.
+unsafe impl SegmentMemory for Pages {
+    fn as_ptr(&self) -> *mut u8 {
+        // SAFETY: skew lies within the allocation.
+        unsafe { self.ptr.add(self.skew) }
+    }
+    fn len(&self) -> usize {
+        self.len
+    }
+}
+
+impl Drop for Pages {
+    fn drop(&mut self) {
+        // SAFETY: allocated with this layout.
+        unsafe { dealloc(self.ptr, self.layout) }
+    }
 }
