@@ -28,14 +28,6 @@ const GROUP_AS: &str = "65534:65533:";
 const SUPPLEMENTARY_AS: &str = "65534:65534:65533";
 const OTHER_AS: &str = "65534:65534:";
 
-fn runtime() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .expect("runtime")
-}
-
 /// The entry every child role runs through; a no-op in the parent's own test run.
 #[test]
 fn role_entry() {

@@ -11,14 +11,6 @@ use std::time::{Duration, Instant};
 
 const MIB: usize = 1 << 20;
 
-fn runtime() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .expect("runtime")
-}
-
 /// The entry every child role runs through; a no-op in the parent's own test run.
 #[test]
 fn role_entry() {

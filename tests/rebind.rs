@@ -4,7 +4,7 @@
 
 mod common;
 
-use common::{Pages, page};
+use common::{Pages, page, runtime};
 use rsm::{ExportFlags, ExportSegment, Node, Perm};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -25,14 +25,6 @@ async fn two_nodes() -> (Node, Node, u32) {
         .await
         .unwrap();
     (a, b, a_id)
-}
-
-fn runtime() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap()
 }
 
 #[test]

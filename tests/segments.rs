@@ -3,18 +3,9 @@
 
 mod common;
 
-use common::Pages;
 use common::*;
 use rsm::{ExportFlags, Node, Perm};
 use std::time::{Duration, Instant};
-
-fn runtime() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .expect("runtime")
-}
 
 #[test]
 fn role_entry() {

@@ -10,14 +10,6 @@ use rsm::{ByteOrder, ExportFlags, ImportSegment, Node, Perm};
 
 const SIZE: usize = 4096;
 
-fn runtime() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .expect("runtime")
-}
-
 fn hex(bytes: &[u8]) -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
 }

@@ -10,6 +10,15 @@ use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
 use std::sync::mpsc;
 use std::time::Duration;
 
+/// The runtime tests await `rsm` on (it needs none: this is the user's executor).
+pub fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("runtime")
+}
+
 /// The variable that tells a re-executed test binary which role to play.
 pub const ROLE_VAR: &str = "RSM_TEST_ROLE";
 
