@@ -251,11 +251,8 @@ fn killed_peer_aborts(ctrl: &str) {
         "{ctrl}: the pending put ends in CONN_ABORTED: {codes:?}"
     );
     let (res, _) = s.rt.block_on(s.imp.put(0, vec![1u8; 8]));
-    assert_eq!(
-        res.unwrap_err().code(),
-        40,
-        "{ctrl}: later puts are CONN_ABORTED"
-    );
+    let e = res.unwrap_err();
+    assert_eq!(e.code(), 40, "{ctrl}: later puts are CONN_ABORTED: {e}");
     let t = Instant::now();
     let again = s.rt.block_on(async {
         let c = s.node.controller(ctrl).await.unwrap();

@@ -214,6 +214,31 @@ unsafe fn complete_proxy<B: Send + 'static>(
 /// barrier reports (`RSMERR_BARRIER_FAILURE`). sockets reports a killed peer's connection
 /// as `EIO` (measured), so `EIO` counts as a lost connection.
 fn completion_error(f: FabricFailure) -> Error {
+    if connection_lost(&f) {
+        Error::conn_aborted()
+            .detail("the provider lost the connection to the exporter")
+            .fabric(f)
+    } else {
+        Error::barrier_failure()
+            .detail("the remote access failed")
+            .fabric(f)
+    }
+}
+
+/// A post the provider refused: for a lost connection `RSMERR_CONN_ABORTED` (the side
+/// channel may not have noticed yet), otherwise `RSMERR_INSUFFICIENT_RESOURCES`. sockets
+/// refuses posts to a killed peer with `ENOENT` (measured).
+fn post_error(f: FabricFailure) -> Error {
+    if connection_lost(&f) || f.errno == ffi::FI_ENOENT as i32 {
+        Error::conn_aborted()
+            .detail("the provider lost the connection to the exporter")
+            .fabric(f)
+    } else {
+        Error::insufficient_resources().fabric(f)
+    }
+}
+
+fn connection_lost(f: &FabricFailure) -> bool {
     let lost = [
         ffi::FI_ECONNRESET,
         ffi::FI_ECONNABORTED,
@@ -225,15 +250,7 @@ fn completion_error(f: FabricFailure) -> Error {
         ffi::FI_ECANCELED,
         ffi::FI_EIO,
     ];
-    if lost.iter().any(|&e| e as i32 == f.errno) {
-        Error::conn_aborted()
-            .detail("the provider lost the connection to the exporter")
-            .fabric(f)
-    } else {
-        Error::barrier_failure()
-            .detail("the remote access failed")
-            .fabric(f)
-    }
+    lost.iter().any(|&e| e as i32 == f.errno)
 }
 
 impl<B: Send + 'static> Abort for Slot<B> {
@@ -557,9 +574,7 @@ fn post_part<B: Send + 'static>(
             engine.wait_for_space(cx.waker());
             Poll::Pending
         }
-        PostOutcome::Failed(f) => Poll::Ready(Err(slot
-            .info
-            .annotate(Error::insufficient_resources().fabric(f), slot.len))),
+        PostOutcome::Failed(f) => Poll::Ready(Err(slot.info.annotate(post_error(f), slot.len))),
         PostOutcome::Closed => Poll::Ready(Err(slot.info.annotate(
             Error::bad_ctlr_hndl().detail("the node was shut down"),
             slot.len,
@@ -584,17 +599,24 @@ fn unreachable_fence() -> ! {
 /// The queue still has one reader at a time; this thread only reads while no one else does.
 fn inline_progress<B: Send + 'static>(slot: &Slot<B>) {
     let budget = slot.engine.inline_spin();
-    if budget.is_zero() {
+    // Only a lone operation is awaited this way: with others in flight, spinning for this
+    // one would serialize them (measured: 8-byte puts in a window of 16 went 4x slower).
+    if budget.is_zero() || slot.engine.in_flight() > slot.parts() {
         return;
     }
+    slot.engine.inline_begin();
     let start = std::time::Instant::now();
-    loop {
+    let done = loop {
         slot.engine.try_progress();
-        if slot.lock().result.is_some() || start.elapsed() >= budget {
-            return;
+        if slot.lock().result.is_some() {
+            break true;
+        }
+        if start.elapsed() >= budget {
+            break false;
         }
         std::hint::spin_loop();
-    }
+    };
+    slot.engine.inline_end(done);
 }
 
 /// The count a post gave the provider, to take back when the post did not happen.
