@@ -92,8 +92,6 @@ type KickHook = Box<dyn Fn(u32) + Send + Sync>;
 /// How often a polling engine with stalled operations asks their targets to wake: about
 /// half the targets' idle window, so a busy target never falls asleep under a transfer.
 const KICK_EVERY: Duration = Duration::from_millis(1);
-/// How long a polling engine steps aside while an awaiting thread reads its queue.
-const INLINE_STEP_ASIDE: Duration = Duration::from_micros(50);
 /// Targets posted to within this long count as having work in flight from here.
 const KICK_RECENT: Duration = Duration::from_secs(2);
 
@@ -118,8 +116,6 @@ pub(crate) struct Engine {
     exited: Arc<AtomicBool>,
     /// The right to read the completion queue, with the reader's buffer.
     reader: Mutex<Vec<CqEntry>>,
-    /// Awaiting threads reading the queue right now (inline_spin).
-    inline_readers: AtomicUsize,
 }
 
 impl std::fmt::Debug for Engine {
@@ -161,7 +157,6 @@ impl Engine {
             targets: Mutex::new(HashMap::new()),
             exited: Arc::new(AtomicBool::new(false)),
             reader: Mutex::new(Vec::with_capacity(64)),
-            inline_readers: AtomicUsize::new(0),
         });
         let e = Arc::clone(&engine);
         let exited = Arc::clone(&engine.exited);
@@ -264,29 +259,11 @@ impl Engine {
             return false;
         }
         // Paired with the engine's store of `sleeping` before its last look at `inflight`:
-        // one of the two sees the other. Where the awaiting thread reads the queue itself
-        // first (inline_spin), it wakes the engine only if that was not enough.
-        if (self.tuning.inline_spin.is_zero() || prev > 0)
-            && self.sleeping.load(Ordering::SeqCst)
-            && (self.polls() || self.tuning.wake_on_post)
-        {
+        // one of the two sees the other.
+        if self.sleeping.load(Ordering::SeqCst) && (self.polls() || self.tuning.wake_on_post) {
             self.wake.wake();
         }
         true
-    }
-
-    /// An awaiting thread starts reading the queue itself: the engine steps aside, so that
-    /// on 2 cores the two do not take turns at one CPU.
-    pub(crate) fn inline_begin(&self) {
-        self.inline_readers.fetch_add(1, Ordering::SeqCst);
-    }
-
-    /// The awaiting thread stops; unless `done`, the engine takes over at once.
-    pub(crate) fn inline_end(&self, done: bool) {
-        self.inline_readers.fetch_sub(1, Ordering::SeqCst);
-        if !done {
-            self.wake.wake();
-        }
     }
 
     pub(crate) fn unreserve(&self) {
@@ -458,11 +435,6 @@ impl Engine {
 
     /// One idle step without a wait fd; returns whether it slept (and was woken).
     fn idle_poll(&self, last_work: Instant) -> bool {
-        if self.inline_readers.load(Ordering::SeqCst) > 0 {
-            // An awaiting thread reads the queue: give it the CPU for a moment.
-            self.wake.wait(None, Some(INLINE_STEP_ASIDE));
-            return false;
-        }
         let busy = self.inflight.load(Ordering::SeqCst) > 0;
         if busy && last_work.elapsed() >= KICK_EVERY {
             self.kick_stalled();
