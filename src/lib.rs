@@ -17,8 +17,6 @@
 pub mod error;
 
 pub mod core;
-// The wrappers are complete ahead of their users: the reactor and segments build on them.
-#[allow(dead_code)]
 pub(crate) mod fabric;
 pub(crate) mod sys;
 

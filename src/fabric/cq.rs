@@ -23,7 +23,6 @@ pub(crate) struct CqEntry {
     /// The operation's context pointer, or NULL for remote-data completions.
     pub(crate) context: usize,
     pub(crate) flags: u64,
-    pub(crate) len: usize,
     /// Remote CQ data, where `flags` has `FI_REMOTE_CQ_DATA`.
     pub(crate) data: u64,
 }
@@ -132,10 +131,6 @@ impl CompletionQueue {
         unsafe { &mut (*self.fid).fid }
     }
 
-    pub(crate) fn domain(&self) -> &Arc<Domain> {
-        &self.domain
-    }
-
     /// Reads up to a batch of completions into `out` (appending). `Ok(0)` means the queue is
     /// empty (`-FI_EAGAIN`); it also drives the provider's progress.
     pub(crate) fn read(&self, out: &mut Vec<CqEntry>) -> std::result::Result<usize, CqReadError> {
@@ -147,7 +142,6 @@ impl CompletionQueue {
             out.extend(buf[..n].iter().map(|e| CqEntry {
                 context: e.op_context as usize,
                 flags: e.flags,
-                len: e.len,
                 data: e.data,
             }));
             return Ok(n);

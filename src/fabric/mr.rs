@@ -28,7 +28,8 @@ impl MrAccess {
 /// the owner's to keep alive (see [`MemoryRegion::register`]).
 pub(crate) struct MemoryRegion {
     fid: *mut ffi::fid_mr,
-    domain: Arc<Domain>,
+    /// Keeps the domain open while the registration exists.
+    _domain: Arc<Domain>,
     addr: usize,
     len: usize,
 }
@@ -82,7 +83,7 @@ impl MemoryRegion {
         }
         Ok(MemoryRegion {
             fid,
-            domain: Arc::clone(domain),
+            _domain: Arc::clone(domain),
             addr: addr as usize,
             len,
         })
@@ -100,16 +101,13 @@ impl MemoryRegion {
         unsafe { ffi::fi_mr_desc(self.fid) }
     }
 
+    #[cfg_attr(not(test), allow(dead_code))] // the wrappers' own tests read it
     pub(crate) fn addr(&self) -> usize {
         self.addr
     }
 
     pub(crate) fn len(&self) -> usize {
         self.len
-    }
-
-    pub(crate) fn domain(&self) -> &Arc<Domain> {
-        &self.domain
     }
 }
 
