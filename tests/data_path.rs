@@ -4,7 +4,7 @@
 mod common;
 
 use common::*;
-use rsm::{ExportFlags, Node, Perm};
+use rsm::{Node, Perm};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
@@ -16,56 +16,10 @@ const MIB: usize = 1 << 20;
 fn role_entry() {
     match role().as_deref() {
         None => {}
-        Some("exporter") => exporter(),
+        Some("exporter") => exporter_role(),
         Some("scenario") => scenario_child(),
         Some(other) => panic!("unknown role {other}"),
     }
-}
-
-/// The exporter: publishes a segment and answers commands about its memory.
-fn exporter() {
-    let rt = runtime();
-    let node_id: u32 = arg("NODE_ID").parse().unwrap();
-    let size: usize = arg("SIZE").parse().unwrap();
-    let (node, seg) = rt.block_on(async {
-        let node = Node::builder()
-            .ignore_environment()
-            .id(node_id)
-            .start()
-            .await
-            .unwrap();
-        let ctrl = node.controller(&arg("CTRL")).await.unwrap();
-        let seg = ctrl.export(size, ExportFlags::empty()).unwrap();
-        (node, seg)
-    });
-    let id = rt.block_on(seg.publish(0, &[])).unwrap();
-    say(format!("ready {id}"));
-    while let Some(cmd) = next_command() {
-        let words: Vec<&str> = cmd.split_whitespace().collect();
-        match words.as_slice() {
-            ["sum", off, len] => {
-                let mut buf = vec![0u8; len.parse().unwrap()];
-                seg.read_at(off.parse().unwrap(), &mut buf).unwrap();
-                say(checksum(&buf));
-            }
-            ["fill", seed, off, len] => {
-                let data = pattern(seed.parse().unwrap(), len.parse().unwrap());
-                seg.write_at(off.parse().unwrap(), &data).unwrap();
-                say("ok");
-            }
-            ["importers"] => say(seg.importer_count()),
-            ["unpublish"] => {
-                rt.block_on(seg.unpublish()).unwrap();
-                say("ok");
-            }
-            ["quit"] | [] => break,
-            _ => panic!("unknown command {cmd}"),
-        }
-    }
-    rt.block_on(async {
-        let _ = seg.destroy().await;
-        node.shutdown().await;
-    });
 }
 
 struct Setup {

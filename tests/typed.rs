@@ -6,74 +6,18 @@
 mod common;
 
 use common::*;
-use rsm::{ByteOrder, ExportFlags, ImportSegment, Node, Perm};
+use rsm::{ByteOrder, ImportSegment, Node, Perm};
 
 const SIZE: usize = 4096;
-
-fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
-}
-
-fn unhex(s: &str) -> Vec<u8> {
-    (0..s.len())
-        .step_by(2)
-        .map(|i| u8::from_str_radix(&s[i..i + 2], 16).expect("hex"))
-        .collect()
-}
 
 /// The entry every child role runs through; a no-op in the parent's own test run.
 #[test]
 fn role_entry() {
     match role().as_deref() {
         None => {}
-        Some("exporter") => exporter(),
+        Some("exporter") => exporter_role(),
         Some(other) => panic!("unknown role {other}"),
     }
-}
-
-/// The exporter: publishes a segment, says whether it announces big-endian, and answers
-/// `dump <off> <len>` (hex) and `write <off> <hex>`.
-fn exporter() {
-    let rt = runtime();
-    let node_id: u32 = arg("NODE_ID").parse().unwrap();
-    let announce = std::env::var("ANNOUNCE").ok();
-    let (node, seg) = rt.block_on(async {
-        let builder = Node::builder().ignore_environment().id(node_id);
-        let builder = match announce.as_deref() {
-            None => builder,
-            #[cfg(feature = "fault-injection")]
-            Some("big") => builder.announce_byte_order(ByteOrder::Big),
-            #[cfg(feature = "fault-injection")]
-            Some("little") => builder.announce_byte_order(ByteOrder::Little),
-            Some(other) => panic!("cannot announce {other}"),
-        };
-        let node = builder.start().await.unwrap();
-        let ctrl = node.controller(&arg("CTRL")).await.unwrap();
-        let seg = ctrl.export(SIZE, ExportFlags::empty()).unwrap();
-        (node, seg)
-    });
-    let id = rt.block_on(seg.publish(0, &[])).unwrap();
-    say(format!("ready {id}"));
-    while let Some(cmd) = next_command() {
-        let words: Vec<&str> = cmd.split_whitespace().collect();
-        match words.as_slice() {
-            ["dump", off, len] => {
-                let mut buf = vec![0u8; len.parse().unwrap()];
-                seg.read_at(off.parse().unwrap(), &mut buf).unwrap();
-                say(hex(&buf));
-            }
-            ["write", off, data] => {
-                seg.write_at(off.parse().unwrap(), &unhex(data)).unwrap();
-                say("ok");
-            }
-            ["quit"] | [] => break,
-            _ => panic!("unknown command {cmd}"),
-        }
-    }
-    rt.block_on(async {
-        let _ = seg.destroy().await;
-        node.shutdown().await;
-    });
 }
 
 struct Setup {
@@ -114,6 +58,7 @@ fn setup_with(ctrl: &str, announce: Option<&str>, importer_announces: Option<Byt
     let mut args = vec![
         ("NODE_ID", exporter_id.to_string()),
         ("CTRL", ctrl.to_string()),
+        ("SIZE", SIZE.to_string()),
     ];
     if let Some(order) = announce {
         args.push(("ANNOUNCE", order.to_string()));

@@ -276,3 +276,80 @@ impl Drop for Pages {
         unsafe { dealloc(self.ptr, self.layout) }
     }
 }
+
+/// Bytes as lowercase hex, for lines exchanged with a child.
+pub fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// The bytes of a hex string.
+pub fn unhex(s: &str) -> Vec<u8> {
+    (0..s.len())
+        .step_by(2)
+        .map(|i| u8::from_str_radix(&s[i..i + 2], 16).expect("hex"))
+        .collect()
+}
+
+/// The exporter role: starts node `NODE_ID` (announcing the byte order `ANNOUNCE`, `big` or
+/// `little`, with the `fault-injection` feature), exports `SIZE` bytes on `CTRL`, publishes
+/// them, says `ready <id>`, and answers: `sum <off> <len>` (checksum), `fill <seed> <off>
+/// <len>` (pattern), `dump <off> <len>` (hex), `write <off> <hex>`, `importers`,
+/// `unpublish`, `quit`.
+pub fn exporter_role() {
+    let rt = runtime();
+    let node_id: u32 = arg("NODE_ID").parse().unwrap();
+    let size: usize = arg("SIZE").parse().unwrap();
+    let announce = std::env::var("ANNOUNCE").ok();
+    let (node, seg) = rt.block_on(async {
+        let builder = rsm::Node::builder().ignore_environment().id(node_id);
+        let builder = match announce.as_deref() {
+            None => builder,
+            #[cfg(feature = "fault-injection")]
+            Some("big") => builder.announce_byte_order(rsm::ByteOrder::Big),
+            #[cfg(feature = "fault-injection")]
+            Some("little") => builder.announce_byte_order(rsm::ByteOrder::Little),
+            Some(other) => panic!("cannot announce {other}"),
+        };
+        let node = builder.start().await.unwrap();
+        let ctrl = node.controller(&arg("CTRL")).await.unwrap();
+        let seg = ctrl.export(size, rsm::ExportFlags::empty()).unwrap();
+        (node, seg)
+    });
+    let id = rt.block_on(seg.publish(0, &[])).unwrap();
+    say(format!("ready {id}"));
+    while let Some(cmd) = next_command() {
+        let words: Vec<&str> = cmd.split_whitespace().collect();
+        match words.as_slice() {
+            ["sum", off, len] => {
+                let mut buf = vec![0u8; len.parse().unwrap()];
+                seg.read_at(off.parse().unwrap(), &mut buf).unwrap();
+                say(checksum(&buf));
+            }
+            ["fill", seed, off, len] => {
+                let data = pattern(seed.parse().unwrap(), len.parse().unwrap());
+                seg.write_at(off.parse().unwrap(), &data).unwrap();
+                say("ok");
+            }
+            ["dump", off, len] => {
+                let mut buf = vec![0u8; len.parse().unwrap()];
+                seg.read_at(off.parse().unwrap(), &mut buf).unwrap();
+                say(hex(&buf));
+            }
+            ["write", off, data] => {
+                seg.write_at(off.parse().unwrap(), &unhex(data)).unwrap();
+                say("ok");
+            }
+            ["importers"] => say(seg.importer_count()),
+            ["unpublish"] => {
+                rt.block_on(seg.unpublish()).unwrap();
+                say("ok");
+            }
+            ["quit"] | [] => break,
+            _ => panic!("unknown command {cmd}"),
+        }
+    }
+    rt.block_on(async {
+        let _ = seg.destroy().await;
+        node.shutdown().await;
+    });
+}
