@@ -10,7 +10,7 @@ mod common;
 
 use common::*;
 use futures::FutureExt;
-use rsm::{Access, ExportFlags, Node, Perm};
+use rsm::{Access, ExportFlags, Perm};
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
@@ -108,12 +108,7 @@ fn exporter() {
     let rt = runtime();
     let node_id: u32 = arg("NODE_ID").parse().unwrap();
     let (node, ctrl) = rt.block_on(async {
-        let node = Node::builder()
-            .ignore_environment()
-            .id(node_id)
-            .start()
-            .await
-            .unwrap();
+        let node = node(node_id).await;
         let ctrl = node.controller(&arg("CTRL")).await.unwrap();
         (node, ctrl)
     });
@@ -184,12 +179,7 @@ fn importer() {
     let rt = runtime();
     let node_id: u32 = arg("NODE_ID").parse().unwrap();
     let (node, ctrl) = rt.block_on(async {
-        let node = Node::builder()
-            .ignore_environment()
-            .id(node_id)
-            .start()
-            .await
-            .unwrap();
+        let node = node(node_id).await;
         let ctrl = node.controller(&arg("CTRL")).await.unwrap();
         (node, ctrl)
     });
@@ -402,14 +392,7 @@ fn classes(ctrl: &str) {
     let uids = [EXPORTER_UID, 65534, 65534, 65534];
     let rt = runtime();
     let root_id = base + 5;
-    let root = rt.block_on(async {
-        Node::builder()
-            .ignore_environment()
-            .id(root_id)
-            .start()
-            .await
-            .unwrap()
-    });
+    let root = rt.block_on(async { node(root_id).await });
     let root_ctrl = rt.block_on(root.controller(ctrl)).unwrap();
 
     let umask = umask_of_this_process(); // the children inherit it
@@ -486,14 +469,7 @@ fn errors(ctrl: &str) {
     let mut other = Importer::start(ctrl, base + 1, "other", OTHER_AS);
     let rt = runtime();
     let me = base + 2;
-    let node = rt.block_on(async {
-        Node::builder()
-            .ignore_environment()
-            .id(me)
-            .start()
-            .await
-            .unwrap()
-    });
+    let node = rt.block_on(async { node(me).await });
     let c = rt.block_on(node.controller(ctrl)).unwrap();
     let code = |r: rsm::Result<rsm::ImportSegment>| r.map_or_else(|e| e.code(), |_| 0);
 

@@ -50,12 +50,7 @@ fn setup(ctrl: &str, size: usize) -> Setup {
         .unwrap();
     let rt = runtime();
     let (node, imp) = rt.block_on(async {
-        let node = Node::builder()
-            .ignore_environment()
-            .id(fresh_node_id() + 1)
-            .start()
-            .await
-            .unwrap();
+        let node = node(fresh_node_id() + 1).await;
         let c = node.controller(ctrl).await.unwrap();
         let imp = c.import(exporter_id, segid, Perm::RDWR).await.unwrap();
         (node, imp)

@@ -3,7 +3,9 @@
 
 mod common;
 
-use rsm::{Access, ExportFlags, Node};
+use common::node;
+
+use rsm::{Access, ExportFlags};
 
 fn code<T: std::fmt::Debug>(r: rsm::Result<T>) -> i32 {
     r.expect_err("an error").code()
@@ -17,12 +19,7 @@ fn publish_and_unpublish_errors() {
         .build()
         .unwrap();
     rt.block_on(async {
-        let node = Node::builder()
-            .ignore_environment()
-            .id(common::fresh_node_id())
-            .start()
-            .await
-            .unwrap();
+        let node = node(common::fresh_node_id()).await;
         for ctrl in ["tcp0", "shm0", "sockets0"] {
             let c = node.controller(ctrl).await.unwrap();
             let page = c.attr().page_size as usize;
@@ -96,12 +93,7 @@ fn export_create_errors() {
         .build()
         .unwrap();
     rt.block_on(async {
-        let node = Node::builder()
-            .ignore_environment()
-            .id(common::fresh_node_id())
-            .start()
-            .await
-            .unwrap();
+        let node = node(common::fresh_node_id()).await;
         let c = node.controller("tcp0").await.unwrap();
         let page = c.attr().page_size as usize;
         assert_eq!(code(c.export(0, ExportFlags::empty())), 20, "BAD_LENGTH");

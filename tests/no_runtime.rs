@@ -4,25 +4,13 @@
 
 mod common;
 
-use rsm::{ExportFlags, Node, Perm};
+use rsm::{ExportFlags, Perm};
 
 #[test]
 fn put_and_get_without_a_tokio_runtime() {
     let _serial = common::serial();
     futures::executor::block_on(async {
-        let a_id = common::fresh_node_id();
-        let a = Node::builder()
-            .ignore_environment()
-            .id(a_id)
-            .start()
-            .await
-            .unwrap();
-        let b = Node::builder()
-            .ignore_environment()
-            .id(a_id + 1)
-            .start()
-            .await
-            .unwrap();
+        let (a, b, a_id) = common::two_nodes().await;
         for ctrl in ["tcp0", "shm0"] {
             let seg = a
                 .controller(ctrl)

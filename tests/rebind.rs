@@ -4,39 +4,17 @@
 
 mod common;
 
-use common::{Pages, page, runtime};
-use rsm::{ExportFlags, ExportSegment, Node, Perm};
+use common::{Pages, node, page, runtime, two_nodes};
+use rsm::{ExportFlags, ExportSegment, Perm};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
-
-async fn two_nodes() -> (Node, Node, u32) {
-    let a_id = common::fresh_node_id();
-    let a = Node::builder()
-        .ignore_environment()
-        .id(a_id)
-        .start()
-        .await
-        .unwrap();
-    let b = Node::builder()
-        .ignore_environment()
-        .id(a_id + 1)
-        .start()
-        .await
-        .unwrap();
-    (a, b, a_id)
-}
 
 #[test]
 fn export_memory_checks_in_order() {
     let _serial = common::serial();
     runtime().block_on(async {
-        let node = Node::builder()
-            .ignore_environment()
-            .id(common::fresh_node_id())
-            .start()
-            .await
-            .unwrap();
+        let node = node(common::fresh_node_id()).await;
         let ctrl = node.controller("tcp0").await.unwrap();
         let f = ExportFlags::empty();
         let code = |r: rsm::Result<ExportSegment>| r.unwrap_err().code();
@@ -121,12 +99,7 @@ fn caller_memory_is_written_by_an_importer() {
 fn rebind_errors() {
     let _serial = common::serial();
     runtime().block_on(async {
-        let node = Node::builder()
-            .ignore_environment()
-            .id(common::fresh_node_id())
-            .start()
-            .await
-            .unwrap();
+        let node = node(common::fresh_node_id()).await;
         let ctrl = node.controller("tcp0").await.unwrap();
         let size = 2 * page();
         let fixed = ctrl.export(size, ExportFlags::empty()).unwrap();

@@ -22,12 +22,7 @@ fn exporter() {
     let rt = runtime();
     let node_id: u32 = arg("NODE_ID").parse().unwrap();
     let (node, ctrl) = rt.block_on(async {
-        let node = Node::builder()
-            .ignore_environment()
-            .id(node_id)
-            .start()
-            .await
-            .unwrap();
+        let node = node(node_id).await;
         let ctrl = node.controller(&arg("CTRL")).await.unwrap();
         (node, ctrl)
     });

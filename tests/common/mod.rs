@@ -19,6 +19,22 @@ pub fn runtime() -> tokio::runtime::Runtime {
         .expect("runtime")
 }
 
+/// A node with id `id` and no configuration from the environment.
+pub async fn node(id: u32) -> rsm::Node {
+    rsm::Node::builder()
+        .ignore_environment()
+        .id(id)
+        .start()
+        .await
+        .expect("node starts")
+}
+
+/// Two nodes with fresh ids; the first one's id is returned too.
+pub async fn two_nodes() -> (rsm::Node, rsm::Node, u32) {
+    let a_id = fresh_node_id();
+    (node(a_id).await, node(a_id + 1).await, a_id)
+}
+
 /// The variable that tells a re-executed test binary which role to play.
 pub const ROLE_VAR: &str = "RSM_TEST_ROLE";
 
