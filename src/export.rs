@@ -128,7 +128,7 @@ unsafe impl Sync for Memory {}
 
 impl Memory {
     /// Takes over caller memory (boxed first, so the pointer is taken where it stays).
-    fn caller(mem: impl SegmentMemory) -> Memory {
+    pub(crate) fn caller(mem: impl SegmentMemory) -> Memory {
         let mut mem: Box<dyn SegmentMemory> = Box::new(mem);
         let ptr = mem.as_mut_ptr();
         let len = mem.len();
@@ -139,21 +139,21 @@ impl Memory {
         }
     }
 
-    fn as_ptr(&self) -> *mut u8 {
+    pub(crate) fn as_ptr(&self) -> *mut u8 {
         match self {
             Memory::Own(m) => m.as_ptr(),
             Memory::Caller { ptr, .. } => *ptr,
         }
     }
 
-    fn len(&self) -> usize {
+    pub(crate) fn len(&self) -> usize {
         match self {
             Memory::Own(m) => m.len(),
             Memory::Caller { len, .. } => *len,
         }
     }
 
-    fn write_at(&self, offset: usize, src: &[u8]) {
+    pub(crate) fn write_at(&self, offset: usize, src: &[u8]) {
         assert!(
             offset
                 .checked_add(src.len())
@@ -165,7 +165,7 @@ impl Memory {
         };
     }
 
-    fn read_at(&self, offset: usize, dst: &mut [u8]) {
+    pub(crate) fn read_at(&self, offset: usize, dst: &mut [u8]) {
         assert!(
             offset
                 .checked_add(dst.len())

@@ -6,8 +6,9 @@ use crate::controller::Controller;
 use crate::core::wire::{ConnectRequest, Message};
 use crate::fabric::ffi;
 use crate::perm::Perm;
+use crate::reactor::barrier::BarrierCore;
 use crate::reactor::engine::Engine;
-use crate::reactor::slot::{OpInfo, Remote};
+use crate::reactor::slot::{Dir, OpInfo, Plan, Spec, Visibility};
 use crate::reactor::tracker::{Tracker, View};
 use crate::reactor::{IoBuf, IoBufMut, Op};
 use crate::state::{NodeState, REVOKE_WAIT};
@@ -55,6 +56,10 @@ pub(crate) struct ImportInner {
     /// they post with: a rebind swaps it (design §4).
     tracker: Arc<Tracker>,
     disconnected: AtomicBool,
+    /// Explicit barrier mode (implicit is the default, decision 2).
+    explicit: AtomicBool,
+    /// The barrier `init_barrier` attached last.
+    barrier: std::sync::Mutex<Option<Arc<BarrierCore>>>,
 }
 
 impl ImportInner {
@@ -192,6 +197,8 @@ impl ImportSegment {
                 generation: grant.generation,
             })),
             disconnected: AtomicBool::new(false),
+            explicit: AtomicBool::new(false),
+            barrier: std::sync::Mutex::new(None),
         });
         state.add_import(node, grant.conn_id, &inner);
         tracing::debug!(
@@ -239,7 +246,7 @@ impl ImportSegment {
         self.inner.tracker.in_flight()
     }
 
-    fn check(&self, op: &'static str, need: Perm, offset: u64, len: usize) -> Result<Remote> {
+    fn check(&self, op: &'static str, need: Perm, offset: u64, len: usize) -> Result<()> {
         let inner = &self.inner;
         let ctx = |e: Error| {
             e.op(op)
@@ -274,15 +281,13 @@ impl ImportSegment {
                 Error::bad_length().detail(format!("the segment has {} bytes", inner.length))
             ));
         }
-        // The slot re-reads the view when it posts; this one is only the first guess.
-        let view = inner.tracker.view().ok_or_else(|| {
-            ctx(Error::conn_aborted().detail("the connection has no registration"))
-        })?;
-        Ok(Remote {
-            dest: inner.dest,
-            addr: view.base + offset,
-            key: view.key,
-        })
+        // The slot reads the view when it posts; here only whether there is one.
+        if inner.tracker.view().is_none() {
+            return Err(ctx(
+                Error::conn_aborted().detail("the connection has no registration")
+            ));
+        }
+        Ok(())
     }
 
     fn info(&self, op: &'static str, offset: u64) -> OpInfo {
@@ -299,26 +304,29 @@ impl ImportSegment {
     /// the operation was failed early, e.g. the exporter died, while the provider still
     /// held the buffer).
     ///
+    /// In explicit barrier mode ([`ImportSegment::set_mode`]) the write is posted at once
+    /// and the returned [`Op`] is a handle: it resolves when the provider completed the
+    /// write, and the open [`Barrier`]'s close is what makes it visible.
+    ///
     /// # Cancel safety
     /// Dropping the future stops the waiting, not the write: once posted, the bytes may
     /// still land, and the buffer is freed only when the provider is done with it.
     pub fn put<B: IoBuf>(&self, offset: u64, buf: B) -> Op<B> {
         let len = buf.bytes_len();
-        let remote = match self.check("put", Perm::WRITE, offset, len) {
-            Ok(r) => r,
-            Err(e) => return Op::failed(e, buf),
-        };
+        if let Err(e) = self.check("put", Perm::WRITE, offset, len) {
+            return Op::failed(e, buf);
+        }
         if len == 0 {
             return Op::done(buf);
         }
-        Op::write(
-            Arc::clone(&self.inner.engine),
-            Arc::clone(&self.inner.tracker),
-            remote,
-            self.inner.backend.visibility(),
-            self.inner.backend.max_transfer(),
+        let (ptr, len) = Op::source(&buf);
+        let plan = Op::<B>::contiguous(ptr, len, offset, self.inner.backend.max_transfer());
+        self.start(
+            Dir::write(self.inner.backend.visibility()),
+            plan,
             buf,
-            self.info("put", offset),
+            "put",
+            offset,
         )
     }
 
@@ -328,22 +336,62 @@ impl ImportSegment {
     /// As for [`ImportSegment::put`]: the buffer stays with the operation until the
     /// provider has finished writing into it.
     pub fn get<B: IoBufMut>(&self, offset: u64, buf: B) -> Op<B> {
+        let mut buf = buf;
         let len = buf.bytes_len();
-        let remote = match self.check("get", Perm::READ, offset, len) {
-            Ok(r) => r,
-            Err(e) => return Op::failed(e, buf),
-        };
+        if let Err(e) = self.check("get", Perm::READ, offset, len) {
+            return Op::failed(e, buf);
+        }
         if len == 0 {
             return Op::done(buf);
         }
-        Op::read(
-            Arc::clone(&self.inner.engine),
-            Arc::clone(&self.inner.tracker),
-            remote,
-            self.inner.backend.max_transfer(),
+        let (ptr, len) = Op::sink(&mut buf);
+        let plan = Op::<B>::contiguous(ptr, len, offset, self.inner.backend.max_transfer());
+        self.start(Dir::Read, plan, buf, "get", offset)
+    }
+
+    /// Creates the operation that moves `plan` (whose pointers lie in `buf`): in implicit
+    /// mode a future that posts when first polled and resolves when the data is visible; in
+    /// explicit mode posted at once, attached to the open barrier if there is one.
+    pub(crate) fn start<B: Send + 'static>(
+        &self,
+        dir: Dir,
+        plan: Plan,
+        buf: B,
+        op: &'static str,
+        offset: u64,
+    ) -> Op<B> {
+        let inner = &self.inner;
+        let explicit = inner.explicit.load(Ordering::Acquire);
+        let write = matches!(dir, Dir::Write { .. });
+        let fence = match (write, explicit, inner.backend.visibility()) {
+            (true, false, Visibility::FencedRead) => plan.last_byte(),
+            _ => None,
+        };
+        let barrier = if explicit {
+            barrier::attach(inner, write)
+        } else {
+            None
+        };
+        let op = Op::new(
+            Spec {
+                engine: Arc::clone(&inner.engine),
+                tracker: Arc::clone(&inner.tracker),
+                dest: inner.dest,
+                dir,
+                plan,
+                fence,
+                info: self.info(op, offset),
+                barrier: barrier.clone(),
+            },
             buf,
-            self.info("get", offset),
-        )
+        );
+        if explicit {
+            if let (Some(b), Some(d)) = (&barrier, op.driver()) {
+                b.keep(d);
+            }
+            op.post_now();
+        }
+        op
     }
 
     /// Disconnects (`rsm_memseg_import_disconnect`): waits (at most 5 s) for operations in
@@ -376,3 +424,10 @@ impl ImportSegment {
 
 // Typed put/get (8/16/32/64 bits, byte order), an `impl ImportSegment` in import/typed.rs.
 mod typed;
+// Barriers and barrier mode (spec §4.6).
+pub(crate) mod barrier;
+// Scatter/gather (spec §4.5).
+pub(crate) mod sg;
+
+pub use barrier::{Barrier, BarrierMode};
+pub use sg::{MAX_SGIOREQS, SgEntry, SgFlags, SgLocal, SgOp, SgOutcome};

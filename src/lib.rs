@@ -33,6 +33,7 @@ pub(crate) mod state;
 pub mod controller;
 pub mod export;
 pub mod import;
+pub mod local;
 pub mod node;
 pub mod perm;
 pub mod topology;
@@ -42,7 +43,10 @@ pub use core::segid::{SegmentIdRange, get_segmentid_range};
 pub use core::wire::ByteOrder;
 pub use error::{Error, Result};
 pub use export::{ExportSegment, SegmentMemory};
-pub use import::ImportSegment;
+pub use import::{
+    Barrier, BarrierMode, ImportSegment, MAX_SGIOREQS, SgEntry, SgFlags, SgLocal, SgOp, SgOutcome,
+};
+pub use local::LocalMemory;
 pub use node::{Node, NodeBuilder, NodeConfig};
 pub use perm::{Access, ExportFlags, Perm};
 pub use reactor::{IoBuf, IoBufMut, Op};

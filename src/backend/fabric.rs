@@ -25,6 +25,8 @@ pub(crate) struct FabricBackend {
     virt_addr: bool,
     visibility: Visibility,
     max_transfer: usize,
+    /// Local and remote ranges one scatter/gather post may carry.
+    sg_limits: (usize, usize),
 }
 
 impl FabricBackend {
@@ -44,6 +46,7 @@ impl FabricBackend {
         };
         let virt_addr = v.mr_mode() & ffi::FI_MR_VIRT_ADDR as i32 != 0;
         let max_transfer = max_transfer_for(v.max_msg_size());
+        let sg_limits = sg_limits_for(kind, v.iov_limit(), v.rma_iov_limit());
         Ok(Arc::new(FabricBackend {
             virt_addr,
             domain,
@@ -55,6 +58,7 @@ impl FabricBackend {
             key_mask,
             visibility: visibility_for(kind),
             max_transfer,
+            sg_limits,
         }))
     }
 
@@ -66,6 +70,11 @@ impl FabricBackend {
     /// The largest piece one post carries; longer operations are posted in pieces.
     pub(crate) fn max_transfer(&self) -> usize {
         self.max_transfer
+    }
+
+    /// How many local and remote ranges one scatter/gather post carries.
+    pub(crate) fn sg_limits(&self) -> (usize, usize) {
+        self.sg_limits
     }
 
     pub(crate) fn engine(&self) -> &Arc<Engine> {
@@ -183,6 +192,12 @@ pub(crate) fn visibility_for(kind: &str) -> Visibility {
     }
 }
 
+/// Scatter/gather batches: as many ranges as the provider takes per post (at most 16).
+fn sg_limits_for(_kind: &str, iov_limit: usize, rma_iov_limit: usize) -> (usize, usize) {
+    let cap = crate::reactor::slot::MAX_IOV;
+    (iov_limit.clamp(1, cap), rma_iov_limit.clamp(1, cap))
+}
+
 /// Segments may be larger than one message of the provider (verbs allows 2 GiB), so longer
 /// operations go out in pieces of at most `max_msg_size`.
 fn max_transfer_for(max_msg_size: usize) -> usize {
@@ -213,6 +228,11 @@ impl Registration {
     /// (`FI_MR_VIRT_ADDR`), else 0.
     pub(crate) fn base(&self) -> u64 {
         self.base
+    }
+
+    /// The descriptor local operations pass for memory in this registration.
+    pub(crate) fn desc(&self) -> *mut libc::c_void {
+        self.mr.desc()
     }
 
     #[allow(dead_code)]

@@ -129,14 +129,86 @@ impl Endpoint {
         &self.av
     }
 
-    /// Posts a write of `len` bytes from `buf` to `addr`/`key` at `dest`, with `flags`
-    /// (`FI_DELIVERY_COMPLETE` for visibility at the target, `FI_REMOTE_CQ_DATA` with
-    /// `data`).
+    /// Posts a write gathered from `iov` (with one descriptor per entry in `desc`) and
+    /// scattered over `rma` at `dest`, with `flags` (`FI_DELIVERY_COMPLETE` for visibility at
+    /// the target, `FI_REMOTE_CQ_DATA` with `data`). The two lists carry the same number of
+    /// bytes, within the provider's `iov_limit` and `rma_iov_limit`.
     ///
     /// # Safety
-    /// `buf..buf+len` must stay readable and `context` (64 bytes) valid and unmoved until the
-    /// completion for `context` has been read, or the endpoint is closed. `desc` must be the
-    /// descriptor of a registration covering `buf`, or NULL where the provider needs none.
+    /// Every `iov` range must stay readable and `context` (64 bytes) valid and unmoved until
+    /// the completion for `context` has been read, or the endpoint is closed. Each `desc`
+    /// entry must be the descriptor of a registration covering its range, or NULL where the
+    /// provider needs none.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) unsafe fn writemsg(
+        &self,
+        iov: &[libc::iovec],
+        desc: &mut [*mut libc::c_void],
+        dest: ffi::fi_addr_t,
+        rma: &[ffi::fi_rma_iov],
+        context: *mut ffi::fi_context2,
+        flags: u64,
+        data: u64,
+    ) -> std::result::Result<(), PostError> {
+        debug_assert_eq!(iov.len(), desc.len());
+        let msg = ffi::fi_msg_rma {
+            msg_iov: iov.as_ptr(),
+            desc: desc.as_mut_ptr(),
+            iov_count: iov.len(),
+            addr: dest,
+            rma_iov: rma.as_ptr(),
+            rma_iov_count: rma.len(),
+            context: context.cast(),
+            data,
+        };
+        let open = self.open_guard()?;
+        // SAFETY: msg and the arrays it points to live across the call (the provider copies
+        // them); the caller keeps the buffers and context alive until completion; `open`
+        // keeps the endpoint from closing meanwhile.
+        let ret =
+            unsafe { ffi::fi_writemsg(self.fid, &msg, flags | u64::from(ffi::FI_COMPLETION)) };
+        drop(open);
+        post_result("fi_writemsg", ret)
+    }
+
+    /// Posts a read of the ranges `rma` at `src` into the local ranges `iov`.
+    ///
+    /// # Safety
+    /// Every `iov` range must stay writable and untouched by anyone else, and `context`
+    /// valid and unmoved, until the completion for `context` has been read or the endpoint
+    /// is closed. `desc` as for [`Endpoint::writemsg`].
+    pub(crate) unsafe fn readmsg(
+        &self,
+        iov: &[libc::iovec],
+        desc: &mut [*mut libc::c_void],
+        src: ffi::fi_addr_t,
+        rma: &[ffi::fi_rma_iov],
+        context: *mut ffi::fi_context2,
+    ) -> std::result::Result<(), PostError> {
+        debug_assert_eq!(iov.len(), desc.len());
+        let msg = ffi::fi_msg_rma {
+            msg_iov: iov.as_ptr(),
+            desc: desc.as_mut_ptr(),
+            iov_count: iov.len(),
+            addr: src,
+            rma_iov: rma.as_ptr(),
+            rma_iov_count: rma.len(),
+            context: context.cast(),
+            data: 0,
+        };
+        let open = self.open_guard()?;
+        // SAFETY: as in `writemsg`: the message is copied during the call, the caller keeps
+        // buffers and context alive until completion.
+        let ret = unsafe { ffi::fi_readmsg(self.fid, &msg, u64::from(ffi::FI_COMPLETION)) };
+        drop(open);
+        post_result("fi_readmsg", ret)
+    }
+
+    /// Posts a write of `len` bytes from `buf` to `addr`/`key` at `dest`: one range each side
+    /// of [`Endpoint::writemsg`].
+    ///
+    /// # Safety
+    /// As for [`Endpoint::writemsg`], for the one range `buf..buf+len` and `desc`.
     #[allow(clippy::too_many_arguments)]
     pub(crate) unsafe fn write(
         &self,
@@ -150,30 +222,13 @@ impl Endpoint {
         flags: u64,
         data: u64,
     ) -> std::result::Result<(), PostError> {
-        let mut desc = desc;
-        let iov = libc::iovec {
+        let iov = [libc::iovec {
             iov_base: buf as *mut _,
             iov_len: len,
-        };
-        let rma = ffi::fi_rma_iov { addr, len, key };
-        let msg = ffi::fi_msg_rma {
-            msg_iov: &iov,
-            desc: &mut desc,
-            iov_count: 1,
-            addr: dest,
-            rma_iov: &rma,
-            rma_iov_count: 1,
-            context: context.cast(),
-            data,
-        };
-        let open = self.open_guard()?;
-        // SAFETY: msg and the structs it points to live across the call (the provider copies
-        // them); the caller keeps the buffer and context alive until completion; `open`
-        // keeps the endpoint from closing meanwhile.
-        let ret =
-            unsafe { ffi::fi_writemsg(self.fid, &msg, flags | u64::from(ffi::FI_COMPLETION)) };
-        drop(open);
-        post_result("fi_writemsg", ret)
+        }];
+        let rma = [ffi::fi_rma_iov { addr, len, key }];
+        // SAFETY: forwarded contract.
+        unsafe { self.writemsg(&iov, &mut [desc], dest, &rma, context, flags, data) }
     }
 
     /// Posts a read of `len` bytes into `buf` from `addr`/`key` at `src`.
@@ -181,7 +236,7 @@ impl Endpoint {
     /// # Safety
     /// `buf..buf+len` must stay writable and untouched by anyone else, and `context` valid
     /// and unmoved, until the completion for `context` has been read or the endpoint is
-    /// closed. `desc` as for [`Endpoint::write`].
+    /// closed. `desc` as for [`Endpoint::writemsg`].
     #[allow(clippy::too_many_arguments)]
     pub(crate) unsafe fn read(
         &self,

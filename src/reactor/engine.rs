@@ -18,7 +18,7 @@
 use crate::error::FabricFailure;
 use crate::fabric::endpoint::PostError;
 use crate::fabric::{CompletionQueue, CqEntry, CqReadError, Endpoint, WaitKind, ffi};
-use crate::reactor::slot::{Remote, SlotHeader};
+use crate::reactor::slot::SlotHeader;
 use crate::sys::wake::{Waker as WakeFd, readable_now};
 use crate::{Error, Result};
 use std::collections::HashMap;
@@ -304,55 +304,44 @@ impl Engine {
         self.wake.wake();
     }
 
+    /// Posts a write gathered from `iov` into the ranges `rma` at `dest`.
+    ///
     /// # Safety
-    /// As [`Endpoint::write`]: buffer and context stay valid until the completion.
-    pub(crate) unsafe fn post_write(
+    /// As [`Endpoint::writemsg`]: the buffers and the context stay valid until the
+    /// completion.
+    pub(crate) unsafe fn post_writemsg(
         &self,
-        buf: *mut u8,
-        len: usize,
-        r: Remote,
+        iov: &[libc::iovec],
+        desc: &mut [*mut libc::c_void],
+        dest: ffi::fi_addr_t,
+        rma: &[ffi::fi_rma_iov],
         ctx: *mut ffi::fi_context2,
         flags: u64,
     ) -> PostOutcome {
         if self.stop.load(Ordering::SeqCst) {
             return PostOutcome::Closed;
         }
-        // SAFETY: forwarded contract; rsm's providers need no local descriptor (no FI_MR_LOCAL
-        // in the hints' answer for plain buffers).
-        let res = unsafe {
-            self.ep.write(
-                buf,
-                len,
-                std::ptr::null_mut(),
-                r.dest,
-                r.addr,
-                r.key,
-                ctx,
-                flags,
-                0,
-            )
-        };
-        outcome(res)
+        // SAFETY: forwarded contract.
+        outcome(unsafe { self.ep.writemsg(iov, desc, dest, rma, ctx, flags, 0) })
     }
 
+    /// Posts a read of the ranges `rma` at `src` scattered into `iov`.
+    ///
     /// # Safety
-    /// As [`Endpoint::read`].
-    pub(crate) unsafe fn post_read(
+    /// As [`Endpoint::readmsg`].
+    pub(crate) unsafe fn post_readmsg(
         &self,
-        buf: *mut u8,
-        len: usize,
-        r: Remote,
+        iov: &[libc::iovec],
+        desc: &mut [*mut libc::c_void],
+        src: ffi::fi_addr_t,
+        rma: &[ffi::fi_rma_iov],
         ctx: *mut ffi::fi_context2,
     ) -> PostOutcome {
         if self.stop.load(Ordering::SeqCst) {
             return PostOutcome::Closed;
         }
         // SAFETY: forwarded contract.
-        let res = unsafe {
-            self.ep
-                .read(buf, len, std::ptr::null_mut(), r.dest, r.addr, r.key, ctx)
-        };
-        outcome(res)
+        outcome(unsafe { self.ep.readmsg(iov, desc, src, rma, ctx) })
     }
 
     fn run(self: Arc<Self>) {

@@ -1,18 +1,23 @@
-//! Operation slots: each posted operation owns its buffer, its `fi_context2` and what the
+//! Operation slots: each posted operation owns its buffers, its `fi_context2` and what the
 //! provider needs alive, until the provider completes it (design §5).
 //!
 //! The slot is an `Arc`. Posting hands one strong count to the provider per posted part, as
 //! that part's context pointer (`Arc::into_raw`, or a small proxy that holds an `Arc`); each
 //! completion turns its count back. The future holds another count and only waits. Dropping
 //! or leaking the future therefore never frees what the provider may still touch: the
-//! provider's counts keep the slot, its buffer and its endpoint alive until the last
+//! provider's counts keep the slot, its buffers and its endpoint alive until the last
 //! completion arrives, and if it never arrives they are leaked, never freed.
 //!
-//! A put is one part (a write with `FI_DELIVERY_COMPLETE`) where the provider really
-//! delivers that, and two where it does not (tcp;ofi_rxm completes such a write once the
-//! bytes are in the socket, measured with a stopped target): the write, then a one-byte
-//! read of the last byte written, whose answer cannot come back before the write was placed.
+//! An operation is a [`Plan`] of data parts (pieces of one contiguous buffer, or batches of
+//! a scatter/gather vector) and, for a write that must be visible where the provider does not
+//! deliver `FI_DELIVERY_COMPLETE` (tcp;ofi_rxm completes such a write once the bytes are in
+//! the socket, measured with a stopped target), a fence: a one-byte read of the last byte
+//! written, whose answer cannot come back before the write was placed.
+//!
+//! Posting is driven by whoever holds the slot: the awaiting future, or, in explicit barrier
+//! mode, the caller at creation and the barrier's close.
 
+use super::barrier::BarrierCore;
 use super::buf::{IoBuf, IoBufMut};
 use super::engine::{Engine, PostOutcome};
 use super::tracker::{Abort, Tracker};
@@ -25,13 +30,8 @@ use std::pin::Pin;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::task::{Context, Poll, Waker};
 
-/// Where an operation goes at the target.
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct Remote {
-    pub(crate) dest: ffi::fi_addr_t,
-    pub(crate) addr: u64,
-    pub(crate) key: u64,
-}
+/// The most local (and remote) ranges one post carries; providers here allow 4 to 8.
+pub(crate) const MAX_IOV: usize = 16;
 
 /// What the error of a failed operation says about it.
 #[derive(Debug, Clone)]
@@ -61,10 +61,101 @@ pub(crate) enum Visibility {
     FencedRead,
 }
 
+/// The direction of an operation, and for writes the completion flags.
 #[derive(Debug, Clone, Copy)]
-enum Dir {
-    Write(Visibility),
+pub(crate) enum Dir {
+    Write { flags: u64 },
     Read,
+}
+
+impl Dir {
+    /// A write completed as `v` says: with `FI_DELIVERY_COMPLETE`, or plainly where a fence
+    /// read (the operation's own, or a barrier's) makes it visible.
+    pub(crate) fn write(v: Visibility) -> Dir {
+        match v {
+            Visibility::DeliveryComplete => Dir::Write {
+                flags: ffi::FI_DELIVERY_COMPLETE as u64,
+            },
+            Visibility::FencedRead => Dir::Write { flags: 0 },
+        }
+    }
+}
+
+/// One local range and the segment offset it pairs with.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Piece {
+    pub(crate) ptr: *mut u8,
+    pub(crate) len: usize,
+    /// The local registration's descriptor, or NULL.
+    pub(crate) desc: *mut libc::c_void,
+    pub(crate) offset: u64,
+}
+
+/// Several pieces posted as one operation, and the first vector entry they belong to.
+#[derive(Debug, Clone)]
+pub(crate) struct Batch {
+    pub(crate) pieces: Vec<Piece>,
+    pub(crate) first_entry: usize,
+}
+
+/// The data parts of an operation.
+#[derive(Debug)]
+pub(crate) enum Plan {
+    /// One buffer to one range, in chunks of at most `chunk` bytes.
+    Contiguous { piece: Piece, chunk: usize },
+    /// Scatter/gather batches, each within the provider's iov limits.
+    Batches(Vec<Batch>),
+}
+
+impl Plan {
+    fn data_parts(&self) -> usize {
+        match self {
+            Plan::Contiguous { piece, chunk } => piece.len.div_ceil(*chunk).max(1),
+            Plan::Batches(b) => b.len(),
+        }
+    }
+
+    fn bytes(&self) -> usize {
+        match self {
+            Plan::Contiguous { piece, .. } => piece.len,
+            Plan::Batches(b) => b.iter().flat_map(|b| &b.pieces).map(|p| p.len).sum(),
+        }
+    }
+
+    fn first_entry(&self, part: usize) -> usize {
+        match self {
+            Plan::Contiguous { .. } => 0,
+            Plan::Batches(b) => b.get(part).map_or(0, |b| b.first_entry),
+        }
+    }
+
+    /// The offset of the last byte the plan moves (what a fence reads).
+    pub(crate) fn last_byte(&self) -> Option<u64> {
+        match self {
+            Plan::Contiguous { piece, .. } => {
+                (piece.len > 0).then(|| piece.offset + piece.len as u64 - 1)
+            }
+            Plan::Batches(b) => b
+                .iter()
+                .flat_map(|b| &b.pieces)
+                .rfind(|p| p.len > 0)
+                .map(|p| p.offset + p.len as u64 - 1),
+        }
+    }
+}
+
+/// Everything an operation is made of, before it exists.
+pub(crate) struct Spec {
+    pub(crate) engine: Arc<Engine>,
+    pub(crate) tracker: Arc<Tracker>,
+    pub(crate) dest: ffi::fi_addr_t,
+    pub(crate) dir: Dir,
+    pub(crate) plan: Plan,
+    /// The segment offset of the byte a fence part reads, if the operation has one.
+    pub(crate) fence: Option<u64>,
+    pub(crate) info: OpInfo,
+    /// The explicit barrier the operation reports to.
+    pub(crate) barrier: Option<Arc<BarrierCore>>,
 }
 
 /// The type-erased head of every posted part: the context the provider gets, and how to
@@ -97,13 +188,17 @@ impl SlotHeader {
     }
 }
 
-struct State<B> {
-    buf: Option<B>,
+struct State<O> {
+    buf: Option<O>,
     result: Option<Result<()>>,
+    /// A result was decided (the future may have taken it since).
+    settled: bool,
     /// Posted parts whose completion has not arrived.
     outstanding: usize,
-    /// A failure reported by a completion, kept until the last part completes.
-    failure: Option<FabricFailure>,
+    /// The earliest failed part and its failure, kept until the last part completes.
+    failure: Option<(usize, FabricFailure)>,
+    /// The first vector entry of the earliest part that failed or was never posted.
+    failed_entry: Option<usize>,
     /// Every part has been posted (or the rest given up).
     all_posted: bool,
     /// Every posted part has completed: the buffer is free to go back.
@@ -112,101 +207,270 @@ struct State<B> {
 }
 
 #[repr(C)]
-pub(crate) struct Slot<B> {
+pub(crate) struct Slot<O> {
     header: SlotHeader,
-    state: Mutex<State<B>>,
+    state: Mutex<State<O>>,
+    /// The next part to post.
+    cursor: Mutex<usize>,
     engine: Arc<Engine>,
     tracker: Arc<Tracker>,
     tracker_id: u64,
-    /// Where the operation goes; re-read from the tracker's view whenever the first part is
-    /// posted (a rebind may have moved the segment since the operation was created).
-    remote: Mutex<Remote>,
+    /// The registration's base and key; re-read from the tracker's view when the first part
+    /// is posted (a rebind may have moved the segment since the operation was created).
+    view: Mutex<(u64, u64)>,
+    dest: ffi::fi_addr_t,
     dir: Dir,
-    /// The largest transfer one post may carry (the provider's, or smaller where a provider
-    /// path is known to fail above it).
-    chunk: usize,
-    /// The buffer's storage, taken when the buffer moved into the slot; valid while the
-    /// slot owns the buffer (the `IoBuf` contract).
-    ptr: *mut u8,
+    plan: Plan,
+    fence: Option<u64>,
+    /// Bytes moved, for error context.
     len: usize,
     info: OpInfo,
+    barrier: Option<Arc<BarrierCore>>,
 }
 
 // SAFETY: the context cells are written only by the provider between post and completion
-// and read by nobody in Rust; `ptr` is only handed to the provider; everything else is
-// behind a Mutex or immutable.
-unsafe impl<B: Send> Sync for Slot<B> {}
+// and read by nobody in Rust; the plan's pointers are only handed to the provider, and point
+// into buffers the slot owns; everything else is behind a Mutex or immutable.
+unsafe impl<O: Send> Sync for Slot<O> {}
 // SAFETY: as above.
-unsafe impl<B: Send> Send for Slot<B> {}
+unsafe impl<O: Send> Send for Slot<O> {}
 
-/// A part after the first (a further chunk, or the fence of a put): its own context, and
-/// one byte a fence reads into.
+/// A part after the first (a further chunk or batch, or the fence of a put): its own
+/// context, its index, and the bytes a fence reads into.
 #[repr(C)]
-struct PartProxy<B: Send + 'static> {
+struct PartProxy<O: Send + 'static> {
     header: SlotHeader,
     scratch: UnsafeCell<[u8; 8]>,
-    slot: Arc<Slot<B>>,
+    index: usize,
+    slot: Arc<Slot<O>>,
 }
 
-impl<B: Send + 'static> Slot<B> {
-    fn lock(&self) -> MutexGuard<'_, State<B>> {
+impl<O: Send + 'static> Slot<O> {
+    fn lock(&self) -> MutexGuard<'_, State<O>> {
         self.state.lock().unwrap_or_else(|p| p.into_inner())
     }
 
+    fn parts(&self) -> usize {
+        self.plan.data_parts() + usize::from(self.fence.is_some())
+    }
+
+    /// Decides the result (once); returns the waker to wake after the lock is released.
+    fn settle(&self, st: &mut State<O>, res: Result<()>) -> Option<Settled> {
+        if st.settled {
+            return None;
+        }
+        st.settled = true;
+        let report = self
+            .barrier
+            .as_ref()
+            .map(|b| (Arc::clone(b), res.as_ref().err().map(clone_error)));
+        st.result = Some(res);
+        Some(Settled {
+            waker: st.waker.take(),
+            report,
+        })
+    }
+
+    /// The result once every part completed, from the failures they reported.
+    fn final_result(&self, st: &mut State<O>) -> Result<()> {
+        match st.failure.take() {
+            None => Ok(()),
+            Some((part, f)) => {
+                let entry = self.plan.first_entry(part.min(self.plan.data_parts()));
+                // A fence covers every entry before it: all count as not done.
+                let entry = if part >= self.plan.data_parts() {
+                    0
+                } else {
+                    entry
+                };
+                st.failed_entry = Some(st.failed_entry.map_or(entry, |e| e.min(entry)));
+                Err(self.info.annotate(completion_error(f), self.len))
+            }
+        }
+    }
+
     /// One posted part completed.
-    fn part_done(&self, outcome: std::result::Result<(), FabricFailure>) {
+    fn part_done(&self, index: usize, outcome: std::result::Result<(), FabricFailure>) {
         self.engine.op_done();
-        let (waker, last) = {
+        let settled = {
             let mut st = self.lock();
             if let Err(f) = outcome {
-                st.failure.get_or_insert(f);
+                if st.failure.as_ref().is_none_or(|(i, _)| index < *i) {
+                    st.failure = Some((index, f));
+                }
             }
             st.outstanding -= 1;
-            if st.outstanding > 0 {
+            if st.outstanding > 0 || !st.all_posted {
+                // More to come, or the poster completes the operation.
                 return;
             }
-            if !st.all_posted {
-                // The rest of the parts are being posted; the poster completes the operation.
-                return;
-            } else {
-                st.provider_done = true;
-                st.provider_done = true;
-                if st.result.is_none() {
-                    st.result = Some(match st.failure.take() {
-                        None => Ok(()),
-                        Some(f) => Err(self.info.annotate(completion_error(f), self.len)),
-                    });
-                }
-                (st.waker.take(), true)
-            }
+            st.provider_done = true;
+            let res = self.final_result(&mut st);
+            let s = self.settle(&mut st, res);
+            // A result decided early (an abort) still needs the waker for the buffer.
+            let w = st.waker.take();
+            (s, w)
         };
-        if last {
-            self.tracker.remove(self.tracker_id);
+        self.tracker.remove(self.tracker_id);
+        finish(settled);
+    }
+
+    /// Marks every part posted; if all of them already completed, completes the operation.
+    fn finish_posting(&self) {
+        let settled = {
+            let mut st = self.lock();
+            st.all_posted = true;
+            if st.outstanding > 0 || st.provider_done {
+                return;
+            }
+            st.provider_done = true;
+            let res = self.final_result(&mut st);
+            let s = self.settle(&mut st, res);
+            let w = st.waker.take();
+            (s, w)
+        };
+        self.tracker.remove(self.tracker_id);
+        finish(settled);
+    }
+
+    /// Nothing was posted and nothing will be: the operation failed with `err`.
+    fn fail_unposted(&self, err: Error) {
+        let settled = {
+            let mut st = self.lock();
+            st.all_posted = true;
+            st.provider_done = true;
+            st.failed_entry = Some(0);
+            let s = self.settle(&mut st, Err(err));
+            let w = st.waker.take();
+            (s, w)
+        };
+        finish(settled);
+    }
+
+    /// A later part could not be posted: earlier ones are in flight and complete the
+    /// operation later.
+    fn fail_rest(&self, part: usize, err: Error) {
+        let settled = {
+            let mut st = self.lock();
+            let entry = self.plan.first_entry(part.min(self.plan.data_parts()));
+            let entry = if part >= self.plan.data_parts() {
+                0
+            } else {
+                entry
+            };
+            st.failed_entry = Some(st.failed_entry.map_or(entry, |e| e.min(entry)));
+            self.settle(&mut st, Err(err))
+        };
+        finish((settled, None));
+    }
+
+    /// Posts what is not posted yet. On `Pending` the waker is registered for transmit
+    /// space.
+    fn post_pending(self: &Arc<Self>, cx: &mut Context<'_>) -> Poll<()> {
+        let mut cursor = self.cursor.lock().unwrap_or_else(|p| p.into_inner());
+        let parts = self.parts();
+        while *cursor < parts {
+            if *cursor == 0 {
+                if let Some(err) = self.tracker.aborted() {
+                    *cursor = parts;
+                    self.fail_unposted(self.info.annotate(err, self.len));
+                    return Poll::Ready(());
+                }
+                let view = self.tracker.insert(
+                    self.tracker_id,
+                    Arc::downgrade(self) as std::sync::Weak<dyn Abort>,
+                );
+                if let Some(v) = view {
+                    *self.view.lock().unwrap_or_else(|p| p.into_inner()) = (v.base, v.key);
+                }
+            }
+            match post_part(self, *cursor, cx) {
+                Poll::Pending => {
+                    if *cursor == 0 {
+                        self.tracker.remove(self.tracker_id);
+                    }
+                    return Poll::Pending;
+                }
+                Poll::Ready(Err(e)) if *cursor == 0 => {
+                    self.tracker.remove(self.tracker_id);
+                    *cursor = parts;
+                    self.fail_unposted(e);
+                    return Poll::Ready(());
+                }
+                Poll::Ready(Err(e)) => {
+                    self.fail_rest(*cursor, e);
+                    *cursor = parts;
+                    self.finish_posting();
+                    return Poll::Ready(());
+                }
+                Poll::Ready(Ok(())) => *cursor += 1,
+            }
         }
-        if let Some(w) = waker {
-            w.wake();
+        if *cursor == parts {
+            // Once: a second driver finds the cursor past the end.
+            *cursor = parts + 1;
+            drop(cursor);
+            self.finish_posting();
         }
+        Poll::Ready(())
+    }
+
+    fn view(&self) -> (u64, u64) {
+        *self.view.lock().unwrap_or_else(|p| p.into_inner())
     }
 }
 
-unsafe fn complete_slot<B: Send + 'static>(
-    h: *const SlotHeader,
-    outcome: std::result::Result<(), FabricFailure>,
-) {
-    // SAFETY: h came from Arc::into_raw of an Arc<Slot<B>> (header is its first field,
-    // repr(C)); this takes back the provider's count, exactly once per post.
-    let slot: Arc<Slot<B>> = unsafe { Arc::from_raw(h.cast::<Slot<B>>()) };
-    slot.part_done(outcome);
+/// What settling an operation leaves to do outside its lock.
+struct Settled {
+    waker: Option<Waker>,
+    report: Option<(Arc<BarrierCore>, Option<Error>)>,
 }
 
-unsafe fn complete_proxy<B: Send + 'static>(
+fn finish((settled, waker): (Option<Settled>, Option<Waker>)) {
+    if let Some(s) = settled {
+        if let Some((b, err)) = s.report {
+            b.settled(err);
+        }
+        if let Some(w) = s.waker {
+            w.wake();
+        }
+    }
+    if let Some(w) = waker {
+        w.wake();
+    }
+}
+
+/// Posting, seen from a barrier that must make sure every attached operation is posted.
+pub(crate) trait Drive: Send + Sync {
+    /// Posts what is not posted yet; `Pending` when the transmit queue is full (the waker is
+    /// called when there is space).
+    fn drive(self: Arc<Self>, cx: &mut Context<'_>) -> Poll<()>;
+}
+
+impl<O: Send + 'static> Drive for Slot<O> {
+    fn drive(self: Arc<Self>, cx: &mut Context<'_>) -> Poll<()> {
+        Slot::post_pending(&self, cx)
+    }
+}
+
+unsafe fn complete_slot<O: Send + 'static>(
     h: *const SlotHeader,
     outcome: std::result::Result<(), FabricFailure>,
 ) {
-    // SAFETY: h came from Box::into_raw of a PartProxy<B> (header first, repr(C)); this
+    // SAFETY: h came from Arc::into_raw of an Arc<Slot<O>> (header is its first field,
+    // repr(C)); this takes back the provider's count, exactly once per post.
+    let slot: Arc<Slot<O>> = unsafe { Arc::from_raw(h.cast::<Slot<O>>()) };
+    slot.part_done(0, outcome);
+}
+
+unsafe fn complete_proxy<O: Send + 'static>(
+    h: *const SlotHeader,
+    outcome: std::result::Result<(), FabricFailure>,
+) {
+    // SAFETY: h came from Box::into_raw of a PartProxy<O> (header first, repr(C)); this
     // takes it back, exactly once per post.
-    let proxy: Box<PartProxy<B>> = unsafe { Box::from_raw(h.cast::<PartProxy<B>>().cast_mut()) };
-    proxy.slot.part_done(outcome);
+    let proxy: Box<PartProxy<O>> = unsafe { Box::from_raw(h.cast::<PartProxy<O>>().cast_mut()) };
+    proxy.slot.part_done(proxy.index, outcome);
 }
 
 /// The RSMAPI error of a failed completion: a connection the provider lost is a forced
@@ -253,19 +517,14 @@ fn connection_lost(f: &FabricFailure) -> bool {
     lost.iter().any(|&e| e as i32 == f.errno)
 }
 
-impl<B: Send + 'static> Abort for Slot<B> {
+impl<O: Send + 'static> Abort for Slot<O> {
     fn abort(&self, err: &Error) {
-        let waker = {
+        let settled = {
             let mut st = self.lock();
-            if st.result.is_some() {
-                return;
-            }
-            st.result = Some(Err(self.info.annotate(clone_error(err), self.len)));
-            st.waker.take()
+            st.failed_entry = Some(0);
+            self.settle(&mut st, Err(self.info.annotate(clone_error(err), self.len)))
         };
-        if let Some(w) = waker {
-            w.wake();
-        }
+        finish((settled, None));
     }
 }
 
@@ -278,239 +537,10 @@ pub(crate) fn clone_error(e: &Error) -> Error {
     out
 }
 
-/// The future of one put or get: resolves to the result and, once the provider is done with
-/// it, the buffer.
-///
-/// # Cancel safety
-/// Dropping it stops the waiting, not the transfer: a posted operation still completes
-/// (remote memory access cannot be recalled), and its buffer is released only then.
-#[must_use = "an operation does nothing until awaited"]
-pub struct Op<B: Send + 'static> {
-    slot: Option<Arc<Slot<B>>>,
-    /// The next part to post; all are posted when it reaches the slot's part count.
-    next: usize,
-    /// The awaiting thread has had its short turn at reading the completion queue.
-    spun: bool,
-    ready: Option<(Result<()>, Option<B>)>,
-}
-
-impl<B: Send + 'static> Unpin for Op<B> {}
-
-impl<B: Send + 'static> std::fmt::Debug for Op<B> {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Op")
-            .field("posted_parts", &self.next)
-            .finish()
-    }
-}
-
-impl<B: Send + 'static> Op<B> {
-    /// An operation that fails before anything is posted; the buffer comes straight back.
-    pub(crate) fn failed(err: Error, buf: B) -> Self {
-        Op {
-            slot: None,
-            next: 0,
-            spun: false,
-            ready: Some((Err(err), Some(buf))),
-        }
-    }
-
-    /// An operation with nothing to move: succeeds at once.
-    pub(crate) fn done(buf: B) -> Self {
-        Op {
-            slot: None,
-            next: 0,
-            spun: false,
-            ready: Some((Ok(()), Some(buf))),
-        }
-    }
-
-    #[allow(clippy::too_many_arguments)]
-    fn new(
-        engine: Arc<Engine>,
-        tracker: Arc<Tracker>,
-        remote: Remote,
-        dir: Dir,
-        chunk: usize,
-        buf: B,
-        ptr: *mut u8,
-        len: usize,
-        info: OpInfo,
-    ) -> Self {
-        let slot = Arc::new(Slot {
-            header: SlotHeader::new(complete_slot::<B>),
-            state: Mutex::new(State {
-                buf: Some(buf),
-                result: None,
-                outstanding: 0,
-                failure: None,
-                all_posted: false,
-                provider_done: false,
-                waker: None,
-            }),
-            engine,
-            tracker_id: tracker.next_id(),
-            tracker,
-            remote: Mutex::new(remote),
-            dir,
-            chunk: chunk.max(1),
-            ptr,
-            len,
-            info,
-        });
-        Op {
-            slot: Some(slot),
-            next: 0,
-            spun: false,
-            ready: None,
-        }
-    }
-
-    /// A write of the whole buffer to `remote`, visible there when it resolves.
-    #[allow(clippy::too_many_arguments)]
-    pub(crate) fn write(
-        engine: Arc<Engine>,
-        tracker: Arc<Tracker>,
-        remote: Remote,
-        visibility: Visibility,
-        chunk: usize,
-        buf: B,
-        info: OpInfo,
-    ) -> Self
-    where
-        B: IoBuf,
-    {
-        let (ptr, len) = (buf.stable_ptr() as *mut u8, buf.bytes_len());
-        Op::new(
-            engine,
-            tracker,
-            remote,
-            Dir::Write(visibility),
-            chunk,
-            buf,
-            ptr,
-            len,
-            info,
-        )
-    }
-
-    /// A read filling the whole buffer from `remote`.
-    pub(crate) fn read(
-        engine: Arc<Engine>,
-        tracker: Arc<Tracker>,
-        remote: Remote,
-        chunk: usize,
-        buf: B,
-        info: OpInfo,
-    ) -> Self
-    where
-        B: IoBufMut,
-    {
-        let mut buf = buf;
-        let (ptr, len) = (buf.stable_mut_ptr(), buf.bytes_len());
-        Op::new(
-            engine,
-            tracker,
-            remote,
-            Dir::Read,
-            chunk,
-            buf,
-            ptr,
-            len,
-            info,
-        )
-    }
-
-    /// Posts what is not posted yet. `Ready(Err)` only when nothing of the operation is in
-    /// flight; a failure after a first part went out is recorded in the slot instead.
-    fn try_post(&mut self, cx: &mut Context<'_>) -> Poll<std::result::Result<(), Error>> {
-        let Some(slot) = self.slot.clone() else {
-            return Poll::Ready(Ok(()));
-        };
-        let parts = slot.parts();
-        while self.next < parts {
-            if self.next == 0 {
-                if let Some(err) = slot.tracker.aborted() {
-                    return Poll::Ready(Err(slot.info.annotate(err, slot.len)));
-                }
-                let view = slot.tracker.insert(
-                    slot.tracker_id,
-                    Arc::downgrade(&slot) as std::sync::Weak<dyn Abort>,
-                );
-                if let Some(v) = view {
-                    let mut r = slot.remote.lock().unwrap_or_else(|p| p.into_inner());
-                    r.addr = v.base + slot.info.offset;
-                    r.key = v.key;
-                }
-            }
-            match post_part(&slot, self.next, cx) {
-                Poll::Pending => {
-                    if self.next == 0 {
-                        slot.tracker.remove(slot.tracker_id);
-                    }
-                    return Poll::Pending;
-                }
-                Poll::Ready(Err(e)) if self.next == 0 => {
-                    slot.tracker.remove(slot.tracker_id);
-                    return Poll::Ready(Err(e));
-                }
-                Poll::Ready(Err(e)) => {
-                    // Earlier parts are in flight: their completions release the slot later.
-                    slot.abort(&e);
-                    self.next = parts;
-                    slot.finish_posting();
-                    return Poll::Ready(Ok(()));
-                }
-                Poll::Ready(Ok(())) => self.next += 1,
-            }
-        }
-        slot.finish_posting();
-        Poll::Ready(Ok(()))
-    }
-}
-
-impl<B: Send + 'static> Slot<B> {
-    fn remote(&self) -> Remote {
-        *self.remote.lock().unwrap_or_else(|p| p.into_inner())
-    }
-
-    /// Marks every part posted; if all of them already completed, completes the operation.
-    fn finish_posting(&self) {
-        let waker = {
-            let mut st = self.lock();
-            st.all_posted = true;
-            if st.outstanding > 0 || st.provider_done {
-                return;
-            }
-            st.provider_done = true;
-            if st.result.is_none() {
-                st.result = Some(match st.failure.take() {
-                    None => Ok(()),
-                    Some(f) => Err(self.info.annotate(completion_error(f), self.len)),
-                });
-            }
-            st.waker.take()
-        };
-        self.tracker.remove(self.tracker_id);
-        if let Some(w) = waker {
-            w.wake();
-        }
-    }
-
-    fn chunks(&self) -> usize {
-        self.len.div_ceil(self.chunk).max(1)
-    }
-
-    /// Data chunks, plus the fence of a fenced put.
-    fn parts(&self) -> usize {
-        self.chunks() + usize::from(matches!(self.dir, Dir::Write(Visibility::FencedRead)))
-    }
-}
-
 /// Posts part `index` of the operation, handing the provider its count: the slot itself for
 /// part 0, a proxy for the others. On `-FI_EAGAIN` registers for space.
-fn post_part<B: Send + 'static>(
-    slot: &Arc<Slot<B>>,
+fn post_part<O: Send + 'static>(
+    slot: &Arc<Slot<O>>,
     index: usize,
     cx: &mut Context<'_>,
 ) -> Poll<std::result::Result<(), Error>> {
@@ -520,46 +550,58 @@ fn post_part<B: Send + 'static>(
     }
     engine.note_target(slot.info.node);
     slot.lock().outstanding += 1;
-    let fence = index == slot.chunks();
     let handed = if index == 0 {
         Handed::Slot(Arc::into_raw(Arc::clone(slot)))
     } else {
         Handed::Proxy(Box::into_raw(Box::new(PartProxy {
-            header: SlotHeader::new(complete_proxy::<B>),
+            header: SlotHeader::new(complete_proxy::<O>),
             scratch: UnsafeCell::new([0; 8]),
+            index,
             slot: Arc::clone(slot),
         })))
     };
     let ctx = match handed {
-        // SAFETY: a live Arc<Slot<B>>, whose header (first field, repr(C)) starts with the
+        // SAFETY: a live Arc<Slot<O>>, whose header (first field, repr(C)) starts with the
         // fi_context2.
         Handed::Slot(p) => unsafe { (*p).header.ctx.get() },
         // SAFETY: a live boxed proxy, likewise headed by its context.
         Handed::Proxy(p) => unsafe { (*p).header.ctx.get() },
     };
-    let outcome = if fence {
-        let Handed::Proxy(p) = handed else {
+    let (base, key) = slot.view();
+    let outcome = if index >= slot.plan.data_parts() {
+        let (Handed::Proxy(p), Some(at)) = (&handed, slot.fence) else {
             unreachable_fence()
         };
-        let mut last = slot.remote();
-        last.addr += slot.len.saturating_sub(1) as u64;
-        // SAFETY: the proxy's scratch byte and context stay put until its completion takes
+        // SAFETY: the proxy's scratch bytes and context stay put until its completion takes
         // the box back.
-        unsafe { engine.post_read((*p).scratch.get().cast(), 1, last, ctx) }
+        let scratch = unsafe { (**p).scratch.get().cast::<u8>() };
+        let iov = [libc::iovec {
+            iov_base: scratch.cast(),
+            iov_len: 1,
+        }];
+        let rma = [ffi::fi_rma_iov {
+            addr: base + at,
+            len: 1,
+            key,
+        }];
+        // SAFETY: as above; the endpoint is kept by the slot's Arc<Engine>.
+        unsafe { engine.post_readmsg(&iov, &mut [std::ptr::null_mut()], slot.dest, &rma, ctx) }
     } else {
-        let start = index * slot.chunk;
-        let len = slot.chunk.min(slot.len - start);
-        let mut remote = slot.remote();
-        remote.addr += start as u64;
-        // SAFETY: start < len, so the pointer stays inside the buffer.
-        let ptr = unsafe { slot.ptr.add(start) };
+        let mut iov = [EMPTY_IOV; MAX_IOV];
+        let mut desc = [std::ptr::null_mut(); MAX_IOV];
+        let mut rma = [EMPTY_RMA; MAX_IOV];
+        let (n, m) = slot.part_ranges(index, base, key, &mut iov, &mut desc, &mut rma);
         match slot.dir {
-            // SAFETY: the buffer (owned by the slot) and the context stay alive and unmoved
+            // SAFETY: the buffers (owned by the slot) and the context stay alive and unmoved
             // until the completion returns the provider's count; the endpoint is kept by the
             // slot's Arc<Engine>.
-            Dir::Write(v) => unsafe { engine.post_write(ptr, len, remote, ctx, write_flags(v)) },
-            // SAFETY: as above; nobody else touches the buffer while the slot owns it.
-            Dir::Read => unsafe { engine.post_read(ptr, len, remote, ctx) },
+            Dir::Write { flags } => unsafe {
+                engine.post_writemsg(&iov[..n], &mut desc[..n], slot.dest, &rma[..m], ctx, flags)
+            },
+            // SAFETY: as above; nobody else touches the buffers while the slot owns them.
+            Dir::Read => unsafe {
+                engine.post_readmsg(&iov[..n], &mut desc[..n], slot.dest, &rma[..m], ctx)
+            },
         }
     };
     if !matches!(outcome, PostOutcome::Posted) {
@@ -582,22 +624,81 @@ fn post_part<B: Send + 'static>(
     }
 }
 
-fn write_flags(v: Visibility) -> u64 {
-    match v {
-        Visibility::DeliveryComplete => ffi::FI_DELIVERY_COMPLETE as u64,
-        Visibility::FencedRead => 0,
+const EMPTY_IOV: libc::iovec = libc::iovec {
+    iov_base: std::ptr::null_mut(),
+    iov_len: 0,
+};
+const EMPTY_RMA: ffi::fi_rma_iov = ffi::fi_rma_iov {
+    addr: 0,
+    len: 0,
+    key: 0,
+};
+
+impl<O: Send + 'static> Slot<O> {
+    /// Fills the local and remote ranges of data part `index`; returns how many of each.
+    /// Pieces that follow each other in the segment share one remote range.
+    fn part_ranges(
+        &self,
+        index: usize,
+        base: u64,
+        key: u64,
+        iov: &mut [libc::iovec; MAX_IOV],
+        desc: &mut [*mut libc::c_void; MAX_IOV],
+        rma: &mut [ffi::fi_rma_iov; MAX_IOV],
+    ) -> (usize, usize) {
+        match &self.plan {
+            Plan::Contiguous { piece, chunk } => {
+                let start = index * chunk;
+                let len = (*chunk).min(piece.len - start);
+                iov[0] = libc::iovec {
+                    // SAFETY-free arithmetic: start < piece.len, inside the buffer.
+                    iov_base: piece.ptr.wrapping_add(start).cast(),
+                    iov_len: len,
+                };
+                desc[0] = piece.desc;
+                rma[0] = ffi::fi_rma_iov {
+                    addr: base + piece.offset + start as u64,
+                    len,
+                    key,
+                };
+                (1, 1)
+            }
+            Plan::Batches(batches) => {
+                let mut m = 0;
+                let pieces = &batches[index].pieces;
+                for (n, p) in pieces.iter().enumerate() {
+                    iov[n] = libc::iovec {
+                        iov_base: p.ptr.cast(),
+                        iov_len: p.len,
+                    };
+                    desc[n] = p.desc;
+                    let addr = base + p.offset;
+                    if m > 0 && rma[m - 1].addr + rma[m - 1].len as u64 == addr {
+                        rma[m - 1].len += p.len;
+                    } else {
+                        rma[m] = ffi::fi_rma_iov {
+                            addr,
+                            len: p.len,
+                            key,
+                        };
+                        m += 1;
+                    }
+                }
+                (pieces.len(), m)
+            }
+        }
     }
 }
 
-/// The fence is always a proxy part (index >= 1).
+/// The fence is always a proxy part (index >= 1) of an operation that has one.
 fn unreachable_fence() -> ! {
-    unreachable!("the fence of a put is never its first part")
+    unreachable!("the fence of a put is a proxy part of a fenced operation")
 }
 
 /// Right after posting, the awaiting thread reads the completion queue itself for a short
 /// while (the engine's `inline_spin`): a completion it reads needs no cross-thread wake-up.
 /// The queue still has one reader at a time; this thread only reads while no one else does.
-fn inline_progress<B: Send + 'static>(slot: &Slot<B>) {
+fn inline_progress<O: Send + 'static>(slot: &Slot<O>) {
     let budget = slot.engine.inline_spin();
     // Only a lone operation is awaited this way: with others in flight, spinning for this
     // one would serialize them.
@@ -607,7 +708,7 @@ fn inline_progress<B: Send + 'static>(slot: &Slot<B>) {
     let start = std::time::Instant::now();
     loop {
         slot.engine.try_progress();
-        if slot.lock().result.is_some() || start.elapsed() >= budget {
+        if slot.lock().settled || start.elapsed() >= budget {
             return;
         }
         std::hint::spin_loop();
@@ -615,12 +716,12 @@ fn inline_progress<B: Send + 'static>(slot: &Slot<B>) {
 }
 
 /// The count a post gave the provider, to take back when the post did not happen.
-enum Handed<B: Send + 'static> {
-    Slot(*const Slot<B>),
-    Proxy(*mut PartProxy<B>),
+enum Handed<O: Send + 'static> {
+    Slot(*const Slot<O>),
+    Proxy(*mut PartProxy<O>),
 }
 
-impl<B: Send + 'static> Handed<B> {
+impl<O: Send + 'static> Handed<O> {
     /// # Safety
     /// Only for a post the provider refused: then nobody else owns this count.
     unsafe fn take_back(self) {
@@ -633,46 +734,188 @@ impl<B: Send + 'static> Handed<B> {
     }
 }
 
-impl<B: Send + 'static> Future for Op<B> {
-    type Output = (Result<()>, Option<B>);
+/// How an operation ended: its result, its buffer (once the provider is done with it), and
+/// for vectors the first entry that was not transferred.
+pub(crate) struct Outcome<O> {
+    pub(crate) result: Result<()>,
+    pub(crate) buf: Option<O>,
+    pub(crate) failed_entry: Option<usize>,
+}
 
-    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
-        if let Some(done) = self.ready.take() {
-            return Poll::Ready(done);
+/// The future of one put or get: resolves to the result and, once the provider is done with
+/// it, the buffer.
+///
+/// In explicit barrier mode the operation is posted when it is created and the future is
+/// only a handle: awaiting it is optional, the barrier's close waits for it.
+///
+/// # Cancel safety
+/// Dropping it stops the waiting, not the transfer: a posted operation still completes
+/// (remote memory access cannot be recalled), and its buffer is released only then.
+#[must_use = "an operation does nothing until awaited (in implicit barrier mode)"]
+pub struct Op<B: Send + 'static> {
+    slot: Option<Arc<Slot<B>>>,
+    /// The awaiting thread has had its short turn at reading the completion queue.
+    spun: bool,
+    ready: Option<(Result<()>, Option<B>)>,
+}
+
+impl<B: Send + 'static> Unpin for Op<B> {}
+
+impl<B: Send + 'static> std::fmt::Debug for Op<B> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Op")
+            .field("pending", &self.slot.is_some())
+            .finish()
+    }
+}
+
+impl<B: Send + 'static> Op<B> {
+    /// An operation that fails before anything is posted; the buffer comes straight back.
+    pub(crate) fn failed(err: Error, buf: B) -> Self {
+        Op {
+            slot: None,
+            spun: false,
+            ready: Some((Err(err), Some(buf))),
         }
-        let parts = self.slot.as_ref().map_or(0, |s| s.parts());
-        if self.next < parts {
-            match self.try_post(cx) {
-                Poll::Pending => return Poll::Pending,
-                Poll::Ready(Ok(())) => {}
-                Poll::Ready(Err(e)) => {
-                    let buf = self.slot.take().and_then(|s| s.lock().buf.take());
-                    return Poll::Ready((Err(e), buf));
-                }
-            }
+    }
+
+    /// An operation with nothing to move: succeeds at once.
+    pub(crate) fn done(buf: B) -> Self {
+        Op {
+            slot: None,
+            spun: false,
+            ready: Some((Ok(()), Some(buf))),
+        }
+    }
+
+    /// An operation that owns `buf` and moves what `spec.plan` (whose pointers lie in
+    /// `buf`) says.
+    pub(crate) fn new(spec: Spec, buf: B) -> Self {
+        let len = spec.plan.bytes();
+        let slot = Arc::new(Slot {
+            header: SlotHeader::new(complete_slot::<B>),
+            state: Mutex::new(State {
+                buf: Some(buf),
+                result: None,
+                settled: false,
+                outstanding: 0,
+                failure: None,
+                failed_entry: None,
+                all_posted: false,
+                provider_done: false,
+                waker: None,
+            }),
+            cursor: Mutex::new(0),
+            engine: spec.engine,
+            tracker_id: spec.tracker.next_id(),
+            tracker: spec.tracker,
+            view: Mutex::new((0, 0)),
+            dest: spec.dest,
+            dir: spec.dir,
+            plan: spec.plan,
+            fence: spec.fence,
+            len,
+            info: spec.info,
+            barrier: spec.barrier,
+        });
+        Op {
+            slot: Some(slot),
+            spun: false,
+            ready: None,
+        }
+    }
+
+    /// A plan over the whole of one buffer: `ptr`/`len` at segment `offset`.
+    pub(crate) fn contiguous(ptr: *mut u8, len: usize, offset: u64, chunk: usize) -> Plan {
+        Plan::Contiguous {
+            piece: Piece {
+                ptr,
+                len,
+                desc: std::ptr::null_mut(),
+                offset,
+            },
+            chunk: chunk.max(1),
+        }
+    }
+
+    /// The buffer's storage, for writing from.
+    pub(crate) fn source(buf: &B) -> (*mut u8, usize)
+    where
+        B: IoBuf,
+    {
+        (buf.stable_ptr() as *mut u8, buf.bytes_len())
+    }
+
+    /// The buffer's storage, for reading into.
+    pub(crate) fn sink(buf: &mut B) -> (*mut u8, usize)
+    where
+        B: IoBufMut,
+    {
+        (buf.stable_mut_ptr(), buf.bytes_len())
+    }
+
+    /// Posts at once as much as the transmit queue takes (explicit barrier mode); what does
+    /// not fit is posted by the next poll or by the barrier.
+    pub(crate) fn post_now(&self) {
+        if let Some(slot) = &self.slot {
+            let mut cx = Context::from_waker(Waker::noop());
+            let _ = slot.post_pending(&mut cx);
+        }
+    }
+
+    /// The slot, for a barrier to drive.
+    pub(crate) fn driver(&self) -> Option<Arc<dyn Drive>> {
+        self.slot.as_ref().map(|s| Arc::clone(s) as Arc<dyn Drive>)
+    }
+
+    /// Polls for the whole outcome (vectors need the failed entry too).
+    pub(crate) fn poll_outcome(&mut self, cx: &mut Context<'_>) -> Poll<Outcome<B>> {
+        if let Some((result, buf)) = self.ready.take() {
+            return Poll::Ready(Outcome {
+                failed_entry: result.is_err().then_some(0),
+                result,
+                buf,
+            });
         }
         let Some(slot) = self.slot.clone() else {
-            return Poll::Ready((
-                Err(Error::bad_seg_hndl().detail("operation polled after completion")),
-                None,
-            ));
+            return Poll::Ready(Outcome {
+                result: Err(Error::bad_seg_hndl().detail("operation polled after completion")),
+                buf: None,
+                failed_entry: None,
+            });
         };
+        if slot.post_pending(cx).is_pending() {
+            return Poll::Pending;
+        }
         if !self.spun {
             self.spun = true;
             inline_progress(&slot);
         }
         let mut st = slot.lock();
-        if let Some(res) = st.result.take() {
+        if let Some(result) = st.result.take() {
             let buf = if st.provider_done {
                 st.buf.take()
             } else {
                 None
             };
+            let failed_entry = st.failed_entry;
             drop(st);
             self.slot = None;
-            return Poll::Ready((res, buf));
+            return Poll::Ready(Outcome {
+                result,
+                buf,
+                failed_entry,
+            });
         }
         st.waker = Some(cx.waker().clone());
         Poll::Pending
+    }
+}
+
+impl<B: Send + 'static> Future for Op<B> {
+    type Output = (Result<()>, Option<B>);
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        self.poll_outcome(cx).map(|o| (o.result, o.buf))
     }
 }

@@ -1,0 +1,285 @@
+//! Barriers and barrier mode (spec §4.6, design §7, decisions 2 and 16).
+//!
+//! In implicit mode (the default) every put and get resolves when its transfer is complete
+//! and its data visible: no barrier is needed. In explicit mode operations are posted at once
+//! and return handles; a [`Barrier`] opened before them covers them, and its
+//! [`Barrier::close`] resolves when all of them have completed and their data is visible,
+//! reporting a failure of any of them.
+
+use super::{ImportInner, ImportSegment};
+use crate::reactor::Op;
+use crate::reactor::barrier::BarrierCore;
+use crate::reactor::slot::{Dir, Spec, Visibility};
+use crate::{Error, Result};
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+
+/// The barrier mode of an import segment (`rsm_barrier_mode_t`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum BarrierMode {
+    /// `RSM_BARRIER_MODE_EXPLICIT` (0): operations are posted without waiting; a barrier's
+    /// close reports their outcome.
+    Explicit,
+    /// `RSM_BARRIER_MODE_IMPLICIT` (1): each operation resolves when it is complete and
+    /// visible (the default).
+    Implicit,
+}
+
+impl BarrierMode {
+    /// The mode with RSMAPI number `raw`; other numbers are `RSMERR_BAD_MODE`.
+    ///
+    /// ```
+    /// use rsm::BarrierMode;
+    /// assert_eq!(BarrierMode::from_raw(0).unwrap(), BarrierMode::Explicit);
+    /// assert_eq!(BarrierMode::from_raw(7).unwrap_err().name(), "RSMERR_BAD_MODE");
+    /// ```
+    pub fn from_raw(raw: i32) -> Result<Self> {
+        match raw {
+            0 => Ok(BarrierMode::Explicit),
+            1 => Ok(BarrierMode::Implicit),
+            other => Err(Error::bad_mode()
+                .op("import_set_mode")
+                .detail(format!("{other} is neither explicit (0) nor implicit (1)"))),
+        }
+    }
+
+    /// The RSMAPI number.
+    pub fn raw(self) -> i32 {
+        match self {
+            BarrierMode::Explicit => 0,
+            BarrierMode::Implicit => 1,
+        }
+    }
+}
+
+/// A barrier over an import segment (`rsmapi_barrier_t`), from
+/// [`ImportSegment::init_barrier`].
+///
+/// Between [`Barrier::open`] and [`Barrier::close`] every operation the segment posts in
+/// explicit mode is covered: `close` resolves when all of them have completed and their data
+/// is visible at the target, with `RSMERR_BARRIER_FAILURE` if any of them failed and
+/// `RSMERR_CONN_ABORTED` if the segment was revoked (or its exporter lost) since.
+///
+/// ```no_run
+/// # async fn f(seg: rsm::ImportSegment) -> rsm::Result<()> {
+/// use rsm::BarrierMode;
+/// seg.set_mode(BarrierMode::Explicit)?;
+/// let barrier = seg.init_barrier()?;
+/// barrier.open()?;
+/// for i in 0..1000u64 {
+///     let _handle = seg.put(i * 8, i.to_le_bytes().to_vec()); // posted now
+/// }
+/// barrier.close().await?; // all 1000 are visible at the target
+/// # Ok(()) }
+/// ```
+#[derive(Clone)]
+pub struct Barrier {
+    seg: ImportSegment,
+    core: Arc<BarrierCore>,
+}
+
+impl std::fmt::Debug for Barrier {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Barrier")
+            .field("segment", &self.seg)
+            .field("open", &self.core.is_open())
+            .finish()
+    }
+}
+
+/// The segment's barrier, if it is open, with the operation attached to it.
+pub(super) fn attach(inner: &ImportInner, write: bool) -> Option<Arc<BarrierCore>> {
+    let current = inner
+        .barrier
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .clone()?;
+    current.try_attach(write).then_some(current)
+}
+
+impl ImportSegment {
+    /// Sets the barrier mode (`rsm_memseg_import_set_mode`). Operations already created keep
+    /// the mode they were created in.
+    pub fn set_mode(&self, mode: BarrierMode) -> Result<()> {
+        self.live("import_set_mode")?;
+        self.inner
+            .explicit
+            .store(mode == BarrierMode::Explicit, Ordering::Release);
+        Ok(())
+    }
+
+    /// The barrier mode (`rsm_memseg_import_get_mode`); implicit after connect.
+    pub fn mode(&self) -> BarrierMode {
+        if self.inner.explicit.load(Ordering::Acquire) {
+            BarrierMode::Explicit
+        } else {
+            BarrierMode::Implicit
+        }
+    }
+
+    /// Creates the segment's barrier (`rsm_memseg_import_init_barrier`); a later call
+    /// replaces it (an open barrier it replaces keeps covering what it covered).
+    pub fn init_barrier(&self) -> Result<Barrier> {
+        self.live("import_init_barrier")?;
+        let core = Arc::new(BarrierCore::default());
+        *self.inner.barrier.lock().unwrap_or_else(|p| p.into_inner()) = Some(Arc::clone(&core));
+        Ok(Barrier {
+            seg: self.clone(),
+            core,
+        })
+    }
+
+    fn live(&self, op: &'static str) -> Result<()> {
+        if self.inner.disconnected.load(Ordering::SeqCst) {
+            return Err(Error::bad_seg_hndl()
+                .op(op)
+                .segment(self.inner.segment)
+                .node(self.inner.node)
+                .detail("the segment was disconnected"));
+        }
+        Ok(())
+    }
+
+    /// A one-byte read that completes only after every write posted before it was placed
+    /// (tcp;ofi_rxm orders reads after writes, `FI_ORDER_RMA_RAW`).
+    async fn fence(&self, op: &'static str) -> Result<()> {
+        let inner = &self.inner;
+        let mut byte = vec![0u8; 1];
+        let (ptr, len) = Op::sink(&mut byte);
+        let plan = Op::<Vec<u8>>::contiguous(ptr, len, 0, 1);
+        let fence = Op::new(
+            Spec {
+                engine: Arc::clone(&inner.engine),
+                tracker: Arc::clone(&inner.tracker),
+                dest: inner.dest,
+                dir: Dir::Read,
+                plan,
+                fence: None,
+                info: self.info(op, 0),
+                barrier: None,
+            },
+            byte,
+        );
+        fence.await.0
+    }
+}
+
+impl Barrier {
+    /// The segment the barrier belongs to.
+    pub fn segment(&self) -> &ImportSegment {
+        &self.seg
+    }
+
+    /// Whether the barrier is open.
+    pub fn is_open(&self) -> bool {
+        self.core.is_open()
+    }
+
+    /// Opens the barrier (`rsm_memseg_import_open_barrier`): explicit-mode operations from
+    /// now on are covered. `RSMERR_BARRIER_OPEN_FAILED` when it is open already.
+    pub fn open(&self) -> Result<()> {
+        self.seg.live("import_open_barrier")?;
+        if !self.core.open() {
+            return Err(self.ctx(
+                "import_open_barrier",
+                Error::barrier_open_failed().detail("the barrier is open already"),
+            ));
+        }
+        Ok(())
+    }
+
+    /// Makes every write posted before it complete before any write posted after it
+    /// (`rsm_memseg_import_order_barrier`): resolves when the earlier ones are visible.
+    /// `RSMERR_BARRIER_NOT_OPENED` when the barrier is not open (decision 16); a failure so
+    /// far is `RSMERR_BARRIER_FAILURE` (and close reports it again).
+    ///
+    /// # Cancel safety
+    /// Dropping it leaves the barrier open and the operations covered.
+    pub async fn order(&self) -> Result<()> {
+        const OP: &str = "import_order_barrier";
+        if !self.core.is_open() {
+            return Err(self.ctx(OP, not_opened()));
+        }
+        self.settle(OP).await
+    }
+
+    /// Closes the barrier (`rsm_memseg_import_close_barrier`): resolves when every operation
+    /// it covers has completed and its data is visible at the target.
+    /// `RSMERR_CONN_ABORTED` when the segment was revoked or its exporter lost since,
+    /// `RSMERR_BARRIER_FAILURE` when an operation failed, `RSMERR_BARRIER_NOT_OPENED` when
+    /// the barrier is not open (decision 16).
+    ///
+    /// # Cancel safety
+    /// Dropping it leaves the barrier open; a later close waits again.
+    pub async fn close(&self) -> Result<()> {
+        const OP: &str = "import_close_barrier";
+        if !self.core.is_open() {
+            return Err(self.ctx(OP, not_opened()));
+        }
+        let res = self.settle(OP).await;
+        self.core.close();
+        res
+    }
+
+    /// Waits for the covered operations and makes their writes visible.
+    async fn settle(&self, op: &'static str) -> Result<()> {
+        let (failure, writes) = self.core.quiesce().await;
+        if let Some(e) = self.seg.inner.tracker.aborted() {
+            return Err(self.ctx(op, e));
+        }
+        if let Some(f) = failure {
+            return Err(self.ctx(op, barrier_error(f)));
+        }
+        if writes && self.seg.inner.backend.visibility() == Visibility::FencedRead {
+            if let Err(f) = self.seg.fence(op).await {
+                if let Some(e) = self.seg.inner.tracker.aborted() {
+                    return Err(self.ctx(op, e));
+                }
+                return Err(self.ctx(op, barrier_error(f)));
+            }
+        }
+        Ok(())
+    }
+
+    /// Detaches the barrier from its segment (`rsm_memseg_import_destroy_barrier`).
+    pub fn destroy(self) -> Result<()> {
+        let mut current = self
+            .seg
+            .inner
+            .barrier
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
+        if current.as_ref().is_some_and(|c| Arc::ptr_eq(c, &self.core)) {
+            *current = None;
+        }
+        Ok(())
+    }
+
+    fn ctx(&self, op: &'static str, e: Error) -> Error {
+        e.op(op)
+            .segment(self.seg.inner.segment)
+            .node(self.seg.inner.node)
+    }
+}
+
+fn not_opened() -> Error {
+    Error::barrier_not_opened().detail("the barrier is not open")
+}
+
+/// What close reports for a failed operation: a lost connection stays `CONN_ABORTED`
+/// (decision 19), anything else is `BARRIER_FAILURE` with the failure's detail.
+fn barrier_error(f: Error) -> Error {
+    if f.code() == Error::conn_aborted().code() {
+        return f;
+    }
+    let detail = f.context().detail.clone().unwrap_or_default();
+    let failure = f.fabric_failure().cloned();
+    let e = Error::barrier_failure().detail(format!(
+        "an operation under the barrier failed: {} {detail}",
+        f.name()
+    ));
+    match failure {
+        Some(ff) => e.fabric(ff),
+        None => e,
+    }
+}

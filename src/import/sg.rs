@@ -1,0 +1,488 @@
+//! Scatter/gather (spec §4.5, decision 17): `putv` gathers local pieces into the segment,
+//! `getv` scatters the segment into local pieces. Entries are validated in order first; the
+//! valid ones before the first invalid one go out in batches within the provider's iov
+//! limits, not one round trip per entry.
+
+use super::ImportSegment;
+use crate::local::LocalMemory;
+use crate::perm::Perm;
+use crate::reactor::slot::{Batch, Dir, Outcome, Piece, Plan};
+use crate::reactor::{IoBuf, IoBufMut, Op};
+use crate::{Error, Result};
+use std::future::Future;
+use std::ops::BitOr;
+use std::pin::Pin;
+use std::task::{Context, Poll};
+
+/// `RSM_MAX_SGIOREQS`: the most entries one vector holds.
+pub const MAX_SGIOREQS: usize = 16;
+
+/// The local side of a scatter/gather entry: a registered handle, or a buffer the operation
+/// owns until it completes.
+#[derive(Debug)]
+pub enum SgLocal<B> {
+    /// `RSM_HANDLE_TYPE`: memory registered once ([`crate::Controller::local_memory`]).
+    Handle(LocalMemory),
+    /// `RSM_VA_TYPE`: an owned buffer, given back with the outcome.
+    Buffer(B),
+}
+
+/// One entry of a vector (`rsm_iovec_t`): `len` bytes between the local side at
+/// `local_offset` and the segment at `remote_offset`.
+///
+/// ```
+/// use rsm::SgEntry;
+/// let e = SgEntry::buffer(vec![7u8; 64], 4096);
+/// assert_eq!((e.local_offset, e.remote_offset, e.len), (0, 4096, 64));
+/// ```
+#[derive(Debug)]
+pub struct SgEntry<B> {
+    /// The local memory.
+    pub local: SgLocal<B>,
+    /// Where in the local memory the entry starts.
+    pub local_offset: usize,
+    /// Where in the segment the entry starts.
+    pub remote_offset: u64,
+    /// The bytes the entry moves.
+    pub len: usize,
+}
+
+impl<B: IoBuf> SgEntry<B> {
+    /// The whole of `buf`, to or from the segment at `remote_offset`.
+    pub fn buffer(buf: B, remote_offset: u64) -> Self {
+        let len = buf.bytes_len();
+        SgEntry {
+            local: SgLocal::Buffer(buf),
+            local_offset: 0,
+            remote_offset,
+            len,
+        }
+    }
+}
+
+impl<B> SgEntry<B> {
+    /// `len` bytes of a local memory handle at `local_offset`.
+    pub fn handle(mem: &LocalMemory, local_offset: usize, remote_offset: u64, len: usize) -> Self {
+        SgEntry {
+            local: SgLocal::Handle(mem.clone()),
+            local_offset,
+            remote_offset,
+            len,
+        }
+    }
+
+    /// The entry's buffer, if it has one.
+    pub fn into_buffer(self) -> Option<B> {
+        match self.local {
+            SgLocal::Buffer(b) => Some(b),
+            SgLocal::Handle(_) => None,
+        }
+    }
+}
+
+/// Flags of a vector (`rsm_scat_gath_t.flags`).
+///
+/// ```
+/// use rsm::SgFlags;
+/// let f = SgFlags::IMPLICIT_SIGPOST | SgFlags::SIGPOST_NO_ACCUMULATE;
+/// assert_eq!(f.bits(), 0x03);
+/// ```
+#[derive(Clone, Copy, PartialEq, Eq, Hash, Default, Debug)]
+pub struct SgFlags(u32);
+
+impl SgFlags {
+    /// `RSM_IMPLICIT_SIGPOST`: signal the exporter after the whole vector succeeded.
+    pub const IMPLICIT_SIGPOST: SgFlags = SgFlags(0x01);
+    /// `RSM_SIGPOST_NO_ACCUMULATE`, passed on to that signal.
+    pub const SIGPOST_NO_ACCUMULATE: SgFlags = SgFlags(0x02);
+
+    /// No flag.
+    pub const fn empty() -> SgFlags {
+        SgFlags(0)
+    }
+
+    /// The flags with these bits (unknown bits are ignored).
+    pub const fn from_bits(bits: u32) -> SgFlags {
+        SgFlags(bits & 0x03)
+    }
+
+    /// The raw bits.
+    pub const fn bits(self) -> u32 {
+        self.0
+    }
+
+    /// Whether every flag of `other` is set.
+    pub const fn contains(self, other: SgFlags) -> bool {
+        self.0 & other.0 == other.0
+    }
+}
+
+impl BitOr for SgFlags {
+    type Output = SgFlags;
+    fn bitor(self, rhs: SgFlags) -> SgFlags {
+        SgFlags(self.0 | rhs.0)
+    }
+}
+
+/// How a vector ended.
+#[derive(Debug)]
+pub struct SgOutcome<B> {
+    /// `Ok` when every entry was transferred; else the error of the first entry that was
+    /// not (its validation error, or the failure of the batch it went out in).
+    pub result: Result<()>,
+    /// `io_residual_count`: the entries not transferred, from the first failed or invalid
+    /// one to the end (0 on success; decision 17).
+    pub residual: usize,
+    /// The entries, with their buffers, once the provider is done with them (`None` when
+    /// the operation was failed early while the provider still held them).
+    pub entries: Option<Vec<SgEntry<B>>>,
+}
+
+/// The future of a `putv` or `getv`.
+///
+/// # Cancel safety
+/// As for [`Op`]: dropping it stops the waiting, not the transfers already posted; the
+/// entries' buffers and handles stay with the operation until the provider is done.
+#[must_use = "a vector does nothing until awaited (in implicit barrier mode)"]
+pub struct SgOp<B: Send + 'static> {
+    op: Option<Op<Vec<SgEntry<B>>>>,
+    count: usize,
+    /// The first invalid entry and its error; entries before it are transferred.
+    invalid: Option<(usize, Error)>,
+    /// Set when the vector asked for an implicit signal (the events issue posts it).
+    flags: SgFlags,
+}
+
+impl<B: Send + 'static> std::fmt::Debug for SgOp<B> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SgOp")
+            .field("count", &self.count)
+            .field("flags", &self.flags)
+            .finish()
+    }
+}
+
+impl<B: Send + 'static> Unpin for SgOp<B> {}
+
+impl<B: Send + 'static> Future for SgOp<B> {
+    type Output = SgOutcome<B>;
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<SgOutcome<B>> {
+        let Some(op) = self.op.as_mut() else {
+            return Poll::Ready(SgOutcome {
+                result: Err(Error::bad_sgio().detail("vector polled after completion")),
+                residual: self.count,
+                entries: None,
+            });
+        };
+        let Outcome {
+            result,
+            buf,
+            failed_entry,
+        } = std::task::ready!(op.poll_outcome(cx));
+        self.op = None;
+        let count = self.count;
+        let (result, residual) = match (result, self.invalid.take()) {
+            (Err(e), _) => (Err(e), count - failed_entry.unwrap_or(0).min(count)),
+            (Ok(()), Some((i, e))) => (Err(e), count - i),
+            (Ok(()), None) => (Ok(()), 0),
+        };
+        Poll::Ready(SgOutcome {
+            result,
+            residual,
+            entries: buf,
+        })
+    }
+}
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Way {
+    Put,
+    Get,
+}
+
+impl ImportSegment {
+    /// Gathers the entries' local pieces into the segment (`rsm_memseg_import_putv`) and
+    /// resolves when all of them are visible at the target.
+    ///
+    /// Entries are checked in order first; those before the first invalid one are
+    /// transferred and the outcome carries the invalid entry's error and the residual count
+    /// (decision 17). Zero entries or more than 16 are `RSMERR_BAD_SGIO`.
+    ///
+    /// ```no_run
+    /// # async fn f(seg: rsm::ImportSegment, mem: rsm::LocalMemory) {
+    /// use rsm::{SgEntry, SgFlags};
+    /// let v = vec![
+    ///     SgEntry::handle(&mem, 0, 0, 512),
+    ///     SgEntry::buffer(bytes::Bytes::from_static(b"tail"), 4096),
+    /// ];
+    /// let out = seg.putv(v, SgFlags::empty()).await;
+    /// assert_eq!(out.residual, 0);
+    /// out.result.unwrap();
+    /// # }
+    /// ```
+    ///
+    /// # Cancel safety
+    /// As for [`ImportSegment::put`].
+    pub fn putv<B: IoBuf>(&self, entries: Vec<SgEntry<B>>, flags: SgFlags) -> SgOp<B> {
+        let mut entries = entries;
+        let pieces: Vec<_> = entries
+            .iter_mut()
+            .map(|e| {
+                let buf = match &e.local {
+                    SgLocal::Buffer(b) => Some((b.stable_ptr() as *mut u8, b.bytes_len())),
+                    SgLocal::Handle(_) => None,
+                };
+                (buf, &*e)
+            })
+            .map(|(buf, e)| self.entry_piece(e, buf))
+            .collect();
+        self.vector(Way::Put, entries, pieces, flags)
+    }
+
+    /// Scatters the segment into the entries' local pieces (`rsm_memseg_import_getv`) and
+    /// resolves when all of them have arrived. Validation and residual count as for
+    /// [`ImportSegment::putv`].
+    ///
+    /// # Cancel safety
+    /// As for [`ImportSegment::get`].
+    pub fn getv<B: IoBufMut>(&self, entries: Vec<SgEntry<B>>, flags: SgFlags) -> SgOp<B> {
+        let mut entries = entries;
+        let mut pieces = Vec::with_capacity(entries.len());
+        for e in entries.iter_mut() {
+            let buf = match &mut e.local {
+                SgLocal::Buffer(b) => Some((b.stable_mut_ptr(), b.bytes_len())),
+                SgLocal::Handle(_) => None,
+            };
+            pieces.push(self.entry_piece(e, buf));
+        }
+        self.vector(Way::Get, entries, pieces, flags)
+    }
+
+    /// The piece of one entry, or its error (decision 17's validation).
+    fn entry_piece<B>(&self, e: &SgEntry<B>, buf: Option<(*mut u8, usize)>) -> Result<Piece> {
+        let seg_len = self.inner.length;
+        if e.remote_offset > seg_len || (e.remote_offset == seg_len && e.len > 0) {
+            return Err(Error::bad_offset().detail(format!(
+                "remote offset {} lies past the segment's {seg_len} bytes",
+                e.remote_offset
+            )));
+        }
+        if e.remote_offset
+            .checked_add(e.len as u64)
+            .is_none_or(|end| end > seg_len)
+        {
+            return Err(Error::bad_length().detail(format!(
+                "remote offset {} + length {} runs past the segment's {seg_len} bytes",
+                e.remote_offset, e.len
+            )));
+        }
+        let (ptr, desc) = match (&e.local, buf) {
+            (SgLocal::Handle(h), _) => h.range(self.inner.ctrl.serial(), e.local_offset, e.len)?,
+            (SgLocal::Buffer(_), Some((ptr, len))) => {
+                if e.local_offset > len {
+                    return Err(Error::bad_addr().detail(format!(
+                        "local offset {} lies past the buffer's {len} bytes",
+                        e.local_offset
+                    )));
+                }
+                if e.local_offset
+                    .checked_add(e.len)
+                    .is_none_or(|end| end > len)
+                {
+                    return Err(Error::bad_length().detail(format!(
+                        "local offset {} + length {} runs past the buffer's {len} bytes",
+                        e.local_offset, e.len
+                    )));
+                }
+                (ptr.wrapping_add(e.local_offset), std::ptr::null_mut())
+            }
+            (SgLocal::Buffer(_), None) => {
+                return Err(Error::bad_addr().detail("the entry has no buffer"));
+            }
+        };
+        Ok(Piece {
+            ptr,
+            len: e.len,
+            desc,
+            offset: e.remote_offset,
+        })
+    }
+
+    fn vector<B: Send + 'static>(
+        &self,
+        way: Way,
+        entries: Vec<SgEntry<B>>,
+        pieces: Vec<Result<Piece>>,
+        flags: SgFlags,
+    ) -> SgOp<B> {
+        let op_name = match way {
+            Way::Put => "putv",
+            Way::Get => "getv",
+        };
+        let count = entries.len();
+        let ctx = |e: Error| {
+            e.op(op_name)
+                .segment(self.inner.segment)
+                .node(self.inner.node)
+        };
+        let fail = |e: Error, entries: Vec<SgEntry<B>>| SgOp {
+            op: Some(Op::failed(ctx(e), entries)),
+            count,
+            invalid: None,
+            flags,
+        };
+        if count == 0 || count > MAX_SGIOREQS {
+            return fail(
+                Error::bad_sgio().detail(format!(
+                    "a vector has 1 to {MAX_SGIOREQS} entries, not {count}"
+                )),
+                entries,
+            );
+        }
+        let need = match way {
+            Way::Put => Perm::WRITE,
+            Way::Get => Perm::READ,
+        };
+        if let Err(e) = self.check(op_name, need, 0, 0) {
+            return fail(e, entries);
+        }
+        let mut valid = Vec::with_capacity(count);
+        let mut invalid = None;
+        for (i, p) in pieces.into_iter().enumerate() {
+            match p {
+                Ok(p) => valid.push((i, p)),
+                Err(e) => {
+                    let detail = e.context().detail.clone().unwrap_or_default();
+                    invalid = Some((i, ctx(e).detail(format!("entry {i}: {detail}"))));
+                    break;
+                }
+            }
+        }
+        if valid.iter().all(|(_, p)| p.len == 0) {
+            // Nothing to move: the outcome is the validation's.
+            return SgOp {
+                op: Some(Op::done(entries)),
+                count,
+                invalid,
+                flags,
+            };
+        }
+        let backend = &self.inner.backend;
+        let (iov_max, rma_max) = backend.sg_limits();
+        let batches = batch(&valid, iov_max, rma_max, backend.max_transfer());
+        let plan = Plan::Batches(batches);
+        let dir = match way {
+            Way::Put => Dir::write(backend.visibility()),
+            Way::Get => Dir::Read,
+        };
+        let op = self.start(dir, plan, entries, op_name, 0);
+        SgOp {
+            op: Some(op),
+            count,
+            invalid,
+            flags,
+        }
+    }
+}
+
+/// Groups the valid pieces into batches: at most `iov_max` local ranges and `rma_max` remote
+/// ranges (pieces that follow each other in the segment share one) and `chunk` bytes each;
+/// a piece larger than `chunk` is split.
+fn batch(valid: &[(usize, Piece)], iov_max: usize, rma_max: usize, chunk: usize) -> Vec<Batch> {
+    let (iov_max, rma_max, chunk) = (iov_max.max(1), rma_max.max(1), chunk.max(1));
+    let mut out: Vec<Batch> = Vec::new();
+    let mut cur: Option<(Batch, usize, usize)> = None; // batch, remote ranges, bytes
+    for &(entry, p) in valid {
+        let mut done = 0;
+        while done < p.len {
+            let len = (p.len - done).min(chunk);
+            let piece = Piece {
+                ptr: p.ptr.wrapping_add(done),
+                len,
+                desc: p.desc,
+                offset: p.offset + done as u64,
+            };
+            done += len;
+            let fits = cur.as_ref().map(|(b, rma, bytes)| {
+                let last = b.pieces.last().map(|q| q.offset + q.len as u64);
+                let extra_rma = usize::from(last != Some(piece.offset));
+                b.pieces.len() < iov_max
+                    && rma + extra_rma <= rma_max
+                    && bytes.saturating_add(len) <= chunk
+            });
+            if fits != Some(true) {
+                if let Some((b, ..)) = cur.take() {
+                    out.push(b);
+                }
+                cur = Some((
+                    Batch {
+                        pieces: Vec::with_capacity(iov_max.min(MAX_SGIOREQS)),
+                        first_entry: entry,
+                    },
+                    0,
+                    0,
+                ));
+            }
+            if let Some((b, rma, bytes)) = cur.as_mut() {
+                let last = b.pieces.last().map(|q| q.offset + q.len as u64);
+                if last != Some(piece.offset) {
+                    *rma += 1;
+                }
+                *bytes += len;
+                b.pieces.push(piece);
+            }
+        }
+    }
+    if let Some((b, ..)) = cur {
+        out.push(b);
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn piece(offset: u64, len: usize) -> Piece {
+        Piece {
+            ptr: std::ptr::null_mut(),
+            len,
+            desc: std::ptr::null_mut(),
+            offset,
+        }
+    }
+
+    #[test]
+    fn batches_respect_iov_and_rma_limits() {
+        let valid: Vec<_> = (0..16).map(|i| (i, piece(i as u64 * 100, 10))).collect();
+        let b = batch(&valid, 4, 4, usize::MAX);
+        assert_eq!(b.len(), 4);
+        assert!(b.iter().all(|b| b.pieces.len() == 4));
+        assert_eq!(
+            b.iter().map(|b| b.first_entry).collect::<Vec<_>>(),
+            [0, 4, 8, 12]
+        );
+        // One remote range per post (shm's fast path): a batch per entry unless they touch.
+        let b = batch(&valid, 4, 1, usize::MAX);
+        assert_eq!(b.len(), 16);
+        let touching: Vec<_> = (0..16).map(|i| (i, piece(i as u64 * 10, 10))).collect();
+        let b = batch(&touching, 4, 1, usize::MAX);
+        assert_eq!(b.len(), 4, "contiguous remote ranges merge into one");
+    }
+
+    #[test]
+    fn long_pieces_split_at_the_chunk() {
+        let valid = vec![(0, piece(0, 25)), (1, piece(1000, 5))];
+        let b = batch(&valid, 4, 4, 10);
+        let lens: Vec<Vec<usize>> = b
+            .iter()
+            .map(|b| b.pieces.iter().map(|p| p.len).collect())
+            .collect();
+        assert_eq!(lens, vec![vec![10], vec![10], vec![5, 5]]);
+        assert_eq!(
+            b.iter().map(|b| b.first_entry).collect::<Vec<_>>(),
+            [0, 0, 0]
+        );
+    }
+}
