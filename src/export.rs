@@ -520,6 +520,50 @@ impl ExportSegment {
         &self.inner.ctrl
     }
 
+    /// Closes the segment's registrations and opens new ones under new keys without telling
+    /// the importers, so their next remote access fails at the target as a broken remote
+    /// memory would (`RSMERR_BARRIER_FAILURE` for them). On shm, whose target drops an
+    /// access under an unknown key without an answer (libfabric 1.17, measured), the memory
+    /// becomes inaccessible instead: transfers larger than shm's inject size (4 KiB) then
+    /// fail, and this process must not touch the segment's memory any more. A test hook,
+    /// only with the `fault-injection` feature.
+    ///
+    /// ```no_run
+    /// # async fn f(seg: rsm::ExportSegment) -> rsm::Result<()> {
+    /// seg.inject_lost_registration()?; // importers' puts fail from now on
+    /// # Ok(()) }
+    /// ```
+    #[cfg(feature = "fault-injection")]
+    pub fn inject_lost_registration(&self) -> Result<()> {
+        const OP: &str = "inject_lost_registration";
+        let backend = self.inner.ctrl.fabric().ok_or_else(|| {
+            Error::bad_ctlr_hndl()
+                .op(OP)
+                .detail("the loopback controller has no registration")
+        })?;
+        let mem = Arc::clone(&self.inner.lock().mem);
+        if self.inner.ctrl.kind() == "shm" {
+            // SAFETY: the segment's own whole-page memory; the hook's contract says this
+            // process leaves it alone from now on, and its Drop only unmaps it.
+            return unsafe { crate::sys::fault::make_inaccessible(mem.as_ptr(), mem.len()) }
+                .map_err(|e| e.op(OP));
+        }
+        let (reg, reg_ro) = register_both(backend, &mem).map_err(|e| e.op(OP))?;
+        let mut st = self.inner.lock();
+        let p = st
+            .published
+            .as_mut()
+            .ok_or_else(|| Error::seg_not_published().op(OP))?;
+        let old = (
+            std::mem::replace(&mut p.reg, reg),
+            std::mem::replace(&mut p.reg_ro, reg_ro),
+        );
+        drop(st);
+        drop(old);
+        tracing::warn!(segment = ?self.id(), "fault injection: registrations replaced without notice");
+        Ok(())
+    }
+
     /// How many importers are connected.
     pub fn importer_count(&self) -> usize {
         self.inner

@@ -4,7 +4,7 @@
 mod common;
 
 use common::*;
-use rsm::{Node, Perm};
+use rsm::Perm;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
@@ -19,50 +19,6 @@ fn role_entry() {
         Some("exporter") => exporter_role(),
         Some("scenario") => scenario_child(),
         Some(other) => panic!("unknown role {other}"),
-    }
-}
-
-struct Setup {
-    rt: tokio::runtime::Runtime,
-    peer: Peer,
-    node: Node,
-    imp: rsm::ImportSegment,
-    exporter_id: u32,
-    segid: u32,
-}
-
-fn setup(ctrl: &str, size: usize) -> Setup {
-    let exporter_id = fresh_node_id();
-    let peer = Peer::start(
-        "role_entry",
-        "exporter",
-        &[
-            ("NODE_ID", exporter_id.to_string()),
-            ("CTRL", ctrl.to_string()),
-            ("SIZE", size.to_string()),
-        ],
-    );
-    let ready = peer.recv();
-    let segid: u32 = ready
-        .strip_prefix("ready ")
-        .expect("ready line")
-        .parse()
-        .unwrap();
-    let rt = runtime();
-    let (node, imp) = rt.block_on(async {
-        let node = node(fresh_node_id() + 1).await;
-        let c = node.controller(ctrl).await.unwrap();
-        let imp = c.import(exporter_id, segid, Perm::RDWR).await.unwrap();
-        (node, imp)
-    });
-    assert_eq!(imp.len(), size as u64);
-    Setup {
-        rt,
-        peer,
-        node,
-        imp,
-        exporter_id,
-        segid,
     }
 }
 

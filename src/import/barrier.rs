@@ -129,6 +129,16 @@ impl ImportSegment {
         })
     }
 
+    /// Whether the side channel still has the exporter (the same incarnation) alive.
+    fn exporter_alive(&self) -> bool {
+        let inner = &self.inner;
+        inner
+            .state
+            .upgrade()
+            .and_then(|st| st.side().ok().and_then(|side| side.peer(inner.node)))
+            .is_some_and(|p| p.incarnation == inner.peer_incarnation)
+    }
+
     fn live(&self, op: &'static str) -> Result<()> {
         if self.inner.disconnected.load(Ordering::SeqCst) {
             return Err(Error::bad_seg_hndl()
@@ -228,17 +238,37 @@ impl Barrier {
             return Err(self.ctx(op, e));
         }
         if let Some(f) = failure {
-            return Err(self.ctx(op, barrier_error(f)));
+            return Err(self.ctx(op, self.barrier_error(f)));
         }
         if writes && self.seg.inner.backend.visibility() == Visibility::FencedRead {
             if let Err(f) = self.seg.fence(op).await {
                 if let Some(e) = self.seg.inner.tracker.aborted() {
                     return Err(self.ctx(op, e));
                 }
-                return Err(self.ctx(op, barrier_error(f)));
+                return Err(self.ctx(op, self.barrier_error(f)));
             }
         }
         Ok(())
+    }
+
+    /// What close reports for a failed operation on a segment that was not revoked: a lost
+    /// exporter stays `CONN_ABORTED` (decision 19); anything else is `BARRIER_FAILURE`, also
+    /// a provider connection that broke while the exporter lives on (tcp drops the
+    /// connection of an access under an unknown key, measured).
+    fn barrier_error(&self, f: Error) -> Error {
+        if f.code() == Error::conn_aborted().code() && !self.seg.exporter_alive() {
+            return f;
+        }
+        let detail = f.context().detail.clone().unwrap_or_default();
+        let failure = f.fabric_failure().cloned();
+        let e = Error::barrier_failure().detail(format!(
+            "an operation under the barrier failed: {} {detail}",
+            f.name()
+        ));
+        match failure {
+            Some(ff) => e.fabric(ff),
+            None => e,
+        }
     }
 
     /// Detaches the barrier from its segment (`rsm_memseg_import_destroy_barrier`).
@@ -264,22 +294,4 @@ impl Barrier {
 
 fn not_opened() -> Error {
     Error::barrier_not_opened().detail("the barrier is not open")
-}
-
-/// What close reports for a failed operation: a lost connection stays `CONN_ABORTED`
-/// (decision 19), anything else is `BARRIER_FAILURE` with the failure's detail.
-fn barrier_error(f: Error) -> Error {
-    if f.code() == Error::conn_aborted().code() {
-        return f;
-    }
-    let detail = f.context().detail.clone().unwrap_or_default();
-    let failure = f.fabric_failure().cloned();
-    let e = Error::barrier_failure().detail(format!(
-        "an operation under the barrier failed: {} {detail}",
-        f.name()
-    ));
-    match failure {
-        Some(ff) => e.fabric(ff),
-        None => e,
-    }
 }

@@ -43,6 +43,9 @@ pub(crate) struct Tuning {
     /// before it returns `Pending`: a completion it reads needs no cross-thread wake-up,
     /// which costs 10-15 µs here.
     pub(crate) inline_spin: Duration,
+    /// The provider reports a lost peer as `EIO` (sockets, measured); elsewhere `EIO` is a
+    /// failed remote access (shm's answer to a copy that faulted at the target).
+    pub(crate) eio_is_lost_peer: bool,
 }
 
 impl Tuning {
@@ -55,6 +58,7 @@ impl Tuning {
                 idle_window: Duration::ZERO,
                 wake_on_post: false,
                 inline_spin: Duration::ZERO,
+                eio_is_lost_peer: true,
             },
             // Reading rxm's queue from the awaiting thread made an 8-byte put 2-3 times slower
             // than leaving it to the engine (measured with `rsm bench`): no inline spin here.
@@ -63,6 +67,7 @@ impl Tuning {
                 idle_window: Duration::from_micros(200),
                 wake_on_post: true,
                 inline_spin: Duration::ZERO,
+                eio_is_lost_peer: false,
             },
             // shm: a completion read by the awaiting thread saves the 10-15 µs cross-thread
             // wake-up; an 8-byte get went from 15 µs to 3.4 µs (measured with `rsm bench`).
@@ -71,6 +76,7 @@ impl Tuning {
                 idle_window: Duration::from_millis(2),
                 wake_on_post: true,
                 inline_spin: Duration::from_micros(20),
+                eio_is_lost_peer: false,
             },
         }
     }
@@ -473,6 +479,10 @@ impl Engine {
 
     /// How long the thread awaiting a just-posted operation may read the queue itself before
     /// it leaves the waiting to the engine.
+    pub(crate) fn eio_is_lost_peer(&self) -> bool {
+        self.tuning.eio_is_lost_peer
+    }
+
     pub(crate) fn inline_spin(&self) -> Duration {
         self.tuning.inline_spin
     }

@@ -284,7 +284,10 @@ impl<O: Send + 'static> Slot<O> {
                     entry
                 };
                 st.failed_entry = Some(st.failed_entry.map_or(entry, |e| e.min(entry)));
-                Err(self.info.annotate(completion_error(f), self.len))
+                Err(self.info.annotate(
+                    completion_error(f, self.engine.eio_is_lost_peer()),
+                    self.len,
+                ))
             }
         }
     }
@@ -475,10 +478,9 @@ unsafe fn complete_proxy<O: Send + 'static>(
 
 /// The RSMAPI error of a failed completion: a connection the provider lost is a forced
 /// disconnect (`RSMERR_CONN_ABORTED`, decision 19); any other remote failure is what a
-/// barrier reports (`RSMERR_BARRIER_FAILURE`). sockets reports a killed peer's connection
-/// as `EIO` (measured), so `EIO` counts as a lost connection.
-fn completion_error(f: FabricFailure) -> Error {
-    if connection_lost(&f) {
+/// barrier reports (`RSMERR_BARRIER_FAILURE`).
+fn completion_error(f: FabricFailure, eio_is_lost_peer: bool) -> Error {
+    if connection_lost(&f, eio_is_lost_peer) {
         Error::conn_aborted()
             .detail("the provider lost the connection to the exporter")
             .fabric(f)
@@ -492,8 +494,8 @@ fn completion_error(f: FabricFailure) -> Error {
 /// A post the provider refused: for a lost connection `RSMERR_CONN_ABORTED` (the side
 /// channel may not have noticed yet), otherwise `RSMERR_INSUFFICIENT_RESOURCES`. sockets
 /// refuses posts to a killed peer with `ENOENT` (measured).
-fn post_error(f: FabricFailure) -> Error {
-    if connection_lost(&f) || f.errno == ffi::FI_ENOENT as i32 {
+fn post_error(f: FabricFailure, eio_is_lost_peer: bool) -> Error {
+    if connection_lost(&f, eio_is_lost_peer) || f.errno == ffi::FI_ENOENT as i32 {
         Error::conn_aborted()
             .detail("the provider lost the connection to the exporter")
             .fabric(f)
@@ -502,7 +504,17 @@ fn post_error(f: FabricFailure) -> Error {
     }
 }
 
-fn connection_lost(f: &FabricFailure) -> bool {
+/// Whether a failure means the peer is gone. tcp;ofi_rxm cancels an access under a key
+/// the target does not know with `ECANCELED` and provider errno `ENOENT` (measured): that
+/// is a failed access, not a lost peer.
+fn connection_lost(f: &FabricFailure, eio_is_lost_peer: bool) -> bool {
+    if f.errno == ffi::FI_ECANCELED as i32 && f.prov_errno.is_some_and(|p| p.abs() == libc::ENOENT)
+    {
+        return false;
+    }
+    if f.errno == ffi::FI_EIO as i32 {
+        return eio_is_lost_peer;
+    }
     let lost = [
         ffi::FI_ECONNRESET,
         ffi::FI_ECONNABORTED,
@@ -512,7 +524,6 @@ fn connection_lost(f: &FabricFailure) -> bool {
         libc::EPIPE as u32,
         ffi::FI_ETIMEDOUT,
         ffi::FI_ECANCELED,
-        ffi::FI_EIO,
     ];
     lost.iter().any(|&e| e as i32 == f.errno)
 }
@@ -533,6 +544,9 @@ pub(crate) fn clone_error(e: &Error) -> Error {
     let mut out = Error::from_code(e.code()).unwrap_or_else(Error::conn_aborted);
     if let Some(d) = &e.context().detail {
         out = out.detail(d.clone());
+    }
+    if let Some(f) = e.fabric_failure() {
+        out = out.fabric(f.clone());
     }
     out
 }
@@ -616,7 +630,9 @@ fn post_part<O: Send + 'static>(
             engine.wait_for_space(cx.waker());
             Poll::Pending
         }
-        PostOutcome::Failed(f) => Poll::Ready(Err(slot.info.annotate(post_error(f), slot.len))),
+        PostOutcome::Failed(f) => Poll::Ready(Err(slot
+            .info
+            .annotate(post_error(f, engine.eio_is_lost_peer()), slot.len))),
         PostOutcome::Closed => Poll::Ready(Err(slot.info.annotate(
             Error::bad_ctlr_hndl().detail("the node was shut down"),
             slot.len,

@@ -2,6 +2,8 @@
 //! memory, and the eventfd and poll that progress threads sleep on.
 
 pub(crate) mod creds;
+#[cfg(feature = "fault-injection")]
+pub(crate) mod fault;
 pub(crate) mod limits;
 pub(crate) mod mem;
 pub(crate) mod wake;

@@ -310,7 +310,7 @@ pub fn unhex(s: &str) -> Vec<u8> {
 /// `little`, with the `fault-injection` feature), exports `SIZE` bytes on `CTRL`, publishes
 /// them, says `ready <id>`, and answers: `sum <off> <len>` (checksum), `fill <seed> <off>
 /// <len>` (pattern), `dump <off> <len>` (hex), `write <off> <hex>`, `importers`,
-/// `unpublish`, `quit`.
+/// `unpublish`, `break` (fault injection: the registration is lost), `quit`.
 pub fn exporter_role() {
     let rt = runtime();
     let node_id: u32 = arg("NODE_ID").parse().unwrap();
@@ -356,6 +356,11 @@ pub fn exporter_role() {
                 say("ok");
             }
             ["importers"] => say(seg.importer_count()),
+            #[cfg(feature = "fault-injection")]
+            ["break"] => {
+                seg.inject_lost_registration().unwrap();
+                say("ok");
+            }
             ["unpublish"] => {
                 rt.block_on(seg.unpublish()).unwrap();
                 say("ok");
@@ -368,4 +373,61 @@ pub fn exporter_role() {
         let _ = seg.destroy().await;
         node.shutdown().await;
     });
+}
+
+/// An exporter child (running [`exporter_role`] through the test file's `role_entry`) and an
+/// import of its segment in this process.
+pub struct Setup {
+    pub rt: tokio::runtime::Runtime,
+    pub peer: Peer,
+    pub node: rsm::Node,
+    pub imp: rsm::ImportSegment,
+    pub exporter_id: u32,
+    pub segid: u32,
+}
+
+/// Starts the exporter child with `size` bytes on `ctrl` and imports its segment read-write.
+pub fn setup(ctrl: &str, size: usize) -> Setup {
+    logs();
+    let exporter_id = fresh_node_id();
+    let mut peer = Peer::start(
+        "role_entry",
+        "exporter",
+        &[
+            ("NODE_ID", exporter_id.to_string()),
+            ("CTRL", ctrl.to_string()),
+            ("SIZE", size.to_string()),
+        ],
+    );
+    let ready = peer.recv();
+    let Some(segid) = ready.strip_prefix("ready ").and_then(|s| s.parse().ok()) else {
+        peer.kill();
+        panic!("the exporter said {ready:?}");
+    };
+    let rt = runtime();
+    let (node, imp) = rt.block_on(async {
+        let node = node(fresh_node_id() + 1).await;
+        let c = node.controller(ctrl).await.unwrap();
+        let imp = c.import(exporter_id, segid, rsm::Perm::RDWR).await.unwrap();
+        (node, imp)
+    });
+    assert_eq!(imp.len(), size as u64);
+    Setup {
+        rt,
+        peer,
+        node,
+        imp,
+        exporter_id,
+        segid,
+    }
+}
+
+/// Logs to the test's output when `RUST_LOG` asks for them.
+pub fn logs() {
+    if std::env::var_os("RUST_LOG").is_some() {
+        let _ = tracing_subscriber::fmt()
+            .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
+            .with_test_writer()
+            .try_init();
+    }
 }

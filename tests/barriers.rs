@@ -1,0 +1,196 @@
+//! Barriers across real processes (spec §4.6, design §7, decisions 2 and 16): explicit-mode
+//! puts under a barrier, visible when it closes; revoke and remote failures reported by
+//! close; on every local libfabric controller.
+
+mod common;
+
+use common::*;
+use rsm::BarrierMode;
+
+#[test]
+fn role_entry() {
+    match role().as_deref() {
+        None => {}
+        Some("exporter") => exporter_role(),
+        Some(other) => panic!("unknown role {other}"),
+    }
+}
+
+const SEG: usize = 1 << 20;
+
+fn thousand_puts_visible_at_close(ctrl: &str) {
+    let _serial = serial();
+    let mut s = setup(ctrl, SEG);
+    assert_eq!(
+        s.imp.mode(),
+        BarrierMode::Implicit,
+        "implicit after connect"
+    );
+    s.imp.set_mode(BarrierMode::Explicit).unwrap();
+    assert_eq!(s.imp.mode(), BarrierMode::Explicit);
+    let bar = s.imp.init_barrier().unwrap();
+    bar.open().unwrap();
+    assert_eq!(bar.open().unwrap_err().name(), "RSMERR_BARRIER_OPEN_FAILED");
+    let mut handles = Vec::new();
+    for i in 0..1000u64 {
+        let data = pattern(i, 512);
+        let h = s.imp.put(i * 1024, data);
+        // Keep some handles, drop others: the barrier covers them either way.
+        if i % 3 == 0 {
+            handles.push(h);
+        }
+    }
+    s.rt.block_on(bar.close())
+        .unwrap_or_else(|e| panic!("{ctrl}: close: {e}"));
+    // Right after close the target's memory has every put.
+    for i in 0..1000u64 {
+        assert_eq!(
+            s.peer.ask(&format!("sum {} 512", i * 1024)),
+            checksum(&pattern(i, 512)).to_string(),
+            "{ctrl}: put {i} is visible after close"
+        );
+    }
+    for h in handles {
+        let (res, buf) = s.rt.block_on(h);
+        res.unwrap();
+        assert_eq!(buf.map(|b| b.len()), Some(512));
+    }
+    // Closed: close and order again are BARRIER_NOT_OPENED (decision 16).
+    assert_eq!(
+        s.rt.block_on(bar.close()).unwrap_err().name(),
+        "RSMERR_BARRIER_NOT_OPENED"
+    );
+    assert_eq!(
+        s.rt.block_on(bar.order()).unwrap_err().name(),
+        "RSMERR_BARRIER_NOT_OPENED"
+    );
+
+    // order(): every write before it completes before any after it; the last one wins.
+    bar.open().unwrap();
+    for round in 0..50u64 {
+        let _ = s.imp.put(0, pattern(round, 4096));
+        s.rt.block_on(bar.order()).unwrap();
+    }
+    s.rt.block_on(bar.close()).unwrap();
+    assert_eq!(
+        s.peer.ask("sum 0 4096"),
+        checksum(&pattern(49, 4096)).to_string()
+    );
+
+    // Gets under a barrier, and back to implicit mode.
+    bar.open().unwrap();
+    let gets: Vec<_> = (0..8u64)
+        .map(|i| s.imp.get(i * 1024, vec![0u8; 512]))
+        .collect();
+    s.rt.block_on(bar.close()).unwrap();
+    for (i, g) in gets.into_iter().enumerate() {
+        let (res, buf) = s.rt.block_on(g);
+        res.unwrap();
+        if i > 3 {
+            assert!(buf.unwrap() == pattern(i as u64, 512), "{ctrl}: get {i}");
+        }
+    }
+    bar.destroy().unwrap();
+    s.imp.set_mode(BarrierMode::Implicit).unwrap();
+    let (res, _) = s.rt.block_on(s.imp.put(0, vec![7u8; 8]));
+    res.unwrap();
+    assert_eq!(s.peer.ask("dump 0 8"), "0707070707070707");
+    assert!(s.peer.quit());
+    s.rt.block_on(s.node.shutdown());
+}
+
+fn revoked_mid_barrier_is_conn_aborted(ctrl: &str) {
+    let _serial = serial();
+    let mut s = setup(ctrl, SEG);
+    s.imp.set_mode(BarrierMode::Explicit).unwrap();
+    let bar = s.imp.init_barrier().unwrap();
+    bar.open().unwrap();
+    for i in 0..100u64 {
+        let _ = s.imp.put(i * 64, pattern(i, 64));
+    }
+    assert_eq!(s.peer.ask("unpublish"), "ok");
+    for i in 0..100u64 {
+        let _ = s.imp.put(i * 64, pattern(i, 64));
+    }
+    let e = s.rt.block_on(bar.close()).unwrap_err();
+    assert_eq!(e.name(), "RSMERR_CONN_ABORTED", "{ctrl}: {e}");
+    // A later barrier on the revoked segment fails the same way.
+    bar.open().unwrap();
+    let _ = s.imp.put(0, vec![1u8; 8]);
+    let e = s.rt.block_on(bar.close()).unwrap_err();
+    assert_eq!(e.name(), "RSMERR_CONN_ABORTED", "{ctrl}: {e}");
+    assert!(s.peer.quit());
+    s.rt.block_on(s.node.shutdown());
+}
+
+/// The exporter loses its registration without notice (fault injection): a put inside the
+/// barrier fails remotely and close reports `BARRIER_FAILURE`.
+#[cfg(feature = "fault-injection")]
+fn remote_failure_is_barrier_failure(ctrl: &str) {
+    let _serial = serial();
+    let mut s = setup(ctrl, SEG);
+    s.imp.set_mode(BarrierMode::Explicit).unwrap();
+    let bar = s.imp.init_barrier().unwrap();
+    bar.open().unwrap();
+    let _ = s.imp.put(0, vec![1u8; 4096]);
+    s.rt.block_on(bar.close()).unwrap();
+    assert_eq!(s.peer.ask("break"), "ok");
+    bar.open().unwrap();
+    let h = s.imp.put(65536, vec![2u8; 65536]);
+    let e = s.rt.block_on(bar.close()).unwrap_err();
+    assert_eq!(e.name(), "RSMERR_BARRIER_FAILURE", "{ctrl}: {e}");
+    drop(h);
+    // The exporter's memory may be gone (shm): end it without its own clean-up.
+    s.peer.kill();
+    s.rt.block_on(s.node.shutdown());
+}
+
+#[test]
+fn tcp_thousand_puts_visible_at_close() {
+    thousand_puts_visible_at_close("tcp0");
+}
+#[test]
+fn shm_thousand_puts_visible_at_close() {
+    thousand_puts_visible_at_close("shm0");
+}
+#[test]
+fn sockets_thousand_puts_visible_at_close() {
+    thousand_puts_visible_at_close("sockets0");
+}
+#[test]
+fn tcp_revoked_mid_barrier_is_conn_aborted() {
+    revoked_mid_barrier_is_conn_aborted("tcp0");
+}
+#[test]
+fn shm_revoked_mid_barrier_is_conn_aborted() {
+    revoked_mid_barrier_is_conn_aborted("shm0");
+}
+#[test]
+fn sockets_revoked_mid_barrier_is_conn_aborted() {
+    revoked_mid_barrier_is_conn_aborted("sockets0");
+}
+#[cfg(feature = "fault-injection")]
+#[test]
+fn tcp_remote_failure_is_barrier_failure() {
+    remote_failure_is_barrier_failure("tcp0");
+}
+#[cfg(feature = "fault-injection")]
+#[test]
+fn shm_remote_failure_is_barrier_failure() {
+    remote_failure_is_barrier_failure("shm0");
+}
+#[cfg(feature = "fault-injection")]
+#[test]
+fn sockets_remote_failure_is_barrier_failure() {
+    remote_failure_is_barrier_failure("sockets0");
+}
+
+#[test]
+fn modes_and_states() {
+    assert_eq!(BarrierMode::from_raw(1).unwrap(), BarrierMode::Implicit);
+    assert_eq!(BarrierMode::Explicit.raw(), 0);
+    assert_eq!(
+        BarrierMode::from_raw(-1).unwrap_err().name(),
+        "RSMERR_BAD_MODE"
+    );
+}
