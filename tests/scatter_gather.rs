@@ -100,7 +100,8 @@ fn invalid_entry_stops_the_vector(ctrl: &str) {
     freed.clone().free().unwrap();
     let at = |i: usize| (i * 8192) as u64;
     // Each invalid kind at position 6: the 6 before it land, nothing from it on.
-    let cases: Vec<(&str, i32, Box<dyn Fn() -> SgEntry<Vec<u8>>>)> = vec![
+    type MakeEntry<'a> = Box<dyn Fn() -> SgEntry<Vec<u8>> + 'a>;
+    let cases: Vec<(&str, i32, MakeEntry)> = vec![
         (
             "remote offset past the end",
             18,
