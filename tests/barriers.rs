@@ -68,7 +68,7 @@ fn thousand_puts_visible_at_close(ctrl: &str) {
     // order(): every write before it completes before any after it; the last one wins.
     bar.open().unwrap();
     for round in 0..50u64 {
-        let _ = s.imp.put(0, pattern(round, 4096));
+        drop(s.imp.put(0, pattern(round, 4096)));
         s.rt.block_on(bar.order()).unwrap();
     }
     s.rt.block_on(bar.close()).unwrap();
@@ -106,17 +106,17 @@ fn revoked_mid_barrier_is_conn_aborted(ctrl: &str) {
     let bar = s.imp.init_barrier().unwrap();
     bar.open().unwrap();
     for i in 0..100u64 {
-        let _ = s.imp.put(i * 64, pattern(i, 64));
+        drop(s.imp.put(i * 64, pattern(i, 64)));
     }
     assert_eq!(s.peer.ask("unpublish"), "ok");
     for i in 0..100u64 {
-        let _ = s.imp.put(i * 64, pattern(i, 64));
+        drop(s.imp.put(i * 64, pattern(i, 64)));
     }
     let e = s.rt.block_on(bar.close()).unwrap_err();
     assert_eq!(e.name(), "RSMERR_CONN_ABORTED", "{ctrl}: {e}");
     // A later barrier on the revoked segment fails the same way.
     bar.open().unwrap();
-    let _ = s.imp.put(0, vec![1u8; 8]);
+    drop(s.imp.put(0, vec![1u8; 8]));
     let e = s.rt.block_on(bar.close()).unwrap_err();
     assert_eq!(e.name(), "RSMERR_CONN_ABORTED", "{ctrl}: {e}");
     assert!(s.peer.quit());
@@ -132,7 +132,7 @@ fn remote_failure_is_barrier_failure(ctrl: &str) {
     s.imp.set_mode(BarrierMode::Explicit).unwrap();
     let bar = s.imp.init_barrier().unwrap();
     bar.open().unwrap();
-    let _ = s.imp.put(0, vec![1u8; 4096]);
+    drop(s.imp.put(0, vec![1u8; 4096]));
     s.rt.block_on(bar.close()).unwrap();
     assert_eq!(s.peer.ask("break"), "ok");
     bar.open().unwrap();
