@@ -12,16 +12,47 @@ pub enum Op {
     Put,
     /// Read the peer's memory into a local buffer.
     Get,
+    /// A gathering put of 16 entries of `size / 16` bytes (scatter/gather, spec §4.5).
+    Putv,
+    /// A scattering get of 16 entries of `size / 16` bytes.
+    Getv,
 }
 
 impl Op {
-    /// The name used in output: `put` or `get`.
+    /// The name used in output: `put`, `get`, `putv` or `getv`.
     pub fn as_str(self) -> &'static str {
         match self {
             Op::Put => "put",
             Op::Get => "get",
+            Op::Putv => "putv",
+            Op::Getv => "getv",
         }
     }
+
+    /// Whether the operation writes the peer's memory.
+    pub fn writes(self) -> bool {
+        matches!(self, Op::Put | Op::Putv)
+    }
+
+    /// The single operation moving the same bytes in the same direction.
+    pub fn single(self) -> Op {
+        if self.writes() { Op::Put } else { Op::Get }
+    }
+
+    /// Whether the operation is a scatter/gather vector.
+    pub fn is_vector(self) -> bool {
+        matches!(self, Op::Putv | Op::Getv)
+    }
+}
+
+/// How rsm's puts are completed in a run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum BarrierArg {
+    /// Each put resolves when its data is visible (the default barrier mode).
+    Implicit,
+    /// Explicit barrier mode: each latency sample is open, put, close; in bandwidth mode a
+    /// window of puts is posted and closed by one barrier.
+    Explicit,
 }
 
 impl fmt::Display for Op {
@@ -131,6 +162,9 @@ pub struct BenchArgs {
     /// latency: one awaited operation in flight; bandwidth: a window of them.
     #[arg(long, value_enum, default_value_t = Mode::Latency)]
     pub mode: Mode,
+    /// The barrier mode of rsm's puts (the baseline is unchanged).
+    #[arg(long, value_enum, default_value_t = BarrierArg::Implicit)]
+    pub barrier: BarrierArg,
     /// Operations in flight in bandwidth mode.
     #[arg(long, default_value_t = 16, value_parser = clap::value_parser!(u32).range(1..=4096))]
     pub window: u32,

@@ -46,7 +46,7 @@ mod rsm_run;
 mod rsm_side;
 mod stats;
 
-pub use cli::{BenchArgs, MAX_SIZE, Mode, Op, PeerArgs, SizeList, parse_size};
+pub use cli::{BarrierArg, BenchArgs, MAX_SIZE, Mode, Op, PeerArgs, SizeList, parse_size};
 pub use peer::run_peer;
 
 use child::PeerProcess;
@@ -170,6 +170,29 @@ async fn bench(args: &BenchArgs, progress: &mut Progress) -> Result<Vec<Row>, Be
             report::human_size(max)
         )));
     }
+    if args.op.is_vector() {
+        if use_baseline {
+            return Err(BenchError::Usage(format!(
+                "--baseline is not available for {} yet: compare with --op {} instead",
+                args.op,
+                args.op.single()
+            )));
+        }
+        if let Some(&small) = sizes.iter().find(|&&s| s < rsm_run::VECTOR_ENTRIES) {
+            return Err(BenchError::Usage(format!(
+                "{} moves {} entries of size / {}: sizes start at {} bytes, not {small}",
+                args.op,
+                rsm_run::VECTOR_ENTRIES,
+                rsm_run::VECTOR_ENTRIES,
+                rsm_run::VECTOR_ENTRIES
+            )));
+        }
+    }
+    if args.barrier == BarrierArg::Explicit && args.op != Op::Put {
+        return Err(BenchError::Usage(
+            "--barrier explicit applies to --op put".into(),
+        ));
+    }
     // Fail before starting the peer if the controller has no libfabric domain.
     let info = if use_baseline {
         Some(fabric_info_for(&args.controller)?)
@@ -186,7 +209,12 @@ async fn bench(args: &BenchArgs, progress: &mut Progress) -> Result<Vec<Row>, Be
                 "the peer could not start its rsm side: {why}"
             )));
         };
-        rsm = Some(RsmInitiator::connect(&args.controller, &pi, peer.hello.len as usize).await?);
+        let mut init =
+            RsmInitiator::connect(&args.controller, &pi, peer.hello.len as usize).await?;
+        if args.barrier == BarrierArg::Explicit {
+            init.explicit()?;
+        }
+        rsm = Some(init);
     }
     let mut baseline = None;
     if let Some(info) = info {
@@ -269,8 +297,8 @@ async fn bench(args: &BenchArgs, progress: &mut Progress) -> Result<Vec<Row>, Be
 /// or moves the wrong bytes, leaves the other pattern behind.
 fn seeds(op: Op, seed: u64) -> (u64, u64) {
     match op {
-        Op::Put => (seed, !seed),
-        Op::Get => (!seed, seed),
+        Op::Put | Op::Putv => (seed, !seed),
+        Op::Get | Op::Getv => (!seed, seed),
     }
 }
 
@@ -297,7 +325,7 @@ async fn rsm_row(
     progress.phase("rsm", "verifying");
     let want = pattern::pattern(seed, size);
     let ok = match spec.op {
-        Op::Put => {
+        Op::Put | Op::Putv => {
             if corrupt {
                 peer.expect_ok(&Command::Corrupt {
                     offset: size / 2,
@@ -309,7 +337,7 @@ async fn rsm_row(
                 target: Target::Rsm,
             })? == pattern::fnv1a64(&want)
         }
-        Op::Get => {
+        Op::Get | Op::Getv => {
             if corrupt {
                 if let Some(b) = bufs.first_mut() {
                     b[size / 2] ^= 0xFF;
@@ -359,11 +387,11 @@ fn baseline_row(
     progress.phase("baseline", "verifying");
     if corrupt {
         match op {
-            Op::Put => peer.expect_ok(&Command::Corrupt {
+            Op::Put | Op::Putv => peer.expect_ok(&Command::Corrupt {
                 offset: size / 2,
                 target: Target::Raw,
             })?,
-            Op::Get => b.corrupt_local(size / 2)?,
+            Op::Get | Op::Getv => b.corrupt_local(size / 2)?,
         }
     }
     // This command also ends the peer's polling.
@@ -373,9 +401,9 @@ fn baseline_row(
     })?;
     let want = pattern::fnv1a64(&pattern::pattern(seed, size));
     let ok = match op {
-        Op::Put => remote_sum == want,
+        Op::Put | Op::Putv => remote_sum == want,
         // The peer's memory must still hold its pattern, and every slot must have got it.
-        Op::Get => remote_sum == want && b.check_local(seed, size, slots)?.is_none(),
+        Op::Get | Op::Getv => remote_sum == want && b.check_local(seed, size, slots)?.is_none(),
     };
     Ok((summary, ok))
 }

@@ -472,13 +472,13 @@ impl Baseline {
             // completion for `ctx` is read (a slot is reused only after all of its parts
             // completed), or are leaked by Drop if it never is; `desc` is the registration
             // covering the slot.
-            Op::Put => unsafe {
+            Op::Put | Op::Putv => unsafe {
                 self.raw
                     .ep
                     .write(buf, size, desc, r.addr, r.base, r.key, ctx, flags, 0)
             },
             // SAFETY: as for the write; nothing reads or writes the slot until completion.
-            Op::Get => unsafe {
+            Op::Get | Op::Getv => unsafe {
                 self.raw
                     .ep
                     .read(buf, size, desc, r.addr, r.base, r.key, ctx)

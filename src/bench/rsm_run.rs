@@ -7,17 +7,43 @@ use super::cli::{Mode, Op};
 use super::report::Progress;
 use super::rsm_side::RsmInitiator;
 use super::stats::Summary;
-use crate::Result;
+use crate::{Barrier, Result};
 use futures::StreamExt;
 use futures::stream::FuturesUnordered;
 use std::time::Instant;
+
+/// The entries of a putv or getv row: 16 of `size / 16` bytes.
+pub(crate) const VECTOR_ENTRIES: usize = 16;
 
 /// One awaited operation at offset 0 of the imported segment.
 async fn one(init: &RsmInitiator, op: Op, buf: Vec<u8>) -> (Result<()>, Option<Vec<u8>>) {
     match op {
         Op::Put => init.put(0, buf).await,
         Op::Get => init.get(0, buf).await,
+        Op::Putv => init.putv(0, buf, VECTOR_ENTRIES).await,
+        Op::Getv => init.getv(0, buf, VECTOR_ENTRIES).await,
     }
+}
+
+/// One explicit-barrier round: open, post one put per buffer, close. The buffers come
+/// back into `bufs`.
+async fn barrier_round(
+    init: &RsmInitiator,
+    barrier: &Barrier,
+    bufs: &mut Vec<Vec<u8>>,
+    count: usize,
+) -> Result<(), BenchError> {
+    barrier.open()?;
+    let handles: Vec<_> = bufs
+        .drain(..count.min(bufs.len()))
+        .map(|b| init.post_put(0, b))
+        .collect();
+    barrier.close().await?;
+    for h in handles {
+        let (res, back) = h.await;
+        bufs.push(returned(res, back)?);
+    }
+    Ok(())
 }
 
 fn returned(res: Result<()>, buf: Option<Vec<u8>>) -> Result<Vec<u8>, BenchError> {
@@ -34,6 +60,9 @@ pub(crate) async fn measure(
     bufs: &mut Vec<Vec<u8>>,
     progress: &mut Progress,
 ) -> Result<Summary, BenchError> {
+    if let (Some(barrier), Op::Put) = (init.barrier(), spec.op) {
+        return explicit(init, barrier, spec, bufs, progress).await;
+    }
     match spec.mode {
         Mode::Latency => {
             let (warmup, n) = (spec.warmup(), spec.timed());
@@ -107,4 +136,48 @@ async fn stream(
         }
     }
     Ok(())
+}
+
+/// A row in explicit barrier mode: a latency sample is one round of one put, a bandwidth
+/// row rounds of a window of puts, each closed by the barrier.
+async fn explicit(
+    init: &RsmInitiator,
+    barrier: &Barrier,
+    spec: &RowSpec,
+    bufs: &mut Vec<Vec<u8>>,
+    progress: &mut Progress,
+) -> Result<Summary, BenchError> {
+    let (warmup, n) = (spec.warmup(), spec.timed());
+    let window = bufs.len().max(1);
+    progress.phase("rsm", "warm-up");
+    let mut done = 0;
+    while done < warmup {
+        barrier_round(init, barrier, bufs, window.min(warmup - done)).await?;
+        done += window;
+    }
+    match spec.mode {
+        Mode::Latency => {
+            let mut samples = Vec::with_capacity(n);
+            for _ in 0..n {
+                let t0 = Instant::now();
+                barrier_round(init, barrier, bufs, 1).await?;
+                samples.push(u64::try_from(t0.elapsed().as_nanos()).unwrap_or(u64::MAX));
+                if samples.len() % 64 == 0 || samples.len() == n {
+                    progress.tick("rsm", samples.len(), n);
+                }
+            }
+            Ok(Summary::from_latency(&mut samples, spec.size))
+        }
+        Mode::Bandwidth => {
+            let t0 = Instant::now();
+            let mut done = 0;
+            while done < n {
+                let count = window.min(n - done);
+                barrier_round(init, barrier, bufs, count).await?;
+                done += count;
+                progress.tick("rsm", done, n);
+            }
+            Ok(Summary::from_bandwidth(t0.elapsed(), n as u64, spec.size))
+        }
+    }
 }

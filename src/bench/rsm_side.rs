@@ -23,7 +23,12 @@
 //! Both processes run these on the `rsm` binary's multi-thread tokio runtime; the harness's
 //! own loops block the thread they run on only while they measure the baseline.
 
-use crate::{Error, ExportFlags, ExportSegment, ImportSegment, Node, Perm, Result};
+use crate::{
+    Barrier, BarrierMode, Error, ExportFlags, ExportSegment, ImportSegment, IoBuf, IoBufMut, Node,
+    Perm, Result, SgEntry, SgFlags, SgLocal,
+};
+use std::cell::UnsafeCell;
+use std::sync::Arc;
 use serde::{Deserialize, Serialize};
 
 /// What the peer tells the initiator about its rsm side, in its hello line. Free for the rsm
@@ -89,6 +94,8 @@ impl RsmPeer {
 pub(crate) struct RsmInitiator {
     node: Node,
     imp: ImportSegment,
+    /// Set in explicit barrier mode.
+    barrier: Option<Barrier>,
 }
 
 impl RsmInitiator {
@@ -108,7 +115,53 @@ impl RsmInitiator {
         if imp.len() < len as u64 {
             return Err(Error::bad_length().detail("the peer's segment is too short"));
         }
-        Ok(RsmInitiator { node, imp })
+        Ok(RsmInitiator {
+            node,
+            imp,
+            barrier: None,
+        })
+    }
+
+    /// Switches the import to explicit barrier mode, with its barrier.
+    pub(crate) fn explicit(&mut self) -> Result<()> {
+        self.imp.set_mode(BarrierMode::Explicit)?;
+        self.barrier = Some(self.imp.init_barrier()?);
+        Ok(())
+    }
+
+    /// The barrier, in explicit barrier mode.
+    pub(crate) fn barrier(&self) -> Option<&Barrier> {
+        self.barrier.as_ref()
+    }
+
+    /// Posts a put in explicit mode (the open barrier covers it) and returns its handle.
+    pub(crate) fn post_put(&self, offset: u64, buf: Vec<u8>) -> crate::Op<Vec<u8>> {
+        self.imp.put(offset, buf)
+    }
+
+    /// One gathering put of `entries` equal pieces of `buf` to consecutive ranges at
+    /// `offset`; the buffer comes back whole.
+    pub(crate) async fn putv(
+        &self,
+        offset: u64,
+        buf: Vec<u8>,
+        entries: usize,
+    ) -> (Result<()>, Option<Vec<u8>>) {
+        let (shared, v) = Shared::split(buf, offset, entries);
+        let out = self.imp.putv(v, SgFlags::empty()).await;
+        (out.result, out.entries.and_then(|e| shared.rejoin(e)))
+    }
+
+    /// One scattering get into `entries` equal pieces of `buf`; the buffer comes back whole.
+    pub(crate) async fn getv(
+        &self,
+        offset: u64,
+        buf: Vec<u8>,
+        entries: usize,
+    ) -> (Result<()>, Option<Vec<u8>>) {
+        let (shared, v) = Shared::split(buf, offset, entries);
+        let out = self.imp.getv(v, SgFlags::empty()).await;
+        (out.result, out.entries.and_then(|e| shared.rejoin(e)))
     }
 
     /// One put of `buf` at `offset`, resolving when the data is visible at the target; the
@@ -127,5 +180,76 @@ impl RsmInitiator {
     pub(crate) async fn shutdown(self) {
         let _ = self.imp.disconnect().await;
         self.node.shutdown().await;
+    }
+}
+
+/// One buffer shared by the pieces of a vector, so the entries own it together without a
+/// copy, and it comes back whole once every piece is dropped.
+struct Shared(Arc<UnsafeCell<Vec<u8>>>);
+
+/// A piece of a [`Shared`] buffer: an entry's owned buffer.
+struct Part {
+    owner: Arc<UnsafeCell<Vec<u8>>>,
+    ptr: *mut u8,
+    len: usize,
+}
+
+// SAFETY: a part only hands its pointer to rsm; the pieces never overlap, and the Vec is
+// touched again only after every part is gone (`rejoin`).
+unsafe impl Send for Part {}
+
+// SAFETY: `ptr..ptr+len` lies in the shared Vec's heap buffer, which neither moves nor is
+// freed while this part holds its Arc, and no other part covers it.
+unsafe impl IoBuf for Part {
+    fn stable_ptr(&self) -> *const u8 {
+        self.ptr
+    }
+    fn bytes_len(&self) -> usize {
+        self.len
+    }
+}
+
+// SAFETY: as above; the range is this part's alone, so writes through it race with nobody.
+unsafe impl IoBufMut for Part {
+    fn stable_mut_ptr(&mut self) -> *mut u8 {
+        self.ptr
+    }
+}
+
+impl Shared {
+    /// Splits `buf` into `n` pieces (the last takes the remainder) going to consecutive
+    /// ranges from `offset`.
+    fn split(buf: Vec<u8>, offset: u64, n: usize) -> (Shared, Vec<SgEntry<Part>>) {
+        let len = buf.len();
+        let cell = Arc::new(UnsafeCell::new(buf));
+        // SAFETY: nobody else holds the Vec yet; only its pointer is taken.
+        let base = unsafe { (*cell.get()).as_mut_ptr() };
+        let n = n.max(1);
+        let piece = len / n;
+        let entries = (0..n)
+            .map(|i| {
+                let start = i * piece;
+                let plen = if i + 1 == n { len - start } else { piece };
+                SgEntry::buffer(
+                    Part {
+                        owner: Arc::clone(&cell),
+                        ptr: base.wrapping_add(start),
+                        len: plen,
+                    },
+                    offset + start as u64,
+                )
+            })
+            .collect();
+        (Shared(cell), entries)
+    }
+
+    /// The buffer, once the entries that came back are dropped.
+    fn rejoin(self, entries: Vec<SgEntry<Part>>) -> Option<Vec<u8>> {
+        for e in entries {
+            if let SgLocal::Buffer(p) = e.local {
+                drop(p.owner);
+            }
+        }
+        Arc::try_unwrap(self.0).ok().map(UnsafeCell::into_inner)
     }
 }
