@@ -193,6 +193,10 @@ pub(crate) fn visibility_for(kind: &str) -> Visibility {
 }
 
 /// Scatter/gather batches: as many ranges as the provider takes per post (at most 16).
+/// Also on shm, where more than one remote range per post leaves the single-range fast path:
+/// 16 entries with gaps between their remote ranges were still faster with 4 ranges per
+/// post than with one (shm0, median putv of 16 x 64 B: 86 µs against 127 µs; 16 x 4 KiB:
+/// 22 µs against 149 µs; 16 x 16 KiB: 37 µs against 81 µs; release build, loaded machine).
 fn sg_limits_for(_kind: &str, iov_limit: usize, rma_iov_limit: usize) -> (usize, usize) {
     let cap = crate::reactor::slot::MAX_IOV;
     (iov_limit.clamp(1, cap), rma_iov_limit.clamp(1, cap))
