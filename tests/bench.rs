@@ -256,3 +256,61 @@ fn rsm_side_rows_or_not_built_yet() {
         assert!(row["ratio"].as_f64().unwrap() > 0.0, "{row}");
     }
 }
+
+/// putv/getv rows (16 entries of size / 16) and explicit-barrier put rows move the right
+/// bytes, in both modes.
+#[test]
+fn vector_and_explicit_barrier_rows_verify() {
+    let runs: [&[&str]; 4] = [
+        &["--controller", "tcp0", "--op", "putv", "--mode", "latency"],
+        &[
+            "--controller",
+            "shm0",
+            "--op",
+            "getv",
+            "--mode",
+            "bandwidth",
+        ],
+        &[
+            "--controller",
+            "tcp0",
+            "--op",
+            "put",
+            "--barrier",
+            "explicit",
+            "--mode",
+            "bandwidth",
+        ],
+        &[
+            "--controller",
+            "shm0",
+            "--op",
+            "put",
+            "--barrier",
+            "explicit",
+        ],
+    ];
+    for args in runs {
+        let mut all = args.to_vec();
+        all.extend(["--sizes", "64,64K", "--iters", "100", "--json"]);
+        let run = bench(&all);
+        assert_eq!(run.code, Some(0), "{args:?}: {}", run.stderr);
+        assert_eq!(run.rows.len(), 2, "{args:?}");
+        for row in &run.rows {
+            assert_eq!(row["verified"], true, "{args:?}: {row}");
+        }
+    }
+    // A vector needs 16 bytes at least; the barrier flag is for put.
+    let run = bench(&["--controller", "tcp0", "--op", "putv", "--sizes", "8"]);
+    assert_eq!(run.code, Some(2));
+    assert!(run.stderr.contains("16"), "{}", run.stderr);
+    let run = bench(&[
+        "--controller",
+        "tcp0",
+        "--op",
+        "get",
+        "--barrier",
+        "explicit",
+    ]);
+    assert_eq!(run.code, Some(2));
+}

@@ -27,9 +27,9 @@ use crate::{
     Barrier, BarrierMode, Error, ExportFlags, ExportSegment, ImportSegment, IoBuf, IoBufMut, Node,
     Perm, Result, SgEntry, SgFlags, SgLocal,
 };
+use serde::{Deserialize, Serialize};
 use std::cell::UnsafeCell;
 use std::sync::Arc;
-use serde::{Deserialize, Serialize};
 
 /// What the peer tells the initiator about its rsm side, in its hello line. Free for the rsm
 /// side to reshape: the harness only carries it from [`RsmPeer::start`] to
