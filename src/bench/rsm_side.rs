@@ -185,11 +185,20 @@ impl RsmInitiator {
 
 /// One buffer shared by the pieces of a vector, so the entries own it together without a
 /// copy, and it comes back whole once every piece is dropped.
-struct Shared(Arc<UnsafeCell<Vec<u8>>>);
+struct Shared(Arc<Owner>);
+
+/// The buffer the parts of a vector share.
+struct Owner(UnsafeCell<Vec<u8>>);
+
+// SAFETY: the Vec is reached only through disjoint parts while they live, and whole only
+// after they are gone (`rejoin`), so no two threads touch one byte at once.
+unsafe impl Send for Owner {}
+// SAFETY: as above.
+unsafe impl Sync for Owner {}
 
 /// A piece of a [`Shared`] buffer: an entry's owned buffer.
 struct Part {
-    owner: Arc<UnsafeCell<Vec<u8>>>,
+    owner: Arc<Owner>,
     ptr: *mut u8,
     len: usize,
 }
@@ -221,9 +230,9 @@ impl Shared {
     /// ranges from `offset`.
     fn split(buf: Vec<u8>, offset: u64, n: usize) -> (Shared, Vec<SgEntry<Part>>) {
         let len = buf.len();
-        let cell = Arc::new(UnsafeCell::new(buf));
+        let cell = Arc::new(Owner(UnsafeCell::new(buf)));
         // SAFETY: nobody else holds the Vec yet; only its pointer is taken.
-        let base = unsafe { (*cell.get()).as_mut_ptr() };
+        let base = unsafe { (*cell.0.get()).as_mut_ptr() };
         let n = n.max(1);
         let piece = len / n;
         let entries = (0..n)
@@ -250,6 +259,6 @@ impl Shared {
                 drop(p.owner);
             }
         }
-        Arc::try_unwrap(self.0).ok().map(UnsafeCell::into_inner)
+        Arc::try_unwrap(self.0).ok().map(|o| o.0.into_inner())
     }
 }
