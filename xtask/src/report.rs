@@ -461,10 +461,12 @@ fn memory_note(memory: &[Memory]) -> Option<String> {
          add only a few MiB. The bulk is ofi_rxm's shared receive context: at endpoint open \
          rxm pre-posts RXM_MSG_SRX_SIZE = 4096 bounce buffers of FI_OFI_RXM_BUFFER_SIZE = \
          16 KiB (64 MiB). With FI_OFI_RXM_MSG_RX_SIZE=128 the figure is {tuned:.1} MiB \
-         instead of {default:.1} MiB. rsm moves no messages through rxm (RMA only), so the \
-         fix is to open the endpoint with a small receive pool: the provider has no hint \
-         for it in 1.17, and the library never sets environment variables, so it is for \
-         the application (or a node option that documents the variable) to set.",
+         instead of {default:.1} MiB (FI_OFI_RXM_USE_SRX=0 or FI_OFI_RXM_BUFFER_SIZE=4096 \
+         give about the same). rsm moves no messages through rxm (RMA only), so a small \
+         receive pool should cost it little (to check again once signals use remote CQ \
+         data); in 1.17 only those variables size the pool, and the \
+         library never sets environment variables: closing the gap means documenting the \
+         variable for applications (or lowering the pool upstream).",
         (node - start) / 1024.0
     ))
 }
