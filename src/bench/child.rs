@@ -3,8 +3,9 @@
 
 use super::BenchError;
 use super::proto::{Command, PeerHello};
-use std::io::{BufRead, BufReader, Write};
-use std::process::{Child, ChildStdin, Stdio};
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::process::{Child, Stdio};
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError};
 use std::time::{Duration, Instant};
 
@@ -16,10 +17,11 @@ const REPLY_TIMEOUT: Duration = Duration::from_secs(60);
 const QUIT_GRACE: Duration = Duration::from_secs(5);
 
 /// A running `rsm bench-peer`. Dropping it asks the peer to quit, waits a little, then kills
-/// it, and reaps it in every case.
+/// it, and reaps it in every case. A peer reached with `--peer` has no child here: dropping
+/// it only ends its session.
 pub(crate) struct PeerProcess {
-    child: Child,
-    stdin: Option<ChildStdin>,
+    child: Option<Child>,
+    stdin: Option<Box<dyn Write + Send>>,
     lines: Receiver<String>,
     /// The peer's hello line.
     pub(crate) hello: PeerHello,
@@ -51,19 +53,42 @@ impl PeerProcess {
             .map_err(|e| BenchError::Peer(format!("cannot start the peer: {e}")))?;
         let stdout = child.stdout.take();
         let stdin = child.stdin.take();
-        let (tx, lines) = mpsc::channel();
         // From here on the guard owns the child: any early return kills and reaps it.
-        let mut peer = PeerProcess {
-            child,
-            stdin,
-            lines,
+        let peer = PeerProcess {
+            child: Some(child),
+            stdin: stdin.map(|s| Box::new(s) as Box<dyn Write + Send>),
+            lines: mpsc::channel().1,
             hello: PeerHello::default(),
         };
         let stdout = stdout.ok_or_else(|| BenchError::Peer("no pipe from the peer".into()))?;
+        peer.start(stdout)
+    }
+
+    /// Connects to a peer serving on `addr` (`rsm bench-peer --serve`) and reads its hello.
+    pub(crate) fn connect(addr: SocketAddr) -> Result<PeerProcess, BenchError> {
+        let stream = TcpStream::connect_timeout(&addr, HELLO_TIMEOUT)
+            .map_err(|e| BenchError::Peer(format!("cannot reach the peer at {addr}: {e}")))?;
+        let _ = stream.set_nodelay(true);
+        let reader = stream
+            .try_clone()
+            .map_err(|e| BenchError::Peer(format!("cannot read from {addr}: {e}")))?;
+        let peer = PeerProcess {
+            child: None,
+            stdin: Some(Box::new(stream)),
+            lines: mpsc::channel().1,
+            hello: PeerHello::default(),
+        };
+        peer.start(reader)
+    }
+
+    /// Reads the peer's lines on a thread, then its hello.
+    fn start(mut self, from: impl Read + Send + 'static) -> Result<PeerProcess, BenchError> {
+        let (tx, lines) = mpsc::channel();
+        self.lines = lines;
         std::thread::Builder::new()
             .name("rsm-bench-peer-out".into())
             .spawn(move || {
-                for line in BufReader::new(stdout).lines() {
+                for line in BufReader::new(from).lines() {
                     let Ok(line) = line else { break };
                     if tx.send(line).is_err() {
                         break;
@@ -71,10 +96,10 @@ impl PeerProcess {
                 }
             })
             .map_err(|e| BenchError::Peer(format!("cannot start a reader thread: {e}")))?;
-        let line = peer.recv(HELLO_TIMEOUT, "its hello")?;
-        peer.hello = serde_json::from_str(&line)
+        let line = self.recv(HELLO_TIMEOUT, "its hello")?;
+        self.hello = serde_json::from_str(&line)
             .map_err(|e| BenchError::Peer(format!("unreadable hello {line:?}: {e}")))?;
-        Ok(peer)
+        Ok(self)
     }
 
     fn recv(&mut self, timeout: Duration, what: &str) -> Result<String, BenchError> {
@@ -86,10 +111,12 @@ impl PeerProcess {
             ))),
             Err(RecvTimeoutError::Disconnected) => {
                 // The pipe closed: the peer exited (its own message is on standard error).
-                let status = self.child.wait().map(|s| s.to_string());
+                let status = match self.child.as_mut() {
+                    Some(c) => c.wait().map_or_else(|e| e.to_string(), |s| s.to_string()),
+                    None => "it closed the connection".into(),
+                };
                 Err(BenchError::Peer(format!(
-                    "the peer exited before {what} ({})",
-                    status.unwrap_or_else(|e| e.to_string())
+                    "the peer exited before {what} ({status})"
                 )))
             }
         }
@@ -133,7 +160,14 @@ impl PeerProcess {
 
 impl Drop for PeerProcess {
     fn drop(&mut self) {
-        if matches!(self.child.try_wait(), Ok(Some(_))) {
+        let Some(child) = self.child.as_mut() else {
+            // A served peer: `quit` ends this session, the peer goes on serving.
+            if let Some(mut s) = self.stdin.take() {
+                let _ = writeln!(s, "quit").and_then(|()| s.flush());
+            }
+            return;
+        };
+        if matches!(child.try_wait(), Ok(Some(_))) {
             return; // exited and reaped
         }
         // Ask first: a peer that quits closes its libfabric objects (a killed shm peer
@@ -143,21 +177,21 @@ impl Drop for PeerProcess {
         }
         let deadline = Instant::now() + QUIT_GRACE;
         while Instant::now() < deadline {
-            match self.child.try_wait() {
+            match child.try_wait() {
                 Ok(Some(_)) => return,
                 Ok(None) => std::thread::sleep(Duration::from_millis(5)),
                 Err(_) => break,
             }
         }
-        let pid = self.child.id();
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+        let pid = child.id();
+        let _ = child.kill();
+        let _ = child.wait();
         remove_shm_leftovers(pid);
     }
 }
 
 /// Removes the shared-memory files of a peer that had to be killed (`/dev/shm/<pid>:...`).
-fn remove_shm_leftovers(pid: u32) {
+pub(super) fn remove_shm_leftovers(pid: u32) {
     let prefix = format!("{pid}:");
     let Ok(dir) = std::fs::read_dir("/dev/shm") else {
         return;

@@ -185,6 +185,10 @@ pub struct BenchArgs {
     /// One JSON object per line and row instead of a table.
     #[arg(long)]
     pub json: bool,
+    /// Run against a peer started by hand with `rsm bench-peer --serve ADDR` (on this or
+    /// another host) instead of starting one; its controller and size must cover the run.
+    #[arg(long, value_name = "ADDR")]
+    pub peer: Option<std::net::SocketAddr>,
 }
 
 /// `rsm bench-peer` (hidden): the target process `rsm bench` starts and talks to over its
@@ -200,6 +204,14 @@ pub struct PeerArgs {
     /// Do not start an rsm node (baseline-only runs).
     #[arg(long)]
     pub no_rsm: bool,
+    /// Serve `rsm bench --peer` runs on this TCP address (one at a time) instead of
+    /// standard input and output; prints the bound address on standard output.
+    #[arg(long, value_name = "ADDR")]
+    pub serve: Option<std::net::SocketAddr>,
+    /// The side-channel address of this peer's rsm node (a routable one for runs from
+    /// another host; default: loopback).
+    #[arg(long, value_name = "ADDR")]
+    pub node_listen: Option<std::net::SocketAddr>,
 }
 
 #[cfg(test)]
@@ -281,6 +293,18 @@ mod tests {
         );
         assert_eq!(b.sizes.to_string(), "8,4096,65536,1048576");
         assert!(b.baseline && b.json);
+        assert_eq!(b.peer, None);
+        let cli = Cli::try_parse_from([
+            "x",
+            "--controller",
+            "tcp0",
+            "--op",
+            "put",
+            "--peer",
+            "127.0.0.1:7500",
+        ])
+        .unwrap();
+        assert_eq!(cli.bench.peer, Some("127.0.0.1:7500".parse().unwrap()));
 
         for bad in [
             &["x", "--controller", "tcp0"][..],

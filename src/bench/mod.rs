@@ -34,9 +34,20 @@
 //!
 //! The rsm side lives in `rsm_side.rs` (see there); the hidden `--baseline-only` runs the
 //! harness without it.
+//!
+//! **`--peer ADDR`** runs against a peer started by hand, on this host or another one:
+//! `rsm bench-peer --controller C --max-size 1M --serve ADDR [--node-listen IP:PORT]`
+//! serves one run after the other on `ADDR` (the same line protocol over TCP) until a
+//! `quit` line on its standard input; `--node-listen` puts its rsm node's side channel on a
+//! routable address. The fabric providers' own interface variables (`FI_TCP_IFACE`, ...)
+//! are the user's to set on both hosts.
+//!
+//! `rsm bench-memory` (hidden, `memory.rs`) measures what an exporting node keeps resident
+//! for many published segments and their importers.
 
 mod child;
 mod cli;
+mod memory;
 mod pattern;
 mod peer;
 mod proto;
@@ -47,6 +58,7 @@ mod rsm_side;
 mod stats;
 
 pub use cli::{BarrierArg, BenchArgs, MAX_SIZE, Mode, Op, PeerArgs, SizeList, parse_size};
+pub use memory::{MemoryArgs, MemoryImporterArgs, run_memory, run_memory_importer};
 pub use peer::run_peer;
 
 use child::PeerProcess;
@@ -200,7 +212,16 @@ async fn bench(args: &BenchArgs, progress: &mut Progress) -> Result<Vec<Row>, Be
         None
     };
 
-    let mut peer = PeerProcess::spawn(&args.controller, max, !use_rsm)?;
+    let mut peer = match args.peer {
+        Some(addr) => PeerProcess::connect(addr)?,
+        None => PeerProcess::spawn(&args.controller, max, !use_rsm)?,
+    };
+    if (peer.hello.len as usize) < max {
+        return Err(BenchError::Usage(format!(
+            "the peer registered {} B, less than the largest size: start it with --max-size {max}",
+            peer.hello.len
+        )));
+    }
     let mut rsm = None;
     if use_rsm {
         let Some(pi) = peer.hello.rsm.clone() else {

@@ -9,8 +9,11 @@ use super::proto::{Command, PeerHello, Target, hex_encode};
 use super::raw::{RawTarget, YIELD_EVERY, fabric_info_for, round_up};
 use super::rsm_side::RsmPeer;
 use crate::core::ctlrname::ControllerName;
-use std::io::{BufRead, Write};
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::process::ExitCode;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{self, Receiver, TryRecvError};
 
 /// Runs the peer until `quit` or the end of its input. Call it on a multi-thread runtime: it
@@ -36,7 +39,11 @@ async fn peer(args: PeerArgs) -> Result<(), BenchError> {
     let (rsm, rsm_info, rsm_error) = if args.no_rsm {
         (None, None, None)
     } else {
-        match RsmPeer::start(&args.controller, len).await {
+        let started = match args.node_listen {
+            None => RsmPeer::start(&args.controller, len).await,
+            Some(addr) => RsmPeer::start_at(&args.controller, len, Some(addr)).await,
+        };
+        match started {
             Ok((p, info)) => (Some(p), Some(info), None),
             Err(e) => (None, None, Some(e.to_string())),
         }
@@ -52,9 +59,15 @@ async fn peer(args: PeerArgs) -> Result<(), BenchError> {
     };
     let line = serde_json::to_string(&hello)
         .map_err(|e| BenchError::Peer(format!("cannot encode the hello: {e}")))?;
-    reply(&line)?;
-    let commands = stdin_lines();
-    let result = serve(raw.as_ref(), rsm.as_ref(), &commands);
+    let result = match args.serve {
+        Some(addr) => serve_tcp(addr, &line, raw.as_ref(), rsm.as_ref()),
+        None => {
+            let mut out = std::io::stdout();
+            reply(&mut out, &line)?;
+            let commands = lines_of(std::io::stdin());
+            serve(raw.as_ref(), rsm.as_ref(), &commands, &mut out)
+        }
+    };
     drop(raw);
     if let Some(p) = rsm {
         p.shutdown().await;
@@ -62,21 +75,73 @@ async fn peer(args: PeerArgs) -> Result<(), BenchError> {
     result
 }
 
-fn reply(line: &str) -> Result<(), BenchError> {
-    let mut out = std::io::stdout().lock();
+/// `--serve`: prints the bound address, then serves one `rsm bench --peer` run after the
+/// other on TCP, each starting with the hello, until a `quit` line on standard input.
+fn serve_tcp(
+    addr: SocketAddr,
+    hello: &str,
+    raw: Option<&RawTarget>,
+    rsm: Option<&RsmPeer>,
+) -> Result<(), BenchError> {
+    let listener = TcpListener::bind(addr)
+        .map_err(|e| BenchError::Usage(format!("cannot listen on {addr}: {e}")))?;
+    let bound = listener
+        .local_addr()
+        .map_err(|e| BenchError::Usage(format!("cannot read the bound address: {e}")))?;
+    reply(&mut std::io::stdout(), &bound.to_string())?;
+    eprintln!("rsm bench-peer: serving on {bound}; a `quit` line on standard input ends it");
+    let stop = Arc::new(AtomicBool::new(false));
+    {
+        let stop = Arc::clone(&stop);
+        // Only a `quit` line stops: a peer started in the background may have no input.
+        let _ = std::thread::Builder::new()
+            .name("rsm-bench-peer-quit".into())
+            .spawn(move || {
+                for line in std::io::stdin().lock().lines().map_while(Result::ok) {
+                    if line.trim() == "quit" {
+                        stop.store(true, Ordering::SeqCst);
+                        // Wake the accept below.
+                        let _ = TcpStream::connect(bound);
+                        return;
+                    }
+                }
+            });
+    }
+    for stream in listener.incoming() {
+        if stop.load(Ordering::SeqCst) {
+            break;
+        }
+        let session = stream
+            .and_then(|s| {
+                s.set_nodelay(true)?;
+                Ok((s.try_clone()?, s))
+            })
+            .map_err(|e| BenchError::Peer(format!("accept: {e}")))
+            .and_then(|(reader, mut writer)| {
+                reply(&mut writer, hello)?;
+                serve(raw, rsm, &lines_of(reader), &mut writer)
+            });
+        if let Err(e) = session {
+            eprintln!("rsm bench-peer: session ended: {e}");
+        }
+    }
+    Ok(())
+}
+
+fn reply(out: &mut dyn Write, line: &str) -> Result<(), BenchError> {
     writeln!(out, "{line}")
         .and_then(|()| out.flush())
         .map_err(|e| BenchError::Peer(format!("cannot answer: {e}")))
 }
 
-/// Standard input, line by line, from a reader thread, so that a progressing peer can look
-/// for the next command without blocking.
-fn stdin_lines() -> Receiver<String> {
+/// The commands (standard input or a served connection), line by line, from a reader
+/// thread, so that a progressing peer can look for the next command without blocking.
+fn lines_of(from: impl Read + Send + 'static) -> Receiver<String> {
     let (tx, rx) = mpsc::channel();
     let spawned = std::thread::Builder::new()
         .name("rsm-bench-peer-in".into())
         .spawn(move || {
-            for line in std::io::stdin().lock().lines() {
+            for line in BufReader::new(from).lines() {
                 let Ok(line) = line else { break };
                 if tx.send(line).is_err() {
                     break;
@@ -94,6 +159,7 @@ fn serve(
     raw: Option<&RawTarget>,
     rsm: Option<&RsmPeer>,
     commands: &Receiver<String>,
+    out: &mut dyn Write,
 ) -> Result<(), BenchError> {
     let mut pending: Option<String> = None;
     let mut scratch = Vec::with_capacity(64);
@@ -109,16 +175,16 @@ fn serve(
         let cmd = match Command::parse(&line) {
             Ok(c) => c,
             Err(e) => {
-                reply(&format!("err {e}"))?;
+                reply(out, &format!("err {e}"))?;
                 continue;
             }
         };
         if cmd == Command::Quit {
-            reply("bye")?;
+            reply(out, "bye")?;
             return Ok(());
         }
         if cmd == Command::Progress {
-            reply("ok")?;
+            reply(out, "ok")?;
             // Busy-poll until the next command: shm and tcp;ofi_rxm place remote writes and
             // answer reads only while the target reads its queue. Providers with progress
             // threads of their own (sockets) need no poller, and are slowed by one.
@@ -159,7 +225,7 @@ fn serve(
             Ok(a) => a,
             Err(e) => format!("err {e}"),
         };
-        reply(&answer)?;
+        reply(out, &answer)?;
     }
 }
 

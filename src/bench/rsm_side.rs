@@ -60,8 +60,22 @@ impl RsmPeer {
     /// Starts a node, opens `controller`, exports and publishes a segment of `len` bytes
     /// (a multiple of the page size).
     pub(crate) async fn start(controller: &str, len: usize) -> Result<(RsmPeer, RsmPeerInfo)> {
+        Self::start_at(controller, len, None).await
+    }
+
+    /// As [`RsmPeer::start`], with the node's side channel on `listen` when given (any
+    /// address: the user asked for it, to be reached from another host).
+    pub(crate) async fn start_at(
+        controller: &str,
+        len: usize,
+        listen: Option<std::net::SocketAddr>,
+    ) -> Result<(RsmPeer, RsmPeerInfo)> {
         let id = node_id(std::process::id(), false);
-        let node = Node::builder().ignore_environment().id(id).start().await?;
+        let mut builder = Node::builder().ignore_environment().id(id);
+        if let Some(addr) = listen {
+            builder = builder.listen(addr).allow_non_loopback(true);
+        }
+        let node = builder.start().await?;
         let ctrl = node.controller(controller).await?;
         let seg = ctrl.export(len, ExportFlags::empty())?;
         let segment_id = seg.publish(0, &[]).await?;
@@ -107,7 +121,13 @@ impl RsmInitiator {
         len: usize,
     ) -> Result<RsmInitiator> {
         let id = peer.node_id | 1;
-        let node = Node::builder().ignore_environment().id(id).start().await?;
+        let mut builder = Node::builder().ignore_environment().id(id);
+        // On one host the side channel finds the peer by its id; from another host only
+        // by this address.
+        if let Ok(addr) = peer.listen.parse() {
+            builder = builder.peer(peer.node_id, addr);
+        }
+        let node = builder.start().await?;
         let ctrl = node.controller(controller).await?;
         let imp = ctrl
             .import(peer.node_id, peer.segment_id, Perm::RDWR)

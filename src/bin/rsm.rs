@@ -37,6 +37,12 @@ enum Command {
     /// The peer process of `rsm bench` (started by it).
     #[command(hide = true)]
     BenchPeer(rsm::bench::PeerArgs),
+    /// What an exporting node keeps resident for many published segments and importers.
+    #[command(hide = true)]
+    BenchMemory(rsm::bench::MemoryArgs),
+    /// An importer process of `rsm bench-memory` (started by it).
+    #[command(hide = true)]
+    BenchMemoryImporter(rsm::bench::MemoryImporterArgs),
     /// Walk through export, publish with an access list, connect, put, get and the refusals,
     /// with a second process as the exporting node.
     Demo(rsm::demo::DemoArgs),
@@ -68,6 +74,10 @@ fn main() -> ExitCode {
     let command = match cli.command {
         Command::Bench(args) => return rt.block_on(rsm::bench::run(args)),
         Command::BenchPeer(args) => return rt.block_on(rsm::bench::run_peer(args)),
+        Command::BenchMemory(args) => return rt.block_on(rsm::bench::run_memory(args)),
+        Command::BenchMemoryImporter(args) => {
+            return rt.block_on(rsm::bench::run_memory_importer(args));
+        }
         Command::Demo(args) => return rt.block_on(rsm::demo::run(args)),
         Command::DemoExporter(args) => return rt.block_on(rsm::demo::run_exporter(args)),
         other => other,
@@ -124,7 +134,12 @@ async fn run(command: Command) -> rsm::Result<()> {
             }
             node.shutdown().await;
         }
-        Command::Bench(_) | Command::BenchPeer(_) | Command::Demo(_) | Command::DemoExporter(_) => {
+        Command::Bench(_)
+        | Command::BenchPeer(_)
+        | Command::BenchMemory(_)
+        | Command::BenchMemoryImporter(_)
+        | Command::Demo(_)
+        | Command::DemoExporter(_) => {
             unreachable!("dispatched in main")
         }
     }

@@ -6,4 +6,5 @@ pub(crate) mod creds;
 pub(crate) mod fault;
 pub(crate) mod limits;
 pub(crate) mod mem;
+pub(crate) mod memstat;
 pub(crate) mod wake;

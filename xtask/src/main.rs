@@ -10,10 +10,13 @@
 
 #![forbid(unsafe_code)]
 
+mod bench;
 mod command;
 mod deps;
 mod dpkg;
 mod failure;
+mod json;
+mod report;
 mod steps;
 mod uid;
 mod version;
@@ -28,6 +31,8 @@ commands:
   setup   check the system packages rsm needs; as root, install missing ones with apt-get
   test    setup, then cargo fmt --check, cargo clippy -D warnings, cargo test
   demo    setup, then build and run the rsm binary's demo commands
+  bench   setup, then build rsm in release mode, run the standard benchmark set and
+          write target/bench/report.md and report.json
   help    print this message
 ";
 
@@ -52,6 +57,7 @@ fn main() -> ExitCode {
         Some("setup") => deps::ensure(),
         Some("test") => deps::ensure().and_then(|()| steps::run_all(steps::TEST)),
         Some("demo") => deps::ensure().and_then(|()| steps::run_all(steps::DEMO)),
+        Some("bench") => deps::ensure().and_then(|()| bench::run()),
         Some("help" | "-h" | "--help") => {
             print!("{USAGE}");
             return ExitCode::SUCCESS;

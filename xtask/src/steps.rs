@@ -99,7 +99,7 @@ pub fn run_all(steps: &[Step]) -> Result<(), Failure> {
 
 /// The directory holding the workspace Cargo.toml, so the steps behave the
 /// same whichever subdirectory `cargo xtask` was typed in.
-fn workspace_root() -> PathBuf {
+pub fn workspace_root() -> PathBuf {
     // `cargo run` sets CARGO_MANIFEST_DIR at run time too; preferring it over
     // the path compiled in keeps working if the checkout was moved.
     let manifest_dir = env::var_os("CARGO_MANIFEST_DIR")

@@ -1,0 +1,504 @@
+//! `cargo xtask bench`: builds `rsm` in release mode, runs the standard set of issue 8 as
+//! `rsm bench ... --baseline --json` and `rsm bench-memory --json` child processes, and
+//! writes `target/bench/report.md` and `target/bench/report.json`.
+//!
+//! The set is a fixed plan (controllers × operations × modes × sizes); what the `rsm` binary
+//! cannot run yet is found out, not assumed: operations come from `rsm bench -h` (its
+//! `--op` possible values), controllers from `rsm info --json`. A planned row whose
+//! operation or controller is missing is listed as "not available yet", so putv, getv,
+//! signal and the loopback rows appear by themselves once `rsm bench` supports them. A run
+//! that fails with `--baseline` (the loopback baseline, say) is retried without it, so the
+//! row keeps rsm's figure and says why it has no baseline.
+//!
+//! Bounded: every child gets at most [`JOB_TIMEOUT`], and runs that would start after
+//! [`BUDGET`] are skipped and listed as such.
+
+use std::env;
+use std::ffi::OsString;
+use std::io::{BufRead, BufReader, Read};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+use crate::command::{display, run_echoed, stdout_of};
+use crate::failure::Failure;
+use crate::json::{self, Value};
+use crate::report::{self, Figure, Memory, Row, Status};
+
+/// The controllers of the standard set, in the order they run.
+pub const CONTROLLERS: &[&str] = &["tcp0", "shm0", "loopback", "sockets0"];
+
+const SMALL_TO_LARGE: &[usize] = &[8, 4 << 10, 64 << 10, 1 << 20];
+const VECTOR_SIZES: &[usize] = &[4 << 10, 64 << 10, 1 << 20];
+const SIGNAL_SIZES: &[usize] = &[8];
+
+/// The operations of the standard set with their sizes.
+pub const OPS: &[(&str, &[usize])] = &[
+    ("put", SMALL_TO_LARGE),
+    ("get", SMALL_TO_LARGE),
+    ("putv", VECTOR_SIZES),
+    ("getv", VECTOR_SIZES),
+    ("signal", SIGNAL_SIZES),
+];
+
+pub const MODES: &[&str] = &["latency", "bandwidth"];
+
+/// The controllers the memory figure is measured on; the extra environment of each run
+/// (the tuned tcp0 run shows how much of the figure is rxm's receive buffers).
+pub const MEMORY_RUNS: &[(&str, &[(&str, &str)])] = &[
+    ("tcp0", &[]),
+    ("tcp0", &[("FI_OFI_RXM_MSG_RX_SIZE", "128")]),
+    ("shm0", &[]),
+    ("sockets0", &[]),
+];
+
+/// The most one child may take.
+const JOB_TIMEOUT: Duration = Duration::from_secs(120);
+/// Runs that would start later than this after the first are skipped.
+const BUDGET: Duration = Duration::from_secs(8 * 60);
+
+/// Every child's providers stay on loopback.
+const LOOPBACK_FABRIC: &[(&str, &str)] = &[("FI_TCP_IFACE", "lo"), ("FI_SOCKETS_IFACE", "lo")];
+
+/// One `rsm bench` invocation: one controller, operation and mode, all its sizes.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Job {
+    pub controller: &'static str,
+    pub op: &'static str,
+    pub mode: &'static str,
+    pub sizes: &'static [usize],
+}
+
+/// The standard set in running order: per controller, put and get first.
+pub fn plan() -> Vec<Job> {
+    let mut jobs = Vec::new();
+    for &controller in CONTROLLERS {
+        for &(op, sizes) in OPS {
+            for &mode in MODES {
+                jobs.push(Job {
+                    controller,
+                    op,
+                    mode,
+                    sizes,
+                });
+            }
+        }
+    }
+    jobs
+}
+
+pub fn run() -> Result<(), Failure> {
+    let root = crate::steps::workspace_root();
+    let cargo = env::var_os("CARGO").unwrap_or_else(|| OsString::from("cargo"));
+    let started = Instant::now();
+    eprintln!("xtask: == build ==");
+    let mut build = Command::new(&cargo);
+    build
+        .args(["build", "--release", "--bin", "rsm"])
+        .current_dir(&root);
+    run_echoed(&mut build, "building rsm")?;
+    let build_s = started.elapsed().as_secs_f64();
+
+    let target_dir =
+        env::var_os("CARGO_TARGET_DIR").map_or_else(|| root.join("target"), PathBuf::from);
+    let rsm = target_dir.join("release").join("rsm");
+    let ops = supported_ops(&rsm);
+    let controllers = available_controllers(&rsm);
+    eprintln!(
+        "xtask: rsm bench supports {}; controllers here: {}",
+        ops.join(", "),
+        controllers.join(", ")
+    );
+
+    let bench_start = Instant::now();
+    eprintln!("xtask: == memory ==");
+    let mut memory = Vec::new();
+    for &(controller, extra) in MEMORY_RUNS {
+        memory.push(run_memory(&rsm, controller, extra, &controllers));
+    }
+
+    eprintln!("xtask: == rsm bench ==");
+    let mut rows = Vec::new();
+    for job in plan() {
+        let unavailable = if !ops.iter().any(|o| o == job.op) {
+            Some(format!("rsm bench has no `--op {}` yet", job.op))
+        } else if !controllers.iter().any(|c| c == job.controller) {
+            Some(format!("no controller {} on this machine", job.controller))
+        } else if bench_start.elapsed() > BUDGET {
+            rows.extend(job_rows(
+                &job,
+                Status::Skipped(format!("time budget of {} s spent", BUDGET.as_secs())),
+            ));
+            continue;
+        } else {
+            None
+        };
+        match unavailable {
+            Some(why) => rows.extend(job_rows(&job, Status::NotAvailable(why))),
+            None => rows.extend(run_job(&rsm, &job)),
+        }
+    }
+    let elapsed_s = started.elapsed().as_secs_f64();
+
+    let out_dir = target_dir.join("bench");
+    std::fs::create_dir_all(&out_dir)
+        .map_err(|e| Failure::new(format!("cannot create {}: {e}", out_dir.display())))?;
+    let meta = report::Meta {
+        commit: stdout_of(
+            "git",
+            &[
+                "-C",
+                &root.to_string_lossy(),
+                "rev-parse",
+                "--short",
+                "HEAD",
+            ],
+        )
+        .unwrap_or_else(|| "unknown".into()),
+        cpus: std::thread::available_parallelism().map_or(0, |n| n.get()),
+        build_s,
+        elapsed_s,
+        unix_time: std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs()),
+    };
+    let md = report::markdown(&meta, &rows, &memory);
+    let js = report::json(&meta, &rows, &memory).to_pretty();
+    for (name, text) in [("report.md", &md), ("report.json", &js)] {
+        let path = out_dir.join(name);
+        std::fs::write(&path, text)
+            .map_err(|e| Failure::new(format!("cannot write {}: {e}", path.display())))?;
+    }
+    eprintln!(
+        "xtask: wrote {} and report.json in {:.0} s (build {:.0} s)",
+        out_dir.join("report.md").display(),
+        elapsed_s,
+        build_s
+    );
+    Ok(())
+}
+
+/// The operations `rsm bench -h` lists as possible values of `--op`.
+fn supported_ops(rsm: &Path) -> Vec<String> {
+    let help = stdout_of(&rsm.to_string_lossy(), &["bench", "-h"]).unwrap_or_default();
+    parse_possible_values(&help, "--op")
+}
+
+/// `[possible values: a, b]` on the help line of `flag`.
+pub fn parse_possible_values(help: &str, flag: &str) -> Vec<String> {
+    help.lines()
+        .find(|l| l.trim_start().starts_with(flag))
+        .and_then(|l| l.split("[possible values: ").nth(1))
+        .and_then(|rest| rest.split(']').next())
+        .map(|list| list.split(',').map(|v| v.trim().to_string()).collect())
+        .unwrap_or_default()
+}
+
+/// The controller names `rsm info --json` lists.
+fn available_controllers(rsm: &Path) -> Vec<String> {
+    let mut cmd = Command::new(rsm);
+    cmd.args(["info", "--json"])
+        .envs(LOOPBACK_FABRIC.iter().copied());
+    let text = cmd
+        .stderr(Stdio::null())
+        .output()
+        .ok()
+        .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
+        .unwrap_or_default();
+    match json::parse(&text) {
+        Ok(Value::Arr(items)) => items
+            .iter()
+            .filter_map(|c| c.get("name").as_str().map(str::to_string))
+            .collect(),
+        _ => Vec::new(),
+    }
+}
+
+/// One row per size of `job`, all with `status`.
+fn job_rows(job: &Job, status: Status) -> Vec<Row> {
+    job.sizes
+        .iter()
+        .map(|&size| Row::new(job.controller, job.op, job.mode, size, status.clone()))
+        .collect()
+}
+
+fn sizes_arg(sizes: &[usize]) -> String {
+    sizes
+        .iter()
+        .map(usize::to_string)
+        .collect::<Vec<_>>()
+        .join(",")
+}
+
+/// What a child printed and how it ended.
+struct Output {
+    stdout: Vec<String>,
+    /// The last line it wrote to standard error (progress lines end in `\r`).
+    last_err: String,
+    /// `None` when it had to be killed.
+    code: Option<i32>,
+    secs: f64,
+}
+
+/// Runs a child with loopback fabric, reading both pipes, killing it after `timeout`.
+fn run_child(cmd: &mut Command, timeout: Duration) -> Output {
+    let t0 = Instant::now();
+    cmd.envs(LOOPBACK_FABRIC.iter().copied())
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    let mut child = match cmd.spawn() {
+        Ok(c) => c,
+        Err(e) => {
+            return Output {
+                stdout: Vec::new(),
+                last_err: format!("cannot start `{}`: {e}", display(cmd)),
+                code: None,
+                secs: 0.0,
+            };
+        }
+    };
+    let (tx, rx) = mpsc::channel();
+    if let Some(out) = child.stdout.take() {
+        std::thread::spawn(move || {
+            for line in BufReader::new(out).lines().map_while(Result::ok) {
+                if tx.send(line).is_err() {
+                    break;
+                }
+            }
+        });
+    }
+    let err_reader = child.stderr.take().map(|mut err| {
+        std::thread::spawn(move || {
+            let mut all = Vec::new();
+            let _ = err.read_to_end(&mut all);
+            String::from_utf8_lossy(&all)
+                .split(['\r', '\n'])
+                .map(str::trim)
+                .filter(|l| !l.is_empty())
+                .last()
+                .unwrap_or_default()
+                .to_string()
+        })
+    });
+    let code = loop {
+        match child.try_wait() {
+            Ok(Some(status)) => break status.code(),
+            Ok(None) if t0.elapsed() < timeout => std::thread::sleep(Duration::from_millis(20)),
+            _ => {
+                let _ = child.kill();
+                let _ = child.wait();
+                break None;
+            }
+        }
+    };
+    let mut last_err = err_reader.and_then(|h| h.join().ok()).unwrap_or_default();
+    if code.is_none() {
+        last_err = format!("killed after {} s ({last_err})", timeout.as_secs());
+    }
+    Output {
+        stdout: rx.try_iter().collect(),
+        last_err,
+        code,
+        secs: t0.elapsed().as_secs_f64(),
+    }
+}
+
+fn bench_command(rsm: &Path, job: &Job, baseline: bool) -> Command {
+    let mut cmd = Command::new(rsm);
+    cmd.args(["bench", "--controller", job.controller, "--op", job.op])
+        .args(["--mode", job.mode, "--sizes", &sizes_arg(job.sizes)])
+        .arg("--json");
+    if baseline {
+        cmd.arg("--baseline");
+    }
+    cmd
+}
+
+fn run_job(rsm: &Path, job: &Job) -> Vec<Row> {
+    let mut out = run_child(&mut bench_command(rsm, job, true), JOB_TIMEOUT);
+    let mut no_baseline = None;
+    let parsed = |out: &Output| -> Vec<Value> {
+        out.stdout
+            .iter()
+            .filter_map(|l| json::parse(l).ok())
+            .collect()
+    };
+    let mut objects = parsed(&out);
+    if objects.is_empty() && out.code == Some(2) {
+        // The run failed before its first row: try rsm alone (a controller without a
+        // baseline yet).
+        no_baseline = Some(out.last_err.clone());
+        let retry = run_child(&mut bench_command(rsm, job, false), JOB_TIMEOUT);
+        objects = parsed(&retry);
+        // Its rows, or why rsm alone cannot run either.
+        out = retry;
+    }
+    eprintln!(
+        "xtask: {:<9} {:<6} {:<9} {:>2} rows in {:>5.1} s{}",
+        job.controller,
+        job.op,
+        job.mode,
+        objects.len(),
+        out.secs,
+        if objects.len() < job.sizes.len() {
+            format!(": {}", out.last_err)
+        } else {
+            String::new()
+        }
+    );
+    job.sizes
+        .iter()
+        .map(|&size| {
+            let found = objects
+                .iter()
+                .find(|o| o.get("size").as_f64() == Some(size as f64));
+            match found {
+                Some(o) => {
+                    let mut row = Row::new(
+                        job.controller,
+                        job.op,
+                        job.mode,
+                        size,
+                        Status::Measured {
+                            rsm: Figure::from_json(o, ""),
+                            baseline: Figure::from_json(o, "baseline_"),
+                            ratio: o.get("ratio").as_f64(),
+                            verified: o.get("verified").as_bool().unwrap_or(false),
+                            baseline_missing: no_baseline.clone(),
+                        },
+                    );
+                    row.provider = o.get("provider").as_str().unwrap_or("").to_string();
+                    row.window = o.get("window").as_f64().map(|w| w as usize);
+                    row
+                }
+                None => Row::new(
+                    job.controller,
+                    job.op,
+                    job.mode,
+                    size,
+                    Status::Failed(if out.last_err.is_empty() {
+                        format!("no row (exit {:?})", out.code)
+                    } else {
+                        out.last_err.clone()
+                    }),
+                ),
+            }
+        })
+        .collect()
+}
+
+fn run_memory(
+    rsm: &Path,
+    controller: &str,
+    extra: &[(&str, &str)],
+    controllers: &[String],
+) -> Memory {
+    let env: Vec<(String, String)> = extra
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
+    if !controllers.iter().any(|c| c == controller) {
+        return Memory {
+            controller: controller.into(),
+            env,
+            result: Err(format!("no controller {controller} on this machine")),
+        };
+    }
+    let mut cmd = Command::new(rsm);
+    cmd.args(["bench-memory", "--controller", controller, "--json"])
+        .envs(extra.iter().copied());
+    let out = run_child(&mut cmd, JOB_TIMEOUT);
+    let result = out
+        .stdout
+        .iter()
+        .find_map(|l| json::parse(l).ok())
+        .ok_or_else(|| {
+            if out.last_err.is_empty() {
+                format!("no figure (exit {:?})", out.code)
+            } else {
+                out.last_err.clone()
+            }
+        });
+    let shown = match &result {
+        Ok(v) => format!(
+            "{} MiB beyond the segments",
+            v.get("rss_beyond_segments_mib")
+                .as_f64()
+                .unwrap_or(f64::NAN)
+        ),
+        Err(e) => e.clone(),
+    };
+    eprintln!(
+        "xtask: memory {controller}{} in {:.1} s: {shown}",
+        extra
+            .iter()
+            .map(|(k, v)| format!(" {k}={v}"))
+            .collect::<String>(),
+        out.secs
+    );
+    Memory {
+        controller: controller.into(),
+        env,
+        result,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn plan_covers_the_standard_set() {
+        let jobs = plan();
+        for c in ["tcp0", "shm0", "sockets0", "loopback"] {
+            for op in ["put", "get", "putv", "getv"] {
+                for mode in ["latency", "bandwidth"] {
+                    assert!(
+                        jobs.iter()
+                            .any(|j| j.controller == c && j.op == op && j.mode == mode),
+                        "{c} {op} {mode} missing"
+                    );
+                }
+            }
+        }
+        let put = jobs.iter().find(|j| j.op == "put").unwrap();
+        assert_eq!(put.sizes, &[8, 4096, 65536, 1 << 20]);
+        let putv = jobs.iter().find(|j| j.op == "putv").unwrap();
+        assert_eq!(putv.sizes, &[4096, 65536, 1 << 20]);
+        assert_eq!(jobs[0].controller, "tcp0");
+        assert_eq!(sizes_arg(put.sizes), "8,4096,65536,1048576");
+    }
+
+    #[test]
+    fn possible_values_come_from_the_short_help() {
+        let help = "Options:\n      --controller <C>  The controller\n      \
+                    --op <OP>  The operation [possible values: put, get, putv]\n      \
+                    --mode <MODE>  x [default: latency] [possible values: latency, bandwidth]\n";
+        assert_eq!(parse_possible_values(help, "--op"), ["put", "get", "putv"]);
+        assert_eq!(
+            parse_possible_values(help, "--mode"),
+            ["latency", "bandwidth"]
+        );
+        assert!(parse_possible_values(help, "--sizes").is_empty());
+    }
+
+    #[test]
+    fn children_are_bounded_and_report_their_last_error_line() {
+        let mut cmd = Command::new("sh");
+        cmd.args([
+            "-c",
+            "echo '{\"a\":1}'; printf 'progress\\rrsm bench: broken\\n' >&2; exit 2",
+        ]);
+        let out = run_child(&mut cmd, Duration::from_secs(10));
+        assert_eq!(out.code, Some(2));
+        assert_eq!(out.stdout, ["{\"a\":1}"]);
+        assert_eq!(out.last_err, "rsm bench: broken");
+        let mut cmd = Command::new("sleep");
+        cmd.arg("30");
+        let out = run_child(&mut cmd, Duration::from_millis(200));
+        assert_eq!(out.code, None);
+        assert!(out.secs < 10.0 && out.last_err.starts_with("killed after"));
+    }
+}

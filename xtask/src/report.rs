@@ -1,0 +1,710 @@
+//! The rows of `cargo xtask bench`, the targets of issue 8, and the report in Markdown and
+//! JSON.
+
+use std::fmt::Write as _;
+
+use crate::json::Value;
+
+/// What one side measured for one row (`rsm bench --json` keys, with or without the
+/// `baseline_` prefix).
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
+pub struct Figure {
+    pub median_us: Option<f64>,
+    pub p99_us: Option<f64>,
+    pub mb_per_s: Option<f64>,
+    pub ops_per_s: Option<f64>,
+}
+
+impl Figure {
+    /// The side's figure, `None` when that side did not run.
+    pub fn from_json(o: &Value, prefix: &str) -> Option<Figure> {
+        let f = |k: &str| o.get(&format!("{prefix}{k}")).as_f64();
+        let fig = Figure {
+            median_us: f("median_us"),
+            p99_us: f("p99_us"),
+            mb_per_s: f("mb_per_s"),
+            ops_per_s: f("ops_per_s"),
+        };
+        (fig != Figure::default()).then_some(fig)
+    }
+
+    /// The headline: the median in µs in latency mode, MB/s in bandwidth mode.
+    fn headline(&self, mode: &str) -> Option<f64> {
+        if mode == "latency" {
+            self.median_us
+        } else {
+            self.mb_per_s
+        }
+    }
+
+    fn to_json(self) -> Value {
+        let n = |x: Option<f64>| x.map_or(Value::Null, Value::Num);
+        Value::Obj(vec![
+            ("median_us".into(), n(self.median_us)),
+            ("p99_us".into(), n(self.p99_us)),
+            ("mb_per_s".into(), n(self.mb_per_s)),
+            ("ops_per_s".into(), n(self.ops_per_s)),
+        ])
+    }
+}
+
+/// How a planned row came out.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Status {
+    Measured {
+        rsm: Option<Figure>,
+        baseline: Option<Figure>,
+        ratio: Option<f64>,
+        verified: bool,
+        /// Why the run had to go without its baseline, if it did.
+        baseline_missing: Option<String>,
+    },
+    /// `rsm bench` cannot run it yet (operation or controller missing).
+    NotAvailable(String),
+    /// The run failed; the last line it wrote.
+    Failed(String),
+    /// Not run (time budget).
+    Skipped(String),
+}
+
+/// The goal a row is held to (issue 8, "The targets").
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Target {
+    /// The ratio (above 1: rsm better) at least this.
+    RatioAtLeast(f64),
+    /// rsm's median (latency) or time per operation (bandwidth) under this many µs.
+    MicrosBelow(f64),
+}
+
+impl Target {
+    fn text(self) -> String {
+        match self {
+            Target::RatioAtLeast(r) => format!("ratio ≥ {r}"),
+            Target::MicrosBelow(us) => format!("< {us} µs/op"),
+        }
+    }
+}
+
+/// The target of a row, if it has one.
+pub fn target_for(controller: &str, op: &str, mode: &str, size: usize) -> Option<Target> {
+    let data = matches!(op, "put" | "get" | "putv" | "getv");
+    let scalar = matches!(op, "put" | "get");
+    match (controller, mode) {
+        ("tcp0" | "shm0", "bandwidth") if data && (size == 64 << 10 || size == 1 << 20) => {
+            Some(Target::RatioAtLeast(0.95))
+        }
+        ("tcp0" | "shm0", "latency") if scalar && size == 8 => Some(Target::RatioAtLeast(0.77)),
+        ("loopback", "bandwidth") if data && size == 1 << 20 => Some(Target::RatioAtLeast(0.9)),
+        ("loopback", "bandwidth") if op == "put" && size == 8 => Some(Target::MicrosBelow(0.1)),
+        ("loopback", "latency") if op == "put" && size == 8 => Some(Target::MicrosBelow(0.25)),
+        _ => None,
+    }
+}
+
+/// One row of the report.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Row {
+    pub controller: String,
+    pub provider: String,
+    pub op: String,
+    pub mode: String,
+    pub size: usize,
+    pub window: Option<usize>,
+    pub status: Status,
+    pub target: Option<Target>,
+}
+
+impl Row {
+    pub fn new(controller: &str, op: &str, mode: &str, size: usize, status: Status) -> Row {
+        Row {
+            controller: controller.into(),
+            provider: String::new(),
+            op: op.into(),
+            mode: mode.into(),
+            size,
+            window: None,
+            status,
+            target: target_for(controller, op, mode, size),
+        }
+    }
+
+    fn figures(&self) -> (Option<Figure>, Option<Figure>, Option<f64>) {
+        match &self.status {
+            Status::Measured {
+                rsm,
+                baseline,
+                ratio,
+                ..
+            } => (*rsm, *baseline, *ratio),
+            _ => (None, None, None),
+        }
+    }
+
+    /// Whether the target is met; `None` without a target or without the figure it needs.
+    pub fn met(&self) -> Option<bool> {
+        let (rsm, _, ratio) = self.figures();
+        match self.target? {
+            Target::RatioAtLeast(min) => ratio.map(|r| r >= min),
+            Target::MicrosBelow(max) => rsm.and_then(|f| f.median_us).map(|us| us < max),
+        }
+    }
+
+    /// How far from the target, for a missed row: "short by 23%".
+    fn shortfall(&self) -> Option<String> {
+        let (rsm, _, ratio) = self.figures();
+        match self.target? {
+            Target::RatioAtLeast(min) => {
+                let r = ratio?;
+                (r < min).then(|| {
+                    format!(
+                        "ratio {r:.2} is {:.0}% short of {min}",
+                        (1.0 - r / min) * 100.0
+                    )
+                })
+            }
+            Target::MicrosBelow(max) => {
+                let us = rsm?.median_us?;
+                (us >= max).then(|| format!("{us:.3} µs is {:.1}× the {max} µs target", us / max))
+            }
+        }
+    }
+
+    fn unit(&self) -> &'static str {
+        if self.mode == "latency" {
+            "µs"
+        } else {
+            "MB/s"
+        }
+    }
+
+    fn status_text(&self) -> String {
+        match &self.status {
+            Status::Measured {
+                verified,
+                baseline_missing,
+                ..
+            } => {
+                let mut s = String::new();
+                if !verified {
+                    s.push_str("WRONG DATA");
+                }
+                if let Some(why) = baseline_missing {
+                    if !s.is_empty() {
+                        s.push_str("; ");
+                    }
+                    let _ = write!(s, "no baseline: {why}");
+                }
+                s
+            }
+            Status::NotAvailable(why) => format!("not available yet: {why}"),
+            Status::Failed(why) => format!("failed: {why}"),
+            Status::Skipped(why) => format!("skipped: {why}"),
+        }
+    }
+}
+
+/// One `rsm bench-memory` run.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Memory {
+    pub controller: String,
+    /// Extra environment of the run.
+    pub env: Vec<(String, String)>,
+    /// Its JSON object, or why there is none.
+    pub result: Result<Value, String>,
+}
+
+/// About the run as a whole.
+pub struct Meta {
+    pub commit: String,
+    pub cpus: usize,
+    pub build_s: f64,
+    pub elapsed_s: f64,
+    pub unix_time: u64,
+}
+
+/// `8 B`, `4 KiB`, `1 MiB`.
+pub fn human_size(n: usize) -> String {
+    for (shift, unit) in [(20, "MiB"), (10, "KiB")] {
+        if n >= 1 << shift && n % (1 << shift) == 0 {
+            return format!("{} {unit}", n >> shift);
+        }
+    }
+    format!("{n} B")
+}
+
+fn fig_text(f: Option<Figure>, mode: &str) -> String {
+    let Some(f) = f else { return "-".into() };
+    match (mode, f.headline(mode)) {
+        ("latency", Some(us)) => match f.p99_us {
+            Some(p) => format!("{us:.2} µs (p99 {p:.1})"),
+            None => format!("{us:.2} µs"),
+        },
+        (_, Some(mbs)) => match f.median_us {
+            Some(us) => format!("{mbs:.1} MB/s ({us:.3} µs/op)"),
+            None => format!("{mbs:.1} MB/s"),
+        },
+        _ => "-".into(),
+    }
+}
+
+fn met_text(m: Option<bool>) -> &'static str {
+    match m {
+        Some(true) => "yes",
+        Some(false) => "**NO**",
+        None => "-",
+    }
+}
+
+fn row_line(r: &Row, with_controller: bool) -> String {
+    let (rsm, base, ratio) = r.figures();
+    let mut s = String::from("|");
+    if with_controller {
+        let _ = write!(s, " {} |", r.controller);
+    }
+    let _ = write!(
+        s,
+        " {} | {} | {} | {} | {} | {} | {} | {} | {} |",
+        r.op,
+        r.mode,
+        human_size(r.size),
+        fig_text(rsm, &r.mode),
+        fig_text(base, &r.mode),
+        ratio.map_or("-".into(), |x| format!("{x:.2}")),
+        r.target.map_or("-".into(), Target::text),
+        met_text(r.met()),
+        r.status_text()
+    );
+    s
+}
+
+fn mem_env(m: &Memory) -> String {
+    if m.env.is_empty() {
+        "default".into()
+    } else {
+        m.env
+            .iter()
+            .map(|(k, v)| format!("{k}={v}"))
+            .collect::<Vec<_>>()
+            .join(" ")
+    }
+}
+
+/// The Markdown report.
+pub fn markdown(meta: &Meta, rows: &[Row], memory: &[Memory]) -> String {
+    let mut md = String::new();
+    let _ = writeln!(md, "# rsm benchmark report\n");
+    let _ = writeln!(
+        md,
+        "`cargo xtask bench` at commit `{}`, {} CPUs, unix time {}: {:.0} s in all \
+         ({:.0} s of it building).\n",
+        meta.commit, meta.cpus, meta.unix_time, meta.elapsed_s, meta.build_s
+    );
+    let _ = writeln!(
+        md,
+        "Latency rows give the median (and p99) of one awaited operation; bandwidth rows \
+         MB/s (10^6 B/s) with a window in flight, and the time per operation. The ratio is \
+         above 1 when rsm is better: baseline median / rsm median in latency mode, rsm MB/s \
+         / baseline MB/s in bandwidth mode. The baseline is plain libfabric on the same \
+         provider, busy-polling (memcpy between two mappings on loopback). Ratios compare \
+         within this run only: the machine is shared and noisy.\n"
+    );
+
+    let targeted: Vec<&Row> = rows.iter().filter(|r| r.target.is_some()).collect();
+    let met = targeted.iter().filter(|r| r.met() == Some(true)).count();
+    let missed: Vec<&&Row> = targeted.iter().filter(|r| r.met() == Some(false)).collect();
+    let _ = writeln!(md, "## Targets\n");
+    let _ = writeln!(
+        md,
+        "{met} of {} targeted rows met, {} missed, {} without a figure yet.\n",
+        targeted.len(),
+        missed.len(),
+        targeted.len() - met - missed.len()
+    );
+    table_header(&mut md, true);
+    for r in &targeted {
+        let _ = writeln!(md, "{}", row_line(r, true));
+    }
+    if !missed.is_empty() {
+        let _ = writeln!(md, "\nMissed:\n");
+        for r in &missed {
+            let _ = writeln!(
+                md,
+                "- {} {} {} {}: {}",
+                r.controller,
+                r.op,
+                r.mode,
+                human_size(r.size),
+                r.shortfall().unwrap_or_default()
+            );
+        }
+    }
+
+    let _ = writeln!(md, "\n## Memory\n");
+    let _ = writeln!(
+        md,
+        "One exporter node publishes the segments; importer processes connect to every one \
+         of them and put 8 bytes into each. VmRSS of the exporter at each stage (KiB); \
+         \"beyond the segments\" is VmRSS once connected minus the segments' bytes. Target: \
+         under 64 MiB.\n"
+    );
+    let _ = writeln!(
+        md,
+        "| controller | environment | segments | connections | start | node up | exported | connected | peak (VmHWM) | beyond the segments | met |"
+    );
+    let _ = writeln!(md, "|---|---|---|---|---|---|---|---|---|---|---|");
+    for m in memory {
+        match &m.result {
+            Ok(v) => {
+                let st = |s: &str| {
+                    v.get("stages")
+                        .get(s)
+                        .get("rss_kib")
+                        .as_f64()
+                        .map_or("-".into(), |k| format!("{k:.0}"))
+                };
+                let n = |k: &str| v.get(k).as_f64().map_or("-".into(), |x| format!("{x}"));
+                let _ = writeln!(
+                    md,
+                    "| {} | {} | {} × {} | {} | {} | {} | {} | {} | {} | {} MiB | {} |",
+                    m.controller,
+                    mem_env(m),
+                    n("segments"),
+                    human_size(v.get("segment_size").as_f64().unwrap_or(0.0) as usize),
+                    n("connections"),
+                    st("start"),
+                    st("node"),
+                    st("exported"),
+                    st("connected"),
+                    v.get("stages")
+                        .get("connected")
+                        .get("hwm_kib")
+                        .as_f64()
+                        .map_or("-".into(), |k| format!("{k:.0}")),
+                    n("rss_beyond_segments_mib"),
+                    met_text(v.get("met").as_bool()),
+                );
+            }
+            Err(e) => {
+                let _ = writeln!(
+                    md,
+                    "| {} | {} | - | - | - | - | - | - | - | failed: {e} | - |",
+                    m.controller,
+                    mem_env(m)
+                );
+            }
+        }
+    }
+    if let Some(note) = memory_note(memory) {
+        let _ = writeln!(md, "\n{note}");
+    }
+
+    let mut controllers: Vec<&str> = Vec::new();
+    for r in rows {
+        if !controllers.contains(&r.controller.as_str()) {
+            controllers.push(&r.controller);
+        }
+    }
+    let _ = writeln!(md, "\n## All rows");
+    for c in controllers {
+        let of: Vec<&Row> = rows.iter().filter(|r| r.controller == c).collect();
+        let provider = of
+            .iter()
+            .map(|r| r.provider.as_str())
+            .find(|p| !p.is_empty())
+            .unwrap_or("not measured");
+        let _ = writeln!(md, "\n### {c} ({provider})\n");
+        table_header(&mut md, false);
+        for r in of {
+            let _ = writeln!(md, "{}", row_line(r, false));
+        }
+    }
+    md
+}
+
+fn table_header(md: &mut String, with_controller: bool) {
+    let (c, dash) = if with_controller {
+        ("| controller ", "|---")
+    } else {
+        ("", "")
+    };
+    let _ = writeln!(
+        md,
+        "{c}| op | mode | size | rsm | baseline | ratio | target | met | note |"
+    );
+    let _ = writeln!(md, "{dash}|---|---|---|---|---|---|---|---|---|");
+}
+
+/// What the tuned tcp0 run says about the default one's figure.
+fn memory_note(memory: &[Memory]) -> Option<String> {
+    let figure = |tuned: bool| {
+        memory.iter().find_map(|m| {
+            (m.controller == "tcp0" && m.env.is_empty() != tuned)
+                .then(|| m.result.as_ref().ok())
+                .flatten()
+                .and_then(|v| {
+                    Some((
+                        v.get("rss_beyond_segments_mib").as_f64()?,
+                        v.get("stages").get("start").get("rss_kib").as_f64()?,
+                        v.get("stages").get("node").get("rss_kib").as_f64()?,
+                    ))
+                })
+        })
+    };
+    let (default, start, node) = figure(false)?;
+    let (tuned, ..) = figure(true)?;
+    if default < 64.0 {
+        return None;
+    }
+    Some(format!(
+        "Where tcp0's memory goes: opening the node and its tcp0 controller alone takes \
+         {:.1} MiB (start → node up), while 1,000 published segments and 1,000 connections \
+         add only a few MiB. The bulk is ofi_rxm's shared receive context: at endpoint open \
+         rxm pre-posts RXM_MSG_SRX_SIZE = 4096 bounce buffers of FI_OFI_RXM_BUFFER_SIZE = \
+         16 KiB (64 MiB). With FI_OFI_RXM_MSG_RX_SIZE=128 the figure is {tuned:.1} MiB \
+         instead of {default:.1} MiB (FI_OFI_RXM_USE_SRX=0 or FI_OFI_RXM_BUFFER_SIZE=4096 \
+         give about the same). rsm moves no messages through rxm (RMA only), so a small \
+         receive pool should cost it little (to check again once signals use remote CQ \
+         data); in 1.17 only those variables size the pool, and the \
+         library never sets environment variables: closing the gap means documenting the \
+         variable for applications (or lowering the pool upstream).",
+        (node - start) / 1024.0
+    ))
+}
+
+/// The JSON report: every row with its figures, target and verdict, and the memory runs.
+pub fn json(meta: &Meta, rows: &[Row], memory: &[Memory]) -> Value {
+    let opt = |x: Option<f64>| x.map_or(Value::Null, Value::Num);
+    let rows = rows
+        .iter()
+        .map(|r| {
+            let (rsm, base, ratio) = r.figures();
+            let (status, note) = match &r.status {
+                Status::Measured { .. } => ("measured", r.status_text()),
+                Status::NotAvailable(_) => ("not available", r.status_text()),
+                Status::Failed(_) => ("failed", r.status_text()),
+                Status::Skipped(_) => ("skipped", r.status_text()),
+            };
+            let verified = match &r.status {
+                Status::Measured { verified, .. } => Value::Bool(*verified),
+                _ => Value::Null,
+            };
+            Value::Obj(vec![
+                ("controller".into(), Value::Str(r.controller.clone())),
+                ("provider".into(), Value::Str(r.provider.clone())),
+                ("op".into(), Value::Str(r.op.clone())),
+                ("mode".into(), Value::Str(r.mode.clone())),
+                ("size".into(), Value::Num(r.size as f64)),
+                ("window".into(), opt(r.window.map(|w| w as f64))),
+                ("unit".into(), Value::Str(r.unit().into())),
+                ("rsm".into(), opt(rsm.and_then(|f| f.headline(&r.mode)))),
+                (
+                    "baseline".into(),
+                    opt(base.and_then(|f| f.headline(&r.mode))),
+                ),
+                ("ratio".into(), opt(ratio)),
+                (
+                    "target".into(),
+                    r.target.map_or(Value::Null, |t| Value::Str(t.text())),
+                ),
+                ("met".into(), r.met().map_or(Value::Null, Value::Bool)),
+                ("status".into(), Value::Str(status.into())),
+                ("verified".into(), verified),
+                ("note".into(), Value::Str(note)),
+                (
+                    "rsm_detail".into(),
+                    rsm.map_or(Value::Null, Figure::to_json),
+                ),
+                (
+                    "baseline_detail".into(),
+                    base.map_or(Value::Null, Figure::to_json),
+                ),
+            ])
+        })
+        .collect();
+    let memory = memory
+        .iter()
+        .map(|m| {
+            Value::Obj(vec![
+                ("controller".into(), Value::Str(m.controller.clone())),
+                (
+                    "env".into(),
+                    Value::Obj(
+                        m.env
+                            .iter()
+                            .map(|(k, v)| (k.clone(), Value::Str(v.clone())))
+                            .collect(),
+                    ),
+                ),
+                ("result".into(), m.result.clone().unwrap_or(Value::Null)),
+                (
+                    "error".into(),
+                    m.result
+                        .as_ref()
+                        .err()
+                        .map_or(Value::Null, |e| Value::Str(e.clone())),
+                ),
+            ])
+        })
+        .collect();
+    Value::Obj(vec![
+        ("commit".into(), Value::Str(meta.commit.clone())),
+        ("cpus".into(), Value::Num(meta.cpus as f64)),
+        ("unix_time".into(), Value::Num(meta.unix_time as f64)),
+        (
+            "build_s".into(),
+            Value::Num((meta.build_s * 10.0).round() / 10.0),
+        ),
+        (
+            "elapsed_s".into(),
+            Value::Num((meta.elapsed_s * 10.0).round() / 10.0),
+        ),
+        ("rows".into(), Value::Arr(rows)),
+        ("memory".into(), Value::Arr(memory)),
+    ])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn measured(controller: &str, op: &str, mode: &str, size: usize, ratio: f64, us: f64) -> Row {
+        let f = Figure {
+            median_us: Some(us),
+            p99_us: None,
+            mb_per_s: Some(100.0),
+            ops_per_s: None,
+        };
+        Row::new(
+            controller,
+            op,
+            mode,
+            size,
+            Status::Measured {
+                rsm: Some(f),
+                baseline: Some(f),
+                ratio: Some(ratio),
+                verified: true,
+                baseline_missing: None,
+            },
+        )
+    }
+
+    #[test]
+    fn targets_follow_issue_8() {
+        assert_eq!(
+            target_for("tcp0", "put", "bandwidth", 1 << 20),
+            Some(Target::RatioAtLeast(0.95))
+        );
+        assert_eq!(
+            target_for("shm0", "getv", "bandwidth", 64 << 10),
+            Some(Target::RatioAtLeast(0.95))
+        );
+        assert_eq!(target_for("shm0", "put", "bandwidth", 4096), None);
+        assert_eq!(
+            target_for("tcp0", "get", "latency", 8),
+            Some(Target::RatioAtLeast(0.77))
+        );
+        assert_eq!(target_for("sockets0", "put", "latency", 8), None);
+        assert_eq!(
+            target_for("loopback", "put", "bandwidth", 8),
+            Some(Target::MicrosBelow(0.1))
+        );
+        assert_eq!(
+            target_for("loopback", "put", "latency", 8),
+            Some(Target::MicrosBelow(0.25))
+        );
+        assert_eq!(
+            target_for("loopback", "get", "bandwidth", 1 << 20),
+            Some(Target::RatioAtLeast(0.9))
+        );
+    }
+
+    #[test]
+    fn met_and_shortfall() {
+        let r = measured("tcp0", "put", "latency", 8, 0.7, 20.0);
+        assert_eq!(r.met(), Some(false));
+        assert!(
+            r.shortfall().unwrap().contains("9% short"),
+            "{:?}",
+            r.shortfall()
+        );
+        assert_eq!(
+            measured("tcp0", "put", "latency", 8, 0.8, 20.0).met(),
+            Some(true)
+        );
+        assert_eq!(
+            measured("tcp0", "put", "latency", 4096, 0.1, 20.0).met(),
+            None
+        );
+        let r = measured("loopback", "put", "latency", 8, 1.0, 0.5);
+        assert_eq!(r.met(), Some(false));
+        assert!(r.shortfall().unwrap().contains("2.0×"));
+        let r = Row::new(
+            "loopback",
+            "put",
+            "latency",
+            8,
+            Status::NotAvailable("x".into()),
+        );
+        assert_eq!(r.met(), None);
+    }
+
+    #[test]
+    fn reports_list_every_row() {
+        let rows = vec![
+            measured("tcp0", "put", "latency", 8, 0.7, 20.0),
+            Row::new(
+                "tcp0",
+                "putv",
+                "latency",
+                4096,
+                Status::NotAvailable("rsm bench has no `--op putv` yet".into()),
+            ),
+        ];
+        let meta = Meta {
+            commit: "abc".into(),
+            cpus: 2,
+            build_s: 1.0,
+            elapsed_s: 2.0,
+            unix_time: 3,
+        };
+        let memory = vec![Memory {
+            controller: "tcp0".into(),
+            env: vec![],
+            result: Err("boom".into()),
+        }];
+        let md = markdown(&meta, &rows, &memory);
+        assert!(
+            md.contains("| tcp0 | put | latency | 8 B | 20.00 µs"),
+            "{md}"
+        );
+        assert!(md.contains("not available yet: rsm bench has no `--op putv` yet"));
+        assert!(md.contains("0 of 1 targeted rows met, 1 missed"));
+        assert!(md.contains("failed: boom"));
+        let js = json(&meta, &rows, &memory);
+        let Value::Arr(items) = js.get("rows") else {
+            panic!("rows")
+        };
+        assert_eq!(items.len(), 2);
+        for k in [
+            "controller",
+            "op",
+            "mode",
+            "size",
+            "rsm",
+            "baseline",
+            "ratio",
+            "target",
+            "met",
+        ] {
+            assert!(
+                matches!(&items[0], Value::Obj(m) if m.iter().any(|(key, _)| key == k)),
+                "{k}"
+            );
+        }
+        assert_eq!(items[0].get("met"), &Value::Bool(false));
+        assert_eq!(items[0].get("rsm"), &Value::Num(20.0));
+        assert_eq!(items[1].get("status").as_str(), Some("not available"));
+        assert_eq!(human_size(1 << 20), "1 MiB");
+    }
+}
