@@ -2,6 +2,7 @@
 //! with asynchronous put and get.
 
 use crate::backend::fabric::FabricBackend;
+use crate::backend::loopback::LoopbackImport;
 use crate::controller::Controller;
 use crate::core::wire::{ConnectRequest, Message};
 use crate::fabric::ffi;
@@ -38,8 +39,11 @@ impl std::fmt::Debug for ImportSegment {
 
 pub(crate) struct ImportInner {
     ctrl: Controller,
-    backend: Arc<FabricBackend>,
-    engine: Arc<Engine>,
+    /// The libfabric path (`None` on loopback).
+    backend: Option<Arc<FabricBackend>>,
+    engine: Option<Arc<Engine>>,
+    /// The loopback path: the mapping of the exporter's memfd (`None` elsewhere).
+    lo: Option<Arc<LoopbackImport>>,
     state: Weak<NodeState>,
     node: u32,
     segment: u32,
@@ -64,6 +68,9 @@ impl ImportInner {
 
     /// Fails pending and later operations with `err` (forced disconnect, decision 19).
     pub(crate) fn abort(&self, err: Error) {
+        if let Some(lo) = &self.lo {
+            lo.abort(crate::reactor::slot::clone_error(&err).segment(self.segment));
+        }
         self.tracker.abort(err.segment(self.segment));
     }
 
@@ -74,6 +81,9 @@ impl ImportInner {
                 .node(self.node)
                 .detail("the exporter withdrew the segment (unpublish or destroy)"),
         );
+        if let Some(lo) = &self.lo {
+            lo.revoke();
+        }
         let _ = tokio::time::timeout(REVOKE_WAIT, self.tracker.drained()).await;
     }
 
@@ -81,6 +91,12 @@ impl ImportInner {
     /// registration; waits (at most 5 s) for those in flight on the old one, which complete
     /// normally. A stale or repeated generation changes nothing.
     pub(crate) async fn rebound(&self, base: u64, key: u64, generation: u32) {
+        if let Some(lo) = &self.lo {
+            if let Err(e) = lo.rebind(key, generation).await {
+                tracing::warn!(segment = format_args!("{:#x}", self.segment), error = %e, "cannot remap the rebound segment");
+            }
+            return;
+        }
         let view = View {
             base,
             key,
@@ -114,7 +130,9 @@ impl Drop for ImportInner {
                 }
             }
         }
-        self.backend.release_peer(&self.peer_addr);
+        if let Some(backend) = &self.backend {
+            backend.release_peer(&self.peer_addr);
+        }
     }
 }
 
@@ -134,9 +152,7 @@ impl ImportSegment {
                 "{perm:?} asks for bits other than read (0400) and write (0200)"
             ))));
         }
-        let backend = Arc::clone(ctrl.fabric().ok_or_else(|| {
-            ctx(Error::ctlr_not_present().detail("the loopback controller cannot import yet"))
-        })?);
+        let backend = ctrl.fabric().cloned();
         let (uid, gid, groups) = crate::sys::creds::current();
         let request = Message::ConnectRequest(ConnectRequest {
             req: rand::random(),
@@ -146,7 +162,7 @@ impl ImportSegment {
             uid,
             gid,
             groups,
-            fabric_addr: backend.address(),
+            fabric_addr: backend.as_ref().map(|b| b.address()).unwrap_or_default(),
         });
         let side = Arc::clone(state.side().map_err(ctx)?);
         let (peer, reply) = state
@@ -171,10 +187,21 @@ impl ImportSegment {
             .keys
             .first()
             .ok_or_else(|| ctx(Error::conn_aborted().detail("the exporter granted no key")))?;
-        let dest = backend.peer(&grant.fabric_addr).map_err(ctx)?;
+        let (dest, lo) = match &backend {
+            Some(b) => (b.peer(&grant.fabric_addr).map_err(ctx)?, None),
+            None => {
+                let (service, size) = (grant.fabric_addr.clone(), grant.length);
+                let writable = Perm::from_bits(grant.granted).allows(Perm::WRITE);
+                let lo = state
+                    .run(LoopbackImport::attach(service, key, size, writable))
+                    .await;
+                (0, Some(lo.map_err(ctx)?))
+            }
+        };
         let inner = Arc::new(ImportInner {
-            engine: Arc::clone(backend.engine()),
+            engine: backend.as_ref().map(|b| Arc::clone(b.engine())),
             backend,
+            lo,
             ctrl: ctrl.clone(),
             state: Arc::downgrade(&state),
             node,
@@ -303,6 +330,9 @@ impl ImportSegment {
     /// Dropping the future stops the waiting, not the write: once posted, the bytes may
     /// still land, and the buffer is freed only when the provider is done with it.
     pub fn put<B: IoBuf>(&self, offset: u64, buf: B) -> Op<B> {
+        if let Some(lo) = &self.inner.lo {
+            return self.put_loopback(lo, offset, buf);
+        }
         let len = buf.bytes_len();
         let remote = match self.check("put", Perm::WRITE, offset, len) {
             Ok(r) => r,
@@ -311,12 +341,15 @@ impl ImportSegment {
         if len == 0 {
             return Op::done(buf);
         }
+        let (Some(engine), Some(backend)) = (&self.inner.engine, &self.inner.backend) else {
+            return Op::failed(Error::ctlr_not_present().op("put"), buf);
+        };
         Op::write(
-            Arc::clone(&self.inner.engine),
+            Arc::clone(engine),
             Arc::clone(&self.inner.tracker),
             remote,
-            self.inner.backend.visibility(),
-            self.inner.backend.max_transfer(),
+            backend.visibility(),
+            backend.max_transfer(),
             buf,
             self.info("put", offset),
         )
@@ -328,6 +361,9 @@ impl ImportSegment {
     /// As for [`ImportSegment::put`]: the buffer stays with the operation until the
     /// provider has finished writing into it.
     pub fn get<B: IoBufMut>(&self, offset: u64, buf: B) -> Op<B> {
+        if let Some(lo) = &self.inner.lo {
+            return self.get_loopback(lo, offset, buf);
+        }
         let len = buf.bytes_len();
         let remote = match self.check("get", Perm::READ, offset, len) {
             Ok(r) => r,
@@ -336,11 +372,14 @@ impl ImportSegment {
         if len == 0 {
             return Op::done(buf);
         }
+        let (Some(engine), Some(backend)) = (&self.inner.engine, &self.inner.backend) else {
+            return Op::failed(Error::ctlr_not_present().op("get"), buf);
+        };
         Op::read(
-            Arc::clone(&self.inner.engine),
+            Arc::clone(engine),
             Arc::clone(&self.inner.tracker),
             remote,
-            self.inner.backend.max_transfer(),
+            backend.max_transfer(),
             buf,
             self.info("get", offset),
         )
@@ -350,6 +389,12 @@ impl ImportSegment {
     /// flight, then tells the exporter. Works after a forced disconnect too.
     pub async fn disconnect(self) -> Result<()> {
         let inner = &self.inner;
+        if inner.lo.as_ref().is_some_and(|lo| lo.is_mapped()) {
+            return Err(Error::seg_still_mapped()
+                .op("import_disconnect")
+                .segment(inner.segment)
+                .detail("unmap the segment first (drop its ImportMapping)"));
+        }
         if inner.disconnected.swap(true, Ordering::SeqCst) {
             return Err(Error::bad_seg_hndl()
                 .op("import_disconnect")
@@ -376,3 +421,8 @@ impl ImportSegment {
 
 // Typed put/get (8/16/32/64 bits, byte order), an `impl ImportSegment` in import/typed.rs.
 mod typed;
+// put/get on loopback (copies), an `impl ImportSegment` in import/loopback.rs.
+mod loopback;
+// Mapping (spec §4.10): `ImportSegment::map` and its guard, in import/map.rs.
+mod map;
+pub use map::{ImportMapping, MapAt};

@@ -35,6 +35,7 @@ pub mod export;
 pub mod import;
 pub mod node;
 pub mod perm;
+pub mod shared_memory;
 pub mod topology;
 
 pub use controller::{Controller, ControllerAttr, ControllerInfo};
@@ -42,8 +43,9 @@ pub use core::segid::{SegmentIdRange, get_segmentid_range};
 pub use core::wire::ByteOrder;
 pub use error::{Error, Result};
 pub use export::{ExportSegment, SegmentMemory};
-pub use import::ImportSegment;
+pub use import::{ImportMapping, ImportSegment, MapAt};
 pub use node::{Node, NodeBuilder, NodeConfig};
 pub use perm::{Access, ExportFlags, Perm};
 pub use reactor::{IoBuf, IoBufMut, Op};
+pub use shared_memory::SharedMemory;
 pub use topology::Topology;
