@@ -12,6 +12,7 @@
 //! (`rsm_release_controller`).
 
 use crate::backend::fabric::FabricBackend;
+use crate::backend::loopback::LoopbackBackend;
 use crate::core::ctlrname::ControllerName;
 use crate::export::{ExportSegment, SegmentMemory};
 use crate::fabric::{self, Domain, Fabric, Hints, InfoList, ffi};
@@ -141,7 +142,7 @@ pub(crate) struct ControllerInner {
 }
 
 enum Backend {
-    Loopback,
+    Loopback(Arc<LoopbackBackend>),
     Fabric(Arc<FabricBackend>),
 }
 
@@ -173,7 +174,7 @@ impl Controller {
 
     /// Whether this is the `loopback` controller.
     pub fn is_loopback(&self) -> bool {
-        matches!(self.inner.backend, Backend::Loopback)
+        matches!(self.inner.backend, Backend::Loopback(_))
     }
 
     /// Whether two handles refer to the same open controller.
@@ -203,7 +204,14 @@ impl Controller {
     pub(crate) fn fabric(&self) -> Option<&Arc<FabricBackend>> {
         match &self.inner.backend {
             Backend::Fabric(b) => Some(b),
-            Backend::Loopback => None,
+            Backend::Loopback(_) => None,
+        }
+    }
+
+    pub(crate) fn loopback(&self) -> Option<&Arc<LoopbackBackend>> {
+        match &self.inner.backend {
+            Backend::Loopback(b) => Some(b),
+            Backend::Fabric(_) => None,
         }
     }
 
@@ -524,7 +532,7 @@ fn open_loopback(node: Weak<NodeState>) -> ControllerInner {
         info: loopback_info(),
         kind: "loopback".into(),
         serial: SERIAL.fetch_add(1, Ordering::Relaxed),
-        backend: Backend::Loopback,
+        backend: Backend::Loopback(LoopbackBackend::new(node.clone())),
         node,
     }
 }

@@ -11,6 +11,7 @@ use crate::core::access::{self, Creator, Requester};
 use crate::core::segid;
 use crate::fabric::MrAccess;
 use crate::perm::{Access, ExportFlags, Perm};
+use crate::shared_memory::SharedMemory;
 use crate::state::NodeState;
 use crate::sys::mem::Mapping;
 use crate::{Error, Result};
@@ -112,6 +113,8 @@ unsafe impl SegmentMemory for Box<[u8]> {
 /// raw pointers.
 pub(crate) enum Memory {
     Own(Mapping),
+    /// A sealed memfd: what `loopback` segments are made of, so importers can map it.
+    Shared(SharedMemory),
     Caller {
         ptr: *mut u8,
         len: usize,
@@ -127,8 +130,19 @@ unsafe impl Send for Memory {}
 unsafe impl Sync for Memory {}
 
 impl Memory {
-    /// Takes over caller memory (boxed first, so the pointer is taken where it stays).
-    pub(crate) fn caller(mem: impl SegmentMemory) -> Memory {
+    /// Takes over caller memory (boxed first, so the pointer is taken where it stays). A
+    /// [`SharedMemory`] stays one, so that a loopback segment over it can be mapped.
+    pub(crate) fn caller<M: SegmentMemory>(mem: M) -> Memory {
+        let mut mem = Some(mem);
+        if let Some(shared) = (&mut mem as &mut dyn std::any::Any)
+            .downcast_mut::<Option<SharedMemory>>()
+            .and_then(Option::take)
+        {
+            return Memory::Shared(shared);
+        }
+        let Some(mem) = mem else {
+            unreachable!("taken only when it was shared memory")
+        };
         let mut mem: Box<dyn SegmentMemory> = Box::new(mem);
         let ptr = mem.as_mut_ptr();
         let len = mem.len();
@@ -142,6 +156,7 @@ impl Memory {
     pub(crate) fn as_ptr(&self) -> *mut u8 {
         match self {
             Memory::Own(m) => m.as_ptr(),
+            Memory::Shared(m) => m.as_ptr(),
             Memory::Caller { ptr, .. } => *ptr,
         }
     }
@@ -149,6 +164,7 @@ impl Memory {
     pub(crate) fn len(&self) -> usize {
         match self {
             Memory::Own(m) => m.len(),
+            Memory::Shared(m) => m.len(),
             Memory::Caller { len, .. } => *len,
         }
     }
@@ -253,11 +269,11 @@ struct ExportState {
 
 pub(crate) struct Published {
     pub(crate) id: u32,
-    /// The registration that allows remote reads and writes.
-    pub(crate) reg: Registration,
+    /// The registration that allows remote reads and writes (none on loopback).
+    pub(crate) reg: Option<Registration>,
     /// The registration that allows remote reads only, under its own key: a read-only
     /// importer gets only this key (defence in depth where the provider checks keys).
-    pub(crate) reg_ro: Registration,
+    pub(crate) reg_ro: Option<Registration>,
     /// The access list (validated); republish replaces it for later connects.
     pub(crate) acl: Vec<Access>,
     pub(crate) generation: u32,
@@ -272,8 +288,8 @@ pub(crate) struct Rebound {
     pub(crate) segment: u32,
     pub(crate) generation: u32,
     pub(crate) notes: Vec<RebindNote>,
-    _reg: Registration,
-    _reg_ro: Registration,
+    _reg: Option<Registration>,
+    _reg_ro: Option<Registration>,
     _mem: Arc<Memory>,
 }
 
@@ -306,6 +322,8 @@ pub(crate) struct Grant {
     pub(crate) length: u64,
     pub(crate) generation: u32,
     pub(crate) fabric_addr: Vec<u8>,
+    /// On loopback: the memfd to offer the importer (read-only for a read-only grant).
+    pub(crate) share: Option<Arc<rustix::fd::OwnedFd>>,
 }
 
 impl ExportInner {
@@ -350,25 +368,34 @@ impl ExportInner {
                     .detail(why));
             }
         }
-        let fabric_addr = self
-            .ctrl
-            .fabric()
-            .ok_or_else(|| Error::ctlr_not_present().segment(p.id))?
-            .address();
-        let reg = if granted.allows(Perm::WRITE) {
-            &p.reg
-        } else {
-            &p.reg_ro
+        let (key, base, fabric_addr, share) = match &self.ctrl.fabric() {
+            Some(backend) => {
+                let reg = if granted.allows(Perm::WRITE) {
+                    &p.reg
+                } else {
+                    &p.reg_ro
+                };
+                let reg = reg
+                    .as_ref()
+                    .ok_or_else(|| Error::ctlr_not_present().segment(p.id))?;
+                (reg.key(), reg.base(), backend.address(), None)
+            }
+            None => {
+                let share = crate::backend::loopback::share(&p.mem, granted.allows(Perm::WRITE))
+                    .map_err(|e| e.segment(p.id))?;
+                (0, 0, Vec::new(), Some(share))
+            }
         };
         let grant = Grant {
-            key: reg.key(),
+            key,
             granted,
             exporter_uid: self.owner.uid,
             exporter_gid: self.owner.gid,
-            base: reg.base(),
+            base,
             length: self.size as u64,
             generation: p.generation,
             fabric_addr,
+            share,
         };
         let importer = Importer {
             writable: granted.allows(Perm::WRITE),
@@ -380,6 +407,9 @@ impl ExportInner {
 
     /// Forgets an importer (it disconnected, or its node is gone).
     pub(crate) fn forget(&self, conn_id: u64) {
+        if let Some(lo) = self.ctrl.loopback() {
+            lo.forget(conn_id);
+        }
         if let Some(p) = self.lock().published.as_mut() {
             p.importers.remove(&conn_id);
         }
@@ -459,11 +489,15 @@ impl ExportSegment {
                 attr.max_export_segment_size
             ))));
         }
-        if ctrl.fabric().is_none() {
-            return Err(err(Error::ctlr_not_present().detail("the loopback controller's shared-memory segments are not built yet; use a libfabric controller such as shm0 or tcp0")));
-        }
         let mem = match mem {
+            Some(Memory::Caller { .. }) if ctrl.is_loopback() => {
+                return Err(err(Error::map_failed().detail(
+                    "the loopback controller shares memory by mapping a memfd: export \
+                     rsm::SharedMemory (or let rsm allocate the segment) instead of other memory",
+                )));
+            }
             Some(m) => m,
+            None if ctrl.is_loopback() => Memory::Shared(SharedMemory::new(size).map_err(err)?),
             None => Memory::Own(Mapping::new(size).map_err(err)?),
         };
         Ok(ExportSegment {
@@ -554,10 +588,7 @@ impl ExportSegment {
             .published
             .as_mut()
             .ok_or_else(|| Error::seg_not_published().op(OP))?;
-        let old = (
-            std::mem::replace(&mut p.reg, reg),
-            std::mem::replace(&mut p.reg_ro, reg_ro),
-        );
+        let old = (p.reg.replace(reg), p.reg_ro.replace(reg_ro));
         drop(st);
         drop(old);
         tracing::warn!(segment = ?self.id(), "fault injection: registrations replaced without notice");
@@ -657,11 +688,7 @@ impl ExportSegment {
         self.check_creator(OP)?;
         segid::check_publish_id(id)?;
         let node = self.node(OP)?;
-        let backend = self
-            .inner
-            .ctrl
-            .fabric()
-            .ok_or_else(|| Error::ctlr_not_present().op(OP))?;
+        let backend = self.inner.ctrl.fabric();
         {
             let st = self.inner.lock();
             if st.destroyed {
@@ -675,7 +702,13 @@ impl ExportSegment {
         }
         access::validate_acl(acl).map_err(|e| e.op(OP))?;
         let mem = self.memory(OP)?;
-        let (reg, reg_ro) = register_both(backend, &mem)?;
+        let (reg, reg_ro) = match backend {
+            Some(backend) => {
+                let (reg, reg_ro) = register_both(backend, &mem)?;
+                (Some(reg), Some(reg_ro))
+            }
+            None => (None, None),
+        };
         let id = node.claim_segment_id(id, &self.inner)?;
         let mut st = self.inner.lock();
         if st.published.is_some() {
@@ -690,6 +723,7 @@ impl ExportSegment {
                 .op(OP)
                 .detail("the segment was rebound while publishing; publish again"));
         }
+        crate::backend::loopback::publish(&mem, 1);
         st.published = Some(Published {
             id,
             reg,
@@ -859,19 +893,24 @@ impl ExportSegment {
                 "the memory must start on a page boundary ({page} bytes)"
             ))));
         }
+        if self.inner.ctrl.is_loopback() && !matches!(mem, Memory::Shared(_)) {
+            return Err(ctx(Error::map_failed().detail(
+                "the loopback controller shares memory by mapping a memfd: rebind onto \
+                 rsm::SharedMemory",
+            )));
+        }
         let _serial = self.inner.rebinding.lock().await;
         let mem = Arc::new(mem);
         let rebound = loop {
             let published = self.inner.lock().published.is_some();
-            let regs = if published {
-                let backend = self
-                    .inner
-                    .ctrl
-                    .fabric()
-                    .ok_or_else(|| ctx(Error::ctlr_not_present()))?;
-                Some(register_both(backend, &mem).map_err(ctx)?)
-            } else {
-                None
+            let regs = match self.inner.ctrl.fabric() {
+                Some(backend) if published => {
+                    let (reg, reg_ro) = register_both(backend, &mem).map_err(ctx)?;
+                    Some((Some(reg), Some(reg_ro)))
+                }
+                // Loopback registers nothing.
+                None if published => Some((None, None)),
+                _ => None,
             };
             let mut st = self.inner.lock();
             if st.destroyed {
@@ -890,20 +929,33 @@ impl ExportSegment {
                 (Some(_), None) => continue,
                 (Some(p), Some((reg, reg_ro))) => {
                     p.generation += 1;
+                    crate::backend::loopback::rebind(&p.mem, &mem, p.generation);
                     let old_reg = std::mem::replace(&mut p.reg, reg);
                     let old_ro = std::mem::replace(&mut p.reg_ro, reg_ro);
                     let old_mem = std::mem::replace(&mut p.mem, Arc::clone(&mem));
-                    st.mem = mem;
+                    st.mem = Arc::clone(&mem);
                     let notes = p
                         .importers
                         .iter()
                         .map(|(&conn_id, i)| {
                             let reg = if i.writable { &p.reg } else { &p.reg_ro };
+                            let (key, base) = match reg {
+                                Some(reg) => (reg.key(), reg.base()),
+                                None => (
+                                    crate::backend::loopback::reoffer(
+                                        &self.inner.ctrl,
+                                        &mem,
+                                        conn_id,
+                                        i.writable,
+                                    ),
+                                    0,
+                                ),
+                            };
                             RebindNote {
                                 conn_id,
                                 node: i.node,
-                                key: reg.key(),
-                                base: reg.base(),
+                                key,
+                                base,
                             }
                         })
                         .collect();
@@ -985,6 +1037,7 @@ impl ExportSegment {
                 Err(_) => drop(p),
             }
         }
+        crate::backend::loopback::destroyed(&self.inner.lock().mem);
         Ok(())
     }
 }
@@ -1020,6 +1073,7 @@ impl Drop for ExportSegment {
         let inner = Arc::clone(&self.inner);
         node.clone().spawn(async move {
             node.retire(p).await;
+            crate::backend::loopback::destroyed(&inner.lock().mem);
             drop(inner);
         });
     }

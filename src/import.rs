@@ -2,6 +2,7 @@
 //! with asynchronous put and get.
 
 use crate::backend::fabric::FabricBackend;
+use crate::backend::loopback::LoopbackImport;
 use crate::controller::Controller;
 use crate::core::wire::{ConnectRequest, Message};
 use crate::fabric::ffi;
@@ -39,8 +40,11 @@ impl std::fmt::Debug for ImportSegment {
 
 pub(crate) struct ImportInner {
     ctrl: Controller,
-    backend: Arc<FabricBackend>,
-    engine: Arc<Engine>,
+    /// The libfabric path (`None` on loopback).
+    backend: Option<Arc<FabricBackend>>,
+    engine: Option<Arc<Engine>>,
+    /// The loopback path: the mapping of the exporter's memfd (`None` elsewhere).
+    lo: Option<Arc<LoopbackImport>>,
     state: Weak<NodeState>,
     node: u32,
     segment: u32,
@@ -63,12 +67,20 @@ pub(crate) struct ImportInner {
 }
 
 impl ImportInner {
+    /// The libfabric engine and backend, on every controller but loopback.
+    pub(crate) fn fabric(&self) -> Option<(&Arc<Engine>, &Arc<FabricBackend>)> {
+        Some((self.engine.as_ref()?, self.backend.as_ref()?))
+    }
+
     pub(crate) fn peer_incarnation(&self) -> u64 {
         self.peer_incarnation
     }
 
     /// Fails pending and later operations with `err` (forced disconnect, decision 19).
     pub(crate) fn abort(&self, err: Error) {
+        if let Some(lo) = &self.lo {
+            lo.abort(crate::reactor::slot::clone_error(&err).segment(self.segment));
+        }
         self.tracker.abort(err.segment(self.segment));
     }
 
@@ -79,6 +91,9 @@ impl ImportInner {
                 .node(self.node)
                 .detail("the exporter withdrew the segment (unpublish or destroy)"),
         );
+        if let Some(lo) = &self.lo {
+            lo.revoke();
+        }
         let _ = tokio::time::timeout(REVOKE_WAIT, self.tracker.drained()).await;
     }
 
@@ -86,6 +101,12 @@ impl ImportInner {
     /// registration; waits (at most 5 s) for those in flight on the old one, which complete
     /// normally. A stale or repeated generation changes nothing.
     pub(crate) async fn rebound(&self, base: u64, key: u64, generation: u32) {
+        if let Some(lo) = &self.lo {
+            if let Err(e) = lo.rebind(key, generation).await {
+                tracing::warn!(segment = format_args!("{:#x}", self.segment), error = %e, "cannot remap the rebound segment");
+            }
+            return;
+        }
         let view = View {
             base,
             key,
@@ -119,7 +140,9 @@ impl Drop for ImportInner {
                 }
             }
         }
-        self.backend.release_peer(&self.peer_addr);
+        if let Some(backend) = &self.backend {
+            backend.release_peer(&self.peer_addr);
+        }
     }
 }
 
@@ -139,9 +162,7 @@ impl ImportSegment {
                 "{perm:?} asks for bits other than read (0400) and write (0200)"
             ))));
         }
-        let backend = Arc::clone(ctrl.fabric().ok_or_else(|| {
-            ctx(Error::ctlr_not_present().detail("the loopback controller cannot import yet"))
-        })?);
+        let backend = ctrl.fabric().cloned();
         let (uid, gid, groups) = crate::sys::creds::current();
         let request = Message::ConnectRequest(ConnectRequest {
             req: rand::random(),
@@ -151,7 +172,7 @@ impl ImportSegment {
             uid,
             gid,
             groups,
-            fabric_addr: backend.address(),
+            fabric_addr: backend.as_ref().map(|b| b.address()).unwrap_or_default(),
         });
         let side = Arc::clone(state.side().map_err(ctx)?);
         let (peer, reply) = state
@@ -176,10 +197,21 @@ impl ImportSegment {
             .keys
             .first()
             .ok_or_else(|| ctx(Error::conn_aborted().detail("the exporter granted no key")))?;
-        let dest = backend.peer(&grant.fabric_addr).map_err(ctx)?;
+        let (dest, lo) = match &backend {
+            Some(b) => (b.peer(&grant.fabric_addr).map_err(ctx)?, None),
+            None => {
+                let (service, size) = (grant.fabric_addr.clone(), grant.length);
+                let writable = Perm::from_bits(grant.granted).allows(Perm::WRITE);
+                let lo = state
+                    .run(LoopbackImport::attach(service, key, size, writable))
+                    .await;
+                (0, Some(lo.map_err(ctx)?))
+            }
+        };
         let inner = Arc::new(ImportInner {
-            engine: Arc::clone(backend.engine()),
+            engine: backend.as_ref().map(|b| Arc::clone(b.engine())),
             backend,
+            lo,
             ctrl: ctrl.clone(),
             state: Arc::downgrade(&state),
             node,
@@ -312,6 +344,9 @@ impl ImportSegment {
     /// Dropping the future stops the waiting, not the write: once posted, the bytes may
     /// still land, and the buffer is freed only when the provider is done with it.
     pub fn put<B: IoBuf>(&self, offset: u64, buf: B) -> Op<B> {
+        if let Some(lo) = &self.inner.lo {
+            return self.put_loopback(lo, offset, buf);
+        }
         let len = buf.bytes_len();
         if let Err(e) = self.check("put", Perm::WRITE, offset, len) {
             return Op::failed(e, buf);
@@ -319,15 +354,12 @@ impl ImportSegment {
         if len == 0 {
             return Op::done(buf);
         }
+        let Some((_, backend)) = self.inner.fabric() else {
+            return Op::failed(Error::ctlr_not_present().op("put"), buf);
+        };
         let (ptr, len) = Op::source(&buf);
-        let plan = Op::<B>::contiguous(ptr, len, offset, self.inner.backend.max_transfer());
-        self.start(
-            Dir::write(self.inner.backend.visibility()),
-            plan,
-            buf,
-            "put",
-            offset,
-        )
+        let plan = Op::<B>::contiguous(ptr, len, offset, backend.max_transfer());
+        self.start(Dir::write(backend.visibility()), plan, buf, "put", offset)
     }
 
     /// Reads `buf.len()` bytes at `offset` into `buf` (`rsm_memseg_import_get`).
@@ -336,6 +368,9 @@ impl ImportSegment {
     /// As for [`ImportSegment::put`]: the buffer stays with the operation until the
     /// provider has finished writing into it.
     pub fn get<B: IoBufMut>(&self, offset: u64, buf: B) -> Op<B> {
+        if let Some(lo) = &self.inner.lo {
+            return self.get_loopback(lo, offset, buf);
+        }
         let mut buf = buf;
         let len = buf.bytes_len();
         if let Err(e) = self.check("get", Perm::READ, offset, len) {
@@ -344,8 +379,11 @@ impl ImportSegment {
         if len == 0 {
             return Op::done(buf);
         }
+        let Some((_, backend)) = self.inner.fabric() else {
+            return Op::failed(Error::ctlr_not_present().op("get"), buf);
+        };
         let (ptr, len) = Op::sink(&mut buf);
-        let plan = Op::<B>::contiguous(ptr, len, offset, self.inner.backend.max_transfer());
+        let plan = Op::<B>::contiguous(ptr, len, offset, backend.max_transfer());
         self.start(Dir::Read, plan, buf, "get", offset)
     }
 
@@ -361,9 +399,12 @@ impl ImportSegment {
         offset: u64,
     ) -> Op<B> {
         let inner = &self.inner;
+        let Some((engine, backend)) = inner.fabric() else {
+            return Op::failed(Error::ctlr_not_present().op(op), buf);
+        };
         let explicit = inner.explicit.load(Ordering::Acquire);
         let write = matches!(dir, Dir::Write { .. });
-        let fence = match (write, explicit, inner.backend.visibility()) {
+        let fence = match (write, explicit, backend.visibility()) {
             (true, false, Visibility::FencedRead) => plan.last_byte(),
             _ => None,
         };
@@ -374,7 +415,7 @@ impl ImportSegment {
         };
         let op = Op::new(
             Spec {
-                engine: Arc::clone(&inner.engine),
+                engine: Arc::clone(engine),
                 tracker: Arc::clone(&inner.tracker),
                 dest: inner.dest,
                 dir,
@@ -398,6 +439,12 @@ impl ImportSegment {
     /// flight, then tells the exporter. Works after a forced disconnect too.
     pub async fn disconnect(self) -> Result<()> {
         let inner = &self.inner;
+        if inner.lo.as_ref().is_some_and(|lo| lo.is_mapped()) {
+            return Err(Error::seg_still_mapped()
+                .op("import_disconnect")
+                .segment(inner.segment)
+                .detail("unmap the segment first (drop its ImportMapping)"));
+        }
         if inner.disconnected.swap(true, Ordering::SeqCst) {
             return Err(Error::bad_seg_hndl()
                 .op("import_disconnect")
@@ -428,6 +475,11 @@ mod typed;
 pub(crate) mod barrier;
 // Scatter/gather (spec §4.5).
 pub(crate) mod sg;
+// put/get on loopback (copies), an `impl ImportSegment` in import/loopback.rs.
+mod loopback;
+// Mapping (spec §4.10): `ImportSegment::map` and its guard, in import/map.rs.
+mod map;
 
 pub use barrier::{Barrier, BarrierMode};
+pub use map::{ImportMapping, MapAt};
 pub use sg::{MAX_SGIOREQS, SgEntry, SgFlags, SgLocal, SgOp, SgOutcome};

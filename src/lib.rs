@@ -36,6 +36,7 @@ pub mod import;
 pub mod local;
 pub mod node;
 pub mod perm;
+pub mod shared_memory;
 pub mod topology;
 
 pub use controller::{Controller, ControllerAttr, ControllerInfo};
@@ -44,10 +45,12 @@ pub use core::wire::ByteOrder;
 pub use error::{Error, Result};
 pub use export::{ExportSegment, SegmentMemory};
 pub use import::{
-    Barrier, BarrierMode, ImportSegment, MAX_SGIOREQS, SgEntry, SgFlags, SgLocal, SgOp, SgOutcome,
+    Barrier, BarrierMode, ImportMapping, ImportSegment, MAX_SGIOREQS, MapAt, SgEntry, SgFlags,
+    SgLocal, SgOp, SgOutcome,
 };
 pub use local::LocalMemory;
 pub use node::{Node, NodeBuilder, NodeConfig};
 pub use perm::{Access, ExportFlags, Perm};
 pub use reactor::{IoBuf, IoBufMut, Op};
+pub use shared_memory::SharedMemory;
 pub use topology::Topology;

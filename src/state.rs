@@ -164,6 +164,7 @@ impl NodeState {
     pub(crate) async fn retire(self: &Arc<Self>, p: Published) {
         let this = Arc::clone(self);
         let id = p.id;
+        crate::backend::loopback::revoked(&p.mem);
         let res = self
             .run(async move {
                 let mut waits = Vec::new();
@@ -263,6 +264,16 @@ impl NodeState {
                 .segment(r.segment_id)
                 .detail("published on another controller type"));
         }
+        // A loopback importer gets the memfd itself: only over the Unix link, whose kernel
+        // credentials name the one process that may claim it.
+        let loopback_pid = match export.controller().is_loopback() {
+            true => Some(peer.creds.as_ref().and_then(|c| c.pid).ok_or_else(|| {
+                Error::perm_denied().segment(r.segment_id).detail(
+                    "loopback imports need the same-host unix side channel (kernel credentials)",
+                )
+            })?),
+            false => None,
+        };
         let conn_id = self.next_conn_id();
         let g = export
             .admit(
@@ -277,16 +288,27 @@ impl NodeState {
                 Perm::from_bits(r.perm),
             )
             .map_err(|e| e.segment(r.segment_id))?;
+        let (key, fabric_addr) = match (g.share, loopback_pid, export.controller().loopback()) {
+            // On loopback keys[0] is the ticket for the memfd, fabric_addr the service name.
+            (Some(fd), Some(pid), Some(lo)) => match lo.offer(conn_id, fd, pid) {
+                Ok(offer) => offer,
+                Err(e) => {
+                    export.forget(conn_id);
+                    return Err(e.segment(r.segment_id));
+                }
+            },
+            _ => (g.key, g.fabric_addr),
+        };
         lock(&self.conns).insert(conn_id, r.segment_id);
         Ok(ConnectGrant {
             conn_id,
             // keys[0] is the key for the granted mode (read-only for a grant without write).
-            keys: vec![g.key],
+            keys: vec![key],
             base: g.base,
             length: g.length,
             granted: g.granted.bits(),
             generation: g.generation,
-            fabric_addr: g.fabric_addr,
+            fabric_addr,
             exporter_uid: g.exporter_uid,
             exporter_gid: g.exporter_gid,
         })

@@ -343,3 +343,18 @@ fn tcp_dropped_futures_keep_their_buffers() {
 fn sockets_dropped_futures_keep_their_buffers() {
     dropped_futures_keep_their_buffers("sockets0");
 }
+
+// The same checks on the loopback controller (same-host shared memory: put and get are
+// copies into the exporter's memfd).
+#[test]
+fn loopback_data_arrives_intact() {
+    data_arrives_intact("loopback");
+}
+#[test]
+fn loopback_bounds_are_checked() {
+    bounds_are_checked("loopback");
+}
+#[test]
+fn loopback_killed_peer_aborts() {
+    killed_peer_aborts("loopback");
+}

@@ -486,3 +486,18 @@ fn tcp_only_the_exporters_byte_order_counts() {
     assert_eq!(s.rt.block_on(s.imp.get32(0, 1)).unwrap(), [0x0102_0304]);
     s.shutdown();
 }
+
+// The same checks on the loopback controller.
+#[test]
+fn loopback_values_round_trip() {
+    values_round_trip("loopback");
+}
+#[test]
+fn loopback_checks_come_in_order() {
+    checks_come_in_order("loopback");
+}
+#[cfg(feature = "fault-injection")]
+#[test]
+fn loopback_swaps_for_the_other_byte_order() {
+    swaps_for_the_other_byte_order("loopback");
+}

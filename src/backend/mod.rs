@@ -1,4 +1,5 @@
-//! The data paths behind a controller: `fabric` (libfabric RMA on any provider). The
-//! `loopback` controller's shared-memory path arrives with its own change.
+//! The data paths behind a controller: `fabric` (libfabric RMA on any provider) and
+//! `loopback` (same-host shared memory: sealed memfd mappings and copies).
 
 pub(crate) mod fabric;
+pub(crate) mod loopback;

@@ -21,7 +21,8 @@
 //!   as fabtests does, except on auto-progress providers such as sockets, where polling
 //!   threads would starve the provider's own) and adds `ratio`, above 1 when rsm is better:
 //!   baseline median / rsm median in latency mode, rsm MB/s / baseline MB/s in bandwidth
-//!   mode.
+//!   mode. On `loopback` the baseline is `memcpy` between two mappings of one shared buffer
+//!   (`memcpy.rs`), with the same slots, window and sample counts.
 //! - **verification**: before a put run the source buffers hold a pattern and the peer's
 //!   memory another; afterwards the peer's checksum of its memory must equal the pattern's.
 //!   Before a get run the peer fills its memory with a pattern and the local buffers hold
@@ -47,6 +48,7 @@
 
 mod child;
 mod cli;
+mod memcpy;
 mod memory;
 mod pattern;
 mod peer;
@@ -205,8 +207,15 @@ async fn bench(args: &BenchArgs, progress: &mut Progress) -> Result<Vec<Row>, Be
             "--barrier explicit applies to --op put".into(),
         ));
     }
+    // On loopback the baseline is memcpy between two mappings of one shared buffer.
+    let loopback = args.controller.to_ascii_lowercase().starts_with("loopback");
+    let memcpy = if use_baseline && loopback {
+        Some(memcpy::MemcpyBaseline::open(max, window)?)
+    } else {
+        None
+    };
     // Fail before starting the peer if the controller has no libfabric domain.
-    let info = if use_baseline {
+    let info = if use_baseline && !loopback {
         Some(fabric_info_for(&args.controller)?)
     } else {
         None
@@ -287,6 +296,11 @@ async fn bench(args: &BenchArgs, progress: &mut Progress) -> Result<Vec<Row>, Be
             .await?;
             row.rsm = Some(s);
             row.rsm_verified = Some(ok);
+        }
+        if let Some(m) = &memcpy {
+            let (s, ok) = m.row(&spec, seed_for(i, 2), progress);
+            row.baseline = Some(s);
+            row.baseline_verified = Some(ok);
         }
         if let Some(b) = &mut baseline {
             let seed = seed_for(i, 2);

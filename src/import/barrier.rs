@@ -154,12 +154,15 @@ impl ImportSegment {
     /// (tcp;ofi_rxm orders reads after writes, `FI_ORDER_RMA_RAW`).
     async fn fence(&self, op: &'static str) -> Result<()> {
         let inner = &self.inner;
+        let Some((engine, _)) = inner.fabric() else {
+            return Ok(());
+        };
         let mut byte = vec![0u8; 1];
         let (ptr, len) = Op::sink(&mut byte);
         let plan = Op::<Vec<u8>>::contiguous(ptr, len, 0, 1);
         let fence = Op::new(
             Spec {
-                engine: Arc::clone(&inner.engine),
+                engine: Arc::clone(engine),
                 tracker: Arc::clone(&inner.tracker),
                 dest: inner.dest,
                 dir: Dir::Read,
@@ -240,7 +243,12 @@ impl Barrier {
         if let Some(f) = failure {
             return Err(self.ctx(op, self.barrier_error(f)));
         }
-        if writes && self.seg.inner.backend.visibility() == Visibility::FencedRead {
+        let fenced = self
+            .seg
+            .inner
+            .fabric()
+            .is_some_and(|(_, b)| b.visibility() == Visibility::FencedRead);
+        if writes && fenced {
             if let Err(f) = self.seg.fence(op).await {
                 if let Some(e) = self.seg.inner.tracker.aborted() {
                     return Err(self.ctx(op, e));

@@ -56,6 +56,14 @@ pub(super) fn bind_unix(node: u32) -> Result<StdUnixListener> {
     Ok(listener)
 }
 
+/// Binds `name` in the abstract namespace, non-blocking (the loopback descriptor service).
+pub(super) fn bind_abstract(name: &str) -> io::Result<StdUnixListener> {
+    let addr = UnixAddr::from_abstract_name(name.as_bytes())?;
+    let listener = StdUnixListener::bind_addr(&addr)?;
+    listener.set_nonblocking(true)?;
+    Ok(listener)
+}
+
 /// Sets TCP_NODELAY and keepalive on a side-channel socket. Failures are logged: the link
 /// still works without them.
 pub(super) fn tune_tcp(stream: &TcpStream) {

@@ -33,6 +33,7 @@
 mod accept;
 mod creds;
 mod dial;
+pub(crate) mod fdpass;
 mod host;
 mod link;
 mod peers;

@@ -1,10 +1,13 @@
 //! The few OS calls `rsm` makes outside libfabric, in one small place: system limits, segment
-//! memory, and the eventfd and poll that progress threads sleep on.
+//! memory, the eventfd and poll that progress threads sleep on, and the loopback controller's
+//! shared memory and descriptor passing.
 
 pub(crate) mod creds;
 #[cfg(feature = "fault-injection")]
 pub(crate) mod fault;
+pub(crate) mod fdpass;
 pub(crate) mod limits;
 pub(crate) mod mem;
 pub(crate) mod memstat;
+pub(crate) mod shm;
 pub(crate) mod wake;

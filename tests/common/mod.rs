@@ -122,6 +122,22 @@ impl Peer {
             .status();
     }
 
+    /// Sends a command the peer is expected to die of, and returns how it ended (within
+    /// 10 s; killed otherwise).
+    pub fn ask_and_wait(&mut self, cmd: &str) -> std::process::ExitStatus {
+        let _ = writeln!(self.stdin, "{cmd}");
+        let _ = self.stdin.flush();
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        while std::time::Instant::now() < deadline {
+            if let Ok(Some(status)) = self.child.try_wait() {
+                return status;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let _ = self.child.kill();
+        self.child.wait().expect("reap the peer")
+    }
+
     /// Asks the peer to quit and waits (at most 10 s) until it exited; its `/dev/shm` files
     /// are left for the caller to check.
     pub fn quit(&mut self) -> bool {

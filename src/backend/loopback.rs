@@ -1,0 +1,530 @@
+//! The `loopback` controller's data path (design §7): same-host shared memory.
+//!
+//! The exporter's segment is a sealed memfd ([`crate::SharedMemory`]) whose page after the
+//! segment holds the generation word. A connect grant carries a ticket for the descriptor
+//! (read-only for a read-only importer), which the importer claims from the exporter's
+//! descriptor service ([`crate::sidechannel::fdpass`]) and maps. From then on put and get
+//! are plain copies into and out of that mapping: no system call, no provider, no progress
+//! thread.
+//!
+//! Revoke: the exporter zeroes the generation word first, so an importer's next access fails
+//! with `CONN_ABORTED` before it even got the notice; on the notice the importer waits for
+//! copies in progress, replaces its mappings with memory that reaches no one, and only then
+//! acknowledges; destroy then punches the memfd. Rebind: the importer claims the new memfd
+//! and maps it over the old range, so its addresses stay valid.
+
+use crate::controller::Controller;
+use crate::export::Memory;
+use crate::sidechannel::fdpass::{self, FdService};
+use crate::state::NodeState;
+use crate::sys::shm::SharedMap;
+use crate::{Error, Result};
+use rustix::fd::{AsFd, OwnedFd};
+use std::collections::HashMap;
+use std::ptr::NonNull;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, Weak};
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// The generation word of a live publication: a random epoch (never 0) in the high half,
+/// the rebind generation in the low half. 0 means revoked (or punched).
+pub(crate) fn control_word(epoch: u32, generation: u32) -> u64 {
+    (u64::from(epoch.max(1)) << 32) | u64::from(generation)
+}
+
+/// The exporter's side of a `loopback` controller: its descriptor service (started at the
+/// first publish) and the importer processes it granted, for rebind offers.
+pub(crate) struct LoopbackBackend {
+    node: Weak<NodeState>,
+    service: Mutex<Option<Arc<FdService>>>,
+    pids: Mutex<HashMap<u64, u32>>,
+}
+
+impl LoopbackBackend {
+    pub(crate) fn new(node: Weak<NodeState>) -> Arc<Self> {
+        Arc::new(LoopbackBackend {
+            node,
+            service: Mutex::new(None),
+            pids: Mutex::new(HashMap::new()),
+        })
+    }
+
+    fn service(&self) -> Result<Arc<FdService>> {
+        let mut svc = lock(&self.service);
+        if let Some(s) = svc.as_ref() {
+            return Ok(Arc::clone(s));
+        }
+        let node = self.node.upgrade().ok_or_else(|| {
+            Error::bad_ctlr_hndl()
+                .controller("loopback")
+                .detail("the node was shut down")
+        })?;
+        let s = FdService::start(move |fut| node.spawn(fut))?;
+        *svc = Some(Arc::clone(&s));
+        Ok(s)
+    }
+
+    /// Offers `fd` to importer process `pid` of connection `conn_id`; returns the ticket and
+    /// the service's name, which the grant carries.
+    pub(crate) fn offer(&self, conn_id: u64, fd: Arc<OwnedFd>, pid: u32) -> Result<(u64, Vec<u8>)> {
+        let svc = self.service()?;
+        lock(&self.pids).insert(conn_id, pid);
+        Ok((svc.offer(fd, pid), svc.name().as_bytes().to_vec()))
+    }
+
+    /// Offers a rebind's new `fd` to the process that holds connection `conn_id`.
+    pub(crate) fn reoffer(&self, conn_id: u64, fd: Arc<OwnedFd>) -> Option<u64> {
+        let pid = *lock(&self.pids).get(&conn_id)?;
+        Some(self.service().ok()?.offer(fd, pid))
+    }
+
+    /// Forgets a connection (disconnect, lost importer).
+    pub(crate) fn forget(&self, conn_id: u64) {
+        lock(&self.pids).remove(&conn_id);
+    }
+}
+
+/// A user's explicit mapping (spec §4.10).
+pub(crate) struct UserMap {
+    pub(crate) map: SharedMap,
+    pub(crate) offset: u64,
+}
+
+/// The importer's side of a `loopback` connection: its mapping of the exporter's memfd.
+pub(crate) struct LoopbackImport {
+    /// The exporter's descriptor service, for rebinds.
+    service: Vec<u8>,
+    size: usize,
+    epoch: u64,
+    /// The whole memfd (segment and generation page), for put/get.
+    implicit: SharedMap,
+    /// The current descriptor, for explicit mappings.
+    fd: Mutex<Arc<OwnedFd>>,
+    user: Mutex<Option<UserMap>>,
+    /// Which explicit mapping is live (0: none); guards compare their id.
+    mapped: AtomicU64,
+    next_map: AtomicU64,
+    /// Copies in progress: a revoke or unmap waits for them before it changes a mapping.
+    busy: AtomicUsize,
+    revoked: AtomicBool,
+    why: Mutex<Option<Error>>,
+}
+
+/// A copy in progress; ends on drop.
+pub(crate) struct Busy<'a>(&'a AtomicUsize);
+
+impl Drop for Busy<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::Release);
+    }
+}
+
+impl LoopbackImport {
+    /// Claims the descriptor of a grant and maps it (readable, and writable if `writable`).
+    pub(crate) async fn attach(
+        service: Vec<u8>,
+        ticket: u64,
+        size: u64,
+        writable: bool,
+    ) -> Result<Arc<Self>> {
+        let fd = fdpass::fetch(&service, ticket).await?;
+        let page = crate::sys::limits::page_size();
+        let size = usize::try_from(size).map_err(|_| Error::bad_length())?;
+        let total = size
+            .checked_add(page)
+            .ok_or_else(|| Error::bad_length().detail("the granted length does not fit"))?;
+        let have = rustix::fs::fstat(&fd)
+            .map(|s| s.st_size as u64)
+            .unwrap_or(0);
+        if have != total as u64 {
+            return Err(Error::conn_aborted().detail(format!(
+                "the exporter's memfd holds {have} bytes, not the {total} the grant promised"
+            )));
+        }
+        let implicit = SharedMap::map(fd.as_fd(), 0, total, writable, None).map_err(|e| {
+            Error::insufficient_resources().detail(format!("cannot map the segment: {e}"))
+        })?;
+        implicit.dont_fork();
+        let lo = LoopbackImport {
+            service,
+            size,
+            epoch: 0,
+            implicit,
+            fd: Mutex::new(Arc::new(fd)),
+            user: Mutex::new(None),
+            mapped: AtomicU64::new(0),
+            next_map: AtomicU64::new(1),
+            busy: AtomicUsize::new(0),
+            revoked: AtomicBool::new(false),
+            why: Mutex::new(None),
+        };
+        let word = lo.control().load(Ordering::SeqCst);
+        if word == 0 {
+            return Err(Error::conn_aborted().detail("the segment was withdrawn meanwhile"));
+        }
+        Ok(Arc::new(LoopbackImport {
+            epoch: word >> 32,
+            ..lo
+        }))
+    }
+
+    fn control(&self) -> &AtomicU64 {
+        // SAFETY: the word lies in the implicit mapping's last page, 8-byte aligned; this is
+        // only called while the mapping is the memfd's (before a revoke replaced it, which
+        // `enter` rules out).
+        unsafe { AtomicU64::from_ptr(self.implicit.as_ptr().add(self.size).cast()) }
+    }
+
+    fn aborted(&self) -> Error {
+        lock(&self.why)
+            .as_ref()
+            .map(crate::reactor::slot::clone_error)
+            .unwrap_or_else(|| {
+                Error::conn_aborted()
+                    .detail("the exporter withdrew the segment (unpublish or destroy)")
+            })
+    }
+
+    /// Starts a copy: `CONN_ABORTED` once the segment was revoked (the generation word says
+    /// so before the notice arrives) or the exporter is lost.
+    pub(crate) fn enter(&self) -> Result<Busy<'_>> {
+        // SeqCst pairs with `quiesce`: either it sees this count, or this sees its flag.
+        self.busy.fetch_add(1, Ordering::SeqCst);
+        let busy = Busy(&self.busy);
+        if self.revoked.load(Ordering::SeqCst)
+            || self.control().load(Ordering::Acquire) >> 32 != self.epoch
+        {
+            return Err(self.aborted());
+        }
+        Ok(busy)
+    }
+
+    /// Like [`enter`](Self::enter), for the explicit mapping `id`.
+    pub(crate) fn enter_map(&self, id: u64) -> Result<Busy<'_>> {
+        let busy = self.enter()?;
+        if self.mapped.load(Ordering::SeqCst) != id {
+            return Err(Error::seg_not_mapped().detail("the mapping was unmapped"));
+        }
+        Ok(busy)
+    }
+
+    /// Waits until no copy is in progress; new ones see the flag set before.
+    fn quiesce(&self) {
+        while self.busy.load(Ordering::SeqCst) != 0 {
+            std::thread::yield_now();
+        }
+    }
+
+    /// Copies `len` bytes from `src` into the segment at `offset` (bounds checked by the
+    /// caller).
+    ///
+    /// # Safety
+    /// `src` is valid for reads of `len` bytes and not inside the segment.
+    pub(crate) unsafe fn write(&self, offset: usize, src: *const u8, len: usize) -> Result<()> {
+        let _busy = self.enter()?;
+        debug_assert!(offset + len <= self.size);
+        // SAFETY: in bounds of the live implicit mapping (enter holds off its replacement);
+        // src is the caller's, valid for len bytes.
+        unsafe { copy(src, self.implicit.as_ptr().add(offset), len) };
+        Ok(())
+    }
+
+    /// Copies `len` bytes of the segment at `offset` into `dst`.
+    ///
+    /// # Safety
+    /// `dst` is valid for writes of `len` bytes and not inside the segment.
+    pub(crate) unsafe fn read(&self, offset: usize, dst: *mut u8, len: usize) -> Result<()> {
+        let _busy = self.enter()?;
+        debug_assert!(offset + len <= self.size);
+        // SAFETY: as in write, in the other direction.
+        unsafe { copy(self.implicit.as_ptr().add(offset), dst, len) };
+        Ok(())
+    }
+
+    /// Fails every later access with `err` (the exporting node is lost, decision 19).
+    pub(crate) fn abort(&self, err: Error) {
+        lock(&self.why).get_or_insert(err);
+        self.revoked.store(true, Ordering::SeqCst);
+    }
+
+    /// The revoke notice: fail later accesses, wait for copies in progress, then cut every
+    /// mapping off the exporter's memory (the implicit one faults from now on, though nothing
+    /// reaches it; an explicit one becomes private zero pages, so stray accesses through a
+    /// user's pointer neither fault nor reach anyone) and drop the descriptor's pages.
+    pub(crate) fn revoke(&self) {
+        self.revoked.store(true, Ordering::SeqCst);
+        let user = lock(&self.user);
+        self.quiesce();
+        if let Err(e) = self.implicit.retire(false) {
+            tracing::warn!(error = %e, "cannot replace the segment's mapping");
+        }
+        if let Some(u) = user.as_ref() {
+            if let Err(e) = u.map.retire(true) {
+                tracing::warn!(error = %e, "cannot replace the user's mapping");
+            }
+        }
+    }
+
+    /// The rebind notice: claims the new memfd and maps it over the old ranges.
+    pub(crate) async fn rebind(&self, ticket: u64, generation: u32) -> Result<()> {
+        let fd = fdpass::fetch(&self.service, ticket).await?;
+        let have = rustix::fs::fstat(&fd)
+            .map(|s| s.st_size as u64)
+            .unwrap_or(0);
+        if have != self.implicit.len() as u64 {
+            return Err(Error::conn_aborted().detail("the new memfd has another size"));
+        }
+        let user = lock(&self.user);
+        if self.revoked.load(Ordering::SeqCst) {
+            return Ok(());
+        }
+        self.implicit
+            .remap(fd.as_fd(), 0)
+            .map_err(|e| Error::conn_aborted().detail(format!("remap: {e}")))?;
+        if let Some(u) = user.as_ref() {
+            u.map
+                .remap(fd.as_fd(), u.offset)
+                .map_err(|e| Error::conn_aborted().detail(format!("remap: {e}")))?;
+        }
+        *lock(&self.fd) = Arc::new(fd);
+        tracing::debug!(generation, "loopback segment remapped");
+        Ok(())
+    }
+
+    /// Whether an explicit mapping is live (disconnect is then `SEG_STILL_MAPPED`).
+    pub(crate) fn is_mapped(&self) -> bool {
+        self.mapped.load(Ordering::SeqCst) != 0
+    }
+
+    /// Maps `len` bytes from `offset` (page-aligned), at `at` if given; returns the id and
+    /// the address. `SEG_ALREADY_MAPPED`, `BAD_ADDR` (the range is taken), `CONN_ABORTED`.
+    pub(crate) fn map(
+        &self,
+        offset: u64,
+        len: usize,
+        writable: bool,
+        at: Option<NonNull<u8>>,
+    ) -> Result<(u64, *mut u8)> {
+        let mut user = lock(&self.user);
+        if user.is_some() {
+            return Err(Error::seg_already_mapped().detail("one mapping per import segment"));
+        }
+        drop(self.enter()?);
+        let fd = Arc::clone(&lock(&self.fd));
+        let map = SharedMap::map(fd.as_fd(), offset, len, writable, at).map_err(|e| {
+            match e.raw_os_error() {
+                Some(libc::EEXIST) => Error::bad_addr().detail("something is mapped in the range"),
+                Some(libc::EACCES) => {
+                    Error::bad_perms().detail("the connection does not grant that protection")
+                }
+                Some(libc::ENOMEM) | Some(libc::EAGAIN) => {
+                    Error::insufficient_resources().detail(format!("mmap: {e}"))
+                }
+                _ => Error::map_failed().detail(format!("mmap: {e}")),
+            }
+        })?;
+        let ptr = map.as_ptr();
+        *user = Some(UserMap { map, offset });
+        let id = self.next_map.fetch_add(1, Ordering::Relaxed);
+        self.mapped.store(id, Ordering::SeqCst);
+        Ok((id, ptr))
+    }
+
+    /// Ends the explicit mapping `id` (any, with `None`): `SEG_NOT_MAPPED` when it is not live.
+    pub(crate) fn unmap(&self, id: Option<u64>) -> Result<()> {
+        let mut user = lock(&self.user);
+        let live = self.mapped.load(Ordering::SeqCst);
+        if live == 0 || id.is_some_and(|id| id != live) {
+            return Err(Error::seg_not_mapped());
+        }
+        self.mapped.store(0, Ordering::SeqCst);
+        self.quiesce();
+        drop(user.take());
+        Ok(())
+    }
+}
+
+/// Copies between segment memory and a buffer. An aligned access of 1, 2, 4 or 8 bytes is
+/// one load or store (the controller's `atomic_sizes`); anything else is `memcpy`.
+///
+/// # Safety
+/// Both ranges are valid for `len` bytes and do not overlap.
+pub(crate) unsafe fn copy(src: *const u8, dst: *mut u8, len: usize) {
+    let aligned = |n: usize| (src as usize | dst as usize) % n == 0;
+    // SAFETY: forwarded; the typed accesses are aligned (checked) and in bounds.
+    unsafe {
+        match len {
+            8 if aligned(8) => dst
+                .cast::<u64>()
+                .write_volatile(src.cast::<u64>().read_volatile()),
+            4 if aligned(4) => dst
+                .cast::<u32>()
+                .write_volatile(src.cast::<u32>().read_volatile()),
+            2 if aligned(2) => dst
+                .cast::<u16>()
+                .write_volatile(src.cast::<u16>().read_volatile()),
+            1 => dst.write_volatile(src.read_volatile()),
+            _ => std::ptr::copy_nonoverlapping(src, dst, len),
+        }
+    }
+}
+
+// The exporter's hooks, called from export.rs and state.rs; each does nothing for memory
+// that is not a memfd (the libfabric controllers').
+
+/// The descriptor to offer an importer: the memfd itself for a writer, a read-only reopen
+/// of it for a reader, so its mapping can never be made writable.
+pub(crate) fn share(mem: &Memory, writable: bool) -> Result<Arc<OwnedFd>> {
+    let Memory::Shared(m) = mem else {
+        return Err(Error::map_failed().detail("the segment's memory is not a memfd"));
+    };
+    if writable {
+        return Ok(Arc::clone(m.fd()));
+    }
+    crate::sys::shm::reopen_read_only(m.fd().as_fd())
+        .map(Arc::new)
+        .map_err(|e| Error::insufficient_resources().detail(format!("read-only reopen: {e}")))
+}
+
+/// Publish: a fresh epoch, so importers of an earlier publication never take this one for
+/// theirs.
+pub(crate) fn publish(mem: &Memory, generation: u32) {
+    if let Memory::Shared(m) = mem {
+        m.set_control(control_word(rand::random(), generation));
+    }
+}
+
+/// Rebind: the new memory carries the publication's epoch with the new generation.
+pub(crate) fn rebind(old: &Memory, new: &Memory, generation: u32) {
+    if let (Memory::Shared(old), Memory::Shared(new)) = (old, new) {
+        let epoch = (old.control().load(Ordering::SeqCst) >> 32) as u32;
+        new.set_control(control_word(epoch, generation));
+    }
+}
+
+/// Rebind: the ticket for the new memory of connection `conn_id` (0 when it cannot be
+/// offered; the importer then fails to remap and its accesses keep the old memory until
+/// the exporter retires it).
+pub(crate) fn reoffer(ctrl: &Controller, mem: &Memory, conn_id: u64, writable: bool) -> u64 {
+    let Some(lo) = ctrl.loopback() else { return 0 };
+    share(mem, writable)
+        .ok()
+        .and_then(|fd| lo.reoffer(conn_id, fd))
+        .unwrap_or(0)
+}
+
+/// Revoke, before any importer is told: their next access fails without a system call.
+pub(crate) fn revoked(mem: &Memory) {
+    if let Memory::Shared(m) = mem {
+        m.set_control(0);
+    }
+}
+
+/// Destroy, after every importer acknowledged the revoke: free the pages, so a mapping
+/// anyone kept holds nothing of the segment.
+pub(crate) fn destroyed(mem: &Memory) {
+    if let Memory::Shared(m) = mem {
+        m.punch();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::shared_memory::SharedMemory;
+
+    fn attached(mem: &Memory) -> (Arc<FdService>, Arc<LoopbackImport>, tokio::runtime::Runtime) {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        let page = crate::sys::limits::page_size();
+        let (svc, lo) = rt.block_on(async {
+            let svc = FdService::start(|f| {
+                tokio::spawn(f);
+            })
+            .unwrap();
+            let t = svc.offer(share(mem, true).unwrap(), crate::sys::creds::pid());
+            let name = svc.name().as_bytes().to_vec();
+            let lo = LoopbackImport::attach(name, t, page as u64, true)
+                .await
+                .unwrap();
+            (svc, lo)
+        });
+        (svc, lo, rt)
+    }
+
+    fn put(lo: &LoopbackImport, v: u64) -> Result<()> {
+        let b = v.to_ne_bytes();
+        // SAFETY: a local array of 8 bytes, within the one-page segment.
+        unsafe { lo.write(8, b.as_ptr(), 8) }
+    }
+
+    #[test]
+    fn the_generation_word_aborts_before_the_notice_and_a_new_publication_does_not_revive() {
+        let page = crate::sys::limits::page_size();
+        let mem = Memory::Shared(SharedMemory::new(page).unwrap());
+        publish(&mem, 1);
+        let (_svc, lo, _rt) = attached(&mem);
+        put(&lo, 7).unwrap();
+        let mut b = [0u8; 8];
+        // SAFETY: a local array of 8 bytes.
+        unsafe { lo.read(8, b.as_mut_ptr(), 8) }.unwrap();
+        assert_eq!(u64::from_ne_bytes(b), 7);
+        // The exporter zeroes the word; no notice reached the importer.
+        revoked(&mem);
+        assert_eq!(put(&lo, 8).unwrap_err().code(), 40);
+        // Published again (a new epoch): the old connection stays aborted.
+        publish(&mem, 1);
+        assert_eq!(put(&lo, 8).unwrap_err().code(), 40);
+        lo.revoke();
+        assert_eq!(put(&lo, 8).unwrap_err().code(), 40);
+    }
+
+    #[test]
+    fn a_rebind_keeps_the_epoch_and_abort_keeps_its_reason() {
+        let page = crate::sys::limits::page_size();
+        let old = Memory::Shared(SharedMemory::new(page).unwrap());
+        publish(&old, 1);
+        let new = Memory::Shared(SharedMemory::new(page).unwrap());
+        rebind(&old, &new, 2);
+        let (Memory::Shared(o), Memory::Shared(n)) = (&old, &new) else {
+            unreachable!()
+        };
+        let (ow, nw) = (
+            o.control().load(Ordering::SeqCst),
+            n.control().load(Ordering::SeqCst),
+        );
+        assert_eq!((ow >> 32, ow & 0xffff_ffff), (nw >> 32, 1));
+        assert_eq!(nw & 0xffff_ffff, 2);
+        let (_svc, lo, _rt) = attached(&old);
+        lo.abort(Error::conn_aborted().detail("peer gone"));
+        let e = put(&lo, 1).unwrap_err();
+        assert_eq!(e.code(), 40);
+        assert!(e.to_string().contains("peer gone"), "{e}");
+    }
+
+    #[test]
+    fn small_aligned_copies_are_single_accesses_and_others_memcpy() {
+        let src: [u64; 2] = [0x0102_0304_0506_0708, 0x1112_1314_1516_1718];
+        let mut dst = [0u64; 2];
+        for len in [1usize, 2, 3, 4, 7, 8, 9, 16] {
+            dst = [0; 2];
+            // SAFETY: both arrays hold 16 bytes; len <= 16.
+            unsafe { copy(src.as_ptr().cast(), dst.as_mut_ptr().cast(), len) };
+            // SAFETY: reading the arrays' own bytes.
+            let (s, d) = unsafe {
+                (
+                    std::slice::from_raw_parts(src.as_ptr().cast::<u8>(), 16),
+                    std::slice::from_raw_parts(dst.as_ptr().cast::<u8>(), 16),
+                )
+            };
+            assert_eq!(&d[..len], &s[..len]);
+            assert!(d[len..].iter().all(|&b| b == 0));
+        }
+        let _ = dst;
+    }
+}
