@@ -194,3 +194,11 @@ fn modes_and_states() {
         "RSMERR_BAD_MODE"
     );
 }
+#[test]
+fn loopback_thousand_puts_visible_at_close() {
+    thousand_puts_visible_at_close("loopback");
+}
+#[test]
+fn loopback_revoked_mid_barrier_is_conn_aborted() {
+    revoked_mid_barrier_is_conn_aborted("loopback");
+}

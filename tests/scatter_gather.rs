@@ -268,3 +268,11 @@ fn local_memory_handles() {
     assert!(s.peer.quit());
     s.rt.block_on(s.node.shutdown());
 }
+#[test]
+fn loopback_vectors_land_exactly() {
+    vectors_land_exactly("loopback");
+}
+#[test]
+fn loopback_invalid_entry_stops_the_vector() {
+    invalid_entry_stops_the_vector("loopback");
+}
