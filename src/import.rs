@@ -279,6 +279,19 @@ impl ImportSegment {
     }
 
     fn check(&self, op: &'static str, need: Perm, offset: u64, len: usize) -> Result<()> {
+        self.check_access(op, need, offset, len, true)
+    }
+
+    /// The checks of an access in the original's order: handle, (forced disconnect and
+    /// registration, for a fabric connection), permission, offset, length.
+    pub(crate) fn check_access(
+        &self,
+        op: &'static str,
+        need: Perm,
+        offset: u64,
+        len: usize,
+        fabric: bool,
+    ) -> Result<()> {
         let inner = &self.inner;
         let ctx = |e: Error| {
             e.op(op)
@@ -292,7 +305,7 @@ impl ImportSegment {
                 Error::bad_seg_hndl().detail("the segment was disconnected")
             ));
         }
-        if let Some(e) = inner.tracker.aborted() {
+        if let Some(e) = inner.tracker.aborted().filter(|_| fabric) {
             return Err(ctx(e));
         }
         if !inner.granted.allows(need) {
@@ -314,7 +327,7 @@ impl ImportSegment {
             ));
         }
         // The slot reads the view when it posts; here only whether there is one.
-        if inner.tracker.view().is_none() {
+        if fabric && inner.tracker.view().is_none() {
             return Err(ctx(
                 Error::conn_aborted().detail("the connection has no registration")
             ));

@@ -20,8 +20,7 @@ async fn one(init: &RsmInitiator, op: Op, buf: Vec<u8>) -> (Result<()>, Option<V
     match op {
         Op::Put => init.put(0, buf).await,
         Op::Get => init.get(0, buf).await,
-        Op::Putv => init.putv(0, buf, VECTOR_ENTRIES).await,
-        Op::Getv => init.getv(0, buf, VECTOR_ENTRIES).await,
+        Op::Putv | Op::Getv => init.vector(op.writes(), 0, buf, VECTOR_ENTRIES).await,
     }
 }
 

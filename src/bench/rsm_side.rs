@@ -159,28 +159,21 @@ impl RsmInitiator {
         self.imp.put(offset, buf)
     }
 
-    /// One gathering put of `entries` equal pieces of `buf` to consecutive ranges at
-    /// `offset`; the buffer comes back whole.
-    pub(crate) async fn putv(
+    /// One vector of `entries` equal pieces of `buf` over consecutive ranges at `offset`:
+    /// a gathering put when `write`, else a scattering get. The buffer comes back whole.
+    pub(crate) async fn vector(
         &self,
+        write: bool,
         offset: u64,
         buf: Vec<u8>,
         entries: usize,
     ) -> (Result<()>, Option<Vec<u8>>) {
         let (shared, v) = Shared::split(buf, offset, entries);
-        let out = self.imp.putv(v, SgFlags::empty()).await;
-        (out.result, out.entries.and_then(|e| shared.rejoin(e)))
-    }
-
-    /// One scattering get into `entries` equal pieces of `buf`; the buffer comes back whole.
-    pub(crate) async fn getv(
-        &self,
-        offset: u64,
-        buf: Vec<u8>,
-        entries: usize,
-    ) -> (Result<()>, Option<Vec<u8>>) {
-        let (shared, v) = Shared::split(buf, offset, entries);
-        let out = self.imp.getv(v, SgFlags::empty()).await;
+        let out = if write {
+            self.imp.putv(v, SgFlags::empty()).await
+        } else {
+            self.imp.getv(v, SgFlags::empty()).await
+        };
         (out.result, out.entries.and_then(|e| shared.rejoin(e)))
     }
 

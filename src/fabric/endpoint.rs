@@ -150,17 +150,7 @@ impl Endpoint {
         flags: u64,
         data: u64,
     ) -> std::result::Result<(), PostError> {
-        debug_assert_eq!(iov.len(), desc.len());
-        let msg = ffi::fi_msg_rma {
-            msg_iov: iov.as_ptr(),
-            desc: desc.as_mut_ptr(),
-            iov_count: iov.len(),
-            addr: dest,
-            rma_iov: rma.as_ptr(),
-            rma_iov_count: rma.len(),
-            context: context.cast(),
-            data,
-        };
+        let msg = rma_msg(iov, desc, dest, rma, context, data);
         let open = self.open_guard()?;
         // SAFETY: msg and the arrays it points to live across the call (the provider copies
         // them); the caller keeps the buffers and context alive until completion; `open`
@@ -185,17 +175,7 @@ impl Endpoint {
         rma: &[ffi::fi_rma_iov],
         context: *mut ffi::fi_context2,
     ) -> std::result::Result<(), PostError> {
-        debug_assert_eq!(iov.len(), desc.len());
-        let msg = ffi::fi_msg_rma {
-            msg_iov: iov.as_ptr(),
-            desc: desc.as_mut_ptr(),
-            iov_count: iov.len(),
-            addr: src,
-            rma_iov: rma.as_ptr(),
-            rma_iov_count: rma.len(),
-            context: context.cast(),
-            data: 0,
-        };
+        let msg = rma_msg(iov, desc, src, rma, context, 0);
         let open = self.open_guard()?;
         // SAFETY: as in `writemsg`: the message is copied during the call, the caller keeps
         // buffers and context alive until completion.
@@ -327,5 +307,27 @@ impl Drop for Endpoint {
         // The reactor drops its Arc only after in-flight operations completed or were
         // abandoned to this close (their slots stay leaked, never freed, in that case).
         self.close();
+    }
+}
+
+/// The message of an RMA post: pointers into the caller's arrays, valid for the call.
+fn rma_msg(
+    iov: &[libc::iovec],
+    desc: &mut [*mut libc::c_void],
+    peer: ffi::fi_addr_t,
+    rma: &[ffi::fi_rma_iov],
+    context: *mut ffi::fi_context2,
+    data: u64,
+) -> ffi::fi_msg_rma {
+    debug_assert_eq!(iov.len(), desc.len());
+    ffi::fi_msg_rma {
+        msg_iov: iov.as_ptr(),
+        desc: desc.as_mut_ptr(),
+        iov_count: iov.len(),
+        addr: peer,
+        rma_iov: rma.as_ptr(),
+        rma_iov_count: rma.len(),
+        context: context.cast(),
+        data,
     }
 }

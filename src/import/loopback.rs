@@ -9,7 +9,6 @@ use crate::perm::Perm;
 use crate::reactor::{IoBuf, IoBufMut, Op};
 use crate::{Error, Result};
 use std::sync::Arc;
-use std::sync::atomic::Ordering;
 
 impl ImportSegment {
     /// The checks of [`ImportSegment::put`] and [`ImportSegment::get`] in their order, on
@@ -21,37 +20,8 @@ impl ImportSegment {
         offset: u64,
         len: usize,
     ) -> Result<usize> {
-        let inner = &self.inner;
-        let ctx = |e: Error| {
-            e.op(op)
-                .segment(inner.segment)
-                .node(inner.node)
-                .offset(offset)
-                .length(len as u64)
-        };
-        if inner.disconnected.load(Ordering::Relaxed) {
-            return Err(ctx(
-                Error::bad_seg_hndl().detail("the segment was disconnected")
-            ));
-        }
-        if !inner.granted.allows(need) {
-            return Err(ctx(
-                Error::perm_denied().detail(format!("the connection grants {:?}", inner.granted))
-            ));
-        }
-        if offset > inner.length || (offset == inner.length && len > 0) {
-            return Err(ctx(
-                Error::bad_offset().detail(format!("the segment has {} bytes", inner.length))
-            ));
-        }
-        if offset
-            .checked_add(len as u64)
-            .is_none_or(|end| end > inner.length)
-        {
-            return Err(ctx(
-                Error::bad_length().detail(format!("the segment has {} bytes", inner.length))
-            ));
-        }
+        // The copy itself checks the revoke (the generation word).
+        self.check_access(op, need, offset, len, false)?;
         Ok(offset as usize)
     }
 
