@@ -242,6 +242,8 @@ pub(crate) struct ExportInner {
     state: Mutex<ExportState>,
     /// Serialises rebinds of this segment.
     rebinding: tokio::sync::Mutex<()>,
+    /// Signals, waits, the pollable descriptor and streams (`export/signal.rs`).
+    events: Arc<crate::events::hub::Hub>,
 }
 
 struct ExportState {
@@ -380,8 +382,14 @@ impl ExportInner {
 
     /// Forgets an importer (it disconnected, or its node is gone).
     pub(crate) fn forget(&self, conn_id: u64) {
-        if let Some(p) = self.lock().published.as_mut() {
-            p.importers.remove(&conn_id);
+        let gone = self
+            .lock()
+            .published
+            .as_mut()
+            .and_then(|p| p.importers.remove(&conn_id));
+        if let Some(i) = gone {
+            self.events
+                .emit(crate::events::SegmentEvent::ImporterDisconnected { node: i.node });
         }
     }
 
@@ -484,6 +492,7 @@ impl ExportSegment {
                     mem: Arc::new(mem),
                 }),
                 rebinding: tokio::sync::Mutex::new(()),
+                events: crate::events::hub::Hub::new(),
             }),
         })
     }
@@ -930,6 +939,12 @@ impl ExportSegment {
     /// Destroys the segment (`rsm_memseg_export_destroy`), unpublishing it first if needed.
     /// Its memory is freed once no importer can reach it any more.
     pub async fn destroy(self) -> Result<()> {
+        if self.inner.events.pollfd_in_use() {
+            return Err(Error::pollfd_in_use()
+                .op("destroy")
+                .detail("release the segment's PollFd first"));
+        }
+        self.inner.events.close();
         let published = {
             let mut st = self.inner.lock();
             st.destroyed = true;
@@ -996,3 +1011,6 @@ impl Drop for ExportInner {
         }
     }
 }
+
+// Signals, waits, the pollable descriptor and event streams, in export/signal.rs.
+mod signal;

@@ -55,6 +55,12 @@ pub(crate) struct ImportInner {
     /// they post with: a rebind swaps it (design §4).
     tracker: Arc<Tracker>,
     disconnected: AtomicBool,
+    /// Signals, waits, the pollable descriptor and streams (`import/signal.rs`).
+    events: Arc<crate::events::hub::Hub>,
+    /// The exporter's doorbell on this controller, if it has one.
+    bell: Option<crate::core::wire::Doorbell>,
+    /// This node's token for the connection: the exporter's signals carry it.
+    token: u64,
 }
 
 impl ImportInner {
@@ -69,6 +75,7 @@ impl ImportInner {
 
     /// Phase 1 of a revoke at the importer: fail new operations, wait for those in flight.
     pub(crate) async fn revoked(&self) {
+        self.events.emit(crate::events::SegmentEvent::Revoked);
         self.abort(
             Error::conn_aborted()
                 .node(self.node)
@@ -86,6 +93,8 @@ impl ImportInner {
             key,
             generation,
         };
+        self.events
+            .emit(crate::events::SegmentEvent::Rebound { generation });
         if let Some(old) = self.tracker.rebind(view) {
             tracing::debug!(
                 node = self.node,
@@ -101,6 +110,10 @@ impl ImportInner {
 
 impl Drop for ImportInner {
     fn drop(&mut self) {
+        self.events.close();
+        if let Some(state) = self.state.upgrade() {
+            state.signals.remove_import(self.token);
+        }
         if !self.disconnected.swap(true, Ordering::SeqCst) {
             if let Some(state) = self.state.upgrade() {
                 state.remove_import(self.node, self.conn_id);
@@ -138,6 +151,7 @@ impl ImportSegment {
             ctx(Error::ctlr_not_present().detail("the loopback controller cannot import yet"))
         })?);
         let (uid, gid, groups) = crate::sys::creds::current();
+        let token = state.signals.new_token();
         let request = Message::ConnectRequest(ConnectRequest {
             req: rand::random(),
             segment_id: segment,
@@ -147,6 +161,8 @@ impl ImportSegment {
             gid,
             groups,
             fabric_addr: backend.address(),
+            signal_token: token,
+            doorbell: backend.doorbell(),
         });
         let side = Arc::clone(state.side().map_err(ctx)?);
         let (peer, reply) = state
@@ -192,8 +208,12 @@ impl ImportSegment {
                 generation: grant.generation,
             })),
             disconnected: AtomicBool::new(false),
+            events: crate::events::hub::Hub::new(),
+            bell: grant.doorbell,
+            token,
         });
         state.add_import(node, grant.conn_id, &inner);
+        state.signals.add_import(token, &inner);
         tracing::debug!(
             node,
             segment = format_args!("{segment:#x}"),
@@ -350,11 +370,18 @@ impl ImportSegment {
     /// flight, then tells the exporter. Works after a forced disconnect too.
     pub async fn disconnect(self) -> Result<()> {
         let inner = &self.inner;
+        if inner.events.pollfd_in_use() {
+            return Err(Error::pollfd_in_use()
+                .op("import_disconnect")
+                .segment(inner.segment)
+                .detail("release the segment's PollFd first"));
+        }
         if inner.disconnected.swap(true, Ordering::SeqCst) {
             return Err(Error::bad_seg_hndl()
                 .op("import_disconnect")
                 .detail("already disconnected"));
         }
+        inner.events.close();
         let Some(state) = inner.state.upgrade() else {
             return Ok(());
         };
@@ -376,3 +403,6 @@ impl ImportSegment {
 
 // Typed put/get (8/16/32/64 bits, byte order), an `impl ImportSegment` in import/typed.rs.
 mod typed;
+
+// Signals, waits, the pollable descriptor and event streams, in import/signal.rs.
+mod signal;

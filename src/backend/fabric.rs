@@ -25,7 +25,13 @@ pub(crate) struct FabricBackend {
     virt_addr: bool,
     visibility: Visibility,
     max_transfer: usize,
+    /// Completion-data width: signals need 8 bytes.
+    cq_data_size: usize,
+    /// The signal doorbell, registered when first needed (`doorbell.rs`).
+    bell: std::sync::OnceLock<Option<doorbell::DoorbellMr>>,
 }
+
+mod doorbell;
 
 impl FabricBackend {
     /// Opens the endpoint and starts the progress engine on `domain`.
@@ -44,6 +50,7 @@ impl FabricBackend {
         };
         let virt_addr = v.mr_mode() & ffi::FI_MR_VIRT_ADDR as i32 != 0;
         let max_transfer = max_transfer_for(v.max_msg_size());
+        let cq_data_size = v.cq_data_size();
         Ok(Arc::new(FabricBackend {
             virt_addr,
             domain,
@@ -55,6 +62,8 @@ impl FabricBackend {
             key_mask,
             visibility: visibility_for(kind),
             max_transfer,
+            cq_data_size,
+            bell: std::sync::OnceLock::new(),
         }))
     }
 

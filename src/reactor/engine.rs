@@ -190,7 +190,6 @@ impl Engine {
     }
 
     /// Routes remote completion data (signals) to `f`.
-    #[allow(dead_code)] // signals use it
     pub(crate) fn set_remote_data_handler(&self, f: RemoteDataHandler) {
         *self.remote_data.lock().unwrap_or_else(|p| p.into_inner()) = Some(f);
     }
@@ -280,6 +279,14 @@ impl Engine {
             .unwrap_or_else(|p| p.into_inner())
             .push(waker.clone());
         self.wake.wake();
+    }
+
+    /// Wakes the thread if it sleeps and this provider wants progress after a post (a post
+    /// that took no place in the queue: a signal's inject).
+    pub(crate) fn poke(&self) {
+        if self.sleeping.load(Ordering::SeqCst) && (self.polls() || self.tuning.wake_on_post) {
+            self.wake.wake();
+        }
     }
 
     /// Keeps a polling engine awake for a window: a peer needs its progress.
