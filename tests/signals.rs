@@ -535,19 +535,43 @@ fn an_import_only_read_only_node_signals_and_is_signalled() {
 #[test]
 fn a_signal_to_a_dead_node_is_unreachable() {
     let _serial = serial();
-    let mut s = setup("tcp0", false, "600");
-    assert_eq!(s.child.ask("watch"), "ok");
-    s.child.kill();
-    let seg = s.seg.clone();
-    s.rt.block_on(async {
-        wait_until(|| seg.importer_count() == 0).await;
-        // No importer left: nobody to signal.
-        seg.signal(SignalFlags::empty()).await.unwrap();
-    });
-    let Setup { rt, node, seg, .. } = s;
+    let rt = runtime();
     rt.block_on(async {
-        seg.destroy().await.unwrap();
-        node.shutdown().await;
+        for ctrl in CONTROLLERS {
+            let (a, b, a_id) = common::two_nodes().await;
+            let seg = a
+                .controller(ctrl)
+                .await
+                .unwrap()
+                .export(common::page(), ExportFlags::empty())
+                .unwrap();
+            let id = seg.publish(0, &[]).await.unwrap();
+            let imp = b
+                .controller(ctrl)
+                .await
+                .unwrap()
+                .import(a_id, id, Perm::RDWR)
+                .await
+                .unwrap();
+            let mut events = imp.events();
+            imp.signal(SignalFlags::empty()).await.unwrap();
+            seg.wait_signal(FIVE_S).await.unwrap();
+            // The exporting node goes away.
+            a.shutdown().await;
+            let e = tokio::time::timeout(Duration::from_secs(10), events.next())
+                .await
+                .expect("an event within 10 s");
+            assert_eq!(
+                e.unwrap().unwrap(),
+                SegmentEvent::PeerUnreachable { node: a_id },
+                "{ctrl}"
+            );
+            let e = imp.signal(SignalFlags::empty()).await.unwrap_err();
+            assert_eq!(e.code(), 39, "{ctrl}: RSMERR_REMOTE_NODE_UNREACHABLE: {e}");
+            drop(imp);
+            drop(seg);
+            b.shutdown().await;
+        }
     });
 }
 

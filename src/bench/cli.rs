@@ -12,6 +12,10 @@ pub enum Op {
     Put,
     /// Read the peer's memory into a local buffer.
     Get,
+    /// Signal round trip: post to the peer's segment, which answers with a signal; the
+    /// baseline is a plain `fi_inject_writedata` answered the same way, both sides
+    /// busy-polling. Sizes are ignored (one row, 8 B: the doorbell write).
+    Signal,
 }
 
 impl Op {
@@ -20,6 +24,7 @@ impl Op {
         match self {
             Op::Put => "put",
             Op::Get => "get",
+            Op::Signal => "signal",
         }
     }
 }

@@ -267,9 +267,33 @@ async fn bench(args: &BenchArgs, progress: &mut Progress) -> Result<Vec<Row>, Be
 
 /// The seeds of the data written and of what it overwrites: a transfer that moves nothing,
 /// or moves the wrong bytes, leaves the other pattern behind.
+/// The signal round trip of the baseline: the peer echoes every doorbell write while it
+/// progresses.
+fn baseline_signal_row(
+    b: &mut Baseline,
+    peer: &mut PeerProcess,
+    spec: &RowSpec,
+    progress: &mut Progress,
+) -> Result<(Summary, bool), BenchError> {
+    progress.phase("baseline", "preparing");
+    let (key, base) = b.open_doorbell()?;
+    peer.expect_ok(&Command::Echo { key, base })?;
+    peer.expect_ok(&Command::Progress)?;
+    progress.phase("baseline", "warm-up");
+    let (warmup, n) = (spec.warmup(), spec.timed());
+    let mut samples =
+        b.signal_latency(warmup, n, &mut |done| progress.tick("baseline", done, n))?;
+    // Ends the peer's polling.
+    peer.sum(&Command::Sum {
+        len: 8,
+        target: Target::Raw,
+    })?;
+    Ok((Summary::from_latency(&mut samples, spec.size), true))
+}
+
 fn seeds(op: Op, seed: u64) -> (u64, u64) {
     match op {
-        Op::Put => (seed, !seed),
+        Op::Put | Op::Signal => (seed, !seed),
         Op::Get => (!seed, seed),
     }
 }
@@ -297,6 +321,8 @@ async fn rsm_row(
     progress.phase("rsm", "verifying");
     let want = pattern::pattern(seed, size);
     let ok = match spec.op {
+        // Every round trip got its answer, or the run failed.
+        Op::Signal => true,
         Op::Put => {
             if corrupt {
                 peer.expect_ok(&Command::Corrupt {
@@ -329,6 +355,9 @@ fn baseline_row(
     progress: &mut Progress,
     corrupt: bool,
 ) -> Result<(Summary, bool), BenchError> {
+    if spec.op == Op::Signal {
+        return baseline_signal_row(b, peer, spec, progress);
+    }
     let (local_seed, remote_seed) = seeds(spec.op, seed);
     let (op, size, slots) = (spec.op, spec.size, spec.slots());
     progress.phase("baseline", "preparing");
@@ -364,6 +393,7 @@ fn baseline_row(
                 target: Target::Raw,
             })?,
             Op::Get => b.corrupt_local(size / 2)?,
+            Op::Signal => {}
         }
     }
     // This command also ends the peer's polling.
@@ -373,7 +403,7 @@ fn baseline_row(
     })?;
     let want = pattern::fnv1a64(&pattern::pattern(seed, size));
     let ok = match op {
-        Op::Put => remote_sum == want,
+        Op::Put | Op::Signal => remote_sum == want,
         // The peer's memory must still hold its pattern, and every slot must have got it.
         Op::Get => remote_sum == want && b.check_local(seed, size, slots)?.is_none(),
     };

@@ -17,6 +17,7 @@ async fn one(init: &RsmInitiator, op: Op, buf: Vec<u8>) -> (Result<()>, Option<V
     match op {
         Op::Put => init.put(0, buf).await,
         Op::Get => init.get(0, buf).await,
+        Op::Signal => (init.signal_round_trip().await, Some(buf)),
     }
 }
 

@@ -256,3 +256,70 @@ impl Drop for PollFd {
         st.fd_refs = st.fd_refs.saturating_sub(1);
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use futures::StreamExt;
+
+    #[test]
+    fn posts_count_and_no_accumulate_drops_while_pending() {
+        let hub = Hub::new();
+        assert!(hub.post(2, false));
+        assert!(hub.post(2, false));
+        assert!(!hub.post(2, true), "dropped: events are pending");
+        assert_eq!(hub.pending(), 2);
+        assert_eq!(hub.try_take(), Ok(true));
+        assert_eq!(hub.try_take(), Ok(true));
+        assert_eq!(hub.try_take(), Ok(false));
+        assert!(hub.post(2, true), "nothing pending: counted");
+        assert!(!hub.post(2, true));
+        assert_eq!(hub.pending(), 1);
+        hub.close();
+        assert!(!hub.post(2, false));
+    }
+
+    #[test]
+    fn streams_observe_lag_and_end() {
+        let hub = Hub::new();
+        let mut slow = hub.subscribe();
+        let mut fast = hub.subscribe();
+        let extra = 10u64;
+        for _ in 0..STREAM_CAPACITY as u64 + extra {
+            hub.post(3, false);
+        }
+        // Streams consume nothing.
+        assert_eq!(hub.pending(), STREAM_CAPACITY as u64 + extra);
+        futures::executor::block_on(async {
+            assert_eq!(slow.next().await, Some(Err(super::super::Lagged(extra))));
+            assert_eq!(
+                slow.next().await,
+                Some(Ok(SegmentEvent::Signal { from: 3 }))
+            );
+            hub.close();
+            let mut n = 0;
+            while let Some(e) = fast.next().await {
+                if e.is_ok() {
+                    n += 1;
+                }
+            }
+            assert_eq!(n, STREAM_CAPACITY, "what was buffered, then the end");
+            assert!(hub.subscribe().next().await.is_none());
+        });
+    }
+
+    #[test]
+    fn the_pollfd_is_counted() {
+        let hub = Hub::new();
+        hub.post(1, false);
+        let a = hub.pollfd("test").unwrap();
+        let b = hub.pollfd("test").unwrap();
+        assert!(hub.pollfd_in_use());
+        assert!(a.try_consume());
+        assert!(!b.try_consume());
+        drop(a);
+        assert!(hub.pollfd_in_use());
+        drop(b);
+        assert!(!hub.pollfd_in_use());
+    }
+}
