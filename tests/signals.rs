@@ -98,6 +98,25 @@ fn importer_role() {
                 }
                 "ok".to_string()
             }),
+            // After `secs` of silence: the time of one 8-byte put, or of one signal round trip.
+            ["idleput", secs] => {
+                std::thread::sleep(Duration::from_secs(secs.parse().unwrap()));
+                rt.block_on(async {
+                    let t = Instant::now();
+                    let (r, _) = imp.put(0, vec![7u8; 8]).await;
+                    r.unwrap();
+                    format!("{}", t.elapsed().as_micros())
+                })
+            }
+            ["idlesig", secs] => {
+                std::thread::sleep(Duration::from_secs(secs.parse().unwrap()));
+                rt.block_on(async {
+                    let t = Instant::now();
+                    imp.signal(SignalFlags::empty()).await.unwrap();
+                    imp.wait_signal(FIVE_S).await.unwrap();
+                    format!("{}", t.elapsed().as_micros())
+                })
+            }
             ["pending"] => imp.pending_signals().to_string(),
             // Polls the descriptor (at most 10 s) and consumes what it reports.
             ["poll"] => {
@@ -644,4 +663,36 @@ fn signal_round_trip_figures() {
 
 fn writeln_line(p: &mut Peer, line: &str) {
     p.send(line);
+}
+
+/// Not a check: on each controller, after 10 s with nothing happening on either node, how
+/// long the first put and the first signal round trip take (printed).
+#[test]
+fn first_operations_after_idle_figures() {
+    let _serial = serial();
+    let only = std::env::var("ONLY_CTRL").ok();
+    for ctrl in CONTROLLERS {
+        if only.as_deref().is_some_and(|o| o != ctrl) {
+            continue;
+        }
+        let mut s = setup(ctrl, false, "600");
+        let seg = s.seg.clone();
+        let echo = s.rt.spawn(async move {
+            seg.wait_signal(Some(Duration::from_secs(60)))
+                .await
+                .unwrap();
+            seg.signal(SignalFlags::empty()).await.unwrap();
+        });
+        // Warm: one of each first.
+        let warm_put = s.child.ask("idleput 0");
+        let secs: u64 = std::env::var("IDLE_SECS").map_or(10, |v| v.parse().unwrap());
+        let put = s.child.ask(&format!("idleput {secs}"));
+        let sig = s.child.ask(&format!("idlesig {secs}"));
+        s.rt.block_on(echo).unwrap();
+        eprintln!(
+            "after {secs} s idle on {ctrl}: first put {put} us (a put without idle: {warm_put} us), \
+             first signal round trip {sig} us"
+        );
+        s.end();
+    }
 }

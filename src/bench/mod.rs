@@ -154,9 +154,12 @@ pub async fn run(args: BenchArgs) -> ExitCode {
 }
 
 async fn bench(args: &BenchArgs, progress: &mut Progress) -> Result<Vec<Row>, BenchError> {
-    let sizes = &args.sizes.0;
+    // A signal is one 8-byte doorbell write, measured as a round trip: one latency row.
+    let signal = args.op == Op::Signal;
+    let sizes = if signal { &vec![8] } else { &args.sizes.0 };
+    let mode = if signal { Mode::Latency } else { args.mode };
     let max = sizes.iter().copied().max().unwrap_or(8);
-    let window = match args.mode {
+    let window = match mode {
         Mode::Latency => 1,
         Mode::Bandwidth => args.window as usize,
     };
@@ -207,17 +210,17 @@ async fn bench(args: &BenchArgs, progress: &mut Progress) -> Result<Vec<Row>, Be
     for (i, &size) in sizes.iter().enumerate() {
         let spec = RowSpec {
             op: args.op,
-            mode: args.mode,
+            mode,
             size,
             window,
             iters,
         };
-        progress.row(&args.controller, args.op, size, args.mode);
+        progress.row(&args.controller, args.op, size, mode);
         let mut row = Row {
             controller: args.controller.clone(),
             provider: provider.clone(),
             op: args.op,
-            mode: args.mode,
+            mode,
             size,
             window,
             rsm: None,

@@ -247,11 +247,8 @@ async fn ring(
                 // A sleeping target (shm) needs its progress to see the doorbell; the local
                 // engine may need to run for a connection being set up (rxm).
                 engine.note_target(node);
-                // rxm may queue the inject until its next progress: read the queue now, and
-                // wake the engine (a plain eventfd write, so an engine about to sleep cannot
-                // miss it) to progress through its spin window.
-                engine.try_progress();
-                engine.nudge();
+                // rxm may queue the inject until its next progress.
+                engine.progress_after_inject();
                 return Ok(());
             }
             Err(PostError::Again) => {

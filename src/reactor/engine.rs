@@ -489,6 +489,21 @@ impl Engine {
         }
     }
 
+    /// After a post that has no completion to wait for (a signal's inject, which rxm may
+    /// queue until its next progress): reads the queue here if no one else is, and wakes
+    /// the engine if it sleeps; if someone is reading right now, wakes the engine
+    /// unconditionally, so that it cannot go to sleep past the post.
+    pub(crate) fn progress_after_inject(&self) {
+        match self.reader.try_lock() {
+            Ok(mut entries) => {
+                self.drain_with(&mut entries);
+                drop(entries);
+                self.poke();
+            }
+            Err(_) => self.wake.wake(),
+        }
+    }
+
     /// How long the thread awaiting a just-posted operation may read the queue itself before
     /// it leaves the waiting to the engine.
     pub(crate) fn inline_spin(&self) -> Duration {
