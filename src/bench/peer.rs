@@ -142,6 +142,9 @@ fn serve(
                     if let (Some(dest), Some(bell)) = (initiator, echo) {
                         let rings = scratch.iter().filter(|e| e.has_remote_data()).count();
                         answer_rings(t, dest, bell, rings, &mut scratch);
+                        if rings == 0 {
+                            t.rest();
+                        }
                     }
                 }
                 match commands.try_recv() {

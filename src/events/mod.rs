@@ -12,7 +12,7 @@
 //!   event (signals, importers connecting and leaving, revokes, rebinds, unreachable peers),
 //!   consumes nothing, and reports [`Lagged`] when it falls more than its buffer behind.
 //!
-//! How a signal travels is in [`route`]: an 8-byte `fi_inject_writedata` to the peer's
+//! How a signal travels (`events/route.rs`): an 8-byte `fi_inject_writedata` to the peer's
 //! doorbell registration, or the side channel.
 
 pub(crate) mod hub;

@@ -34,7 +34,7 @@ impl ImportSegment {
     ///
     /// Any connection may signal, a read-only one too. A signal posted after a put on this
     /// segment *resolved* arrives after the put's data is visible (decision 18); see
-    /// [`crate::events::route`] for puts still in flight.
+    /// the crate documentation (Signals and events) for puts still in flight.
     ///
     /// # Errors
     /// - `RSMERR_BAD_SEG_HNDL` after [`disconnect`](ImportSegment::disconnect);

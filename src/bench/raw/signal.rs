@@ -1,10 +1,12 @@
 //! The signal baseline: a plain `fi_inject_writedata` to the peer's buffer, answered by the
 //! peer with one to this side's doorbell, both sides busy-polling their queues.
 
-use super::{Baseline, RawRegion, STALL};
+use super::{Baseline, RawRegion, RawTarget, STALL, wait_readable};
+use crate::fabric::WaitKind;
 use crate::fabric::endpoint::PostError;
 use crate::fabric::{CqReadError, MrAccess};
 use crate::{Error, Result};
+use std::time::Duration;
 use std::time::Instant;
 
 /// The key of the initiator's doorbell registration.
@@ -75,6 +77,12 @@ impl Baseline {
                 if spins % super::YIELD_EVERY == 0 {
                     std::thread::yield_now();
                 }
+                // Auto-progress providers (sockets): spinning would starve their threads.
+                if let Some(fd) = self.idle_fd {
+                    if self.raw.cq.trywait() {
+                        wait_readable(fd, Duration::from_millis(10));
+                    }
+                }
                 if spins % 4096 == 0 && t0.elapsed() > STALL {
                     return Err(Error::timeout()
                         .op("signal")
@@ -90,5 +98,18 @@ impl Baseline {
             }
         }
         Ok(out)
+    }
+}
+
+impl RawTarget {
+    /// On an auto-progress provider (sockets), sleeps on the queue's wait fd for at most a
+    /// millisecond instead of spinning: its own threads need the CPU. Elsewhere returns at
+    /// once.
+    pub(crate) fn rest(&self) {
+        if let WaitKind::Fd(fd) = self.raw.cq.wait() {
+            if self.raw.auto_progress() && self.raw.cq.trywait() {
+                wait_readable(fd, Duration::from_millis(1));
+            }
+        }
     }
 }
