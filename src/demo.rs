@@ -10,8 +10,11 @@
 //!
 //! The README's code blocks are compiled and run from here too (`ReadmeDoctests`).
 
-use crate::{Access, Controller, Error, ExportFlags, ExportSegment, ImportSegment, Node, Perm};
+use crate::{
+    Access, Controller, Error, ExportFlags, ExportSegment, ImportSegment, Node, Perm, SignalFlags,
+};
 use clap::Args;
+use futures::StreamExt;
 use std::io::{BufRead, BufReader, Write};
 use std::process::{Child, ChildStdin, ExitCode, Stdio};
 use std::time::{Duration, Instant};
@@ -494,6 +497,18 @@ async fn walk_through(
         walk.end(&got, Expect::Err("RSMERR_PERM_DENIED"));
     }
 
+    signals_walk(
+        &exp,
+        &imp_who,
+        &reader_who,
+        &imp,
+        reader.as_ref(),
+        exporter,
+        walk,
+    )
+    .await?;
+    let mut imp_events = imp.events();
+
     walk.begin(
         &exp,
         "unpublish the segment: no new connections, and the connected importers are \
@@ -517,6 +532,21 @@ async fn walk_through(
 
     walk.begin(
         &imp_who,
+        "look at the segment's event stream: the exporter's revoke is there",
+        "",
+    );
+    let got = match tokio::time::timeout(Duration::from_secs(5), imp_events.next()).await {
+        Ok(Some(Ok(e))) => Ok(format!("{e:?}")),
+        Ok(other) => Ok(format!("{other:?}")),
+        Err(_) => Err(Failure {
+            name: "timeout".into(),
+            detail: "no event within 5 s".into(),
+        }),
+    };
+    walk.end(&got, Expect::Text("Revoked".into()));
+
+    walk.begin(
+        &imp_who,
         "disconnect, which also cleans up after a forced disconnect",
         "rsm_memseg_import_disconnect",
     );
@@ -526,6 +556,88 @@ async fn walk_through(
 
     walk.begin(&exp, "destroy the segment", "rsm_memseg_export_destroy");
     let got = exporter.ask("destroy").await.map_err(|e| walk.stop(e))?;
+    walk.end(&got, Expect::Ok);
+    Ok(())
+}
+
+/// The signal steps: posts both ways, waits that consume, a wait that times out, and the
+/// exporter's event stream.
+async fn signals_walk(
+    exp: &str,
+    imp_who: &str,
+    reader_who: &str,
+    imp: &ImportSegment,
+    reader: Option<&ImportSegment>,
+    exporter: &mut ExporterProcess,
+    walk: &mut Walk,
+) -> std::result::Result<(), Stop> {
+    walk.begin(
+        imp_who,
+        "signal the exporter: \"a record is there\" (an 8-byte write to the exporter's \
+         doorbell whose completion data names the connection)",
+        "rsm_intr_signal_post",
+    );
+    let got = within(imp.signal(SignalFlags::empty()))
+        .await
+        .map(|()| String::new());
+    walk.end(&got, Expect::Ok);
+
+    walk.begin(
+        exp,
+        "wait for a signal, at most 5 s; the wait consumes it",
+        "rsm_intr_signal_wait",
+    );
+    let got = exporter.ask("wait 5000").await.map_err(|e| walk.stop(e))?;
+    walk.end(&got, Expect::Ok);
+
+    if let Some(reader) = reader {
+        walk.begin(
+            reader_who,
+            "signal the exporter too: a read-only connection may signal",
+            "rsm_intr_signal_post",
+        );
+        let got = within(reader.signal(SignalFlags::empty()))
+            .await
+            .map(|()| String::new());
+        walk.end(&got, Expect::Ok);
+
+        walk.begin(exp, "wait for that signal", "rsm_intr_signal_wait");
+        let got = exporter.ask("wait 5000").await.map_err(|e| walk.stop(e))?;
+        walk.end(&got, Expect::Ok);
+    }
+
+    walk.begin(
+        exp,
+        "wait again, at most 200 ms: every signal was consumed",
+        "rsm_intr_signal_wait",
+    );
+    let got = exporter.ask("wait 200").await.map_err(|e| walk.stop(e))?;
+    walk.end(&got, Expect::Err("RSMERR_TIMEOUT"));
+
+    walk.begin(
+        exp,
+        "signal every importer of the segment",
+        "rsm_intr_signal_post",
+    );
+    let got = exporter.ask("signal").await.map_err(|e| walk.stop(e))?;
+    walk.end(&got, Expect::Ok);
+
+    walk.begin(
+        imp_who,
+        "wait for the exporter's signal",
+        "rsm_intr_signal_wait",
+    );
+    let got = within(imp.wait_signal(Some(Duration::from_secs(5))))
+        .await
+        .map(|()| String::new());
+    walk.end(&got, Expect::Ok);
+
+    walk.begin(
+        exp,
+        "look at the segment's event stream (a tokio Stream that observes, consuming nothing)",
+        "",
+    );
+    let got = exporter.ask("events").await.map_err(|e| walk.stop(e))?;
     walk.end(&got, Expect::Ok);
     Ok(())
 }
@@ -767,6 +879,7 @@ pub async fn run_exporter(args: ExporterArgs) -> ExitCode {
         Access::new(args.reader, READER_PERM),
     ];
     let mut seg: Option<ExportSegment> = None;
+    let events: std::sync::Arc<std::sync::Mutex<Vec<String>>> = Default::default();
     let no_segment = || Error::bad_seg_hndl().detail("no segment was created");
     while let Some(command) = commands.recv().await {
         let words: Vec<&str> = command.split_whitespace().collect();
@@ -779,9 +892,38 @@ pub async fn run_exporter(args: ExporterArgs) -> ExitCode {
                     size.to_string()
                 }),
             ["publish"] => match &seg {
-                Some(s) => s.publish(0, &acl).await.map(|id| id.to_string()),
+                Some(s) => {
+                    let mut stream = s.events();
+                    let log = std::sync::Arc::clone(&events);
+                    tokio::spawn(async move {
+                        while let Some(e) = stream.next().await {
+                            let line = match e {
+                                Ok(e) => format!("{e:?}"),
+                                Err(lagged) => lagged.to_string(),
+                            };
+                            log.lock().unwrap_or_else(|p| p.into_inner()).push(line);
+                        }
+                    });
+                    s.publish(0, &acl).await.map(|id| id.to_string())
+                }
                 None => Err(no_segment()),
             },
+            ["wait", ms] => match (&seg, ms.parse::<u64>()) {
+                (Some(s), Ok(ms)) => s
+                    .wait_signal(Some(Duration::from_millis(ms)))
+                    .await
+                    .map(|()| format!("one signal consumed, {} pending", s.pending_signals())),
+                (None, _) => Err(no_segment()),
+                (_, Err(_)) => Err(Error::bad_conf().detail(format!("bad timeout {ms:?}"))),
+            },
+            ["signal"] => match &seg {
+                Some(s) => s
+                    .signal(SignalFlags::empty())
+                    .await
+                    .map(|()| format!("{} importer(s) signalled", s.importer_count())),
+                None => Err(no_segment()),
+            },
+            ["events"] => Ok(events.lock().unwrap_or_else(|p| p.into_inner()).join(", ")),
             ["read", len] => match (&seg, len.parse::<usize>()) {
                 (Some(s), Ok(len)) => {
                     let mut buf = vec![0u8; len];

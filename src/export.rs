@@ -258,6 +258,8 @@ pub(crate) struct ExportInner {
     state: Mutex<ExportState>,
     /// Serialises rebinds of this segment.
     rebinding: tokio::sync::Mutex<()>,
+    /// Signals, waits, the pollable descriptor and streams (`export/signal.rs`).
+    events: Arc<crate::events::hub::Hub>,
 }
 
 struct ExportState {
@@ -410,8 +412,14 @@ impl ExportInner {
         if let Some(lo) = self.ctrl.loopback() {
             lo.forget(conn_id);
         }
-        if let Some(p) = self.lock().published.as_mut() {
-            p.importers.remove(&conn_id);
+        let gone = self
+            .lock()
+            .published
+            .as_mut()
+            .and_then(|p| p.importers.remove(&conn_id));
+        if let Some(i) = gone {
+            self.events
+                .emit(crate::events::SegmentEvent::ImporterDisconnected { node: i.node });
         }
     }
 
@@ -518,6 +526,7 @@ impl ExportSegment {
                     mem: Arc::new(mem),
                 }),
                 rebinding: tokio::sync::Mutex::new(()),
+                events: crate::events::hub::Hub::new(),
             }),
         })
     }
@@ -1026,6 +1035,12 @@ impl ExportSegment {
     /// Destroys the segment (`rsm_memseg_export_destroy`), unpublishing it first if needed.
     /// Its memory is freed once no importer can reach it any more.
     pub async fn destroy(self) -> Result<()> {
+        if self.inner.events.pollfd_in_use() {
+            return Err(Error::pollfd_in_use()
+                .op("destroy")
+                .detail("release the segment's PollFd first"));
+        }
+        self.inner.events.close();
         let published = {
             let mut st = self.inner.lock();
             st.destroyed = true;
@@ -1094,3 +1109,6 @@ impl Drop for ExportInner {
         }
     }
 }
+
+// Signals, waits, the pollable descriptor and event streams, in export/signal.rs.
+mod signal;

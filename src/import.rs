@@ -64,6 +64,12 @@ pub(crate) struct ImportInner {
     explicit: AtomicBool,
     /// The barrier `init_barrier` attached last.
     barrier: std::sync::Mutex<Option<Arc<BarrierCore>>>,
+    /// Signals, waits, the pollable descriptor and streams (`import/signal.rs`).
+    events: Arc<crate::events::hub::Hub>,
+    /// The exporter's doorbell on this controller, if it has one.
+    bell: Option<crate::core::wire::Doorbell>,
+    /// This node's token for the connection: the exporter's signals carry it.
+    token: u64,
 }
 
 impl ImportInner {
@@ -86,6 +92,7 @@ impl ImportInner {
 
     /// Phase 1 of a revoke at the importer: fail new operations, wait for those in flight.
     pub(crate) async fn revoked(&self) {
+        self.events.emit(crate::events::SegmentEvent::Revoked);
         self.abort(
             Error::conn_aborted()
                 .node(self.node)
@@ -112,6 +119,8 @@ impl ImportInner {
             key,
             generation,
         };
+        self.events
+            .emit(crate::events::SegmentEvent::Rebound { generation });
         if let Some(old) = self.tracker.rebind(view) {
             tracing::debug!(
                 node = self.node,
@@ -127,6 +136,10 @@ impl ImportInner {
 
 impl Drop for ImportInner {
     fn drop(&mut self) {
+        self.events.close();
+        if let Some(state) = self.state.upgrade() {
+            state.signals.remove_import(self.token);
+        }
         if !self.disconnected.swap(true, Ordering::SeqCst) {
             if let Some(state) = self.state.upgrade() {
                 state.remove_import(self.node, self.conn_id);
@@ -164,6 +177,7 @@ impl ImportSegment {
         }
         let backend = ctrl.fabric().cloned();
         let (uid, gid, groups) = crate::sys::creds::current();
+        let token = state.signals.new_token();
         let request = Message::ConnectRequest(ConnectRequest {
             req: rand::random(),
             segment_id: segment,
@@ -173,6 +187,8 @@ impl ImportSegment {
             gid,
             groups,
             fabric_addr: backend.as_ref().map(|b| b.address()).unwrap_or_default(),
+            signal_token: token,
+            doorbell: backend.as_ref().and_then(|b| b.doorbell()),
         });
         let side = Arc::clone(state.side().map_err(ctx)?);
         let (peer, reply) = state
@@ -231,8 +247,12 @@ impl ImportSegment {
             disconnected: AtomicBool::new(false),
             explicit: AtomicBool::new(false),
             barrier: std::sync::Mutex::new(None),
+            events: crate::events::hub::Hub::new(),
+            bell: grant.doorbell,
+            token,
         });
         state.add_import(node, grant.conn_id, &inner);
+        state.signals.add_import(token, &inner);
         tracing::debug!(
             node,
             segment = format_args!("{segment:#x}"),
@@ -458,11 +478,18 @@ impl ImportSegment {
                 .segment(inner.segment)
                 .detail("unmap the segment first (drop its ImportMapping)"));
         }
+        if inner.events.pollfd_in_use() {
+            return Err(Error::pollfd_in_use()
+                .op("import_disconnect")
+                .segment(inner.segment)
+                .detail("release the segment's PollFd first"));
+        }
         if inner.disconnected.swap(true, Ordering::SeqCst) {
             return Err(Error::bad_seg_hndl()
                 .op("import_disconnect")
                 .detail("already disconnected"));
         }
+        inner.events.close();
         let Some(state) = inner.state.upgrade() else {
             return Ok(());
         };
@@ -496,3 +523,6 @@ mod map;
 pub use barrier::{Barrier, BarrierMode};
 pub use map::{ImportMapping, MapAt};
 pub use sg::{MAX_SGIOREQS, SgEntry, SgFlags, SgLocal, SgOp, SgOutcome};
+
+// Signals, waits, the pollable descriptor and event streams, in import/signal.rs.
+mod signal;

@@ -31,6 +31,7 @@ pub(crate) mod backend;
 pub(crate) mod state;
 
 pub mod controller;
+pub mod events;
 pub mod export;
 pub mod import;
 pub mod local;
@@ -43,6 +44,7 @@ pub use controller::{Controller, ControllerAttr, ControllerInfo};
 pub use core::segid::{SegmentIdRange, get_segmentid_range};
 pub use core::wire::ByteOrder;
 pub use error::{Error, Result};
+pub use events::{EventStream, Lagged, PollFd, SegmentEvent, SignalFlags};
 pub use export::{ExportSegment, SegmentMemory};
 pub use import::{
     Barrier, BarrierMode, ImportMapping, ImportSegment, MAX_SGIOREQS, MapAt, SgEntry, SgFlags,

@@ -364,6 +364,8 @@ pub struct NodeBuilder {
     ignore_environment: bool,
     /// The byte order the hello announces (native unless fault injection says otherwise).
     byte_order: ByteOrder,
+    /// Signals go over the side channel even where the fabric could carry them.
+    signals_over_side_channel: bool,
 }
 
 impl Default for NodeBuilder {
@@ -373,6 +375,7 @@ impl Default for NodeBuilder {
             config_file: None,
             ignore_environment: false,
             byte_order: ByteOrder::native(),
+            signals_over_side_channel: false,
         }
     }
 }
@@ -514,6 +517,20 @@ impl NodeBuilder {
         self
     }
 
+    /// Sends this node's signals over the side channel instead of the fabric's doorbells
+    /// (default `false`). The doorbell path is faster; this one needs no fabric resources
+    /// and serves to compare the two. Signals *to* this node arrive by whichever path
+    /// their sender uses.
+    ///
+    /// ```
+    /// let builder = rsm::Node::builder().signals_over_side_channel(true);
+    /// # let _ = builder;
+    /// ```
+    pub fn signals_over_side_channel(mut self, on: bool) -> Self {
+        self.signals_over_side_channel = on;
+        self
+    }
+
     /// Resolves the configuration, binds the side-channel listener and starts the node.
     ///
     /// # Errors
@@ -561,6 +578,9 @@ impl NodeBuilder {
                     .detail(format!("the node's runtime: {e}"))
             })?;
         let state = NodeState::new(runtime.handle().clone());
+        state
+            .signals
+            .force_side_channel(self.signals_over_side_channel);
         let side = match SideChannel::start(
             runtime.handle(),
             LocalIdentity {

@@ -38,6 +38,8 @@ pub(crate) struct NodeState {
     rebinds: Mutex<HashMap<(u64, u32), Waiter>>,
     engines: Mutex<Vec<Weak<Engine>>>,
     next_conn: AtomicU64,
+    /// Signal routes: importer tokens and importers' doorbells (`events/route.rs`).
+    pub(crate) signals: crate::events::route::Routes,
 }
 
 struct Exports {
@@ -64,6 +66,7 @@ impl NodeState {
             rebinds: Mutex::new(HashMap::new()),
             engines: Mutex::new(Vec::new()),
             next_conn: AtomicU64::new(rand::random::<u32>() as u64 + 1),
+            signals: Default::default(),
         })
     }
 
@@ -98,6 +101,12 @@ impl NodeState {
         e.set_kick(Box::new(move |node| {
             if let Some(side) = me.upgrade().and_then(|s| s.side().ok().cloned()) {
                 let _ = side.try_send(node, Message::Wake);
+            }
+        }));
+        let me = Arc::downgrade(self);
+        e.set_remote_data_handler(Box::new(move |word| {
+            if let Some(s) = me.upgrade() {
+                crate::events::route::on_doorbell(&s, word);
             }
         }));
         let mut engines = lock(&self.engines);
@@ -170,6 +179,7 @@ impl NodeState {
                 let mut waits = Vec::new();
                 for (&conn_id, imp) in &p.importers {
                     lock(&this.conns).remove(&conn_id);
+                    this.signals.forget_importer(conn_id);
                     let (tx, rx) = oneshot::channel();
                     lock(&this.revokes).insert(conn_id, (imp.node, tx));
                     let msg = Message::Revoke {
@@ -300,6 +310,22 @@ impl NodeState {
             _ => (g.key, g.fabric_addr),
         };
         lock(&self.conns).insert(conn_id, r.segment_id);
+        let backend = export.controller().fabric().cloned();
+        if let Some(b) = &backend {
+            let bell = r.doorbell.clone();
+            let addr = r.fabric_addr.clone();
+            self.signals.add_importer(
+                conn_id,
+                peer.node_id,
+                r.signal_token,
+                bell,
+                addr,
+                Arc::clone(b),
+            );
+        }
+        export
+            .events()
+            .emit(crate::events::SegmentEvent::ImporterConnected { node: peer.node_id });
         Ok(ConnectGrant {
             conn_id,
             // keys[0] is the key for the granted mode (read-only for a grant without write).
@@ -311,10 +337,11 @@ impl NodeState {
             fabric_addr,
             exporter_uid: g.exporter_uid,
             exporter_gid: g.exporter_gid,
+            doorbell: backend.and_then(|b| b.doorbell()),
         })
     }
 
-    fn export_of_conn(&self, conn_id: u64) -> Option<Arc<ExportInner>> {
+    pub(crate) fn export_of_conn(&self, conn_id: u64) -> Option<Arc<ExportInner>> {
         let segid = *lock(&self.conns).get(&conn_id)?;
         lock(&self.exports)
             .by_id
@@ -363,6 +390,11 @@ impl Handler for NodeHandler {
                     export.forget(conn_id);
                 }
                 lock(&node.conns).remove(&conn_id);
+                node.signals.forget_importer(conn_id);
+                None
+            }
+            Message::Signal { conn_id, flags } => {
+                crate::events::route::on_side_signal(&node, peer.node_id, conn_id, flags);
                 None
             }
             Message::Revoke {
@@ -463,6 +495,7 @@ impl Handler for NodeHandler {
             .filter(|imp| imp.peer_incarnation() == incarnation)
             .collect();
         for imp in lost {
+            imp.events().peer_lost(node_id);
             imp.abort(Error::conn_aborted().node(node_id).detail("the exporting node is unreachable (its side channel closed or missed its heartbeats)"));
         }
         // Exporter side: its connections end, and revokes need not wait for it.
@@ -472,9 +505,16 @@ impl Handler for NodeHandler {
             .filter_map(Weak::upgrade)
             .collect();
         for export in exports {
-            for conn_id in export.importers_of(node_id, incarnation) {
+            let conns = export.importers_of(node_id, incarnation);
+            if !conns.is_empty() {
+                export
+                    .events()
+                    .emit(crate::events::SegmentEvent::PeerUnreachable { node: node_id });
+            }
+            for conn_id in conns {
                 export.forget(conn_id);
                 lock(&node.conns).remove(&conn_id);
+                node.signals.forget_importer(conn_id);
             }
         }
         lock(&node.revokes).retain(|_, (n, _)| *n != node_id);
@@ -498,6 +538,8 @@ mod tests {
             gid: 0,
             groups: vec![0, 4],
             fabric_addr: Vec::new(),
+            signal_token: 0,
+            doorbell: None,
         }
     }
 

@@ -321,3 +321,30 @@ fn vector_and_explicit_barrier_rows_verify() {
     ]);
     assert_eq!(run.code, Some(2));
 }
+
+#[test]
+fn signal_round_trips_with_their_baseline() {
+    for ctrl in ["tcp0", "shm0"] {
+        let run = bench(&[
+            "--controller",
+            ctrl,
+            "--op",
+            "signal",
+            "--iters",
+            "200",
+            "--baseline",
+            "--json",
+        ]);
+        assert_eq!(run.code, Some(0), "{ctrl}: {}", run.stderr);
+        assert_eq!(run.rows.len(), 1, "{ctrl}: one row whatever the sizes");
+        let row = &run.rows[0];
+        assert_eq!(row["op"], "signal");
+        assert_eq!(row["size"], 8);
+        assert_eq!(row["verified"], true);
+        assert!(row["median_us"].as_f64().is_some_and(|m| m > 0.0), "{row}");
+        assert!(
+            row["baseline_median_us"].as_f64().is_some_and(|m| m > 0.0),
+            "{row}"
+        );
+    }
+}

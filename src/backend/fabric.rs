@@ -27,7 +27,13 @@ pub(crate) struct FabricBackend {
     max_transfer: usize,
     /// Local and remote ranges one scatter/gather post may carry.
     sg_limits: (usize, usize),
+    /// Completion-data width: signals need 8 bytes.
+    cq_data_size: usize,
+    /// The signal doorbell, registered when first needed (`doorbell.rs`).
+    bell: std::sync::OnceLock<Option<doorbell::DoorbellMr>>,
 }
+
+mod doorbell;
 
 impl FabricBackend {
     /// Opens the endpoint and starts the progress engine on `domain`.
@@ -47,6 +53,7 @@ impl FabricBackend {
         let virt_addr = v.mr_mode() & ffi::FI_MR_VIRT_ADDR as i32 != 0;
         let max_transfer = max_transfer_for(v.max_msg_size());
         let sg_limits = sg_limits_for(kind, v.iov_limit(), v.rma_iov_limit());
+        let cq_data_size = v.cq_data_size();
         Ok(Arc::new(FabricBackend {
             virt_addr,
             domain,
@@ -59,6 +66,8 @@ impl FabricBackend {
             visibility: visibility_for(kind),
             max_transfer,
             sg_limits,
+            cq_data_size,
+            bell: std::sync::OnceLock::new(),
         }))
     }
 

@@ -16,6 +16,10 @@ pub enum Op {
     Putv,
     /// A scattering get of 16 entries of `size / 16` bytes.
     Getv,
+    /// Signal round trip: post to the peer's segment, which answers with a signal; the
+    /// baseline is a plain `fi_inject_writedata` answered the same way, both sides
+    /// busy-polling. Sizes are ignored (one row, 8 B: the doorbell write).
+    Signal,
 }
 
 impl Op {
@@ -26,6 +30,7 @@ impl Op {
             Op::Get => "get",
             Op::Putv => "putv",
             Op::Getv => "getv",
+            Op::Signal => "signal",
         }
     }
 

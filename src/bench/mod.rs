@@ -168,9 +168,12 @@ pub async fn run(args: BenchArgs) -> ExitCode {
 }
 
 async fn bench(args: &BenchArgs, progress: &mut Progress) -> Result<Vec<Row>, BenchError> {
-    let sizes = &args.sizes.0;
+    // A signal is one 8-byte doorbell write, measured as a round trip: one latency row.
+    let signal = args.op == Op::Signal;
+    let sizes = if signal { &vec![8] } else { &args.sizes.0 };
+    let mode = if signal { Mode::Latency } else { args.mode };
     let max = sizes.iter().copied().max().unwrap_or(8);
-    let window = match args.mode {
+    let window = match mode {
         Mode::Latency => 1,
         Mode::Bandwidth => args.window as usize,
     };
@@ -265,17 +268,17 @@ async fn bench(args: &BenchArgs, progress: &mut Progress) -> Result<Vec<Row>, Be
     for (i, &size) in sizes.iter().enumerate() {
         let spec = RowSpec {
             op: args.op,
-            mode: args.mode,
+            mode,
             size,
             window,
             iters,
         };
-        progress.row(&args.controller, args.op, size, args.mode);
+        progress.row(&args.controller, args.op, size, mode);
         let mut row = Row {
             controller: args.controller.clone(),
             provider: provider.clone(),
             op: args.op,
-            mode: args.mode,
+            mode,
             size,
             window,
             rsm: None,
@@ -330,9 +333,33 @@ async fn bench(args: &BenchArgs, progress: &mut Progress) -> Result<Vec<Row>, Be
 
 /// The seeds of the data written and of what it overwrites: a transfer that moves nothing,
 /// or moves the wrong bytes, leaves the other pattern behind.
+/// The signal round trip of the baseline: the peer echoes every doorbell write while it
+/// progresses.
+fn baseline_signal_row(
+    b: &mut Baseline,
+    peer: &mut PeerProcess,
+    spec: &RowSpec,
+    progress: &mut Progress,
+) -> Result<(Summary, bool), BenchError> {
+    progress.phase("baseline", "preparing");
+    let (key, base) = b.open_doorbell()?;
+    peer.expect_ok(&Command::Echo { key, base })?;
+    peer.expect_ok(&Command::Progress)?;
+    progress.phase("baseline", "warm-up");
+    let (warmup, n) = (spec.warmup(), spec.timed());
+    let mut samples =
+        b.signal_latency(warmup, n, &mut |done| progress.tick("baseline", done, n))?;
+    // Ends the peer's polling.
+    peer.sum(&Command::Sum {
+        len: 8,
+        target: Target::Raw,
+    })?;
+    Ok((Summary::from_latency(&mut samples, spec.size), true))
+}
+
 fn seeds(op: Op, seed: u64) -> (u64, u64) {
     match op {
-        Op::Put | Op::Putv => (seed, !seed),
+        Op::Put | Op::Putv | Op::Signal => (seed, !seed),
         Op::Get | Op::Getv => (!seed, seed),
     }
 }
@@ -360,6 +387,8 @@ async fn rsm_row(
     progress.phase("rsm", "verifying");
     let want = pattern::pattern(seed, size);
     let ok = match spec.op {
+        // Every round trip got its answer, or the run failed.
+        Op::Signal => true,
         Op::Put | Op::Putv => {
             if corrupt {
                 peer.expect_ok(&Command::Corrupt {
@@ -392,6 +421,9 @@ fn baseline_row(
     progress: &mut Progress,
     corrupt: bool,
 ) -> Result<(Summary, bool), BenchError> {
+    if spec.op == Op::Signal {
+        return baseline_signal_row(b, peer, spec, progress);
+    }
     let (local_seed, remote_seed) = seeds(spec.op, seed);
     let (op, size, slots) = (spec.op, spec.size, spec.slots());
     progress.phase("baseline", "preparing");
@@ -427,6 +459,7 @@ fn baseline_row(
                 target: Target::Raw,
             })?,
             Op::Get | Op::Getv => b.corrupt_local(size / 2)?,
+            Op::Signal => {}
         }
     }
     // This command also ends the peer's polling.
@@ -436,7 +469,7 @@ fn baseline_row(
     })?;
     let want = pattern::fnv1a64(&pattern::pattern(seed, size));
     let ok = match op {
-        Op::Put | Op::Putv => remote_sum == want,
+        Op::Put | Op::Putv | Op::Signal => remote_sum == want,
         // The peer's memory must still hold its pattern, and every slot must have got it.
         Op::Get | Op::Getv => remote_sum == want && b.check_local(seed, size, slots)?.is_none(),
     };

@@ -163,6 +163,9 @@ fn serve(
 ) -> Result<(), BenchError> {
     let mut pending: Option<String> = None;
     let mut scratch = Vec::with_capacity(64);
+    // The signal baseline: the initiator's address and doorbell, once told.
+    let mut initiator: Option<crate::fabric::ffi::fi_addr_t> = None;
+    let mut echo: Option<(u64, u64)> = None;
     let mut reported = false;
     loop {
         let line = match pending.take() {
@@ -188,7 +191,7 @@ fn serve(
             // Busy-poll until the next command: shm and tcp;ofi_rxm place remote writes and
             // answer reads only while the target reads its queue. Providers with progress
             // threads of their own (sockets) need no poller, and are slowed by one.
-            let spin = raw.filter(|r| !r.raw.auto_progress());
+            let spin = raw.filter(|r| echo.is_some() || !r.raw.auto_progress());
             let mut polls = 0u32;
             loop {
                 polls = polls.wrapping_add(1);
@@ -200,6 +203,13 @@ fn serve(
                         if !reported {
                             eprintln!("rsm bench-peer: completion queue: {e}");
                             reported = true;
+                        }
+                    }
+                    if let (Some(dest), Some(bell)) = (initiator, echo) {
+                        let rings = scratch.iter().filter(|e| e.has_remote_data()).count();
+                        answer_rings(t, dest, bell, rings, &mut scratch);
+                        if rings == 0 {
+                            t.rest();
                         }
                     }
                 }
@@ -219,6 +229,22 @@ fn serve(
                     Err(TryRecvError::Disconnected) => return Ok(()),
                 }
             }
+            continue;
+        }
+        if let Command::Echo { key, base } = cmd {
+            echo = Some((key, base));
+            reply(out, "ok")?;
+            continue;
+        }
+        if let (Command::Addr(a), Some(r)) = (&cmd, raw) {
+            let answer = match r.raw.ep.av().insert(a) {
+                Ok(fi) => {
+                    initiator = Some(fi);
+                    "ok".to_string()
+                }
+                Err(e) => format!("err {e}"),
+            };
+            reply(out, &answer)?;
             continue;
         }
         let answer = match execute(&cmd, raw, rsm) {
@@ -279,6 +305,34 @@ fn execute(
             }
             Ok("ok".into())
         }
-        Command::Progress | Command::Quit => Err("handled by the loop".into()),
+        Command::Progress | Command::Quit | Command::Echo { .. } => {
+            Err("handled by the loop".into())
+        }
+    }
+}
+
+/// Answers `owed` doorbell rings with one each to the initiator's doorbell (the signal
+/// baseline), progressing (and counting the rings that brings) while the transmit queue is
+/// full.
+fn answer_rings(
+    t: &RawTarget,
+    dest: crate::fabric::ffi::fi_addr_t,
+    (key, base): (u64, u64),
+    mut owed: usize,
+    scratch: &mut Vec<crate::fabric::CqEntry>,
+) {
+    while owed > 0 {
+        match t.raw.ep.inject_writedata(&[0u8; 8], 1, dest, base, key) {
+            Ok(()) => owed -= 1,
+            Err(crate::fabric::endpoint::PostError::Again) => {
+                if t.progress(scratch).is_ok() {
+                    owed += scratch.iter().filter(|e| e.has_remote_data()).count();
+                }
+            }
+            Err(crate::fabric::endpoint::PostError::Failed(f)) => {
+                eprintln!("rsm bench-peer: echo: {f}");
+                return;
+            }
+        }
     }
 }

@@ -84,6 +84,14 @@ pub enum Command {
         /// Which buffer.
         target: Target,
     },
+    /// Answer every doorbell write (remote completion data) with one to the initiator's
+    /// doorbell at `base`/`key`, while progressing (the signal baseline).
+    Echo {
+        /// The initiator's doorbell key.
+        key: u64,
+        /// Its address.
+        base: u64,
+    },
     /// Close everything and exit.
     Quit,
 }
@@ -120,6 +128,10 @@ impl Command {
                 offset: size(num(w.next(), "offset")?)?,
                 target: target(w.next())?,
             },
+            "echo" => Command::Echo {
+                key: num(w.next(), "key")?,
+                base: num(w.next(), "base")?,
+            },
             "quit" => Command::Quit,
             other => return Err(format!("unknown command {other:?}")),
         };
@@ -141,6 +153,7 @@ impl Command {
             Command::Corrupt { offset, target } => {
                 format!("corrupt {offset} {}", target.as_str())
             }
+            Command::Echo { key, base } => format!("echo {key} {base}"),
             Command::Quit => "quit".into(),
         }
     }

@@ -326,7 +326,11 @@ pub(crate) struct Baseline {
     idle_fd: Option<RawFd>,
     /// Empty polls in a row (see [`YIELD_EVERY`]).
     empty_polls: u32,
+    /// The signal baseline's doorbell (`raw/signal.rs`), registered when first needed.
+    bell: Option<RawRegion>,
 }
+
+mod signal;
 
 /// Why a run stopped.
 fn op_failed(op: Op, f: crate::error::FabricFailure) -> Error {
@@ -398,6 +402,7 @@ impl Baseline {
                 _ => None,
             },
             empty_polls: 0,
+            bell: None,
             raw,
         })
     }
@@ -477,6 +482,15 @@ impl Baseline {
                     .ep
                     .write(buf, size, desc, r.addr, r.base, r.key, ctx, flags, 0)
             },
+            // The signal round trip has its own loop (`raw/signal.rs`).
+            Op::Signal => {
+                return Err(PostError::Failed(crate::error::FabricFailure {
+                    call: "post_op",
+                    errno: libc::EINVAL,
+                    prov_errno: None,
+                    message: "signals are not posted as data operations".into(),
+                }));
+            }
             // SAFETY: as for the write; nothing reads or writes the slot until completion.
             Op::Get | Op::Getv => unsafe {
                 self.raw

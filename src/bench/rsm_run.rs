@@ -21,6 +21,7 @@ async fn one(init: &RsmInitiator, op: Op, buf: Vec<u8>) -> (Result<()>, Option<V
         Op::Put => init.put(0, buf).await,
         Op::Get => init.get(0, buf).await,
         Op::Putv | Op::Getv => init.vector(op.writes(), 0, buf, VECTOR_ENTRIES).await,
+        Op::Signal => (init.signal_round_trip().await, Some(buf)),
     }
 }
 

@@ -54,6 +54,8 @@ fn node_id(pid: u32, initiator: bool) -> u32 {
 pub(crate) struct RsmPeer {
     node: Node,
     seg: ExportSegment,
+    /// Answers every signal with one (`--op signal`).
+    echo: tokio::task::JoinHandle<()>,
 }
 
 impl RsmPeer {
@@ -84,7 +86,15 @@ impl RsmPeer {
             listen: node.listen_addr().to_string(),
             segment_id,
         };
-        Ok((RsmPeer { node, seg }, info))
+        let echo_seg = seg.clone();
+        let echo = tokio::spawn(async move {
+            while echo_seg.wait_signal(None).await.is_ok() {
+                if echo_seg.signal(crate::SignalFlags::empty()).await.is_err() {
+                    break;
+                }
+            }
+        });
+        Ok((RsmPeer { node, seg, echo }, info))
     }
 
     /// Copies `data` into the segment at `offset`.
@@ -99,6 +109,7 @@ impl RsmPeer {
 
     /// Unpublishes and closes everything.
     pub(crate) async fn shutdown(self) {
+        self.echo.abort();
         let _ = self.seg.destroy().await;
         self.node.shutdown().await;
     }
@@ -187,6 +198,14 @@ impl RsmInitiator {
     /// the operation still owns it.
     pub(crate) async fn get(&self, offset: u64, buf: Vec<u8>) -> (Result<()>, Option<Vec<u8>>) {
         self.imp.get(offset, buf).await
+    }
+
+    /// One signal round trip: post to the peer's segment, wait for its answer.
+    pub(crate) async fn signal_round_trip(&self) -> Result<()> {
+        self.imp.signal(crate::SignalFlags::empty()).await?;
+        self.imp
+            .wait_signal(Some(std::time::Duration::from_secs(5)))
+            .await
     }
 
     /// Disconnects and closes everything.

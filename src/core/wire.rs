@@ -201,6 +201,11 @@ pub struct ConnectRequest {
     pub groups: Vec<u32>,
     /// The importer's fabric address (at most [`MAX_FABRIC_ADDR`] bytes).
     pub fabric_addr: Vec<u8>,
+    /// The token the importer chose for this connection: the exporter's signals to it carry
+    /// it (design §6, Signals).
+    pub signal_token: u64,
+    /// The importer's signal doorbell on this controller, if it has one.
+    pub doorbell: Option<Doorbell>,
 }
 
 /// What an exporter grants an importer.
@@ -225,6 +230,9 @@ pub struct ConnectGrant {
     pub exporter_uid: u32,
     /// The exporter's gid.
     pub exporter_gid: u32,
+    /// The exporter's signal doorbell on this controller, if it has one; the importer's
+    /// signals carry `conn_id` as their token.
+    pub doorbell: Option<Doorbell>,
 }
 
 /// The exporter's answer to a [`ConnectRequest`].
@@ -390,6 +398,8 @@ pub fn encode(msg: &Message) -> Result<Bytes, WireError> {
                 0,
                 MAX_FABRIC_ADDR,
             )?;
+            w.u64(r.signal_token);
+            w.doorbell(r.doorbell.as_ref())?;
         }
         Message::ConnectReply(r) => {
             w.u64(r.req);
@@ -405,6 +415,7 @@ pub fn encode(msg: &Message) -> Result<Bytes, WireError> {
                     w.bytes("grant fabric address", &g.fabric_addr, 0, MAX_FABRIC_ADDR)?;
                     w.u32(g.exporter_uid);
                     w.u32(g.exporter_gid);
+                    w.doorbell(g.doorbell.as_ref())?;
                 }
                 Err(code) => {
                     w.u8(1);
@@ -516,6 +527,8 @@ pub fn decode(frame: &[u8]) -> Result<Message, WireError> {
             gid: r.u32("connect request gid")?,
             groups: r.u32s("connect request groups", 0, MAX_GROUPS)?,
             fabric_addr: r.bytes("connect request fabric address", 0, MAX_FABRIC_ADDR)?,
+            signal_token: r.u64("connect request signal token")?,
+            doorbell: r.doorbell()?,
         }),
         tag::CONNECT_REPLY => {
             let req = r.u64("connect reply id")?;
@@ -530,6 +543,7 @@ pub fn decode(frame: &[u8]) -> Result<Message, WireError> {
                     fabric_addr: r.bytes("grant fabric address", 0, MAX_FABRIC_ADDR)?,
                     exporter_uid: r.u32("grant exporter uid")?,
                     exporter_gid: r.u32("grant exporter gid")?,
+                    doorbell: r.doorbell()?,
                 }),
                 1 => Err(r.u32("connect reply error code")?),
                 v => {
@@ -658,6 +672,25 @@ impl Writer {
         Ok(())
     }
 
+    /// An optional doorbell: `u8` 0, or `u8` 1 and the doorbell as in a hello.
+    fn doorbell(&mut self, d: Option<&Doorbell>) -> Result<(), WireError> {
+        match d {
+            None => self.u8(0),
+            Some(d) => {
+                self.u8(1);
+                self.bytes(
+                    "doorbell controller",
+                    d.controller.as_bytes(),
+                    0,
+                    MAX_CONTROLLER,
+                )?;
+                self.u64(d.addr);
+                self.u64(d.key);
+            }
+        }
+        Ok(())
+    }
+
     fn finish(self) -> Bytes {
         self.buf.freeze()
     }
@@ -737,6 +770,21 @@ impl<'a> Reader<'a> {
             .map_err(|_| WireError::BadUtf8 { field })
     }
 
+    fn doorbell(&mut self) -> Result<Option<Doorbell>, WireError> {
+        match self.u8("doorbell present")? {
+            0 => Ok(None),
+            1 => Ok(Some(Doorbell {
+                controller: self.string("doorbell controller", MAX_CONTROLLER)?,
+                addr: self.u64("doorbell address")?,
+                key: self.u64("doorbell key")?,
+            })),
+            v => Err(WireError::BadValue {
+                field: "doorbell present",
+                value: u64::from(v),
+            }),
+        }
+    }
+
     fn u32s(&mut self, field: &'static str, min: usize, max: usize) -> Result<Vec<u32>, WireError> {
         let len = self.count(field, min, max)?;
         let raw = self.take(field, len * 4)?;
@@ -777,6 +825,11 @@ mod tests {
             fabric_addr: vec![0xAB; 24],
             exporter_uid: 1000,
             exporter_gid: 100,
+            doorbell: Some(Doorbell {
+                controller: "tcp0".into(),
+                addr: 0x2000,
+                key: 77,
+            }),
         }
     }
 
@@ -803,6 +856,8 @@ mod tests {
                 gid: 100,
                 groups: vec![4, 24, 27],
                 fabric_addr: vec![1, 2, 3],
+                signal_token: 0x55,
+                doorbell: None,
             }),
             Message::ConnectReply(ConnectReply {
                 req: 9,
@@ -1061,6 +1116,7 @@ mod tests {
                         fabric_addr,
                         exporter_uid: uid,
                         exporter_gid: gid,
+                        doorbell: None,
                     }
                 },
             )
@@ -1115,6 +1171,8 @@ mod tests {
                         gid,
                         groups,
                         fabric_addr,
+                        signal_token: req ^ 0x5A,
+                        doorbell: None,
                     })
                 },
             );
@@ -1219,6 +1277,8 @@ mod tests {
                     gid: 0,
                     groups: vec![],
                     fabric_addr: vec![0; MAX_FABRIC_ADDR + extra],
+                    signal_token: 0,
+                    doorbell: None,
                 })
             };
             let is_length_error = matches!(encode(&msg), Err(WireError::Length { .. }));

@@ -249,7 +249,6 @@ impl Endpoint {
 
     /// Posts a small write that carries `data` to the target's queue and needs no buffer or
     /// context afterwards (`fi_inject_writedata`): the doorbell of a signal.
-    #[cfg_attr(not(test), allow(dead_code))] // remote signals (the events issue) post with it
     pub(crate) fn inject_writedata(
         &self,
         payload: &[u8],

@@ -196,7 +196,6 @@ impl Engine {
     }
 
     /// Routes remote completion data (signals) to `f`.
-    #[allow(dead_code)] // signals use it
     pub(crate) fn set_remote_data_handler(&self, f: RemoteDataHandler) {
         *self.remote_data.lock().unwrap_or_else(|p| p.into_inner()) = Some(f);
     }
@@ -286,6 +285,14 @@ impl Engine {
             .unwrap_or_else(|p| p.into_inner())
             .push(waker.clone());
         self.wake.wake();
+    }
+
+    /// Wakes the thread if it sleeps and this provider wants progress after a post (a post
+    /// that took no place in the queue: a signal's inject).
+    pub(crate) fn poke(&self) {
+        if self.sleeping.load(Ordering::SeqCst) && (self.polls() || self.tuning.wake_on_post) {
+            self.wake.wake();
+        }
     }
 
     /// Keeps a polling engine awake for a window: a peer needs its progress.
@@ -474,6 +481,21 @@ impl Engine {
         match self.reader.try_lock() {
             Ok(mut entries) => self.drain_with(&mut entries) > 0,
             Err(_) => false,
+        }
+    }
+
+    /// After a post that has no completion to wait for (a signal's inject, which rxm may
+    /// queue until its next progress): reads the queue here if no one else is, and wakes
+    /// the engine if it sleeps; if someone is reading right now, wakes the engine
+    /// unconditionally, so that it cannot go to sleep past the post.
+    pub(crate) fn progress_after_inject(&self) {
+        match self.reader.try_lock() {
+            Ok(mut entries) => {
+                self.drain_with(&mut entries);
+                drop(entries);
+                self.poke();
+            }
+            Err(_) => self.wake.wake(),
         }
     }
 

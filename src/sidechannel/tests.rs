@@ -17,6 +17,7 @@ const SILENT_SEGMENT: u32 = 0xdead;
 const DENIED_SEGMENT: u32 = 0xbad;
 
 #[derive(Debug, Clone, PartialEq)]
+#[allow(clippy::large_enum_variant)] // test-only; ConnectRequest carries a doorbell
 enum Event {
     Message { peer: PeerInfo, msg: Message },
     Lost { node: u32, incarnation: u64 },
@@ -107,6 +108,7 @@ fn grant(conn_id: u64) -> ConnectGrant {
         fabric_addr: vec![9; 16],
         exporter_uid: 0,
         exporter_gid: 0,
+        doorbell: None,
     }
 }
 
@@ -120,6 +122,8 @@ fn connect_request(segment_id: u32) -> Message {
         gid: 4242,
         groups: vec![1, 2, 3],
         fabric_addr: vec![7; 8],
+        signal_token: 0,
+        doorbell: None,
     })
 }
 

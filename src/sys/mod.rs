@@ -3,6 +3,7 @@
 //! shared memory and descriptor passing.
 
 pub(crate) mod creds;
+pub(crate) mod eventfd;
 #[cfg(feature = "fault-injection")]
 pub(crate) mod fault;
 pub(crate) mod fdpass;

@@ -107,6 +107,12 @@ impl Peer {
             .expect("the peer answered within 20 s")
     }
 
+    /// Sends a command line without waiting for an answer.
+    pub fn send(&mut self, cmd: &str) {
+        writeln!(self.stdin, "{cmd}").expect("write to the peer");
+        self.stdin.flush().expect("flush");
+    }
+
     /// Sends a command line and returns the answer.
     pub fn ask(&mut self, cmd: &str) -> String {
         writeln!(self.stdin, "{cmd}").expect("write to the peer");

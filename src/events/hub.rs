@@ -1,0 +1,325 @@
+//! One segment's events: the pending-signal count that waits and the pollable descriptor
+//! consume, and the broadcast that streams observe.
+
+use super::stream::EventStream;
+use super::{STREAM_CAPACITY, SegmentEvent, timer};
+use crate::state::NodeState;
+use crate::sys::eventfd::EventCounter;
+use crate::{Error, Result};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, RawFd};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+use tokio::sync::{Notify, broadcast};
+
+pub(crate) struct Hub {
+    state: Mutex<HubState>,
+    /// Wakes every waiter when an event arrives or the hub closes; they race to take it.
+    notify: Notify,
+    /// `None` once the segment is destroyed or disconnected: the streams end.
+    tx: Mutex<Option<broadcast::Sender<SegmentEvent>>>,
+}
+
+#[derive(Default)]
+struct HubState {
+    pending: u64,
+    /// The pollable descriptor, created at the first `pollfd`; its value mirrors `pending`.
+    fd: Option<EventCounter>,
+    fd_refs: usize,
+    closed: bool,
+    peer_lost: bool,
+}
+
+fn lock(m: &Mutex<HubState>) -> MutexGuard<'_, HubState> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+impl Hub {
+    pub(crate) fn new() -> Arc<Hub> {
+        let (tx, _) = broadcast::channel(STREAM_CAPACITY);
+        Arc::new(Hub {
+            state: Mutex::new(HubState::default()),
+            notify: Notify::new(),
+            tx: Mutex::new(Some(tx)),
+        })
+    }
+
+    /// A signal from `from` arrived; with `no_accumulate` it is dropped while one is
+    /// pending (decision 3). Returns whether it counted.
+    pub(crate) fn post(&self, from: u32, no_accumulate: bool) -> bool {
+        {
+            let mut st = lock(&self.state);
+            if st.closed || (no_accumulate && st.pending > 0) {
+                return false;
+            }
+            st.pending += 1;
+            if let Some(fd) = &st.fd {
+                fd.add(1);
+            }
+        }
+        self.notify.notify_waiters();
+        self.emit(SegmentEvent::Signal { from });
+        true
+    }
+
+    /// Tells the streams; never blocks, and nobody listening is fine.
+    pub(crate) fn emit(&self, e: SegmentEvent) {
+        if let Some(tx) = self.tx.lock().unwrap_or_else(|p| p.into_inner()).as_ref() {
+            let _ = tx.send(e);
+        }
+    }
+
+    /// The peer node is gone: later posts to it are `REMOTE_NODE_UNREACHABLE`.
+    pub(crate) fn peer_lost(&self, node: u32) {
+        let first = !std::mem::replace(&mut lock(&self.state).peer_lost, true);
+        if first {
+            self.emit(SegmentEvent::PeerUnreachable { node });
+        }
+    }
+
+    pub(crate) fn is_peer_lost(&self) -> bool {
+        lock(&self.state).peer_lost
+    }
+
+    /// The segment was destroyed or disconnected: waits end, streams end after what they
+    /// hold.
+    pub(crate) fn close(&self) {
+        lock(&self.state).closed = true;
+        self.tx.lock().unwrap_or_else(|p| p.into_inner()).take();
+        self.notify.notify_waiters();
+    }
+
+    /// Takes one pending event; `Err` once closed.
+    fn try_take(&self) -> std::result::Result<bool, ()> {
+        let mut st = lock(&self.state);
+        if st.pending > 0 {
+            st.pending -= 1;
+            if let Some(fd) = &st.fd {
+                fd.take_one();
+            }
+            return Ok(true);
+        }
+        if st.closed { Err(()) } else { Ok(false) }
+    }
+
+    /// Events pending (posted, not yet consumed).
+    pub(crate) fn pending(&self) -> u64 {
+        lock(&self.state).pending
+    }
+
+    /// Waits for one event and consumes it (spec `rsm_intr_signal_wait`): `None` waits
+    /// forever, `Some(ZERO)` only looks. `RSMERR_TIMEOUT` only once the time has really
+    /// passed (decision 11). Cancel safe: an event is consumed only by a wait that returns
+    /// `Ok`.
+    pub(crate) async fn wait(
+        &self,
+        node: &Arc<NodeState>,
+        timeout: Option<Duration>,
+        op: &'static str,
+    ) -> Result<()> {
+        let deadline = timeout.map(|t| Instant::now().checked_add(t));
+        // A timeout too long to represent waits forever.
+        let deadline = deadline.flatten();
+        let mut timer = None;
+        loop {
+            let notified = self.notify.notified();
+            let mut notified = std::pin::pin!(notified);
+            notified.as_mut().enable();
+            match self.try_take() {
+                Ok(true) => return Ok(()),
+                Ok(false) => {}
+                Err(()) => {
+                    return Err(Error::bad_seg_hndl()
+                        .op(op)
+                        .detail("the segment was destroyed or disconnected"));
+                }
+            }
+            let Some(d) = deadline else {
+                notified.await;
+                continue;
+            };
+            if Instant::now() >= d {
+                return Err(Error::timeout().op(op).detail(format!(
+                    "no signal within {} ms",
+                    timeout.unwrap_or_default().as_millis()
+                )));
+            }
+            let t = timer.get_or_insert_with(|| Box::pin(timer::sleep_until(node, d)));
+            if let futures::future::Either::Right(_) =
+                futures::future::select(notified, t.as_mut()).await
+            {
+                // Fired: the next round takes a late event or reports the timeout.
+                timer = None;
+            }
+        }
+    }
+
+    /// A new stream of this segment's events (ends at once on a closed segment).
+    pub(crate) fn subscribe(&self) -> EventStream {
+        let rx = self
+            .tx
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .as_ref()
+            .map(|tx| tx.subscribe());
+        EventStream::new(rx)
+    }
+
+    /// The pollable descriptor, counted (spec `rsm_memseg_get_pollfd`).
+    pub(crate) fn pollfd(self: &Arc<Self>, op: &'static str) -> Result<PollFd> {
+        let mut st = lock(&self.state);
+        if st.closed {
+            return Err(Error::bad_seg_hndl()
+                .op(op)
+                .detail("the segment was destroyed or disconnected"));
+        }
+        if st.fd.is_none() {
+            let fd = EventCounter::new(st.pending).map_err(|e| {
+                Error::insufficient_resources()
+                    .op(op)
+                    .detail(format!("eventfd: {e}"))
+            })?;
+            st.fd = Some(fd);
+        }
+        st.fd_refs += 1;
+        let raw = st.fd.as_ref().map_or(-1, EventCounter::raw);
+        Ok(PollFd {
+            hub: Arc::clone(self),
+            fd: raw,
+        })
+    }
+
+    /// Whether a [`PollFd`] is held (destroy and disconnect refuse, decision 5).
+    pub(crate) fn pollfd_in_use(&self) -> bool {
+        lock(&self.state).fd_refs > 0
+    }
+}
+
+/// A segment's pollable descriptor (spec `rsm_memseg_get_pollfd`, decision 5): an eventfd
+/// that is readable (`POLLIN`) exactly while signals are pending for the segment, for
+/// `poll`/`epoll` users. Polling does not consume; [`PollFd::try_consume`] (or a
+/// `wait_signal`) takes one event.
+///
+/// While any `PollFd` of a segment is alive, destroying or disconnecting the segment fails
+/// with `RSMERR_POLLFD_IN_USE`; dropping it is `rsm_memseg_release_pollfd`. The descriptor
+/// stays open as long as the segment lives.
+///
+/// ```no_run
+/// # async fn f(seg: rsm::ImportSegment) -> rsm::Result<()> {
+/// use std::os::fd::AsRawFd;
+///
+/// let fd = seg.pollfd()?;
+/// let mut pfd = libc::pollfd { fd: fd.as_raw_fd(), events: libc::POLLIN, revents: 0 };
+/// // SAFETY: one valid pollfd.
+/// let n = unsafe { libc::poll(&mut pfd, 1, 5000) };
+/// if n == 1 {
+///     assert!(fd.try_consume());
+/// }
+/// drop(fd); // rsm_memseg_release_pollfd
+/// # Ok(()) }
+/// ```
+pub struct PollFd {
+    hub: Arc<Hub>,
+    fd: RawFd,
+}
+
+impl PollFd {
+    /// Consumes one pending event without waiting; `false` if none was pending (another
+    /// consumer took it first).
+    pub fn try_consume(&self) -> bool {
+        matches!(self.hub.try_take(), Ok(true))
+    }
+}
+
+impl std::fmt::Debug for PollFd {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PollFd").field("fd", &self.fd).finish()
+    }
+}
+
+impl AsRawFd for PollFd {
+    fn as_raw_fd(&self) -> RawFd {
+        self.fd
+    }
+}
+
+impl AsFd for PollFd {
+    fn as_fd(&self) -> BorrowedFd<'_> {
+        // SAFETY: the hub keeps the eventfd open while it lives, and this guard holds the
+        // hub.
+        unsafe { BorrowedFd::borrow_raw(self.fd) }
+    }
+}
+
+impl Drop for PollFd {
+    fn drop(&mut self) {
+        let mut st = lock(&self.hub.state);
+        st.fd_refs = st.fd_refs.saturating_sub(1);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use futures::StreamExt;
+
+    #[test]
+    fn posts_count_and_no_accumulate_drops_while_pending() {
+        let hub = Hub::new();
+        assert!(hub.post(2, false));
+        assert!(hub.post(2, false));
+        assert!(!hub.post(2, true), "dropped: events are pending");
+        assert_eq!(hub.pending(), 2);
+        assert_eq!(hub.try_take(), Ok(true));
+        assert_eq!(hub.try_take(), Ok(true));
+        assert_eq!(hub.try_take(), Ok(false));
+        assert!(hub.post(2, true), "nothing pending: counted");
+        assert!(!hub.post(2, true));
+        assert_eq!(hub.pending(), 1);
+        hub.close();
+        assert!(!hub.post(2, false));
+    }
+
+    #[test]
+    fn streams_observe_lag_and_end() {
+        let hub = Hub::new();
+        let mut slow = hub.subscribe();
+        let mut fast = hub.subscribe();
+        let extra = 10u64;
+        for _ in 0..STREAM_CAPACITY as u64 + extra {
+            hub.post(3, false);
+        }
+        // Streams consume nothing.
+        assert_eq!(hub.pending(), STREAM_CAPACITY as u64 + extra);
+        futures::executor::block_on(async {
+            assert_eq!(slow.next().await, Some(Err(super::super::Lagged(extra))));
+            assert_eq!(
+                slow.next().await,
+                Some(Ok(SegmentEvent::Signal { from: 3 }))
+            );
+            hub.close();
+            let mut n = 0;
+            while let Some(e) = fast.next().await {
+                if e.is_ok() {
+                    n += 1;
+                }
+            }
+            assert_eq!(n, STREAM_CAPACITY, "what was buffered, then the end");
+            assert!(hub.subscribe().next().await.is_none());
+        });
+    }
+
+    #[test]
+    fn the_pollfd_is_counted() {
+        let hub = Hub::new();
+        hub.post(1, false);
+        let a = hub.pollfd("test").unwrap();
+        let b = hub.pollfd("test").unwrap();
+        assert!(hub.pollfd_in_use());
+        assert!(a.try_consume());
+        assert!(!b.try_consume());
+        drop(a);
+        assert!(hub.pollfd_in_use());
+        drop(b);
+        assert!(!hub.pollfd_in_use());
+    }
+}

@@ -1,0 +1,329 @@
+//! How a signal travels between nodes (design §6, Signals).
+//!
+//! Every controller registers a small remote-write-only doorbell (`backend/fabric/doorbell.rs`).
+//! Its address and key travel in the connect exchange: the importer's in the
+//! `ConnectRequest`, with a token the importer chose for the connection; the exporter's in
+//! the `ConnectGrant`, whose connection id is the exporter's token. A signal is an 8-byte
+//! `fi_inject_writedata` to the peer's doorbell whose 64-bit completion data is
+//!
+//! ```text
+//! bits 8..64: the receiver's token | bit 1: NO_ACCUMULATE | bit 0: 1 = to an importer
+//! ```
+//!
+//! so that any node can signal and be signalled, import-only and read-only ones included
+//! (the doorbell is not the segment). Where the fabric cannot carry it (no doorbell on either
+//! side, completion data narrower than 8 bytes) or when the node was built with
+//! [`NodeBuilder::signals_over_side_channel`](crate::NodeBuilder::signals_over_side_channel),
+//! the same word goes as a side-channel `Signal` message (token, flag bits).
+//!
+//! Order (decision 18): a signal posted after a put *that resolved* arrives after the put's
+//! data is visible, on every path, because a put resolves only once its data is visible at
+//! the target (delivery-complete on shm and sockets; on tcp the fence read behind the write).
+//! A put still in flight when the signal is posted (not awaited yet) has no such promise: on
+//! tcp;ofi_rxm the doorbell write usually follows it on the same connection, but a put waiting
+//! for a place in the transmit queue, split in pieces, or retried after `-FI_EAGAIN` may be
+//! overtaken, and the side channel is another connection altogether.
+
+use super::SignalFlags;
+use crate::backend::fabric::FabricBackend;
+use crate::core::wire::{Doorbell, Message};
+use crate::fabric::endpoint::PostError;
+use crate::fabric::ffi;
+use crate::import::ImportInner;
+use crate::state::NodeState;
+use crate::{Error, Result};
+use std::collections::HashMap;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock, Weak};
+use std::task::{Context, Poll};
+
+/// Bit 0 of the signal word: the receiver is an importer (else the exporter).
+const TO_IMPORTER: u64 = 0x01;
+/// Bit 1: `RSM_SIGPOST_NO_ACCUMULATE`.
+const NO_ACCUMULATE: u64 = 0x02;
+const TOKEN_SHIFT: u32 = 8;
+/// Tokens fit in the 56 bits above the flags.
+pub(crate) const MAX_TOKEN: u64 = (1 << (64 - TOKEN_SHIFT)) - 1;
+
+/// The 64-bit completion data of a signal.
+pub(crate) fn encode(token: u64, to_importer: bool, flags: SignalFlags) -> u64 {
+    let mut w = (token & MAX_TOKEN) << TOKEN_SHIFT;
+    if to_importer {
+        w |= TO_IMPORTER;
+    }
+    if flags.contains(SignalFlags::NO_ACCUMULATE) {
+        w |= NO_ACCUMULATE;
+    }
+    w
+}
+
+/// Token, direction (to an importer?) and whether `NO_ACCUMULATE` was asked for.
+pub(crate) fn decode(word: u64) -> (u64, bool, bool) {
+    (
+        word >> TOKEN_SHIFT,
+        word & TO_IMPORTER != 0,
+        word & NO_ACCUMULATE != 0,
+    )
+}
+
+/// An importer as its exporter signals it.
+pub(crate) struct ImporterBell {
+    pub(crate) node: u32,
+    token: u64,
+    bell: Option<Doorbell>,
+    fabric_addr: Vec<u8>,
+    backend: Arc<FabricBackend>,
+    /// The importer's address-vector entry, inserted at the first signal.
+    dest: OnceLock<Option<ffi::fi_addr_t>>,
+}
+
+impl ImporterBell {
+    pub(crate) fn token(&self) -> u64 {
+        self.token
+    }
+
+    pub(crate) fn bell(&self) -> Option<&Doorbell> {
+        self.bell.as_ref()
+    }
+
+    pub(crate) fn dest(&self) -> Option<ffi::fi_addr_t> {
+        *self.dest.get_or_init(|| match self.backend.peer(&self.fabric_addr) {
+            Ok(d) => Some(d),
+            Err(e) => {
+                tracing::debug!(node = self.node, error = %e, "importer's fabric address refused: signals to it use the side channel");
+                None
+            }
+        })
+    }
+}
+
+impl Drop for ImporterBell {
+    fn drop(&mut self) {
+        if matches!(self.dest.get(), Some(Some(_))) {
+            self.backend.release_peer(&self.fabric_addr);
+        }
+    }
+}
+
+/// The node's signal routes: importer tokens to imports, and the exporter's connections to
+/// their importers' doorbells.
+pub(crate) struct Routes {
+    force_side: AtomicBool,
+    next_token: AtomicU64,
+    imports: Mutex<HashMap<u64, Weak<ImportInner>>>,
+    importers: Mutex<HashMap<u64, Arc<ImporterBell>>>,
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+impl Default for Routes {
+    fn default() -> Self {
+        Routes {
+            force_side: AtomicBool::new(false),
+            next_token: AtomicU64::new(u64::from(rand::random::<u32>()) + 1),
+            imports: Mutex::new(HashMap::new()),
+            importers: Mutex::new(HashMap::new()),
+        }
+    }
+}
+
+impl Routes {
+    /// Every signal of this node goes over the side channel (the builder's setting).
+    pub(crate) fn force_side_channel(&self, on: bool) {
+        self.force_side.store(on, Ordering::Relaxed);
+    }
+
+    pub(crate) fn side_channel_forced(&self) -> bool {
+        self.force_side.load(Ordering::Relaxed)
+    }
+
+    /// A fresh importer token.
+    pub(crate) fn new_token(&self) -> u64 {
+        self.next_token.fetch_add(1, Ordering::Relaxed) & MAX_TOKEN
+    }
+
+    pub(crate) fn add_import(&self, token: u64, imp: &Arc<ImportInner>) {
+        lock(&self.imports).insert(token, Arc::downgrade(imp));
+    }
+
+    pub(crate) fn remove_import(&self, token: u64) {
+        lock(&self.imports).remove(&token);
+    }
+
+    fn import(&self, token: u64) -> Option<Arc<ImportInner>> {
+        lock(&self.imports).get(&token).and_then(Weak::upgrade)
+    }
+
+    /// Exporter side: a connection was granted to `node`, whose doorbell and token came in
+    /// its request.
+    pub(crate) fn add_importer(
+        &self,
+        conn_id: u64,
+        node: u32,
+        token: u64,
+        bell: Option<Doorbell>,
+        fabric_addr: Vec<u8>,
+        backend: Arc<FabricBackend>,
+    ) {
+        let b = ImporterBell {
+            node,
+            token,
+            bell,
+            fabric_addr,
+            backend,
+            dest: OnceLock::new(),
+        };
+        lock(&self.importers).insert(conn_id, Arc::new(b));
+    }
+
+    /// Exporter side: the connection ended.
+    pub(crate) fn forget_importer(&self, conn_id: u64) {
+        let gone = lock(&self.importers).remove(&conn_id);
+        drop(gone);
+    }
+
+    pub(crate) fn importer(&self, conn_id: u64) -> Option<Arc<ImporterBell>> {
+        lock(&self.importers).get(&conn_id).cloned()
+    }
+}
+
+/// Where one signal goes.
+pub(crate) struct Target<'a> {
+    pub(crate) node: u32,
+    pub(crate) token: u64,
+    pub(crate) to_importer: bool,
+    pub(crate) bell: Option<&'a Doorbell>,
+    pub(crate) dest: Option<ffi::fi_addr_t>,
+}
+
+/// Sends one signal: by the doorbell when both ends have one, else by the side channel.
+pub(crate) async fn send(
+    state: &Arc<NodeState>,
+    backend: Option<&Arc<FabricBackend>>,
+    t: Target<'_>,
+    flags: SignalFlags,
+    op: &'static str,
+) -> Result<()> {
+    let word = encode(t.token, t.to_importer, flags);
+    // Loopback (no fabric backend) signals over the side channel, as forced signals do.
+    let fabric = backend.filter(|b| {
+        !state.signals.side_channel_forced() && b.carries_signals() && b.doorbell().is_some()
+    });
+    if let (Some(backend), Some(bell), Some(dest)) = (fabric, t.bell, t.dest) {
+        return ring(backend, t.node, dest, bell, word, op).await;
+    }
+    let side = state.side().map_err(|e| e.op(op))?;
+    side.send(
+        t.node,
+        Message::Signal {
+            conn_id: t.token,
+            flags: (word & 0xFF) as u32,
+        },
+    )
+    .await
+    .map_err(|e| e.op(op).node(t.node))
+}
+
+/// The doorbell write; `-FI_EAGAIN` means progress and retry.
+async fn ring(
+    backend: &Arc<FabricBackend>,
+    node: u32,
+    dest: ffi::fi_addr_t,
+    bell: &Doorbell,
+    word: u64,
+    op: &'static str,
+) -> Result<()> {
+    let engine = backend.engine();
+    let payload = [0u8; 8];
+    loop {
+        match engine
+            .endpoint()
+            .inject_writedata(&payload, word, dest, bell.addr, bell.key)
+        {
+            Ok(()) => {
+                // A sleeping target (shm) needs its progress to see the doorbell; the local
+                // engine may need to run for a connection being set up (rxm).
+                engine.note_target(node);
+                // rxm may queue the inject until its next progress.
+                engine.progress_after_inject();
+                return Ok(());
+            }
+            Err(PostError::Again) => {
+                // shm's first contact needs the target's progress too.
+                engine.note_target(node);
+                engine.try_progress();
+                engine.poke();
+                YieldNow(false).await;
+            }
+            Err(PostError::Failed(f)) => {
+                return Err(Error::conn_aborted().op(op).node(node).fabric(f));
+            }
+        }
+    }
+}
+
+/// One trip through the executor, whichever it is.
+struct YieldNow(bool);
+
+impl Future for YieldNow {
+    type Output = ();
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
+        if self.0 {
+            return Poll::Ready(());
+        }
+        self.0 = true;
+        cx.waker().wake_by_ref();
+        Poll::Pending
+    }
+}
+
+/// A doorbell rang on one of this node's controllers (called on the engine's thread).
+pub(crate) fn on_doorbell(state: &NodeState, word: u64) {
+    let (token, to_importer, no_acc) = decode(word);
+    deliver(state, None, token, to_importer, no_acc);
+}
+
+/// A `Signal` arrived over the side channel from `from`.
+pub(crate) fn on_side_signal(state: &NodeState, from: u32, token: u64, flags: u32) {
+    let (_, to_importer, no_acc) = decode(u64::from(flags));
+    deliver(state, Some(from), token, to_importer, no_acc);
+}
+
+fn deliver(state: &NodeState, from: Option<u32>, token: u64, to_importer: bool, no_acc: bool) {
+    if to_importer {
+        match state.signals.import(token) {
+            Some(imp) if from.is_none_or(|f| f == imp.node()) => {
+                imp.on_signal(no_acc);
+            }
+            _ => tracing::debug!(token, "signal for an unknown import dropped"),
+        }
+        return;
+    }
+    let export = state.export_of_conn(token);
+    match export.and_then(|e| e.importer_node(token).map(|n| (e, n))) {
+        Some((e, node)) if from.is_none_or(|f| f == node) => {
+            e.on_signal(node, no_acc);
+        }
+        _ => tracing::debug!(token, "signal for an unknown connection dropped"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_signal_word_round_trips() {
+        let w = encode(0x12_3456_789A, true, SignalFlags::NO_ACCUMULATE);
+        assert_eq!(w & 0xFF, 0x03);
+        assert_eq!(decode(w), (0x12_3456_789A, true, true));
+        assert_eq!(
+            decode(encode(MAX_TOKEN, false, SignalFlags::empty())),
+            (MAX_TOKEN, false, false)
+        );
+    }
+}

@@ -1,0 +1,185 @@
+//! Signals on the import side (spec §4.7): post to the exporter, wait with a timeout, the
+//! pollable descriptor, and the stream of this import's events. How a signal travels is in
+//! [`crate::events::route`].
+
+use super::{ImportInner, ImportSegment};
+use crate::events::hub::Hub;
+use crate::events::route::{self, Target};
+use crate::events::{EventStream, PollFd, SignalFlags};
+use crate::{Error, Result};
+use std::future::Future;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+impl ImportInner {
+    pub(crate) fn node(&self) -> u32 {
+        self.node
+    }
+
+    pub(crate) fn events(&self) -> &Arc<Hub> {
+        &self.events
+    }
+
+    /// The exporter signalled this import.
+    pub(crate) fn on_signal(&self, no_accumulate: bool) {
+        self.events.post(self.node, no_accumulate);
+    }
+}
+
+impl ImportSegment {
+    /// Signals the exporting process's segment (`rsm_intr_signal_post` on an import
+    /// handle): one event for it to wait for, unless `flags` has
+    /// [`SignalFlags::NO_ACCUMULATE`] and one is already pending there.
+    ///
+    /// Any connection may signal, a read-only one too. A signal posted after a put on this
+    /// segment *resolved* arrives after the put's data is visible (decision 18); see
+    /// the crate documentation (Signals and events) for puts still in flight.
+    ///
+    /// # Errors
+    /// - `RSMERR_BAD_SEG_HNDL` after [`disconnect`](ImportSegment::disconnect);
+    /// - `RSMERR_REMOTE_NODE_UNREACHABLE` when the exporting node died or is unreachable;
+    /// - `RSMERR_CONN_ABORTED` when the exporter withdrew the segment, or the post failed.
+    ///
+    /// # Cancel safety
+    /// The future owns what it needs; dropping it before completion may leave the signal
+    /// unsent, never half-sent.
+    ///
+    /// ```no_run
+    /// # async fn f(seg: rsm::ImportSegment) -> rsm::Result<()> {
+    /// use rsm::SignalFlags;
+    ///
+    /// let (res, _) = seg.put(0, b"record".to_vec()).await;
+    /// res?;
+    /// seg.signal(SignalFlags::empty()).await?; // the exporter finds the record
+    /// # Ok(()) }
+    /// ```
+    pub fn signal(&self, flags: SignalFlags) -> impl Future<Output = Result<()>> + Send + 'static {
+        let seg = self.clone();
+        async move { seg.post_signal(flags, "intr_signal_post").await }
+    }
+
+    /// The post itself; putv's `IMPLICIT_SIGPOST` calls it after a whole vector succeeded,
+    /// with the caller's `NO_ACCUMULATE` passed through.
+    pub(crate) async fn post_signal(&self, flags: SignalFlags, op: &'static str) -> Result<()> {
+        let inner = &self.inner;
+        let ctx = |e: Error| e.op(op).segment(inner.segment).node(inner.node);
+        if inner.disconnected.load(Ordering::SeqCst) {
+            return Err(ctx(
+                Error::bad_seg_hndl().detail("the segment was disconnected")
+            ));
+        }
+        if inner.events.is_peer_lost() {
+            return Err(ctx(Error::remote_node_unreachable()
+                .detail("the exporting node died or is unreachable")));
+        }
+        if let Some(e) = inner.tracker.aborted() {
+            return Err(ctx(e));
+        }
+        let state = inner
+            .state
+            .upgrade()
+            .ok_or_else(|| ctx(Error::bad_seg_hndl().detail("the node was shut down")))?;
+        let target = Target {
+            node: inner.node,
+            token: inner.conn_id,
+            to_importer: false,
+            bell: inner.bell.as_ref(),
+            dest: Some(inner.dest),
+        };
+        route::send(&state, inner.backend.as_ref(), target, flags, op)
+            .await
+            .map_err(|e| e.segment(inner.segment))
+    }
+
+    /// Waits for a signal from the exporter and consumes it (`rsm_intr_signal_wait`): `n`
+    /// posts satisfy `n` waits, unless `NO_ACCUMULATE` dropped some. `None` waits forever;
+    /// `Some(Duration::ZERO)` only takes one already pending.
+    ///
+    /// Works on any executor (the timer runs on the node's own runtime when the caller has
+    /// no tokio runtime).
+    ///
+    /// # Errors
+    /// - `RSMERR_TIMEOUT` when no signal came within `timeout`, reported only once the time
+    ///   has really passed (decision 11);
+    /// - `RSMERR_BAD_SEG_HNDL` when the segment is disconnected (also while waiting).
+    ///
+    /// # Cancel safety
+    /// Cancel safe: only a wait that returns `Ok` consumes an event.
+    ///
+    /// ```no_run
+    /// # async fn f(seg: rsm::ImportSegment) -> rsm::Result<()> {
+    /// use std::time::Duration;
+    ///
+    /// match seg.wait_signal(Some(Duration::from_secs(1))).await {
+    ///     Ok(()) => println!("signalled"),
+    ///     Err(e) if e.code() == 42 => println!("RSMERR_TIMEOUT"),
+    ///     Err(e) => return Err(e),
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub async fn wait_signal(&self, timeout: Option<Duration>) -> Result<()> {
+        const OP: &str = "intr_signal_wait";
+        let inner = &self.inner;
+        let state = inner.state.upgrade().ok_or_else(|| {
+            Error::bad_seg_hndl()
+                .op(OP)
+                .detail("the node was shut down")
+        })?;
+        inner
+            .events
+            .wait(&state, timeout, OP)
+            .await
+            .map_err(|e| e.segment(inner.segment).node(inner.node))
+    }
+
+    /// Signals pending: posted by the exporter, not consumed yet.
+    ///
+    /// ```no_run
+    /// # fn f(seg: rsm::ImportSegment) {
+    /// println!("{} signals pending", seg.pending_signals());
+    /// # }
+    /// ```
+    pub fn pending_signals(&self) -> u64 {
+        self.inner.events.pending()
+    }
+
+    /// The segment's pollable descriptor (`rsm_memseg_get_pollfd`): readable while signals
+    /// are pending. Counted: while any is held, [`disconnect`](ImportSegment::disconnect)
+    /// fails with `RSMERR_POLLFD_IN_USE` (decision 5); dropping it releases it.
+    ///
+    /// # Errors
+    /// `RSMERR_BAD_SEG_HNDL` after disconnect; `RSMERR_INSUFFICIENT_RESOURCES` when no
+    /// eventfd can be created.
+    ///
+    /// ```no_run
+    /// # fn f(seg: rsm::ImportSegment) -> rsm::Result<()> {
+    /// use std::os::fd::AsRawFd;
+    /// let fd = seg.pollfd()?;
+    /// println!("poll fd {}", fd.as_raw_fd());
+    /// # Ok(()) }
+    /// ```
+    pub fn pollfd(&self) -> Result<PollFd> {
+        self.inner
+            .events
+            .pollfd("memseg_get_pollfd")
+            .map_err(|e| e.segment(self.inner.segment))
+    }
+
+    /// A stream of this import's events: signals from the exporter, revoke, rebind, and
+    /// the exporter's node becoming unreachable. It ends when the segment is disconnected
+    /// (or its last handle dropped). See [`EventStream`].
+    ///
+    /// ```no_run
+    /// # async fn f(seg: rsm::ImportSegment) {
+    /// use futures::StreamExt;
+    /// let mut events = seg.events();
+    /// if let Some(Ok(e)) = events.next().await {
+    ///     println!("{e:?}");
+    /// }
+    /// # }
+    /// ```
+    pub fn events(&self) -> EventStream {
+        self.inner.events.subscribe()
+    }
+}
