@@ -40,6 +40,12 @@ fn messages() -> Vec<(&'static str, Message)> {
                 gid: 1000,
                 groups: vec![4, 24, 27, 100],
                 fabric_addr: vec![0xab; 32],
+                signal_token: 0x1234_5600,
+                doorbell: Some(Doorbell {
+                    controller: "tcp0".into(),
+                    addr: 0x7f00_0000_1000,
+                    key: 77,
+                }),
             }),
         ),
         (
@@ -56,6 +62,11 @@ fn messages() -> Vec<(&'static str, Message)> {
                     fabric_addr: vec![0xcd; 32],
                     exporter_uid: 1000,
                     exporter_gid: 1000,
+                    doorbell: Some(Doorbell {
+                        controller: "tcp0".into(),
+                        addr: 0x7f00_0000_2000,
+                        key: 78,
+                    }),
                 }),
             }),
         ),
