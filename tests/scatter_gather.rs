@@ -276,3 +276,71 @@ fn loopback_vectors_land_exactly() {
 fn loopback_invalid_entry_stops_the_vector() {
     invalid_entry_stops_the_vector("loopback");
 }
+
+/// `IMPLICIT_SIGPOST` (spec §4.5): a putv that succeeds signals the exporter once, after
+/// its data is in place; a failed one does not; `SIGPOST_NO_ACCUMULATE` is passed on.
+fn implicit_sigpost(ctrl: &str) {
+    let _serial = serial();
+    let mut s = setup(ctrl, SEG);
+    let entries = |seed: u64| -> Vec<SgEntry<Vec<u8>>> {
+        (0..4)
+            .map(|i| SgEntry::buffer(pattern(seed + i, 100), i * 1000))
+            .collect()
+    };
+    let out =
+        s.rt.block_on(s.imp.putv(entries(1), SgFlags::IMPLICIT_SIGPOST));
+    out.result.unwrap_or_else(|e| panic!("{ctrl}: {e}"));
+    assert_eq!(s.peer.ask("wait 5000"), "signalled", "{ctrl}");
+    // The data was in place when the signal arrived.
+    assert_eq!(
+        s.peer.ask("sum 3000 100"),
+        checksum(&pattern(4, 100)).to_string()
+    );
+    // Without the flag, or when the vector fails, no signal.
+    s.rt.block_on(s.imp.putv(entries(10), SgFlags::empty()))
+        .result
+        .unwrap();
+    let mut bad = entries(20);
+    bad.push(SgEntry::buffer(vec![0u8; 8], SEG as u64));
+    let out = s.rt.block_on(s.imp.putv(bad, SgFlags::IMPLICIT_SIGPOST));
+    assert_eq!(out.result.unwrap_err().name(), "RSMERR_BAD_OFFSET");
+    assert_eq!(s.peer.ask("signals"), "0", "{ctrl}: no signal for those");
+    // NO_ACCUMULATE passes through: a burst leaves one pending event.
+    for k in 0..5 {
+        s.rt.block_on(s.imp.putv(
+            entries(30 + k),
+            SgFlags::IMPLICIT_SIGPOST | SgFlags::SIGPOST_NO_ACCUMULATE,
+        ))
+        .result
+        .unwrap();
+    }
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    while s.peer.ask("signals") == "0" && std::time::Instant::now() < deadline {
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    std::thread::sleep(std::time::Duration::from_millis(200));
+    assert_eq!(
+        s.peer.ask("signals"),
+        "1",
+        "{ctrl}: one pending after the burst"
+    );
+    assert!(s.peer.quit());
+    s.rt.block_on(s.node.shutdown());
+}
+
+#[test]
+fn tcp_implicit_sigpost() {
+    implicit_sigpost("tcp0");
+}
+#[test]
+fn shm_implicit_sigpost() {
+    implicit_sigpost("shm0");
+}
+#[test]
+fn sockets_implicit_sigpost() {
+    implicit_sigpost("sockets0");
+}
+#[test]
+fn loopback_implicit_sigpost() {
+    implicit_sigpost("loopback");
+}

@@ -4,6 +4,7 @@
 //! limits, not one round trip per entry.
 
 use super::ImportSegment;
+use crate::events::SignalFlags;
 use crate::local::LocalMemory;
 use crate::perm::Perm;
 use crate::reactor::slot::{Batch, Dir, Outcome, Piece, Plan};
@@ -149,9 +150,14 @@ pub struct SgOp<B: Send + 'static> {
     count: usize,
     /// The first invalid entry and its error; entries before it are transferred.
     invalid: Option<(usize, Error)>,
-    /// Set when the vector asked for an implicit signal (the events issue posts it).
     flags: SgFlags,
+    /// The segment, for `IMPLICIT_SIGPOST` (a putv's signal after the whole vector).
+    signal_to: Option<ImportSegment>,
+    /// The implicit signal being posted, with the vector's entries to give back after it.
+    signalling: Option<(SignalPost, Option<Vec<SgEntry<B>>>)>,
 }
+
+type SignalPost = Pin<Box<dyn Future<Output = Result<()>> + Send>>;
 
 impl<B: Send + 'static> std::fmt::Debug for SgOp<B> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -168,6 +174,16 @@ impl<B: Send + 'static> Future for SgOp<B> {
     type Output = SgOutcome<B>;
 
     fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<SgOutcome<B>> {
+        if let Some((post, _)) = self.signalling.as_mut() {
+            let res = std::task::ready!(post.as_mut().poll(cx));
+            let entries = self.signalling.take().and_then(|(_, e)| e);
+            // The data moved; a failed signal is the vector's error, with no residual.
+            return Poll::Ready(SgOutcome {
+                result: res,
+                residual: 0,
+                entries,
+            });
+        }
         let Some(op) = self.op.as_mut() else {
             return Poll::Ready(SgOutcome {
                 result: Err(Error::bad_sgio().detail("vector polled after completion")),
@@ -187,6 +203,19 @@ impl<B: Send + 'static> Future for SgOp<B> {
             (Ok(()), Some((i, e))) => (Err(e), count - i),
             (Ok(()), None) => (Ok(()), 0),
         };
+        if result.is_ok() && self.flags.contains(SgFlags::IMPLICIT_SIGPOST) {
+            if let Some(seg) = self.signal_to.take() {
+                let flags = if self.flags.contains(SgFlags::SIGPOST_NO_ACCUMULATE) {
+                    SignalFlags::NO_ACCUMULATE
+                } else {
+                    SignalFlags::empty()
+                };
+                let post: SignalPost =
+                    Box::pin(async move { seg.post_signal(flags, "putv").await });
+                self.signalling = Some((post, buf));
+                return self.poll(cx);
+            }
+        }
         Poll::Ready(SgOutcome {
             result,
             residual,
@@ -213,6 +242,8 @@ impl ImportSegment {
                 count,
                 invalid: None,
                 flags,
+                signal_to: None,
+                signalling: None,
             };
         };
         for (i, p) in valid {
@@ -234,6 +265,8 @@ impl ImportSegment {
                     count,
                     invalid: Some((i, e)),
                     flags,
+                    signal_to: None,
+                    signalling: None,
                 };
             }
         }
@@ -242,7 +275,15 @@ impl ImportSegment {
             count,
             invalid,
             flags,
+            signal_to: self.implicit_signal(way, flags),
+            signalling: None,
         }
+    }
+
+    /// The segment to signal after a putv asking for `IMPLICIT_SIGPOST` (spec §4.5; a getv
+    /// posts none).
+    fn implicit_signal(&self, way: Way, flags: SgFlags) -> Option<ImportSegment> {
+        (way == Way::Put && flags.contains(SgFlags::IMPLICIT_SIGPOST)).then(|| self.clone())
     }
 }
 
@@ -382,6 +423,8 @@ impl ImportSegment {
             count,
             invalid: None,
             flags,
+            signal_to: None,
+            signalling: None,
         };
         if count == 0 || count > MAX_SGIOREQS {
             return fail(
@@ -422,6 +465,8 @@ impl ImportSegment {
                 count,
                 invalid,
                 flags,
+                signal_to: self.implicit_signal(way, flags),
+                signalling: None,
             };
         }
         let Some((_, backend)) = self.inner.fabric() else {
@@ -440,6 +485,8 @@ impl ImportSegment {
             count,
             invalid,
             flags,
+            signal_to: self.implicit_signal(way, flags),
+            signalling: None,
         }
     }
 }

@@ -332,7 +332,8 @@ pub fn unhex(s: &str) -> Vec<u8> {
 /// `little`, with the `fault-injection` feature), exports `SIZE` bytes on `CTRL`, publishes
 /// them, says `ready <id>`, and answers: `sum <off> <len>` (checksum), `fill <seed> <off>
 /// <len>` (pattern), `dump <off> <len>` (hex), `write <off> <hex>`, `importers`,
-/// `unpublish`, `break` (fault injection: the registration is lost), `quit`.
+/// `signals` (pending count), `wait <ms>` (`signalled` or the error's name), `unpublish`,
+/// `break` (fault injection: the registration is lost), `quit`.
 pub fn exporter_role() {
     let rt = runtime();
     let node_id: u32 = arg("NODE_ID").parse().unwrap();
@@ -378,6 +379,14 @@ pub fn exporter_role() {
                 say("ok");
             }
             ["importers"] => say(seg.importer_count()),
+            ["signals"] => say(seg.pending_signals()),
+            ["wait", ms] => {
+                let timeout = std::time::Duration::from_millis(ms.parse().unwrap());
+                match rt.block_on(seg.wait_signal(Some(timeout))) {
+                    Ok(()) => say("signalled"),
+                    Err(e) => say(e.name()),
+                }
+            }
             #[cfg(feature = "fault-injection")]
             ["break"] => {
                 seg.inject_lost_registration().unwrap();
