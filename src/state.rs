@@ -310,19 +310,15 @@ impl NodeState {
             _ => (g.key, g.fabric_addr),
         };
         lock(&self.conns).insert(conn_id, r.segment_id);
-        let backend = export.controller().fabric().cloned();
-        if let Some(b) = &backend {
-            let bell = r.doorbell.clone();
-            let addr = r.fabric_addr.clone();
-            self.signals.add_importer(
-                conn_id,
-                peer.node_id,
-                r.signal_token,
-                bell,
-                addr,
-                Arc::clone(b),
-            );
-        }
+        // On loopback (no fabric backend) signals to the importer use the side channel.
+        self.signals.add_importer(
+            conn_id,
+            peer.node_id,
+            r.signal_token,
+            r.doorbell.clone(),
+            r.fabric_addr.clone(),
+            export.controller().fabric().cloned(),
+        );
         export
             .events()
             .emit(crate::events::SegmentEvent::ImporterConnected { node: peer.node_id });
@@ -337,7 +333,7 @@ impl NodeState {
             fabric_addr,
             exporter_uid: g.exporter_uid,
             exporter_gid: g.exporter_gid,
-            doorbell: backend.and_then(|b| b.doorbell()),
+            doorbell: export.controller().fabric().and_then(|b| b.doorbell()),
         })
     }
 

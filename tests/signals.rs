@@ -14,7 +14,7 @@ use std::os::fd::AsRawFd;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-const CONTROLLERS: [&str; 3] = ["tcp0", "shm0", "sockets0"];
+const CONTROLLERS: [&str; 4] = ["tcp0", "shm0", "sockets0", "loopback"];
 const FIVE_S: Option<Duration> = Some(Duration::from_secs(5));
 
 #[test]

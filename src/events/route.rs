@@ -74,7 +74,8 @@ pub(crate) struct ImporterBell {
     token: u64,
     bell: Option<Doorbell>,
     fabric_addr: Vec<u8>,
-    backend: Arc<FabricBackend>,
+    /// None on loopback: signals to the importer go over the side channel.
+    backend: Option<Arc<FabricBackend>>,
     /// The importer's address-vector entry, inserted at the first signal.
     dest: OnceLock<Option<ffi::fi_addr_t>>,
 }
@@ -89,7 +90,7 @@ impl ImporterBell {
     }
 
     pub(crate) fn dest(&self) -> Option<ffi::fi_addr_t> {
-        *self.dest.get_or_init(|| match self.backend.peer(&self.fabric_addr) {
+        *self.dest.get_or_init(|| match self.backend.as_ref()?.peer(&self.fabric_addr) {
             Ok(d) => Some(d),
             Err(e) => {
                 tracing::debug!(node = self.node, error = %e, "importer's fabric address refused: signals to it use the side channel");
@@ -101,8 +102,8 @@ impl ImporterBell {
 
 impl Drop for ImporterBell {
     fn drop(&mut self) {
-        if matches!(self.dest.get(), Some(Some(_))) {
-            self.backend.release_peer(&self.fabric_addr);
+        if let (Some(Some(_)), Some(b)) = (self.dest.get(), &self.backend) {
+            b.release_peer(&self.fabric_addr);
         }
     }
 }
@@ -167,7 +168,7 @@ impl Routes {
         token: u64,
         bell: Option<Doorbell>,
         fabric_addr: Vec<u8>,
-        backend: Arc<FabricBackend>,
+        backend: Option<Arc<FabricBackend>>,
     ) {
         let b = ImporterBell {
             node,
