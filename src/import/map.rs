@@ -120,6 +120,13 @@ impl ImportSegment {
                 inner.ctrl.name()
             ))));
         };
+        if lo.is_remote() {
+            return Err(ctx(Error::map_failed().detail(
+                "the segment is the exporter's caller memory, not a memfd: it is reached \
+                 with process_vm_readv/writev and cannot be mapped (export \
+                 rsm::SharedMemory to map it)",
+            )));
+        }
         if lo.is_mapped() {
             return Err(ctx(
                 Error::seg_already_mapped().detail("one mapping per import segment")
