@@ -562,6 +562,10 @@ fn mapping_errors_and_fixed_addresses() {
             )
             .unwrap();
         assert_eq!(fixed.as_ptr(), at_addr);
+        // put and get are not confined to the mapped window (see src/import/map.rs).
+        let (res, got) = imp2.get(0, vec![0u8; 5]).await;
+        res.unwrap();
+        assert_eq!(got.unwrap(), b"first", "outside the mapped window");
         seg.write_at(page as u64 + 8, &7u64.to_ne_bytes()).unwrap();
         assert_eq!(fixed.load_u64(8).unwrap(), 7);
         assert_eq!(
