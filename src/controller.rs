@@ -278,6 +278,9 @@ impl Controller {
     /// the length is not a multiple of the page size, `RSMERR_BAD_LENGTH` when it is larger
     /// than the controller's `max_export_segment_size`. On error `mem` is dropped.
     ///
+    /// On `loopback`, importers map a [`crate::SharedMemory`]; other memory they reach with
+    /// `process_vm_readv/writev` instead, and cannot map (see the crate's model notes).
+    ///
     /// ```
     /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
     /// # let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;

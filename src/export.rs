@@ -301,6 +301,15 @@ pub(crate) struct RebindNote {
     pub(crate) node: u32,
     pub(crate) key: u64,
     pub(crate) base: u64,
+    /// The importer's process on loopback (for [`crate::backend::loopback::hold`]).
+    pub(crate) pid: Option<u32>,
+}
+
+impl Rebound {
+    /// The memory the rebind replaced.
+    pub(crate) fn old_memory(&self) -> &Arc<Memory> {
+        &self._mem
+    }
 }
 
 /// One connected importer, as the exporter records it.
@@ -310,6 +319,8 @@ pub(crate) struct Importer {
     pub(crate) incarnation: u64,
     /// Whether it was granted write (it holds the read-write key, else the read-only one).
     pub(crate) writable: bool,
+    /// Its process, from the kernel credentials of the Unix side channel (loopback only).
+    pub(crate) pid: Option<u32>,
 }
 
 /// What a connect answer needs from a published segment.
@@ -383,9 +394,10 @@ impl ExportInner {
                 (reg.key(), reg.base(), backend.address(), None)
             }
             None => {
-                let share = crate::backend::loopback::share(&p.mem, granted.allows(Perm::WRITE))
-                    .map_err(|e| e.segment(p.id))?;
-                (0, 0, Vec::new(), Some(share))
+                let (base, share) =
+                    crate::backend::loopback::grant(&p.mem, granted.allows(Perm::WRITE))
+                        .map_err(|e| e.segment(p.id))?;
+                (0, base, Vec::new(), share)
             }
         };
         let grant = Grant {
@@ -497,13 +509,9 @@ impl ExportSegment {
                 attr.max_export_segment_size
             ))));
         }
+        // On loopback, caller memory that is not a memfd is reached with
+        // process_vm_readv/writev (and cannot be mapped by importers).
         let mem = match mem {
-            Some(Memory::Caller { .. }) if ctrl.is_loopback() => {
-                return Err(err(Error::map_failed().detail(
-                    "the loopback controller shares memory by mapping a memfd: export \
-                     rsm::SharedMemory (or let rsm allocate the segment) instead of other memory",
-                )));
-            }
             Some(m) => m,
             None if ctrl.is_loopback() => Memory::Shared(SharedMemory::new(size).map_err(err)?),
             None => Memory::Own(Mapping::new(size).map_err(err)?),
@@ -902,10 +910,12 @@ impl ExportSegment {
                 "the memory must start on a page boundary ({page} bytes)"
             ))));
         }
-        if self.inner.ctrl.is_loopback() && !matches!(mem, Memory::Shared(_)) {
+        if self.inner.ctrl.is_loopback()
+            && !crate::backend::loopback::same_reach(&self.inner.lock().mem, &mem)
+        {
             return Err(ctx(Error::map_failed().detail(
-                "the loopback controller shares memory by mapping a memfd: rebind onto \
-                 rsm::SharedMemory",
+                "on loopback a segment keeps its kind of memory across rebind: a memfd \
+                 (rsm::SharedMemory) onto a memfd, other caller memory onto other memory",
             )));
         }
         let _serial = self.inner.rebinding.lock().await;
@@ -950,14 +960,11 @@ impl ExportSegment {
                             let reg = if i.writable { &p.reg } else { &p.reg_ro };
                             let (key, base) = match reg {
                                 Some(reg) => (reg.key(), reg.base()),
-                                None => (
-                                    crate::backend::loopback::reoffer(
-                                        &self.inner.ctrl,
-                                        &mem,
-                                        conn_id,
-                                        i.writable,
-                                    ),
-                                    0,
+                                None => crate::backend::loopback::reoffer(
+                                    &self.inner.ctrl,
+                                    &mem,
+                                    conn_id,
+                                    i.writable,
                                 ),
                             };
                             RebindNote {
@@ -965,6 +972,7 @@ impl ExportSegment {
                                 node: i.node,
                                 key,
                                 base,
+                                pid: i.pid,
                             }
                         })
                         .collect();

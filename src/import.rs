@@ -109,7 +109,7 @@ impl ImportInner {
     /// normally. A stale or repeated generation changes nothing.
     pub(crate) async fn rebound(&self, base: u64, key: u64, generation: u32) {
         if let Some(lo) = &self.lo {
-            if let Err(e) = lo.rebind(key, generation).await {
+            if let Err(e) = lo.rebind(key, base, generation).await {
                 tracing::warn!(segment = format_args!("{:#x}", self.segment), error = %e, "cannot remap the rebound segment");
             }
             return;
@@ -215,6 +215,15 @@ impl ImportSegment {
             .ok_or_else(|| ctx(Error::conn_aborted().detail("the exporter granted no key")))?;
         let (dest, lo) = match &backend {
             Some(b) => (b.peer(&grant.fabric_addr).map_err(ctx)?, None),
+            // A grant without a descriptor service is caller memory at `base` in the
+            // exporter's process, which the kernel credentials of the link name.
+            None if grant.fabric_addr.is_empty() => {
+                let pid = peer.creds.as_ref().and_then(|c| c.pid).ok_or_else(|| {
+                    ctx(Error::conn_aborted().detail("no kernel credentials of the exporter"))
+                })?;
+                let lo = LoopbackImport::attach_remote(pid, grant.base, grant.length);
+                (0, Some(lo.map_err(ctx)?))
+            }
             None => {
                 let (service, size) = (grant.fabric_addr.clone(), grant.length);
                 let writable = Perm::from_bits(grant.granted).allows(Perm::WRITE);
@@ -494,6 +503,9 @@ impl ImportSegment {
             return Ok(());
         };
         state.remove_import(inner.node, inner.conn_id);
+        if let Some(lo) = &inner.lo {
+            lo.close();
+        }
         let tracker = Arc::clone(&inner.tracker);
         let (node, conn_id) = (inner.node, inner.conn_id);
         let st = Arc::clone(&state);

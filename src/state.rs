@@ -176,7 +176,7 @@ impl NodeState {
         crate::backend::loopback::revoked(&p.mem);
         let res = self
             .run(async move {
-                let mut waits = Vec::new();
+                let mut waits: Vec<futures::future::BoxFuture<'static, Option<u64>>> = Vec::new();
                 for (&conn_id, imp) in &p.importers {
                     lock(&this.conns).remove(&conn_id);
                     this.signals.forget_importer(conn_id);
@@ -187,22 +187,35 @@ impl NodeState {
                         generation: p.generation,
                     };
                     match this.side() {
-                        Ok(side) if side.send(imp.node, msg).await.is_ok() => waits.push(rx),
+                        Ok(side) if side.send(imp.node, msg).await.is_ok() => {
+                            waits.push(Box::pin(async move { rx.await.ok().map(|()| conn_id) }))
+                        }
                         _ => {
                             lock(&this.revokes).remove(&conn_id);
                         }
                     }
                 }
                 let all = futures::future::join_all(waits);
-                if tokio::time::timeout(REVOKE_WAIT, all).await.is_err() {
-                    tracing::warn!(
-                        segment = format_args!("{:#x}", p.id),
-                        "importers did not acknowledge the revoke within 5 s"
-                    );
-                }
+                let acked: Vec<u64> = match tokio::time::timeout(REVOKE_WAIT, all).await {
+                    Ok(acked) => acked.into_iter().flatten().collect(),
+                    Err(_) => {
+                        tracing::warn!(
+                            segment = format_args!("{:#x}", p.id),
+                            "importers did not acknowledge the revoke within 5 s"
+                        );
+                        Vec::new()
+                    }
+                };
                 for conn_id in p.importers.keys() {
                     lock(&this.revokes).remove(conn_id);
                 }
+                crate::backend::loopback::hold(
+                    &p.mem,
+                    p.importers
+                        .iter()
+                        .filter(|(c, _)| !acked.contains(c))
+                        .filter_map(|(_, i)| i.pid),
+                );
                 this.release_segment_id(p.id);
                 drop(p);
                 Ok(())
@@ -221,7 +234,7 @@ impl NodeState {
         let this = Arc::clone(self);
         let _ = self
             .run(async move {
-                let mut waits = Vec::new();
+                let mut waits: Vec<futures::future::BoxFuture<'static, Option<u64>>> = Vec::new();
                 for n in &r.notes {
                     let (tx, rx) = oneshot::channel();
                     let at = (n.conn_id, r.generation);
@@ -233,22 +246,36 @@ impl NodeState {
                         base: n.base,
                     };
                     match this.side() {
-                        Ok(side) if side.send(n.node, msg).await.is_ok() => waits.push(rx),
+                        Ok(side) if side.send(n.node, msg).await.is_ok() => {
+                            let conn_id = n.conn_id;
+                            waits.push(Box::pin(async move { rx.await.ok().map(|()| conn_id) }))
+                        }
                         _ => {
                             lock(&this.rebinds).remove(&at);
                         }
                     }
                 }
                 let all = futures::future::join_all(waits);
-                if tokio::time::timeout(REVOKE_WAIT, all).await.is_err() {
-                    tracing::warn!(
-                        segment = format_args!("{:#x}", r.segment),
-                        "importers did not acknowledge the rebind within 5 s"
-                    );
-                }
+                let acked: Vec<u64> = match tokio::time::timeout(REVOKE_WAIT, all).await {
+                    Ok(acked) => acked.into_iter().flatten().collect(),
+                    Err(_) => {
+                        tracing::warn!(
+                            segment = format_args!("{:#x}", r.segment),
+                            "importers did not acknowledge the rebind within 5 s"
+                        );
+                        Vec::new()
+                    }
+                };
                 for n in &r.notes {
                     lock(&this.rebinds).remove(&(n.conn_id, r.generation));
                 }
+                crate::backend::loopback::hold(
+                    r.old_memory(),
+                    r.notes
+                        .iter()
+                        .filter(|n| !acked.contains(&n.conn_id))
+                        .filter_map(|n| n.pid),
+                );
                 drop(r);
                 Ok(())
             })
@@ -293,6 +320,7 @@ impl NodeState {
                     incarnation: peer.incarnation,
                     // admit sets it from the grant.
                     writable: false,
+                    pid: loopback_pid,
                 },
                 &requester(peer, r),
                 Perm::from_bits(r.perm),

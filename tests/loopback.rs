@@ -5,7 +5,7 @@
 mod common;
 
 use common::*;
-use rsm::{ExportFlags, MapAt, Perm, SharedMemory};
+use rsm::{ExportFlags, MapAt, Perm, SgEntry, SgFlags, SharedMemory};
 use std::ptr::NonNull;
 use std::time::{Duration, Instant};
 
@@ -19,6 +19,7 @@ fn role_entry() {
         Some("exporter") => exporter_role(),
         Some("mapper") => mapper_role(),
         Some("hammer") => hammer_role(),
+        Some("reacher") => reacher_role(),
         Some(other) => panic!("unknown role {other}"),
     }
 }
@@ -150,6 +151,92 @@ fn hammer_role() {
                 said = true;
             }
         }
+    });
+}
+
+/// An importer of caller memory (no memfd): node `NODE_ID` imports segment `SEGID` of
+/// node `EXPORTER` read-write, says `ready` (or `err <code>` when the connect fails), and
+/// answers `put <off> <hex>`, `get <off> <len>`, `put64 <off> <value>`, `get32 <off>
+/// <count>` (decimal values), `putv <off> <hex> <hex>` (two entries, back to back),
+/// `getv <off> <len> <len>` (hex of both), `map` (the code, and whether the reason names
+/// the memfd) and `quit`. Errors are `err <code>`.
+fn reacher_role() {
+    let rt = runtime();
+    let exporter: u32 = arg("EXPORTER").parse().unwrap();
+    let segid: u32 = arg("SEGID").parse().unwrap();
+    let node = rt.block_on(node(arg("NODE_ID").parse().unwrap()));
+    let imp = rt.block_on(async {
+        let c = node.controller(CTRL).await?;
+        c.import(exporter, segid, Perm::RDWR).await
+    });
+    let imp = match imp {
+        Ok(imp) => imp,
+        Err(e) => {
+            say(format!("err {}", e.code()));
+            rt.block_on(node.shutdown());
+            return;
+        }
+    };
+    say("ready");
+    let err = |e: rsm::Error| format!("err {}", e.code());
+    while let Some(cmd) = next_command() {
+        let words: Vec<&str> = cmd.split_whitespace().collect();
+        match words.as_slice() {
+            ["put", off, data] => {
+                let (res, _) = rt.block_on(imp.put(off.parse().unwrap(), unhex(data)));
+                say(res.map_or_else(err, |()| "ok".into()));
+            }
+            ["get", off, len] => {
+                let (res, buf) =
+                    rt.block_on(imp.get(off.parse().unwrap(), vec![0u8; len.parse().unwrap()]));
+                say(res.map_or_else(err, |()| hex(&buf.unwrap())));
+            }
+            ["put64", off, v] => say(rt
+                .block_on(imp.put64(off.parse().unwrap(), &[v.parse().unwrap()]))
+                .map_or_else(err, |()| "ok".into())),
+            ["get32", off, n] => say(rt
+                .block_on(imp.get32(off.parse().unwrap(), n.parse().unwrap()))
+                .map_or_else(err, |v| format!("{v:?}"))),
+            ["putv", off, a, b] => {
+                let off: u64 = off.parse().unwrap();
+                let (a, b) = (unhex(a), unhex(b));
+                let second = off + a.len() as u64;
+                let entries = vec![SgEntry::buffer(a, off), SgEntry::buffer(b, second)];
+                let out = rt.block_on(imp.putv(entries, SgFlags::empty()));
+                say(out.result.map_or_else(err, |()| "ok".into()));
+            }
+            ["getv", off, a, b] => {
+                let off: u64 = off.parse().unwrap();
+                let (a, b): (usize, usize) = (a.parse().unwrap(), b.parse().unwrap());
+                let entries = vec![
+                    SgEntry::buffer(vec![0u8; a], off),
+                    SgEntry::buffer(vec![0u8; b], off + a as u64),
+                ];
+                let out = rt.block_on(imp.getv(entries, SgFlags::empty()));
+                say(out.result.map_or_else(err, |()| {
+                    let bufs: Vec<String> = out
+                        .entries
+                        .unwrap()
+                        .into_iter()
+                        .map(|e| match e.local {
+                            rsm::SgLocal::Buffer(b) => hex(&b),
+                            rsm::SgLocal::Handle(_) => unreachable!(),
+                        })
+                        .collect();
+                    bufs.join(" ")
+                }));
+            }
+            ["map"] => {
+                let e = imp.map(0, page(), Perm::RDWR, MapAt::Anywhere).unwrap_err();
+                say(format!("{} {}", e.code(), e.to_string().contains("memfd")));
+            }
+            ["quit"] | [] => break,
+            _ => panic!("unknown command {cmd}"),
+        }
+    }
+    rt.block_on(async {
+        let _ = imp.disconnect().await;
+        node.shutdown().await;
     });
 }
 
@@ -475,6 +562,10 @@ fn mapping_errors_and_fixed_addresses() {
             )
             .unwrap();
         assert_eq!(fixed.as_ptr(), at_addr);
+        // put and get are not confined to the mapped window (see src/import/map.rs).
+        let (res, got) = imp2.get(0, vec![0u8; 5]).await;
+        res.unwrap();
+        assert_eq!(got.unwrap(), b"first", "outside the mapped window");
         seg.write_at(page as u64 + 8, &7u64.to_ne_bytes()).unwrap();
         assert_eq!(fixed.load_u64(8).unwrap(), 7);
         assert_eq!(
@@ -517,4 +608,175 @@ fn mapping_errors_and_fixed_addresses() {
         b.shutdown().await;
         a.shutdown().await;
     });
+}
+
+/// An exporter over caller memory that is not a memfd (`Pages`, or anything else).
+fn caller_exporter<M: rsm::SegmentMemory>(mem: M, flags: ExportFlags) -> Exporter {
+    let rt = runtime();
+    let id = fresh_node_id();
+    let (node, seg, segid) = rt.block_on(async {
+        let node = node(id).await;
+        let ctrl = node.controller(CTRL).await.unwrap();
+        let seg = ctrl.export_memory(mem, flags).unwrap();
+        let segid = seg.publish(0, &[]).await.unwrap();
+        (node, seg, segid)
+    });
+    Exporter {
+        rt,
+        node,
+        id,
+        seg,
+        segid,
+    }
+}
+
+fn reacher(e: &Exporter) -> Peer {
+    let peer = Peer::start(
+        "role_entry",
+        "reacher",
+        &[
+            ("NODE_ID", (e.id + 1).to_string()),
+            ("EXPORTER", e.id.to_string()),
+            ("SEGID", e.segid.to_string()),
+        ],
+    );
+    assert_eq!(peer.recv(), "ready");
+    peer
+}
+
+/// Caller memory that is not a memfd: another process reaches it with
+/// process_vm_readv/writev. put, get, typed and vector accesses land in the exporter's
+/// memory; bounds are checked; map is refused saying why; revoke stops the importer.
+#[test]
+fn caller_memory_is_reached_across_processes_and_cannot_be_mapped() {
+    let _serial = serial();
+    let size = 16 * page();
+    let e = caller_exporter(Pages::new(size, 0), ExportFlags::empty());
+    let mut child = reacher(&e);
+    let data = pattern(3, 5000);
+    assert_eq!(child.ask(&format!("put 777 {}", hex(&data))), "ok");
+    assert!(
+        dump(&e, 777, data.len()) == data,
+        "the put landed in the exporter"
+    );
+    e.seg.write_at(size as u64 - 6, b"at end").unwrap();
+    assert_eq!(child.ask(&format!("get {} 6", size - 6)), hex(b"at end"));
+    assert_eq!(child.ask("put64 64 72623859790382856"), "ok");
+    assert_eq!(dump(&e, 64, 8), 0x0102_0304_0506_0708u64.to_ne_bytes());
+    assert_eq!(child.ask("get32 64 2"), "[84281096, 16909060]");
+    assert_eq!(child.ask("putv 9000 aabb ccddee"), "ok");
+    assert_eq!(dump(&e, 9000, 5), [0xaa, 0xbb, 0xcc, 0xdd, 0xee]);
+    assert_eq!(child.ask("getv 9001 2 3"), "bbcc ddee00");
+    // Bounds: past the end, and across it.
+    assert_eq!(child.ask(&format!("put {size} 00")), "err 18", "BAD_OFFSET");
+    assert_eq!(
+        child.ask(&format!("get {} 2", size - 1)),
+        "err 20",
+        "BAD_LENGTH"
+    );
+    assert_eq!(
+        child.ask("map"),
+        "33 true",
+        "MAP_FAILED, saying it is not a memfd"
+    );
+    // Revoke: the importer acknowledges, then every access fails.
+    let t = Instant::now();
+    e.rt.block_on(e.seg.unpublish()).unwrap();
+    assert!(
+        t.elapsed() < Duration::from_secs(4),
+        "the importer acknowledged (took {:?})",
+        t.elapsed()
+    );
+    assert_eq!(child.ask("put 0 01"), "err 40");
+    assert_eq!(child.ask("get 0 1"), "err 40");
+    assert_eq!(child.ask("putv 0 01 02"), "err 40");
+    assert_eq!(dump(&e, 0, 2), [0, 0], "nothing landed after the revoke");
+    assert!(child.quit());
+    e.rt.block_on(async {
+        e.seg.destroy().await.unwrap();
+        e.node.shutdown().await;
+    });
+}
+
+/// Rebind of caller memory moves importers to the new address; a memfd cannot replace
+/// caller memory (importers could not map it the same way).
+#[test]
+fn caller_memory_rebinds_to_caller_memory() {
+    let _serial = serial();
+    let size = 4 * page();
+    let e = caller_exporter(Pages::new(size, 0), ExportFlags::ALLOW_REBIND);
+    e.seg.write_at(0, b"old memory").unwrap();
+    let mut child = reacher(&e);
+    assert_eq!(child.ask("get 0 10"), hex(b"old memory"));
+    e.rt.block_on(e.seg.rebind(Pages::new(size, 0))).unwrap();
+    e.seg.write_at(0, b"new memory").unwrap();
+    assert_eq!(child.ask("get 0 10"), hex(b"new memory"));
+    assert_eq!(child.ask("put 0 4e4557"), "ok");
+    assert_eq!(dump(&e, 0, 10), b"NEW memory");
+    let err =
+        e.rt.block_on(e.seg.rebind(SharedMemory::new(size).unwrap()));
+    assert_eq!(err.unwrap_err().code(), 33, "MAP_FAILED");
+    assert!(child.quit());
+    e.rt.block_on(async {
+        e.seg.destroy().await.unwrap();
+        e.node.shutdown().await;
+    });
+}
+
+/// Caller memory that signals when it is freed.
+struct Watched {
+    pages: Pages,
+    freed: std::sync::Arc<std::sync::atomic::AtomicBool>,
+}
+
+impl Drop for Watched {
+    fn drop(&mut self) {
+        self.freed.store(true, std::sync::atomic::Ordering::SeqCst);
+    }
+}
+
+// SAFETY: forwards to Pages, which keeps its one allocation until drop.
+unsafe impl rsm::SegmentMemory for Watched {
+    fn as_ptr(&self) -> *mut u8 {
+        self.pages.as_ptr()
+    }
+    fn len(&self) -> usize {
+        self.pages.len()
+    }
+}
+
+/// An importer of caller memory that does not acknowledge a revoke (stopped) could still
+/// be inside a process_vm_writev: the exporter keeps the memory until that process is gone.
+#[test]
+fn caller_memory_outlives_an_importer_that_did_not_let_go() {
+    let _serial = serial();
+    logs();
+    let freed = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let mem = Watched {
+        pages: Pages::new(4 * page(), 0),
+        freed: std::sync::Arc::clone(&freed),
+    };
+    let e = caller_exporter(mem, ExportFlags::empty());
+    let mut child = reacher(&e);
+    assert_eq!(child.ask("put 0 01"), "ok");
+    child.signal(libc::SIGSTOP);
+    let Exporter { rt, node, seg, .. } = e;
+    rt.block_on(async {
+        // The revoke waits 5 s for the stopped importer, then destroy returns.
+        seg.destroy().await.unwrap();
+    });
+    assert!(
+        !freed.load(std::sync::atomic::Ordering::SeqCst),
+        "kept while the importer lives"
+    );
+    child.kill();
+    let t = Instant::now();
+    while !freed.load(std::sync::atomic::Ordering::SeqCst) {
+        assert!(
+            t.elapsed() < Duration::from_secs(5),
+            "freed once it is gone"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    rt.block_on(node.shutdown());
 }

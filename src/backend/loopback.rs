@@ -12,11 +12,20 @@
 //! copies in progress, replaces its mappings with memory that reaches no one, and only then
 //! acknowledges; destroy then punches the memfd. Rebind: the importer claims the new memfd
 //! and maps it over the old range, so its addresses stay valid.
+//!
+//! Caller memory that is not a memfd cannot be mapped by anyone else: its grant carries no
+//! ticket but the memory's address in the exporter, and the importer reaches it with
+//! `process_vm_readv/writev` ([`crate::sys::cma`]) into the exporter's process, whose pid
+//! the kernel credentials of the Unix side channel give. `map` is `MAP_FAILED` there. Such a
+//! revoke has no generation word to zero: the importer stops on the notice (it waits for
+//! copies in progress before it acknowledges), and the exporter keeps the memory until
+//! every importer acknowledged or its process is gone ([`hold`]).
 
 use crate::controller::Controller;
 use crate::export::Memory;
 use crate::sidechannel::fdpass::{self, FdService};
 use crate::state::NodeState;
+use crate::sys::cma;
 use crate::sys::shm::SharedMap;
 use crate::{Error, Result};
 use rustix::fd::{AsFd, OwnedFd};
@@ -93,16 +102,26 @@ pub(crate) struct UserMap {
     pub(crate) offset: u64,
 }
 
-/// The importer's side of a `loopback` connection: its mapping of the exporter's memfd.
+/// How an importer reaches the exporter's memory.
+enum Reach {
+    /// Its mapping of the whole memfd (segment and generation page).
+    Mapped(SharedMap),
+    /// Caller memory in the exporter's process `pid`, from address `base` (a rebind moves
+    /// it): `process_vm_readv/writev`.
+    Remote { pid: u32, base: AtomicU64 },
+}
+
+/// The importer's side of a `loopback` connection: its mapping of the exporter's memfd, or
+/// the exporter's address of memory that is not one.
 pub(crate) struct LoopbackImport {
     /// The exporter's descriptor service, for rebinds.
     service: Vec<u8>,
     size: usize,
     epoch: u64,
-    /// The whole memfd (segment and generation page), for put/get.
-    implicit: SharedMap,
-    /// The current descriptor, for explicit mappings.
-    fd: Mutex<Arc<OwnedFd>>,
+    /// How put/get reach the segment.
+    implicit: Reach,
+    /// The current descriptor, for explicit mappings (none for caller memory).
+    fd: Mutex<Option<Arc<OwnedFd>>>,
     user: Mutex<Option<UserMap>>,
     /// Which explicit mapping is live (0: none); guards compare their id.
     mapped: AtomicU64,
@@ -152,8 +171,8 @@ impl LoopbackImport {
             service,
             size,
             epoch: 0,
-            implicit,
-            fd: Mutex::new(Arc::new(fd)),
+            implicit: Reach::Mapped(implicit),
+            fd: Mutex::new(Some(Arc::new(fd))),
             user: Mutex::new(None),
             mapped: AtomicU64::new(0),
             next_map: AtomicU64::new(1),
@@ -161,7 +180,7 @@ impl LoopbackImport {
             revoked: AtomicBool::new(false),
             why: Mutex::new(None),
         };
-        let word = lo.control().load(Ordering::SeqCst);
+        let word = lo.control().map_or(0, |c| c.load(Ordering::SeqCst));
         if word == 0 {
             return Err(Error::conn_aborted().detail("the segment was withdrawn meanwhile"));
         }
@@ -171,11 +190,58 @@ impl LoopbackImport {
         }))
     }
 
-    fn control(&self) -> &AtomicU64 {
+    /// Reaches caller memory of the exporter's process `pid` at `base` (a grant without a
+    /// ticket). Reads its first and last byte once, so that a process this one may not
+    /// reach (another user, Yama's `ptrace_scope`) fails the connect, not the first put.
+    pub(crate) fn attach_remote(pid: u32, base: u64, size: u64) -> Result<Arc<Self>> {
+        let size = usize::try_from(size).map_err(|_| Error::bad_length())?;
+        let mut probe = [0u8; 1];
+        for at in [0, size.saturating_sub(1)] {
+            // SAFETY: a local one-byte array.
+            let read =
+                unsafe { cma::read(pid, base.wrapping_add(at as u64), probe.as_mut_ptr(), 1) };
+            if let Err(e) = read {
+                return Err(match e.raw_os_error() {
+                    Some(libc::EPERM) => Error::perm_denied().detail(format!(
+                        "the segment is caller memory, not a memfd, and this process may not \
+                         reach the exporter's ({pid}) with process_vm_readv: {e} (another \
+                         user, or Yama's ptrace_scope); export rsm::SharedMemory instead"
+                    )),
+                    _ => remote_error(pid, e),
+                });
+            }
+        }
+        Ok(Arc::new(LoopbackImport {
+            service: Vec::new(),
+            size,
+            epoch: 0,
+            implicit: Reach::Remote {
+                pid,
+                base: AtomicU64::new(base),
+            },
+            fd: Mutex::new(None),
+            user: Mutex::new(None),
+            mapped: AtomicU64::new(0),
+            next_map: AtomicU64::new(1),
+            busy: AtomicUsize::new(0),
+            revoked: AtomicBool::new(false),
+            why: Mutex::new(None),
+        }))
+    }
+
+    /// Whether the segment is caller memory reached with `process_vm_readv/writev`.
+    pub(crate) fn is_remote(&self) -> bool {
+        matches!(self.implicit, Reach::Remote { .. })
+    }
+
+    fn control(&self) -> Option<&AtomicU64> {
+        let Reach::Mapped(m) = &self.implicit else {
+            return None;
+        };
         // SAFETY: the word lies in the implicit mapping's last page, 8-byte aligned; this is
         // only called while the mapping is the memfd's (before a revoke replaced it, which
         // `enter` rules out).
-        unsafe { AtomicU64::from_ptr(self.implicit.as_ptr().add(self.size).cast()) }
+        Some(unsafe { AtomicU64::from_ptr(m.as_ptr().add(self.size).cast()) })
     }
 
     fn aborted(&self) -> Error {
@@ -195,7 +261,9 @@ impl LoopbackImport {
         self.busy.fetch_add(1, Ordering::SeqCst);
         let busy = Busy(&self.busy);
         if self.revoked.load(Ordering::SeqCst)
-            || self.control().load(Ordering::Acquire) >> 32 != self.epoch
+            || self
+                .control()
+                .is_some_and(|c| c.load(Ordering::Acquire) >> 32 != self.epoch)
         {
             return Err(self.aborted());
         }
@@ -226,9 +294,16 @@ impl LoopbackImport {
     pub(crate) unsafe fn write(&self, offset: usize, src: *const u8, len: usize) -> Result<()> {
         let _busy = self.enter()?;
         debug_assert!(offset + len <= self.size);
-        // SAFETY: in bounds of the live implicit mapping (enter holds off its replacement);
-        // src is the caller's, valid for len bytes.
-        unsafe { copy(src, self.implicit.as_ptr().add(offset), len) };
+        match &self.implicit {
+            // SAFETY: in bounds of the live implicit mapping (enter holds off its
+            // replacement); src is the caller's, valid for len bytes.
+            Reach::Mapped(m) => unsafe { copy(src, m.as_ptr().add(offset), len) },
+            Reach::Remote { pid, base } => {
+                let at = base.load(Ordering::SeqCst).wrapping_add(offset as u64);
+                // SAFETY: src is valid for len bytes; the kernel checks the other side.
+                unsafe { cma::write(*pid, at, src, len) }.map_err(|e| remote_error(*pid, e))?
+            }
+        }
         Ok(())
     }
 
@@ -239,8 +314,16 @@ impl LoopbackImport {
     pub(crate) unsafe fn read(&self, offset: usize, dst: *mut u8, len: usize) -> Result<()> {
         let _busy = self.enter()?;
         debug_assert!(offset + len <= self.size);
-        // SAFETY: as in write, in the other direction.
-        unsafe { copy(self.implicit.as_ptr().add(offset), dst, len) };
+        match &self.implicit {
+            // SAFETY: as in write, in the other direction.
+            Reach::Mapped(m) => unsafe { copy(m.as_ptr().add(offset), dst, len) },
+            Reach::Remote { pid, base } => {
+                let at = base.load(Ordering::SeqCst).wrapping_add(offset as u64);
+                // SAFETY: dst is valid for writes of len bytes; the kernel checks the other
+                // side.
+                unsafe { cma::read(*pid, at, dst, len) }.map_err(|e| remote_error(*pid, e))?
+            }
+        }
         Ok(())
     }
 
@@ -258,8 +341,10 @@ impl LoopbackImport {
         self.revoked.store(true, Ordering::SeqCst);
         let user = lock(&self.user);
         self.quiesce();
-        if let Err(e) = self.implicit.retire(false) {
-            tracing::warn!(error = %e, "cannot replace the segment's mapping");
+        if let Reach::Mapped(m) = &self.implicit {
+            if let Err(e) = m.retire(false) {
+                tracing::warn!(error = %e, "cannot replace the segment's mapping");
+            }
         }
         if let Some(u) = user.as_ref() {
             if let Err(e) = u.map.retire(true) {
@@ -268,20 +353,38 @@ impl LoopbackImport {
         }
     }
 
-    /// The rebind notice: claims the new memfd and maps it over the old ranges.
-    pub(crate) async fn rebind(&self, ticket: u64, generation: u32) -> Result<()> {
+    /// Disconnect: later copies fail, and none is in progress when this returns (the
+    /// exporter may free caller memory once it heard of the disconnect).
+    pub(crate) fn close(&self) {
+        self.revoked.store(true, Ordering::SeqCst);
+        self.quiesce();
+    }
+
+    /// The rebind notice: claims the new memfd and maps it over the old ranges; for caller
+    /// memory, moves to the new address `base` and waits for copies to the old one, which
+    /// the exporter frees after the acknowledgement.
+    pub(crate) async fn rebind(&self, ticket: u64, base: u64, generation: u32) -> Result<()> {
+        let implicit = match &self.implicit {
+            Reach::Mapped(m) => m,
+            Reach::Remote { base: at, .. } => {
+                at.store(base, Ordering::SeqCst);
+                self.quiesce();
+                tracing::debug!(generation, "loopback segment moved");
+                return Ok(());
+            }
+        };
         let fd = fdpass::fetch(&self.service, ticket).await?;
         let have = rustix::fs::fstat(&fd)
             .map(|s| s.st_size as u64)
             .unwrap_or(0);
-        if have != self.implicit.len() as u64 {
+        if have != implicit.len() as u64 {
             return Err(Error::conn_aborted().detail("the new memfd has another size"));
         }
         let user = lock(&self.user);
         if self.revoked.load(Ordering::SeqCst) {
             return Ok(());
         }
-        self.implicit
+        implicit
             .remap(fd.as_fd(), 0)
             .map_err(|e| Error::conn_aborted().detail(format!("remap: {e}")))?;
         if let Some(u) = user.as_ref() {
@@ -289,7 +392,7 @@ impl LoopbackImport {
                 .remap(fd.as_fd(), u.offset)
                 .map_err(|e| Error::conn_aborted().detail(format!("remap: {e}")))?;
         }
-        *lock(&self.fd) = Arc::new(fd);
+        *lock(&self.fd) = Some(Arc::new(fd));
         tracing::debug!(generation, "loopback segment remapped");
         Ok(())
     }
@@ -313,7 +416,13 @@ impl LoopbackImport {
             return Err(Error::seg_already_mapped().detail("one mapping per import segment"));
         }
         drop(self.enter()?);
-        let fd = Arc::clone(&lock(&self.fd));
+        let fd = lock(&self.fd).clone().ok_or_else(|| {
+            Error::map_failed().detail(
+                "the segment is the exporter's caller memory, not a memfd: it is reached \
+                 with process_vm_readv/writev and cannot be mapped (export \
+                 rsm::SharedMemory to map it)",
+            )
+        })?;
         let map = SharedMap::map(fd.as_fd(), offset, len, writable, at).map_err(|e| {
             match e.raw_os_error() {
                 Some(libc::EEXIST) => Error::bad_addr().detail("something is mapped in the range"),
@@ -345,6 +454,16 @@ impl LoopbackImport {
         drop(user.take());
         Ok(())
     }
+}
+
+/// A failed `process_vm_readv/writev`: the exporter's process or its memory is gone.
+fn remote_error(pid: u32, e: std::io::Error) -> Error {
+    let why = match e.raw_os_error() {
+        Some(libc::ESRCH) => format!("the exporting process {pid} is gone"),
+        Some(libc::EFAULT) => format!("the segment's memory is no longer mapped in process {pid}"),
+        _ => format!("cannot reach the memory of process {pid}: {e}"),
+    };
+    Error::conn_aborted().detail(why)
 }
 
 /// Copies between segment memory and a buffer. An aligned access of 1, 2, 4 or 8 bytes is
@@ -389,6 +508,71 @@ pub(crate) fn share(mem: &Memory, writable: bool) -> Result<Arc<OwnedFd>> {
         .map_err(|e| Error::insufficient_resources().detail(format!("read-only reopen: {e}")))
 }
 
+/// What a connect grant carries for `mem`: the descriptor to offer (a memfd), or the
+/// memory's address in this process (caller memory, reached with `process_vm_readv/writev`).
+pub(crate) fn grant(mem: &Memory, writable: bool) -> Result<(u64, Option<Arc<OwnedFd>>)> {
+    match mem {
+        Memory::Shared(_) => Ok((0, Some(share(mem, writable)?))),
+        _ => Ok((mem.as_ptr() as u64, None)),
+    }
+}
+
+/// Whether a rebind from `old` to `new` keeps importers' way to the memory: a memfd for a
+/// memfd (they remap), caller memory for caller memory (they move their address).
+pub(crate) fn same_reach(old: &Memory, new: &Memory) -> bool {
+    matches!(old, Memory::Shared(_)) == matches!(new, Memory::Shared(_))
+}
+
+/// Revoke or rebind, after the acknowledgements: caller memory stays reachable by
+/// `process_vm_writev` for as long as an importer's process lives, so memory that an
+/// importer of `pids` did not acknowledge giving up is kept until that process exits (or
+/// leaked, if the node stops first). A memfd needs nothing: mappings keep its pages.
+pub(crate) fn hold(mem: &Arc<Memory>, pids: impl IntoIterator<Item = u32>) {
+    if matches!(**mem, Memory::Shared(_)) {
+        return;
+    }
+    let alive: Vec<cma::Process> = pids
+        .into_iter()
+        .filter_map(|pid| cma::Process::open(pid).ok())
+        .filter(|p| !p.exited())
+        .collect();
+    if alive.is_empty() {
+        return;
+    }
+    tracing::warn!(
+        importers = alive.len(),
+        "importers of caller memory did not let go of it: keeping it until their processes exit"
+    );
+    let keeper = Keeper {
+        mem: Some(Arc::clone(mem)),
+        alive,
+    };
+    let Ok(rt) = tokio::runtime::Handle::try_current() else {
+        return drop(keeper);
+    };
+    // Rare (an importer that neither acknowledged nor died): a look per second is enough.
+    rt.spawn(async move {
+        while keeper.alive.iter().any(|p| !p.exited()) {
+            tokio::time::sleep(std::time::Duration::from_secs(1)).await;
+        }
+        drop(keeper);
+    });
+}
+
+/// Memory kept for importer processes; leaked when dropped while one of them still lives.
+struct Keeper {
+    mem: Option<Arc<Memory>>,
+    alive: Vec<cma::Process>,
+}
+
+impl Drop for Keeper {
+    fn drop(&mut self) {
+        if self.alive.iter().any(|p| !p.exited()) {
+            std::mem::forget(self.mem.take());
+        }
+    }
+}
+
 /// Publish: a fresh epoch, so importers of an earlier publication never take this one for
 /// theirs.
 pub(crate) fn publish(mem: &Memory, generation: u32) {
@@ -407,13 +591,19 @@ pub(crate) fn rebind(old: &Memory, new: &Memory, generation: u32) {
 
 /// Rebind: the ticket for the new memory of connection `conn_id` (0 when it cannot be
 /// offered; the importer then fails to remap and its accesses keep the old memory until
-/// the exporter retires it).
-pub(crate) fn reoffer(ctrl: &Controller, mem: &Memory, conn_id: u64, writable: bool) -> u64 {
-    let Some(lo) = ctrl.loopback() else { return 0 };
-    share(mem, writable)
+/// the exporter retires it), and the new memory's address when it is caller memory.
+pub(crate) fn reoffer(ctrl: &Controller, mem: &Memory, conn_id: u64, writable: bool) -> (u64, u64) {
+    let Some(lo) = ctrl.loopback() else {
+        return (0, 0);
+    };
+    if !matches!(mem, Memory::Shared(_)) {
+        return (0, mem.as_ptr() as u64);
+    }
+    let ticket = share(mem, writable)
         .ok()
         .and_then(|fd| lo.reoffer(conn_id, fd))
-        .unwrap_or(0)
+        .unwrap_or(0);
+    (ticket, 0)
 }
 
 /// Revoke, before any importer is told: their next access fails without a system call.

@@ -160,6 +160,12 @@ impl RsmInitiator {
         Ok(())
     }
 
+    /// Whether every operation is done before its future is first polled (loopback: a
+    /// copy into the mapping), so that operations in flight cannot overlap.
+    pub(crate) fn completes_inline(&self) -> bool {
+        self.imp.controller().is_loopback()
+    }
+
     /// The barrier, in explicit barrier mode.
     pub(crate) fn barrier(&self) -> Option<&Barrier> {
         self.barrier.as_ref()

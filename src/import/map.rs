@@ -1,6 +1,15 @@
 //! Mapping an import segment into the process (spec §4.10, decision 13): on the `loopback`
 //! controller the importer maps the exporter's memfd itself, so plain loads and stores reach
 //! the segment. Other controllers cannot map (`RSMERR_MAP_FAILED`, saying why).
+//!
+//! While a window is mapped, put and get still reach the whole segment: the original's rule
+//! that their offsets must then lie inside the mapped window (`RSMERR_BAD_OFFSET`, spec
+//! §4.4, §4.10) is not kept. The original had it because its put and get copied through
+//! the one mapping a handle could hold, so an explicit mapping of part of the segment left
+//! the rest unreachable; rsm's put and get copy through their own mapping of the whole
+//! segment (or with `process_vm_readv/writev`), independent of the user's, so the window
+//! limits nothing and the grant stays the only gate. A program that relies on the error
+//! gets a successful transfer instead.
 
 use super::ImportSegment;
 use crate::backend::loopback::{LoopbackImport, copy};
@@ -120,6 +129,13 @@ impl ImportSegment {
                 inner.ctrl.name()
             ))));
         };
+        if lo.is_remote() {
+            return Err(ctx(Error::map_failed().detail(
+                "the segment is the exporter's caller memory, not a memfd: it is reached \
+                 with process_vm_readv/writev and cannot be mapped (export \
+                 rsm::SharedMemory to map it)",
+            )));
+        }
         if lo.is_mapped() {
             return Err(ctx(
                 Error::seg_already_mapped().detail("one mapping per import segment")
