@@ -5,7 +5,8 @@
 mod common;
 
 use common::{Pages, node, page, runtime, two_nodes};
-use rsm::{ExportFlags, ExportSegment, Perm};
+use futures::StreamExt;
+use rsm::{ExportFlags, ExportSegment, Perm, SegmentEvent};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
@@ -173,6 +174,7 @@ fn rebind_under_load(ctrl: &str) {
                 Ok(after)
             })
         };
+        let mut events = imp.events();
         tokio::time::sleep(Duration::from_millis(50)).await;
         let t = Instant::now();
         seg.rebind(Pages::new(size, 0)).await.unwrap();
@@ -202,6 +204,25 @@ fn rebind_under_load(ctrl: &str) {
         res.unwrap();
         assert_eq!(&got.unwrap()[..], b"after", "{ctrl}");
         assert_eq!(seg.importer_count(), 1);
+        // The importer's stream saw the rebind.
+        let seen = tokio::time::timeout(Duration::from_secs(5), async {
+            while let Some(ev) = events.next().await {
+                if let Ok(SegmentEvent::Rebound { generation }) = ev {
+                    return Some(generation);
+                }
+            }
+            None
+        })
+        .await;
+        assert!(
+            matches!(seen, Ok(Some(g)) if g >= 1),
+            "{ctrl}: Rebound event: {seen:?}"
+        );
+        // A held pollable descriptor blocks disconnect (decision 5).
+        let fd = imp.pollfd().unwrap();
+        let e = imp.clone().disconnect().await.unwrap_err();
+        assert_eq!(e.name(), "RSMERR_POLLFD_IN_USE", "{ctrl}");
+        drop(fd);
         imp.disconnect().await.unwrap();
         seg.destroy().await.unwrap();
         a.shutdown().await;
