@@ -264,6 +264,62 @@ fn rsm_side_rows_or_not_built_yet() {
     }
 }
 
+/// The plain-libfabric baseline of putv/getv posts rsm's batches (fi_writemsg/fi_readmsg
+/// within the provider's iov limits, a fence on tcp) and every byte arrives; a wrong byte
+/// is caught.
+#[test]
+fn vector_baselines_verify() {
+    let runs: [(&str, &str, &str); 4] = [
+        ("tcp0", "putv", "latency"),
+        ("tcp0", "getv", "bandwidth"),
+        ("shm0", "putv", "bandwidth"),
+        ("shm0", "getv", "latency"),
+    ];
+    for (controller, op, mode) in runs {
+        let run = bench(&[
+            "--controller",
+            controller,
+            "--op",
+            op,
+            "--mode",
+            mode,
+            "--sizes",
+            "100,64K",
+            "--iters",
+            "100",
+            "--window",
+            "4",
+            "--baseline-only",
+            "--json",
+        ]);
+        let what = format!("{controller} {op} {mode}");
+        assert_eq!(run.code, Some(0), "{what}: {}", run.stderr);
+        assert_eq!(run.rows.len(), 2, "{what}");
+        for row in &run.rows {
+            assert_eq!(row["op"], op);
+            assert_eq!(row["baseline_verified"], true, "{what}: {row}");
+            assert!(row["baseline_mb_per_s"].as_f64().unwrap() > 0.0, "{row}");
+        }
+    }
+    for (controller, op) in [("tcp0", "putv"), ("shm0", "getv")] {
+        let run = bench(&[
+            "--controller",
+            controller,
+            "--op",
+            op,
+            "--sizes",
+            "4K",
+            "--iters",
+            "10",
+            "--baseline-only",
+            "--json",
+            "--corrupt-for-test",
+        ]);
+        assert_eq!(run.code, Some(1), "{controller} {op}: {}", run.stderr);
+        assert_eq!(run.rows[0]["verified"], false, "{}", run.rows[0]);
+    }
+}
+
 /// putv/getv rows (16 entries of size / 16) and explicit-barrier put rows move the right
 /// bytes, in both modes.
 #[test]

@@ -206,14 +206,14 @@ pub(crate) fn visibility_for(kind: &str) -> Visibility {
 /// 16 entries with gaps between their remote ranges were still faster with 4 ranges per
 /// post than with one (shm0, median putv of 16 x 64 B: 86 µs against 127 µs; 16 x 4 KiB:
 /// 22 µs against 149 µs; 16 x 16 KiB: 37 µs against 81 µs; release build, loaded machine).
-fn sg_limits_for(_kind: &str, iov_limit: usize, rma_iov_limit: usize) -> (usize, usize) {
+pub(crate) fn sg_limits_for(_kind: &str, iov_limit: usize, rma_iov_limit: usize) -> (usize, usize) {
     let cap = crate::reactor::slot::MAX_IOV;
     (iov_limit.clamp(1, cap), rma_iov_limit.clamp(1, cap))
 }
 
 /// Segments may be larger than one message of the provider (verbs allows 2 GiB), so longer
 /// operations go out in pieces of at most `max_msg_size`.
-fn max_transfer_for(max_msg_size: usize) -> usize {
+pub(crate) fn max_transfer_for(max_msg_size: usize) -> usize {
     max_msg_size.max(1)
 }
 

@@ -15,6 +15,12 @@
 //!   `FI_DELIVERY_COMPLETE` on shm and sockets; on tcp;ofi_rxm and udp;ofi_rxd, whose
 //!   delivery-complete writes complete once the bytes are in the socket, a plain write then
 //!   a one-byte read of its last byte, done when both completed. **get** is a read.
+//! - **putv** / **getv** move 16 entries of `size / 16` bytes, contiguous in the local buffer
+//!   and in the peer's memory. The baseline posts what rsm posts for them (`shape.rs`):
+//!   batches of at most the provider's `iov_limit` local and `rma_iov_limit` remote ranges
+//!   through `fi_writemsg`/`fi_readmsg` (contiguous remote pieces share one range), each
+//!   write with `FI_DELIVERY_COMPLETE` on shm and sockets; on tcp and udp plain writes and
+//!   one fence read of the last byte per vector.
 //! - **`--baseline`** repeats each row with plain libfabric calls between the same two
 //!   processes (same provider and domain, same operations, sizes, window and completion
 //!   semantics; no reactor, no futures, both processes busy-polling their completion queues
@@ -57,6 +63,7 @@ mod raw;
 mod report;
 mod rsm_run;
 mod rsm_side;
+mod shape;
 mod stats;
 
 pub use cli::{BarrierArg, BenchArgs, MAX_SIZE, Mode, Op, PeerArgs, SizeList, parse_size};
@@ -188,13 +195,6 @@ async fn bench(args: &BenchArgs, progress: &mut Progress) -> Result<Vec<Row>, Be
         )));
     }
     if args.op.is_vector() {
-        if use_baseline {
-            return Err(BenchError::Usage(format!(
-                "--baseline is not available for {} yet: compare with --op {} instead",
-                args.op,
-                args.op.single()
-            )));
-        }
         if let Some(&small) = sizes.iter().find(|&&s| s < rsm_run::VECTOR_ENTRIES) {
             return Err(BenchError::Usage(format!(
                 "{} moves {} entries of size / {}: sizes start at {} bytes, not {small}",

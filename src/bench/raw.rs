@@ -8,14 +8,16 @@
 
 use super::cli::Op;
 use super::pattern;
-use crate::backend::fabric::visibility_for;
+use super::rsm_run::VECTOR_ENTRIES;
+use super::shape::{self, Limits, Shape};
+use crate::backend::fabric::{max_transfer_for, sg_limits_for, visibility_for};
 use crate::core::ctlrname::ControllerName;
 use crate::fabric::endpoint::PostError;
 use crate::fabric::{
     AddressVector, CompletionQueue, CqEntry, CqReadError, Domain, Endpoint, Fabric, Hints, Info,
     InfoList, MemoryRegion, MrAccess, WaitKind, ffi,
 };
-use crate::reactor::slot::Visibility;
+use crate::reactor::slot::{MAX_IOV, Visibility};
 use crate::sys::mem::Mapping;
 use crate::{Error, Result};
 use std::cell::UnsafeCell;
@@ -272,53 +274,47 @@ pub(crate) struct Remote {
     pub(crate) len: u64,
 }
 
-/// Which of an operation's completions a context belongs to.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Part {
-    /// The write or read itself.
-    Data,
-    /// The one-byte read that follows a write on [`Visibility::FencedRead`] providers.
-    Fence,
-}
-
-impl Part {
-    /// The part's bit in a slot's outstanding mask.
-    fn bit(self) -> u8 {
-        match self {
-            Part::Data => 1,
-            Part::Fence => 2,
-        }
-    }
-}
-
-/// The initiator's side: local slots of one stride each (one per operation in flight), one
-/// operation context per slot, one fence context and scratch byte per slot, and the peer.
+/// The initiator's side: local slots of one stride each (one per operation in flight), a
+/// fixed number of operation contexts per slot (one per post of an operation), one fence
+/// scratch byte per slot, and the peer.
 ///
-/// A put has rsm's completion semantics: where the provider's `FI_DELIVERY_COMPLETE` is
-/// real (shm, sockets) it is one write with that flag; where it is not (tcp;ofi_rxm,
-/// udp;ofi_rxd: see [`visibility_for`]) it is a write without it, then a one-byte read of
-/// the last byte written (the fence), and it is done only when both have completed.
+/// An operation is the posts rsm makes for it (see [`shape::plan`]): one write or read for
+/// a put or get, batches of ranges through `fi_writemsg`/`fi_readmsg` for a putv or getv.
+/// A put (or putv) has rsm's completion semantics: where the provider's
+/// `FI_DELIVERY_COMPLETE` is real (shm, sockets) every write carries that flag; where it is
+/// not (tcp;ofi_rxm, udp;ofi_rxd: see [`visibility_for`]) the writes go without it, then
+/// one one-byte read of the last byte written (the fence), and the operation is done only
+/// when all of its posts have completed.
 pub(crate) struct Baseline {
     raw: RawEndpoint,
     remote: Remote,
     /// How a put makes its data visible, as rsm does on this provider.
     visibility: Visibility,
+    /// The provider's limits on one post, as rsm applies them.
+    limits: Limits,
     /// Leaked instead of dropped if operations are still in flight (see Drop). Holds the
     /// slots (`stride` bytes each), then one fence scratch byte per slot at `scratch_at`.
     local: ManuallyDrop<RawRegion>,
-    /// One context per slot for its write or read; the provider writes into them while
-    /// their operation is in flight, so they are only ever reached through
-    /// `UnsafeCell::get` pointers.
+    /// `parts` contexts per slot, the one of part `p` of slot `s` at `s * parts + p`; the
+    /// provider writes into them while their post is in flight, so they are only ever
+    /// reached through `UnsafeCell::get` pointers. Replaced (when nothing is in flight) by
+    /// a row that needs more parts.
     ctxs: ManuallyDrop<Box<[UnsafeCell<ffi::fi_context2>]>>,
-    /// One context per slot for its fence read, the same way.
-    fences: ManuallyDrop<Box<[UnsafeCell<ffi::fi_context2>]>>,
+    /// Contexts per slot.
+    parts: usize,
+    /// Per context, whether its post is in flight.
+    posted: Vec<bool>,
+    /// The data posts of the current row's operation (set by [`Baseline::prepare`]).
+    plan: Vec<Shape>,
+    /// The current row's operation has a fence part after its data posts.
+    fence: bool,
     stride: usize,
     /// Where the fence scratch bytes start in `local` (after the last slot).
     scratch_at: usize,
-    /// Per slot, the [`Part::bit`]s of its posted parts whose completion has not arrived;
-    /// a slot is free again only at 0.
-    outstanding: Vec<u8>,
-    /// Posted parts (not operations) whose completion has not arrived.
+    /// Per slot, its posts whose completion has not arrived, plus one while the slot's
+    /// operation is being posted; a slot is free again only at 0.
+    outstanding: Vec<usize>,
+    /// Posts (not operations) whose completion has not arrived.
     in_flight: usize,
     comps: Vec<CqEntry>,
     /// Sleep on this wait fd after an empty poll (auto-progress providers, see
@@ -334,9 +330,7 @@ mod signal;
 
 /// Why a run stopped.
 fn op_failed(op: Op, f: crate::error::FabricFailure) -> Error {
-    Error::barrier_failure()
-        .op(if op == Op::Put { "put" } else { "get" })
-        .fabric(f)
+    Error::barrier_failure().op(op.as_str()).fabric(f)
 }
 
 fn contexts(n: usize) -> Box<[UnsafeCell<ffi::fi_context2>]> {
@@ -354,6 +348,19 @@ fn index_in(ctxs: &[UnsafeCell<ffi::fi_context2>], ctx: usize) -> Option<usize> 
     (off % width == 0 && off / width < ctxs.len()).then_some(off / width)
 }
 
+/// Contexts per slot before any row asked for more: a write and its fence.
+const INITIAL_PARTS: usize = 2;
+
+const EMPTY_IOV: libc::iovec = libc::iovec {
+    iov_base: std::ptr::null_mut(),
+    iov_len: 0,
+};
+const EMPTY_RMA: ffi::fi_rma_iov = ffi::fi_rma_iov {
+    addr: 0,
+    len: 0,
+    key: 0,
+};
+
 impl Baseline {
     /// Opens the controller's domain and an endpoint, registers `slots` local buffers of
     /// `max_size` bytes each (and the fences' scratch bytes), and inserts the peer's address
@@ -367,9 +374,20 @@ impl Baseline {
         key: u64,
         len: u64,
     ) -> Result<Self> {
-        // Up to two parts (write and fence) per slot in flight.
-        let raw = RawEndpoint::open(info, (4 * slots).max(64))?;
-        let visibility = visibility_for(&provider_kind(&raw.provider()));
+        // Up to a vector's batches and a fence per slot in flight.
+        let cq_size = slots.saturating_mul(VECTOR_ENTRIES + 1).clamp(64, 4096);
+        let raw = RawEndpoint::open(info, cq_size)?;
+        let kind = provider_kind(&raw.provider());
+        let visibility = visibility_for(&kind);
+        let limits = {
+            let v = raw.domain.info().view();
+            let (iov_max, rma_max) = sg_limits_for(&kind, v.iov_limit(), v.rma_iov_limit());
+            Limits {
+                iov_max,
+                rma_max,
+                chunk: max_transfer_for(v.max_msg_size()),
+            }
+        };
         let addr = raw.ep.av().insert(peer_addr)?;
         let stride = round_up(max_size.max(1), crate::sys::limits::page_size());
         let scratch_at = stride
@@ -389,9 +407,13 @@ impl Baseline {
                 len,
             },
             visibility,
+            limits,
             local: ManuallyDrop::new(local),
-            ctxs: ManuallyDrop::new(contexts(slots)),
-            fences: ManuallyDrop::new(contexts(slots)),
+            ctxs: ManuallyDrop::new(contexts(slots * INITIAL_PARTS)),
+            parts: INITIAL_PARTS,
+            posted: vec![false; slots * INITIAL_PARTS],
+            plan: Vec::new(),
+            fence: false,
             stride,
             scratch_at,
             outstanding: vec![0; slots],
@@ -419,7 +441,7 @@ impl Baseline {
 
     /// How many slots (and so operations in flight) there are.
     pub(crate) fn slots(&self) -> usize {
-        self.ctxs.len()
+        self.outstanding.len()
     }
 
     /// Fills the first `size` bytes of the first `slots` slots with the pattern of `seed`.
@@ -454,110 +476,168 @@ impl Baseline {
         self.local.corrupt(offset)
     }
 
-    /// Whether a put on this provider is a write and a fence.
-    fn fenced(&self, op: Op) -> bool {
-        op == Op::Put && self.visibility == Visibility::FencedRead
-    }
-
-    /// Posts the write or read of a free slot.
-    fn post(&mut self, op: Op, slot: usize, size: usize) -> std::result::Result<(), PostError> {
-        debug_assert!(slot < self.slots() && size <= self.stride && size as u64 <= self.remote.len);
-        debug_assert_eq!(self.outstanding[slot], 0);
-        let buf = self.local.ptr(slot * self.stride);
-        let desc = self.local.desc();
-        let ctx = self.ctxs[slot].get();
-        let r = &self.remote;
-        let flags = match self.visibility {
-            Visibility::DeliveryComplete => u64::from(ffi::FI_DELIVERY_COMPLETE),
-            // The fence that follows gives the visibility.
-            Visibility::FencedRead => 0,
-        };
-        let res = match op {
-            // SAFETY: the slot's bytes and its context stay allocated and untouched until the
-            // completion for `ctx` is read (a slot is reused only after all of its parts
-            // completed), or are leaked by Drop if it never is; `desc` is the registration
-            // covering the slot.
-            Op::Put | Op::Putv => unsafe {
-                self.raw
-                    .ep
-                    .write(buf, size, desc, r.addr, r.base, r.key, ctx, flags, 0)
-            },
-            // The signal round trip has its own loop (`raw/signal.rs`).
-            Op::Signal => {
-                return Err(PostError::Failed(crate::error::FabricFailure {
-                    call: "post_op",
-                    errno: libc::EINVAL,
-                    prov_errno: None,
-                    message: "signals are not posted as data operations".into(),
-                }));
-            }
-            // SAFETY: as for the write; nothing reads or writes the slot until completion.
-            Op::Get | Op::Getv => unsafe {
-                self.raw
-                    .ep
-                    .read(buf, size, desc, r.addr, r.base, r.key, ctx)
-            },
-        };
-        if res.is_ok() {
-            self.in_flight += 1;
-            self.outstanding[slot] |= Part::Data.bit();
+    /// Plans the posts of `op` over `size` bytes for the coming run, with room for them in
+    /// every slot's contexts.
+    fn prepare(&mut self, op: Op, size: usize) -> Result<()> {
+        if size > self.stride || size as u64 > self.remote.len {
+            return Err(Error::bad_length()
+                .op(op.as_str())
+                .length(size as u64)
+                .detail("larger than the buffers"));
         }
-        res
+        self.plan = shape::plan(op, size, self.limits);
+        self.fence = op.writes() && self.visibility == Visibility::FencedRead && size > 0;
+        let parts = self.plan.len() + usize::from(self.fence);
+        if parts > self.parts {
+            if self.in_flight > 0 {
+                return Err(Error::barrier_failure()
+                    .op(op.as_str())
+                    .detail("operations of an earlier run are still in flight"));
+            }
+            let n = self.slots() * parts;
+            let old = std::mem::replace(&mut self.ctxs, ManuallyDrop::new(contexts(n)));
+            // Nothing is in flight, so the provider holds no pointer into the old contexts.
+            drop(ManuallyDrop::into_inner(old));
+            self.posted = vec![false; n];
+            self.parts = parts;
+        }
+        Ok(())
     }
 
-    /// Posts the fence of the put just posted on `slot`: a read of the last byte it wrote
-    /// into the slot's scratch byte, with the slot's fence context.
-    fn post_fence(&mut self, slot: usize, size: usize) -> std::result::Result<(), PostError> {
-        debug_assert!(slot < self.slots() && self.outstanding[slot] & Part::Fence.bit() == 0);
-        let buf = self.local.ptr(self.scratch_at + slot);
+    /// Posts part `part` of the operation on `slot`: a data post of the plan, or the fence.
+    fn post_part(
+        &mut self,
+        op: Op,
+        slot: usize,
+        part: usize,
+    ) -> std::result::Result<(), PostError> {
+        let index = slot * self.parts + part;
+        debug_assert!(slot < self.slots() && part < self.parts && !self.posted[index]);
+        let base = slot * self.stride;
         let desc = self.local.desc();
-        let ctx = self.fences[slot].get();
+        let ctx = self.ctxs[index].get();
         let r = &self.remote;
-        let last = r.base + size.saturating_sub(1) as u64;
-        // SAFETY: the scratch byte (inside the local region, so `desc` covers it) and the
-        // fence context belong to this slot alone; the slot is reused only after this
-        // completion is read, and Drop leaks both if it never is. Nothing in Rust reads or
-        // writes the scratch byte.
-        let res = unsafe { self.raw.ep.read(buf, 1, desc, r.addr, last, r.key, ctx) };
+        let res = match self.plan.get(part) {
+            Some(shape) => {
+                let flags = match self.visibility {
+                    Visibility::DeliveryComplete => u64::from(ffi::FI_DELIVERY_COMPLETE),
+                    // The fence that follows gives the visibility.
+                    Visibility::FencedRead => 0,
+                };
+                let mut iov = [EMPTY_IOV; MAX_IOV];
+                let mut descs = [desc; MAX_IOV];
+                let mut rma = [EMPTY_RMA; MAX_IOV];
+                let (n, m) = (shape.local.len(), shape.remote.len());
+                debug_assert!(n <= MAX_IOV && m <= MAX_IOV);
+                for (v, &(at, len)) in iov.iter_mut().zip(&shape.local) {
+                    *v = libc::iovec {
+                        iov_base: self.local.ptr(base + at).cast(),
+                        iov_len: len,
+                    };
+                }
+                for (v, &(at, len)) in rma.iter_mut().zip(&shape.remote) {
+                    *v = ffi::fi_rma_iov {
+                        addr: r.base + at,
+                        len,
+                        key: r.key,
+                    };
+                }
+                let (iov, descs, rma) = (&iov[..n], &mut descs[..n], &rma[..m]);
+                // For all four posts: the slot's bytes and this context stay allocated and
+                // untouched until the completion for `ctx` is read (a slot is reused only
+                // after all of its parts completed, contexts are replaced only with nothing
+                // in flight), or are leaked by Drop if it never is; `desc` is the
+                // registration covering the slot.
+                match (op.writes(), n == 1 && m == 1) {
+                    // SAFETY: see above.
+                    (true, true) => unsafe {
+                        let (b, len) = (iov[0].iov_base as *const u8, iov[0].iov_len);
+                        let to = rma[0].addr;
+                        self.raw
+                            .ep
+                            .write(b, len, desc, r.addr, to, r.key, ctx, flags, 0)
+                    },
+                    // SAFETY: see above.
+                    (true, false) => unsafe {
+                        self.raw.ep.writemsg(iov, descs, r.addr, rma, ctx, flags, 0)
+                    },
+                    // SAFETY: see above; nothing reads or writes the slot until completion.
+                    (false, true) => unsafe {
+                        let (b, len) = (iov[0].iov_base.cast::<u8>(), iov[0].iov_len);
+                        let from = rma[0].addr;
+                        self.raw.ep.read(b, len, desc, r.addr, from, r.key, ctx)
+                    },
+                    // SAFETY: see above.
+                    (false, false) => unsafe { self.raw.ep.readmsg(iov, descs, r.addr, rma, ctx) },
+                }
+            }
+            None => {
+                // The fence: a read of the last byte written into the slot's scratch byte.
+                let buf = self.local.ptr(self.scratch_at + slot);
+                let last = self
+                    .plan
+                    .iter()
+                    .flat_map(|s| &s.remote)
+                    .map(|&(at, len)| at + len as u64)
+                    .max()
+                    .unwrap_or(1)
+                    - 1;
+                // SAFETY: the scratch byte (inside the local region, so `desc` covers it)
+                // and the fence context belong to this slot alone; the slot is reused only
+                // after this completion is read, and Drop leaks both if it never is.
+                // Nothing in Rust reads or writes the scratch byte.
+                unsafe {
+                    self.raw
+                        .ep
+                        .read(buf, 1, desc, r.addr, r.base + last, r.key, ctx)
+                }
+            }
+        };
         if res.is_ok() {
             self.in_flight += 1;
-            self.outstanding[slot] |= Part::Fence.bit();
+            self.outstanding[slot] += 1;
+            self.posted[index] = true;
         }
         res
     }
 
     /// Posts the whole operation on the free `slot`: `Ok(false)` when the transmit queue
-    /// is full before anything went out. Once the write of a fenced put is posted, its
-    /// fence is posted too, polling (and passing completed slots to `done`) while the queue
-    /// is full.
-    fn post_op(
-        &mut self,
-        op: Op,
-        slot: usize,
-        size: usize,
-        done: &mut impl FnMut(usize),
-    ) -> Result<bool> {
-        match self.post(op, slot, size) {
+    /// is full before anything went out. Once its first post went out, the others follow,
+    /// polling (and passing completed slots to `done`) while the queue is full; the slot
+    /// itself is passed to `done` only once all of its posts went out and completed.
+    fn post_op(&mut self, op: Op, slot: usize, done: &mut impl FnMut(usize)) -> Result<bool> {
+        debug_assert_eq!(self.outstanding[slot], 0);
+        let parts = self.plan.len() + usize::from(self.fence);
+        // Held while posting: completions of the first posts cannot free the slot.
+        self.outstanding[slot] = 1;
+        match self.post_part(op, slot, 0) {
             Ok(()) => {}
-            Err(PostError::Again) => return Ok(false),
+            Err(PostError::Again) => {
+                self.outstanding[slot] = 0;
+                return Ok(false);
+            }
             Err(PostError::Failed(f)) => return Err(op_failed(op, f)),
         }
-        if !self.fenced(op) {
-            return Ok(true);
-        }
         let since = Instant::now();
-        loop {
-            match self.post_fence(slot, size) {
-                Ok(()) => return Ok(true),
-                Err(PostError::Again) => {
-                    self.poll(op, done)?;
-                    if since.elapsed() > STALL {
-                        return Err(stalled(op, "the transmit queue stayed full"));
+        for part in 1..parts {
+            loop {
+                match self.post_part(op, slot, part) {
+                    Ok(()) => break,
+                    Err(PostError::Again) => {
+                        self.poll(op, done)?;
+                        if since.elapsed() > STALL {
+                            return Err(stalled(op, "the transmit queue stayed full"));
+                        }
                     }
+                    Err(PostError::Failed(f)) => return Err(op_failed(op, f)),
                 }
-                Err(PostError::Failed(f)) => return Err(op_failed(op, f)),
             }
         }
+        self.outstanding[slot] -= 1;
+        if self.outstanding[slot] == 0 {
+            done(slot);
+        }
+        Ok(true)
     }
 
     /// Reads completions; each slot whose operation completed (all of its parts) is passed
@@ -591,18 +671,16 @@ impl Baseline {
         }
         let mut ops = 0;
         for e in &self.comps {
-            let found = index_in(&self.ctxs, e.context)
-                .map(|s| (s, Part::Data))
-                .or_else(|| index_in(&self.fences, e.context).map(|s| (s, Part::Fence)));
-            let Some((slot, part)) = found.filter(|&(s, p)| self.outstanding[s] & p.bit() != 0)
-            else {
+            let Some(index) = index_in(&self.ctxs, e.context).filter(|&i| self.posted[i]) else {
                 return Err(Error::barrier_failure().detail(format!(
                     "a completion with an unknown or idle context {:#x} (flags {:#x})",
                     e.context, e.flags
                 )));
             };
+            let slot = index / self.parts;
+            self.posted[index] = false;
             self.in_flight -= 1;
-            self.outstanding[slot] &= !part.bit();
+            self.outstanding[slot] -= 1;
             if self.outstanding[slot] == 0 {
                 ops += 1;
                 done(slot);
@@ -612,10 +690,10 @@ impl Baseline {
     }
 
     /// Posts on `slot`, polling the queue while the transmit queue is full.
-    fn post_retrying(&mut self, op: Op, slot: usize, size: usize) -> Result<()> {
+    fn post_retrying(&mut self, op: Op, slot: usize) -> Result<()> {
         let since = Instant::now();
         loop {
-            if self.post_op(op, slot, size, &mut |_| {})? {
+            if self.post_op(op, slot, &mut |_| {})? {
                 return Ok(());
             }
             self.poll(op, &mut |_| {})?;
@@ -637,10 +715,11 @@ impl Baseline {
         samples: usize,
         tick: &mut dyn FnMut(usize),
     ) -> Result<Vec<u64>> {
+        self.prepare(op, size)?;
         let mut out = Vec::with_capacity(samples);
         for i in 0..warmup + samples {
             let t0 = Instant::now();
-            self.post_retrying(op, 0, size)?;
+            self.post_retrying(op, 0)?;
             let mut spins = 0u32;
             while self.in_flight > 0 {
                 if self.poll(op, &mut |_| {})? == 0 {
@@ -674,16 +753,16 @@ impl Baseline {
         ops: usize,
         tick: &mut dyn FnMut(usize),
     ) -> Result<Duration> {
-        self.stream(op, size, window, warmup, &mut |_| {})?;
+        self.prepare(op, size)?;
+        self.stream(op, window, warmup, &mut |_| {})?;
         let t0 = Instant::now();
-        self.stream(op, size, window, ops, tick)?;
+        self.stream(op, window, ops, tick)?;
         Ok(t0.elapsed())
     }
 
     fn stream(
         &mut self,
         op: Op,
-        size: usize,
         window: usize,
         total: usize,
         tick: &mut dyn FnMut(usize),
@@ -702,7 +781,7 @@ impl Baseline {
                     free.push(s);
                     done += 1;
                 };
-                if self.post_op(op, slot, size, &mut finished)? {
+                if self.post_op(op, slot, &mut finished)? {
                     posted += 1;
                 } else {
                     free.push(slot);
@@ -746,12 +825,10 @@ fn wait_readable(fd: RawFd, timeout: Duration) {
 }
 
 fn stalled(op: Op, what: &str) -> Error {
-    Error::timeout()
-        .op(if op == Op::Put { "put" } else { "get" })
-        .detail(format!(
-            "{what} for {} s: is the peer still progressing?",
-            STALL.as_secs()
-        ))
+    Error::timeout().op(op.as_str()).detail(format!(
+        "{what} for {} s: is the peer still progressing?",
+        STALL.as_secs()
+    ))
 }
 
 impl Drop for Baseline {
@@ -762,7 +839,6 @@ impl Drop for Baseline {
             unsafe {
                 ManuallyDrop::drop(&mut self.local);
                 ManuallyDrop::drop(&mut self.ctxs);
-                ManuallyDrop::drop(&mut self.fences);
             }
         } else {
             // A failed run left operations posted: the provider may still write into the

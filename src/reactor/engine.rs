@@ -133,6 +133,10 @@ impl std::fmt::Debug for Engine {
     }
 }
 
+/// With more parts than this in flight, an engine with a wait fd sleeps on it instead of
+/// spinning (see `idle_fd`).
+const SPIN_UP_TO: usize = 2;
+
 /// How long a stopping engine waits for in-flight operations before it leaks them.
 const DRAIN_ON_STOP: Duration = Duration::from_secs(5);
 
@@ -404,10 +408,16 @@ impl Engine {
     /// One idle step with a wait fd; returns whether there was activity (it slept and was
     /// woken, or data arrived while it spun).
     fn idle_fd(&self, fd: std::os::fd::RawFd, last_work: Instant) -> bool {
-        let window = if self.inflight.load(Ordering::SeqCst) > 0 {
-            self.tuning.busy_spin
-        } else {
-            self.tuning.idle_window
+        let window = match self.inflight.load(Ordering::SeqCst) {
+            0 => self.tuning.idle_window,
+            // One operation awaited (a put on tcp is two parts, the write and its fence):
+            // spin for its completion.
+            1..=SPIN_UP_TO => self.tuning.busy_spin,
+            // A window in flight: completions keep coming and each makes the fd readable, so
+            // sleep on it. Spinning here (a poll and a sched_yield per turn) took a core
+            // from the user's posting thread and the local target on 2 cores: tcp0 64 KiB
+            // put bandwidth profile, docs/performance.md.
+            _ => Duration::ZERO,
         };
         if last_work.elapsed() < window {
             // Spinning keeps a busy target or initiator off the sleep/wake path (tens of µs

@@ -462,11 +462,12 @@ fn memory_note(memory: &[Memory]) -> Option<String> {
          rxm pre-posts RXM_MSG_SRX_SIZE = 4096 bounce buffers of FI_OFI_RXM_BUFFER_SIZE = \
          16 KiB (64 MiB). With FI_OFI_RXM_MSG_RX_SIZE=128 the figure is {tuned:.1} MiB \
          instead of {default:.1} MiB (FI_OFI_RXM_USE_SRX=0 or FI_OFI_RXM_BUFFER_SIZE=4096 \
-         give about the same). rsm moves no messages through rxm (RMA only), so a small \
-         receive pool should cost it little (to check again once signals use remote CQ \
-         data); in 1.17 only those variables size the pool, and the \
-         library never sets environment variables: closing the gap means documenting the \
-         variable for applications (or lowering the pool upstream).",
+         give about the same). rsm moves no messages through rxm: puts, gets and vectors \
+         are RMA, and a signal's fi_inject_writedata reaches the target as a tcp remote-CQ-data \
+         write that takes no posted receive (tcpx_op_write in 1.17), so a small pool costs \
+         it nothing. In 1.17 only those variables size the pool (no fi_getinfo hint reaches \
+         it, see docs/performance.md), and the library never sets environment variables: \
+         the README's \"Memory on tcp\" documents them for applications.",
         (node - start) / 1024.0
     ))
 }
