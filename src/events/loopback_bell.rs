@@ -413,6 +413,9 @@ mod tests {
         assert!(!eventfd::drain(fd.as_fd()).unwrap());
         assert_eq!(word(&map, TO_IMPORTER).swap(0, Ordering::AcqRel), 2);
         bell.ring(false).unwrap();
-        assert!(eventfd::drain(fd.as_fd()).unwrap(), "after the swap it rings");
+        assert!(
+            eventfd::drain(fd.as_fd()).unwrap(),
+            "after the swap it rings"
+        );
     }
 }
