@@ -79,7 +79,7 @@ pub(crate) struct ImporterBell {
     token: u64,
     bell: Option<Doorbell>,
     fabric_addr: Vec<u8>,
-    /// None on loopback: signals to the importer go over the side channel.
+    /// None on loopback: signals to the importer ring the connection's loopback doorbell.
     backend: Option<Arc<FabricBackend>>,
     /// The importer's address-vector entry, inserted at the first signal.
     dest: OnceLock<Option<ffi::fi_addr_t>>,
