@@ -139,6 +139,9 @@ impl Drop for ImportInner {
         self.events.close();
         if let Some(state) = self.state.upgrade() {
             state.signals.remove_import(self.token);
+            state
+                .signals
+                .drop_loopback_bell(self.node, false, self.conn_id);
         }
         if !self.disconnected.swap(true, Ordering::SeqCst) {
             if let Some(state) = self.state.upgrade() {
@@ -233,6 +236,15 @@ impl ImportSegment {
                 (0, Some(lo.map_err(ctx)?))
             }
         };
+        // On loopback keys[1] is the ticket for the connection's doorbell.
+        let bell = match (&lo, grant.keys.get(1)) {
+            (Some(_), Some(&t)) => {
+                let service = grant.fabric_addr.clone();
+                let claim = crate::events::loopback_bell::claim(service, t);
+                Some(state.run(claim).await.map_err(ctx)?)
+            }
+            _ => None,
+        };
         let inner = Arc::new(ImportInner {
             engine: backend.as_ref().map(|b| Arc::clone(b.engine())),
             backend,
@@ -262,6 +274,9 @@ impl ImportSegment {
         });
         state.add_import(node, grant.conn_id, &inner);
         state.signals.add_import(token, &inner);
+        if let Some(bell) = bell {
+            crate::events::loopback_bell::attach(&state, bell, node, grant.conn_id, token);
+        }
         tracing::debug!(
             node,
             segment = format_args!("{segment:#x}"),

@@ -282,7 +282,7 @@ impl NodeState {
             .await;
     }
 
-    fn handle_connect(&self, peer: &PeerInfo, r: ConnectRequest) -> Message {
+    fn handle_connect(self: &Arc<Self>, peer: &PeerInfo, r: ConnectRequest) -> Message {
         let result = self.admit(peer, &r).map_err(|e| {
             tracing::debug!(node = peer.node_id, segment = format_args!("{:#x}", r.segment_id), error = %e, "connect refused");
             e.code() as u32
@@ -290,7 +290,7 @@ impl NodeState {
         Message::ConnectReply(ConnectReply { req: r.req, result })
     }
 
-    fn admit(&self, peer: &PeerInfo, r: &ConnectRequest) -> Result<ConnectGrant> {
+    fn admit(self: &Arc<Self>, peer: &PeerInfo, r: &ConnectRequest) -> Result<ConnectGrant> {
         let export = lock(&self.exports)
             .by_id
             .get(&r.segment_id)
@@ -338,7 +338,6 @@ impl NodeState {
             _ => (g.key, g.fabric_addr),
         };
         lock(&self.conns).insert(conn_id, r.segment_id);
-        // On loopback (no fabric backend) signals to the importer use the side channel.
         self.signals.add_importer(
             conn_id,
             peer.node_id,
@@ -347,13 +346,25 @@ impl NodeState {
             r.fabric_addr.clone(),
             export.controller().fabric().cloned(),
         );
+        // On loopback the connection gets its own doorbell; keys[1] is its ticket.
+        let bell = match (loopback_pid, export.controller().loopback()) {
+            (Some(pid), Some(lo)) => crate::events::loopback_bell::offer(
+                self,
+                lo,
+                pid,
+                peer.node_id,
+                conn_id,
+                r.signal_token,
+            ),
+            _ => None,
+        };
         export
             .events()
             .emit(crate::events::SegmentEvent::ImporterConnected { node: peer.node_id });
         Ok(ConnectGrant {
             conn_id,
             // keys[0] is the key for the granted mode (read-only for a grant without write).
-            keys: vec![key],
+            keys: std::iter::once(key).chain(bell).collect(),
             base: g.base,
             length: g.length,
             granted: g.granted.bits(),

@@ -61,7 +61,7 @@ impl LoopbackBackend {
         })
     }
 
-    fn service(&self) -> Result<Arc<FdService>> {
+    pub(crate) fn service(&self) -> Result<Arc<FdService>> {
         let mut svc = lock(&self.service);
         if let Some(s) = svc.as_ref() {
             return Ok(Arc::clone(s));

@@ -11,6 +11,11 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 use tokio::sync::{Notify, broadcast};
 
+/// The most stream events one batch of signals emits: a batch larger than a stream's
+/// buffer makes it report [`Lagged`](super::Lagged) anyway, and a peer's absurd count must
+/// not keep this node emitting.
+const MAX_EMITTED: u64 = 1 << 20;
+
 pub(crate) struct Hub {
     state: Mutex<HubState>,
     /// Wakes every waiter when an event arrives or the hub closes; they race to take it.
@@ -68,6 +73,28 @@ impl Hub {
         self.notify.notify_waiters();
         self.emit(SegmentEvent::Signal { from });
         true
+    }
+
+    /// `n` signals from `from` arrived at once, none with `NO_ACCUMULATE` (a loopback
+    /// doorbell's batch). Streams see each, up to [`MAX_EMITTED`] of one batch.
+    pub(crate) fn post_many(&self, from: u32, n: u64) {
+        if n == 0 {
+            return;
+        }
+        {
+            let mut st = lock(&self.state);
+            if st.closed {
+                return;
+            }
+            st.pending = st.pending.saturating_add(n);
+            if let Some(fd) = &st.fd {
+                fd.add(n);
+            }
+        }
+        self.notify.notify_waiters();
+        for _ in 0..n.min(MAX_EMITTED) {
+            self.emit(SegmentEvent::Signal { from });
+        }
     }
 
     /// Tells the streams; never blocks, and nobody listening is fine.
@@ -290,6 +317,22 @@ mod tests {
         assert_eq!(hub.pending(), 1);
         hub.close();
         assert!(!hub.post(2, false));
+    }
+
+    #[test]
+    fn a_batch_counts_each_signal_and_streams_see_each() {
+        let hub = Hub::new();
+        let mut s = hub.subscribe();
+        hub.post_many(4, 3);
+        assert!(!hub.post(4, true), "pending: dropped");
+        assert_eq!(hub.pending(), 3);
+        futures::executor::block_on(async {
+            for _ in 0..3 {
+                assert_eq!(s.next().await, Some(Ok(SegmentEvent::Signal { from: 4 })));
+            }
+        });
+        hub.post_many(4, u64::MAX);
+        assert_eq!(hub.pending(), u64::MAX, "saturates");
     }
 
     #[test]

@@ -13,9 +13,11 @@
 //!   consumes nothing, and reports [`Lagged`] when it falls more than its buffer behind.
 //!
 //! How a signal travels (`events/route.rs`): an 8-byte `fi_inject_writedata` to the peer's
-//! doorbell registration, or the side channel.
+//! doorbell registration, on `loopback` a shared word and an eventfd
+//! (`events/loopback_bell.rs`), or the side channel.
 
 pub(crate) mod hub;
+pub(crate) mod loopback_bell;
 pub(crate) mod route;
 mod stream;
 mod timer;

@@ -16,6 +16,10 @@
 //! [`NodeBuilder::signals_over_side_channel`](crate::NodeBuilder::signals_over_side_channel),
 //! the same word goes as a side-channel `Signal` message (token, flag bits).
 //!
+//! On `loopback` a connection has its own doorbell instead (`events/loopback_bell.rs`): a
+//! shared word and an eventfd each way, handed over with the segment's memfd; the side
+//! channel carries signals there only when forced, or for a connection without one.
+//!
 //! Order (decision 18): a signal posted after a put *that resolved* arrives after the put's
 //! data is visible, on every path, because a put resolves only once its data is visible at
 //! the target (delivery-complete on shm and sockets; on tcp the fence read behind the write).
@@ -25,6 +29,7 @@
 //! overtaken, and the side channel is another connection altogether.
 
 use super::SignalFlags;
+use super::loopback_bell::LoopbackBell;
 use crate::backend::fabric::FabricBackend;
 use crate::core::wire::{Doorbell, Message};
 use crate::fabric::endpoint::PostError;
@@ -74,7 +79,7 @@ pub(crate) struct ImporterBell {
     token: u64,
     bell: Option<Doorbell>,
     fabric_addr: Vec<u8>,
-    /// None on loopback: signals to the importer go over the side channel.
+    /// None on loopback: signals to the importer ring the connection's loopback doorbell.
     backend: Option<Arc<FabricBackend>>,
     /// The importer's address-vector entry, inserted at the first signal.
     dest: OnceLock<Option<ffi::fi_addr_t>>,
@@ -115,6 +120,11 @@ pub(crate) struct Routes {
     next_token: AtomicU64,
     imports: Mutex<HashMap<u64, Weak<ImportInner>>>,
     importers: Mutex<HashMap<u64, Arc<ImporterBell>>>,
+    /// Loopback doorbells by whom they ring: (peer node, to an importer?, receiver's token).
+    loopback: Mutex<HashMap<(u32, bool, u64), Arc<LoopbackBell>>>,
+    /// Signals this node sent by a loopback doorbell, and by the side channel.
+    pub(crate) sent_by_bell: AtomicU64,
+    pub(crate) sent_by_side: AtomicU64,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -128,6 +138,9 @@ impl Default for Routes {
             next_token: AtomicU64::new(u64::from(rand::random::<u32>()) + 1),
             imports: Mutex::new(HashMap::new()),
             importers: Mutex::new(HashMap::new()),
+            loopback: Mutex::new(HashMap::new()),
+            sent_by_bell: AtomicU64::new(0),
+            sent_by_side: AtomicU64::new(0),
         }
     }
 }
@@ -184,7 +197,33 @@ impl Routes {
     /// Exporter side: the connection ended.
     pub(crate) fn forget_importer(&self, conn_id: u64) {
         let gone = lock(&self.importers).remove(&conn_id);
+        if let Some(b) = &gone {
+            self.drop_loopback_bell(b.node, true, b.token);
+        }
         drop(gone);
+    }
+
+    /// Signals to (`node`, `to_importer`, `token`) ring `bell` from now on.
+    pub(crate) fn add_loopback_bell(
+        &self,
+        node: u32,
+        to_importer: bool,
+        token: u64,
+        bell: Arc<LoopbackBell>,
+    ) {
+        lock(&self.loopback).insert((node, to_importer, token), bell);
+    }
+
+    /// The connection ended: its doorbell stops being watched.
+    pub(crate) fn drop_loopback_bell(&self, node: u32, to_importer: bool, token: u64) {
+        let gone = lock(&self.loopback).remove(&(node, to_importer, token));
+        drop(gone);
+    }
+
+    fn loopback_bell(&self, node: u32, to_importer: bool, token: u64) -> Option<Arc<LoopbackBell>> {
+        lock(&self.loopback)
+            .get(&(node, to_importer, token))
+            .cloned()
     }
 
     pub(crate) fn importer(&self, conn_id: u64) -> Option<Arc<ImporterBell>> {
@@ -210,7 +249,16 @@ pub(crate) async fn send(
     op: &'static str,
 ) -> Result<()> {
     let word = encode(t.token, t.to_importer, flags);
-    // Loopback (no fabric backend) signals over the side channel, as forced signals do.
+    if backend.is_none() && !state.signals.side_channel_forced() {
+        if let Some(bell) = state.signals.loopback_bell(t.node, t.to_importer, t.token) {
+            bell.ring(flags.contains(SignalFlags::NO_ACCUMULATE))
+                .map_err(|e| e.op(op).node(t.node))?;
+            state.signals.sent_by_bell.fetch_add(1, Ordering::Relaxed);
+            return Ok(());
+        }
+    }
+    // A loopback connection without a doorbell signals over the side channel, as forced
+    // signals do.
     let fabric = backend.filter(|b| {
         !state.signals.side_channel_forced() && b.carries_signals() && b.doorbell().is_some()
     });
@@ -218,6 +266,7 @@ pub(crate) async fn send(
         return ring(backend, t.node, dest, bell, word, op).await;
     }
     let side = state.side().map_err(|e| e.op(op))?;
+    state.signals.sent_by_side.fetch_add(1, Ordering::Relaxed);
     side.send(
         t.node,
         Message::Signal {
@@ -292,6 +341,40 @@ pub(crate) fn on_doorbell(state: &NodeState, word: u64) {
 pub(crate) fn on_side_signal(state: &NodeState, from: u32, token: u64, flags: u32) {
     let (_, to_importer, no_acc) = decode(u64::from(flags));
     deliver(state, Some(from), token, to_importer, no_acc);
+}
+
+/// A loopback doorbell from `from` rang with a batch: first a `NO_ACCUMULATE` post if
+/// `first_no_acc`, then `plain` posts without it (`events/loopback_bell.rs` says why that
+/// is exactly what the posts in their order would have done).
+pub(crate) fn on_loopback_bell(
+    state: &NodeState,
+    from: u32,
+    token: u64,
+    to_importer: bool,
+    first_no_acc: bool,
+    plain: u64,
+) {
+    let hub = if to_importer {
+        state
+            .signals
+            .import(token)
+            .filter(|imp| imp.node() == from)
+            .map(|imp| Arc::clone(imp.events()))
+    } else {
+        state
+            .export_of_conn(token)
+            .filter(|e| e.importer_node(token) == Some(from))
+            .map(|e| Arc::clone(e.events()))
+    };
+    let Some(hub) = hub else {
+        tracing::debug!(token, "loopback signals for an unknown connection dropped");
+        return;
+    };
+    if first_no_acc {
+        hub.post(from, true);
+    }
+    // A count beyond any real backlog is the peer's garbage; it is bounded all the same.
+    hub.post_many(from, plain.min(u64::from(u32::MAX)));
 }
 
 fn deliver(state: &NodeState, from: Option<u32>, token: u64, to_importer: bool, no_acc: bool) {

@@ -71,7 +71,7 @@ impl ExportSegment {
             }
         };
         let node = self.node(OP)?;
-        // None on loopback: the signal goes over the side channel.
+        // None on loopback: the connection's own doorbell (or the side channel).
         let backend = self.inner.ctrl.fabric().cloned();
         let mut first_err = None;
         for conn_id in conns {

@@ -28,7 +28,7 @@ const OFFER_TTL: Duration = Duration::from_secs(10);
 const EXCHANGE_WAIT: Duration = Duration::from_secs(5);
 
 struct Offer {
-    fd: Arc<OwnedFd>,
+    fds: Vec<Arc<OwnedFd>>,
     pid: u32,
     expires: Instant,
 }
@@ -74,6 +74,13 @@ impl FdService {
 
     /// Offers `fd` to the process `pid` and returns the ticket that claims it.
     pub(crate) fn offer(&self, fd: Arc<OwnedFd>, pid: u32) -> u64 {
+        self.offer_many(vec![fd], pid)
+    }
+
+    /// Offers several descriptors at once (at most [`MAX_FDS`](crate::sys::fdpass::MAX_FDS)),
+    /// sent in this order in one message: a loopback connection's doorbell.
+    pub(crate) fn offer_many(&self, fds: Vec<Arc<OwnedFd>>, pid: u32) -> u64 {
+        debug_assert!(fds.len() <= crate::sys::fdpass::MAX_FDS);
         let mut offers = self.offers.lock().unwrap_or_else(|p| p.into_inner());
         let now = Instant::now();
         offers.retain(|_, o| o.expires > now);
@@ -83,7 +90,7 @@ impl FdService {
                 offers.insert(
                     ticket,
                     Offer {
-                        fd,
+                        fds,
                         pid,
                         expires: now + OFFER_TTL,
                     },
@@ -93,7 +100,11 @@ impl FdService {
         }
     }
 
-    fn claim(&self, ticket: u64, pid: Option<u32>) -> std::result::Result<Arc<OwnedFd>, Error> {
+    fn claim(
+        &self,
+        ticket: u64,
+        pid: Option<u32>,
+    ) -> std::result::Result<Vec<Arc<OwnedFd>>, Error> {
         let mut offers = self.offers.lock().unwrap_or_else(|p| p.into_inner());
         match offers.get(&ticket) {
             None => Err(Error::conn_aborted().detail("no such descriptor offer (expired or used)")),
@@ -106,7 +117,7 @@ impl FdService {
             }
             Some(_) => Ok(offers
                 .remove(&ticket)
-                .map(|o| o.fd)
+                .map(|o| o.fds)
                 .ok_or_else(Error::conn_aborted)?),
         }
     }
@@ -167,15 +178,15 @@ async fn answer(service: &FdService, mut stream: UnixStream) -> std::result::Res
     if let Err(e) = &claimed {
         reply[..4].copy_from_slice(&(e.code() as u32).to_le_bytes());
     }
-    let fd = claimed.as_ref().ok();
+    let offered = claimed.as_ref().ok();
     let mut sent = 0;
     while sent < reply.len() {
         tokio::time::timeout(EXCHANGE_WAIT, stream.writable())
             .await
             .map_err(|_| "the importer does not read".to_string())?
             .map_err(|e| e.to_string())?;
-        let fds: Vec<_> = match (sent, fd) {
-            (0, Some(fd)) => vec![fd.as_fd()],
+        let fds: Vec<_> = match (sent, offered) {
+            (0, Some(fds)) => fds.iter().map(|fd| fd.as_fd()).collect(),
             _ => Vec::new(),
         };
         match stream.try_io(Interest::WRITABLE, || {
@@ -196,6 +207,14 @@ async fn answer(service: &FdService, mut stream: UnixStream) -> std::result::Res
 /// `RSMERR_PERM_DENIED` for another process's), or `RSMERR_CONN_ABORTED` when the service
 /// cannot be reached or answers out of protocol.
 pub(crate) async fn fetch(name: &[u8], ticket: u64) -> Result<OwnedFd> {
+    let mut fds = fetch_many(name, ticket, 1).await?;
+    fds.pop()
+        .ok_or_else(|| Error::conn_aborted().detail("no descriptor came"))
+}
+
+/// Like [`fetch`], for an offer of exactly `count` descriptors, returned in the order
+/// offered.
+pub(crate) async fn fetch_many(name: &[u8], ticket: u64, count: usize) -> Result<Vec<OwnedFd>> {
     let lost = |why: String| {
         Error::conn_aborted().detail(format!("cannot get the segment's descriptor: {why}"))
     };
@@ -235,10 +254,13 @@ pub(crate) async fn fetch(name: &[u8], ticket: u64) -> Result<OwnedFd> {
             .unwrap_or_else(Error::conn_aborted)
             .detail("the exporter refused the segment's descriptor"));
     }
-    if fds.len() != 1 {
-        return Err(lost(format!("{} descriptors instead of one", fds.len())));
+    if fds.len() != count {
+        return Err(lost(format!(
+            "{} descriptors instead of {count}",
+            fds.len()
+        )));
     }
-    Ok(fds.remove(0))
+    Ok(fds)
 }
 
 #[cfg(test)]
@@ -274,6 +296,23 @@ mod tests {
                 27
             );
             assert_eq!(fetch(b"rsm-fd-nobody", 1).await.unwrap_err().code(), 40);
+            // Several descriptors in one message, in order; the count must match.
+            let small = Arc::new(crate::sys::shm::sealed_memfd("rsm-test", 8192).unwrap());
+            let page = Arc::new(crate::sys::shm::sealed_memfd("rsm-test", 4096).unwrap());
+            let three = vec![Arc::clone(&small), page, small];
+            let t = svc.offer_many(three.clone(), me);
+            let got = fetch_many(svc.name().as_bytes(), t, 3).await.unwrap();
+            let sizes: Vec<i64> = got
+                .iter()
+                .map(|f| rustix::fs::fstat(f).unwrap().st_size)
+                .collect();
+            assert_eq!(sizes, [8192, 4096, 8192]);
+            let t = svc.offer_many(three, me);
+            assert_eq!(
+                fetch(svc.name().as_bytes(), t).await.unwrap_err().code(),
+                40,
+                "one descriptor expected, three came"
+            );
         });
     }
 }

@@ -9,8 +9,9 @@ use rustix::net::{
 use std::io::{self, IoSlice, IoSliceMut};
 use std::mem::MaybeUninit;
 
-/// The most descriptors one message carries, and accepts.
-pub(crate) const MAX_FDS: usize = 2;
+/// The most descriptors one message carries, and accepts (a loopback connection's doorbell
+/// is three: its page and an eventfd each way).
+pub(crate) const MAX_FDS: usize = 4;
 
 /// Sends `data` with `fds` attached (non-blocking socket: `WouldBlock` when full). Returns
 /// the bytes sent; the descriptors travel with the first byte.

@@ -29,6 +29,16 @@ pub(crate) fn reopen_read_only(fd: BorrowedFd<'_>) -> io::Result<OwnedFd> {
     Ok(open(path, OFlags::RDONLY | OFlags::CLOEXEC, Mode::empty())?)
 }
 
+/// The size of a memfd another process sent, if it is sealed against shrinking (so mapping
+/// it can never fault with `SIGBUS`); `None` for anything else.
+pub(crate) fn sealed_size(fd: BorrowedFd<'_>) -> Option<u64> {
+    let seals = rustix::fs::fcntl_get_seals(fd).ok()?;
+    if !seals.contains(SealFlags::SHRINK) {
+        return None;
+    }
+    u64::try_from(rustix::fs::fstat(fd).ok()?.st_size).ok()
+}
+
 /// Frees the pages of `len` bytes of `fd` from offset 0 (the size stays): what destroy does
 /// after every importer acknowledged, so no stale mapping keeps the data alive.
 pub(crate) fn punch(fd: BorrowedFd<'_>, len: u64) -> io::Result<()> {
