@@ -238,7 +238,7 @@ impl ImportSegment {
         };
         // On loopback keys[1] is the ticket for the connection's doorbell.
         let bell = match (&lo, grant.keys.get(1)) {
-            (Some(_), Some(&t)) => {
+            (Some(_), Some(&t)) if !grant.fabric_addr.is_empty() => {
                 let service = grant.fabric_addr.clone();
                 let claim = crate::events::loopback_bell::claim(service, t);
                 Some(state.run(claim).await.map_err(ctx)?)

@@ -346,16 +346,20 @@ impl NodeState {
             r.fabric_addr.clone(),
             export.controller().fabric().cloned(),
         );
-        // On loopback the connection gets its own doorbell; keys[1] is its ticket.
+        // On loopback the connection gets its own doorbell, fetched from the segment's
+        // descriptor service; keys[1] is its ticket. Caller memory reached with
+        // process_vm_* has no service (an empty name): its signals use the side channel.
         let bell = match (loopback_pid, export.controller().loopback()) {
-            (Some(pid), Some(lo)) => crate::events::loopback_bell::offer(
-                self,
-                lo,
-                pid,
-                peer.node_id,
-                conn_id,
-                r.signal_token,
-            ),
+            (Some(pid), Some(lo)) if !fabric_addr.is_empty() => {
+                crate::events::loopback_bell::offer(
+                    self,
+                    lo,
+                    pid,
+                    peer.node_id,
+                    conn_id,
+                    r.signal_token,
+                )
+            }
             _ => None,
         };
         export
