@@ -86,27 +86,12 @@ pub(crate) async fn measure(
             bufs.push(buf);
             Ok(Summary::from_latency(&mut samples, spec.size))
         }
-        Mode::Bandwidth if init.completes_inline() => {
-            progress.phase("rsm", "warm-up");
-            in_turn(init, spec.op, spec.warmup(), bufs, &mut |_| {}).await?;
-            let total = spec.timed();
-            let t0 = Instant::now();
-            in_turn(init, spec.op, total, bufs, &mut |done| {
-                progress.tick("rsm", done, total)
-            })
-            .await?;
-            Ok(Summary::from_bandwidth(
-                t0.elapsed(),
-                total as u64,
-                spec.size,
-            ))
-        }
         Mode::Bandwidth => {
             progress.phase("rsm", "warm-up");
-            stream(init, spec.op, spec.warmup(), bufs, &mut |_| {}).await?;
+            window(init, spec.op, spec.warmup(), bufs, &mut |_| {}).await?;
             let total = spec.timed();
             let t0 = Instant::now();
-            stream(init, spec.op, total, bufs, &mut |done| {
+            window(init, spec.op, total, bufs, &mut |done| {
                 progress.tick("rsm", done, total)
             })
             .await?;
@@ -144,6 +129,22 @@ async fn in_turn(
         }
     }
     Ok(())
+}
+
+/// `total` operations over the buffers of `bufs`: one in flight per buffer, or one after
+/// another where operations complete before they are first polled (see `in_turn`).
+async fn window(
+    init: &RsmInitiator,
+    op: Op,
+    total: usize,
+    bufs: &mut Vec<Vec<u8>>,
+    tick: &mut dyn FnMut(usize),
+) -> Result<(), BenchError> {
+    if init.completes_inline() {
+        in_turn(init, op, total, bufs, tick).await
+    } else {
+        stream(init, op, total, bufs, tick).await
+    }
 }
 
 /// `total` operations with one in flight per buffer of `bufs`.
