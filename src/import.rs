@@ -349,8 +349,10 @@ impl ImportSegment {
                 Error::bad_seg_hndl().detail("the segment was disconnected")
             ));
         }
-        if let Some(e) = inner.tracker.aborted().filter(|_| fabric) {
-            return Err(ctx(e));
+        if fabric {
+            if let Some(e) = inner.tracker.aborted() {
+                return Err(ctx(e));
+            }
         }
         if !inner.granted.allows(need) {
             return Err(ctx(
@@ -371,7 +373,7 @@ impl ImportSegment {
             ));
         }
         // The slot reads the view when it posts; here only whether there is one.
-        if fabric && inner.tracker.view().is_none() {
+        if fabric && !inner.tracker.has_view() {
             return Err(ctx(
                 Error::conn_aborted().detail("the connection has no registration")
             ));

@@ -196,14 +196,14 @@ impl RsmInitiator {
 
     /// One put of `buf` at `offset`, resolving when the data is visible at the target; the
     /// buffer comes back unless the operation still owns it.
-    pub(crate) async fn put(&self, offset: u64, buf: Vec<u8>) -> (Result<()>, Option<Vec<u8>>) {
-        self.imp.put(offset, buf).await
+    pub(crate) fn put(&self, offset: u64, buf: Vec<u8>) -> crate::Op<Vec<u8>> {
+        self.imp.put(offset, buf)
     }
 
     /// One get of `buf.len()` bytes at `offset` into `buf`, which comes back filled unless
     /// the operation still owns it.
-    pub(crate) async fn get(&self, offset: u64, buf: Vec<u8>) -> (Result<()>, Option<Vec<u8>>) {
-        self.imp.get(offset, buf).await
+    pub(crate) fn get(&self, offset: u64, buf: Vec<u8>) -> crate::Op<Vec<u8>> {
+        self.imp.get(offset, buf)
     }
 
     /// One signal round trip: post to the peer's segment, wait for its answer.

@@ -60,13 +60,16 @@ impl Tuning {
                 inline_spin: Duration::ZERO,
                 eio_is_lost_peer: true,
             },
-            // Reading rxm's queue from the awaiting thread made an 8-byte put 2-3 times slower
-            // than leaving it to the engine (measured with `rsm bench`): no inline spin here.
+            // The awaiting thread reads rxm's queue (and so drives rxm) while the engine
+            // stays off the queue (`DEFER_TO_REAPER`): an 8-byte get went from 37 to 17-20
+            // µs, a put (write and fence read) from 60 to 23-30 µs (`rsm bench`,
+            // docs/performance.md). Without the engine's deferral both threads spun on
+            // rxm and the inline spin was 2-3 times slower than none.
             "tcp" => Tuning {
                 busy_spin: Duration::from_micros(200),
                 idle_window: Duration::from_micros(200),
                 wake_on_post: true,
-                inline_spin: Duration::ZERO,
+                inline_spin: Duration::from_micros(100),
                 eio_is_lost_peer: false,
             },
             // shm: a completion read by the awaiting thread saves the 10-15 µs cross-thread
@@ -122,6 +125,16 @@ pub(crate) struct Engine {
     exited: Arc<AtomicBool>,
     /// The right to read the completion queue, with the reader's buffer.
     reader: Mutex<Vec<CqEntry>>,
+    /// When an awaiting thread last reaped completions itself ([`Engine::try_progress`]),
+    /// in nanoseconds since `epoch`: a polling engine leaves the queue to it meanwhile.
+    reaped_at: AtomicU64,
+    epoch: Instant,
+    /// The engine sleeps for [`DEFER_TO_REAPER`] because an awaiting thread reaps.
+    deferring: AtomicBool,
+    /// Idle looks at the queue, to yield the CPU every few of them.
+    idle_turns: AtomicU64,
+    /// The target last noted (bits 40 and up) and when (`nanos`, the low 40 bits).
+    last_noted: AtomicU64,
 }
 
 impl std::fmt::Debug for Engine {
@@ -136,6 +149,21 @@ impl std::fmt::Debug for Engine {
 /// With more parts than this in flight, an engine with a wait fd sleeps on it instead of
 /// spinning (see `idle_fd`).
 const SPIN_UP_TO: usize = 2;
+
+/// How long a polling engine leaves the queue to a thread that reaps its own completions
+/// (an awaited operation's inline spin), from the last completion that thread read. A
+/// post nobody spins for, and a spin that gives up, call the engine back at once; this
+/// bounds the wait of operations posted by other means while a spinner is active. Waking
+/// every 50 µs instead cost a context switch per 25 shm puts.
+const DEFER_TO_REAPER: Duration = Duration::from_millis(1);
+
+/// An engine spinning on its queue yields the CPU once every this many looks: a
+/// `sched_yield` per look (0.3-0.5 µs) slowed a target serving its peers' operations.
+const YIELD_EVERY: u64 = 16;
+
+/// The low bits of [`Engine::last_noted`]: nanoseconds, wrapping every 18 minutes (a
+/// wrapped value only makes one post take the slow path).
+const NOTED_NS: u64 = (1 << 40) - 1;
 
 /// How long a stopping engine waits for in-flight operations before it leaks them.
 const DRAIN_ON_STOP: Duration = Duration::from_secs(5);
@@ -167,6 +195,11 @@ impl Engine {
             targets: Mutex::new(HashMap::new()),
             exited: Arc::new(AtomicBool::new(false)),
             reader: Mutex::new(Vec::with_capacity(64)),
+            reaped_at: AtomicU64::new(0),
+            epoch: Instant::now(),
+            deferring: AtomicBool::new(false),
+            idle_turns: AtomicU64::new(0),
+            last_noted: AtomicU64::new(u64::MAX),
         });
         let e = Arc::clone(&engine);
         let exited = Arc::clone(&engine.exited);
@@ -215,6 +248,17 @@ impl Engine {
         if !self.polls() {
             return;
         }
+        // The same target noted within half a kick period: nothing to update that matters
+        // (a lock, a map lookup and a clock read per post were a tenth of rsm's time in an
+        // 8-byte shm put).
+        let ns = self.nanos();
+        let last = self.last_noted.load(Ordering::Relaxed);
+        let half = KICK_EVERY.as_nanos() as u64 / 2;
+        if last >> 40 == u64::from(node) && (ns.wrapping_sub(last) & NOTED_NS) < half {
+            return;
+        }
+        self.last_noted
+            .store(u64::from(node) << 40 | (ns & NOTED_NS), Ordering::Relaxed);
         let now = Instant::now();
         let kick = {
             let mut t = self.targets.lock().unwrap_or_else(|p| p.into_inner());
@@ -408,6 +452,15 @@ impl Engine {
     /// One idle step with a wait fd; returns whether there was activity (it slept and was
     /// woken, or data arrived while it spun).
     fn idle_fd(&self, fd: std::os::fd::RawFd, last_work: Instant) -> bool {
+        if self.inflight.load(Ordering::SeqCst) > 0 && self.reaper_active() {
+            // As in `idle_poll`: the awaiting thread reads the queue, which on tcp also
+            // drives rxm's progress; the engine keeps out of its way (and off its core).
+            self.deferring.store(true, Ordering::SeqCst);
+            self.wake.wait(None, Some(DEFER_TO_REAPER));
+            self.wake.drain();
+            self.deferring.store(false, Ordering::SeqCst);
+            return false;
+        }
         let window = match self.inflight.load(Ordering::SeqCst) {
             0 => self.tuning.idle_window,
             // One operation awaited (a put on tcp is two parts, the write and its fence):
@@ -427,8 +480,8 @@ impl Engine {
                 return true;
             }
             // On 2 cores the user's task, this engine and a peer's all want a CPU: yield
-            // rather than spin, so the thread that has work gets it.
-            std::thread::yield_now();
+            // now and then, so the thread that has work gets it.
+            self.maybe_yield();
             return false;
         }
         // A post that sees `sleeping` wakes us (with wake_on_post) so the spin above starts
@@ -445,15 +498,38 @@ impl Engine {
         true
     }
 
+    /// Yields the CPU every [`YIELD_EVERY`] idle looks at the queue.
+    fn maybe_yield(&self) {
+        let turns = self.idle_turns.fetch_add(1, Ordering::Relaxed);
+        if turns % YIELD_EVERY == 0 {
+            std::thread::yield_now();
+        }
+    }
+
     /// One idle step without a wait fd; returns whether it slept (and was woken).
     fn idle_poll(&self, last_work: Instant) -> bool {
         let busy = self.inflight.load(Ordering::SeqCst) > 0;
         if busy && last_work.elapsed() >= KICK_EVERY {
             self.kick_stalled();
         }
+        if busy && self.reaper_active() {
+            // The thread awaiting an operation reads the queue itself: spinning here too
+            // took a core from it and from the target on 2 cores, and made shm0 8-byte
+            // puts take 30 µs now and then instead of 2 (docs/performance.md). Not
+            // `sleeping`: posts need not wake us, their thread reaps, or calls us back.
+            self.deferring.store(true, Ordering::SeqCst);
+            self.wake.wait(None, Some(DEFER_TO_REAPER));
+            self.wake.drain();
+            self.deferring.store(false, Ordering::SeqCst);
+            return false;
+        }
         if busy || last_work.elapsed() < self.tuning.idle_window {
             std::hint::spin_loop();
-            std::thread::yield_now();
+            // A target serves its peers' operations from this loop: a `sched_yield` per
+            // look at the queue (0.3-0.5 µs) was most of the gap to a busy-polling target
+            // in an 8-byte shm put. Yielding every few looks still lets the threads that
+            // share the core run.
+            self.maybe_yield();
             return false;
         }
         self.sleeping.store(true, Ordering::SeqCst);
@@ -489,9 +565,34 @@ impl Engine {
     /// at a time (the lock), whichever thread it is.
     pub(crate) fn try_progress(&self) -> bool {
         match self.reader.try_lock() {
-            Ok(mut entries) => self.drain_with(&mut entries) > 0,
+            Ok(mut entries) => {
+                let reaped = self.drain_with(&mut entries) > 0;
+                if reaped {
+                    self.reaped_at.store(self.nanos(), Ordering::Relaxed);
+                }
+                reaped
+            }
             Err(_) => false,
         }
+    }
+
+    /// An awaiting thread stops reaping with its operation still in flight: the engine
+    /// must not sit out the rest of its deferral.
+    pub(crate) fn reaper_leaves(&self) {
+        self.reaped_at.store(0, Ordering::SeqCst);
+        if self.deferring.load(Ordering::SeqCst) {
+            self.wake.wake();
+        }
+    }
+
+    fn nanos(&self) -> u64 {
+        u64::try_from(self.epoch.elapsed().as_nanos()).unwrap_or(u64::MAX)
+    }
+
+    /// Whether an awaiting thread reaped completions within [`DEFER_TO_REAPER`].
+    fn reaper_active(&self) -> bool {
+        let at = self.reaped_at.load(Ordering::Relaxed);
+        at != 0 && self.nanos().saturating_sub(at) < DEFER_TO_REAPER.as_nanos() as u64
     }
 
     /// After a post that has no completion to wait for (a signal's inject, which rxm may

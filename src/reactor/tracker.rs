@@ -4,7 +4,8 @@
 
 use crate::Error;
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::hash::{BuildHasherDefault, Hasher};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Mutex, Weak};
 
 /// A slot that can be failed early; its buffer stays with it until the provider is done.
@@ -24,6 +25,12 @@ pub(crate) struct View {
 #[derive(Default)]
 pub(crate) struct Tracker {
     next: AtomicU64,
+    /// Mirrors `Inner::aborted.is_some()` and `Inner::view.is_some()`, so the checks every
+    /// operation makes take no lock (the lock was 15 % of an 8-byte loopback put).
+    aborted_flag: AtomicBool,
+    has_view: AtomicBool,
+    /// Tasks in `drained`/`drained_of`: a removal notifies only when there are some.
+    waiting: AtomicUsize,
     inner: Mutex<Inner>,
     idle: tokio::sync::Notify,
 }
@@ -31,7 +38,7 @@ pub(crate) struct Tracker {
 #[derive(Default)]
 struct Inner {
     aborted: Option<Error>,
-    slots: HashMap<u64, Weak<dyn Abort>>,
+    slots: HashMap<u64, Weak<dyn Abort>, BuildHasherDefault<IdHasher>>,
     view: Option<View>,
 }
 
@@ -48,12 +55,8 @@ impl Tracker {
     pub(crate) fn with_view(view: View) -> Self {
         let t = Tracker::default();
         t.lock().view = Some(view);
+        t.has_view.store(true, Ordering::Release);
         t
-    }
-
-    /// The current view, if the tracker has one.
-    pub(crate) fn view(&self) -> Option<View> {
-        self.lock().view
     }
 
     /// Records a slot about to be posted and returns the view it must post with. Both happen
@@ -67,7 +70,11 @@ impl Tracker {
 
     pub(crate) fn remove(&self, id: u64) {
         self.lock().slots.remove(&id);
-        self.idle.notify_waiters();
+        // SeqCst pairs with `Waiting::new`: a waiter counted after this load checked the
+        // map after the removal above.
+        if self.waiting.load(Ordering::SeqCst) > 0 {
+            self.idle.notify_waiters();
+        }
     }
 
     /// Replaces the view with a newer generation's and returns the operations in flight on
@@ -78,11 +85,13 @@ impl Tracker {
             return None;
         }
         g.view = Some(view);
+        self.has_view.store(true, Ordering::Release);
         Some(g.slots.keys().copied().collect())
     }
 
     /// Resolves when none of the operations `ids` is in flight any more.
     pub(crate) async fn drained_of(&self, ids: &[u64]) {
+        let _counted = Waiting::new(&self.waiting);
         loop {
             let notified = self.idle.notified();
             if !ids.iter().any(|id| self.lock().slots.contains_key(id)) {
@@ -94,7 +103,15 @@ impl Tracker {
 
     /// The error new operations fail with, once the connection was torn down.
     pub(crate) fn aborted(&self) -> Option<Error> {
+        if !self.aborted_flag.load(Ordering::Acquire) {
+            return None;
+        }
         self.lock().aborted.as_ref().map(super::slot::clone_error)
+    }
+
+    /// Whether the tracker has a view (without taking the lock).
+    pub(crate) fn has_view(&self) -> bool {
+        self.has_view.load(Ordering::Acquire)
     }
 
     /// Fails every pending operation and every later one with `err`.
@@ -104,6 +121,7 @@ impl Tracker {
             if g.aborted.is_none() {
                 g.aborted = Some(err);
             }
+            self.aborted_flag.store(true, Ordering::Release);
             g.slots.values().filter_map(Weak::upgrade).collect()
         };
         let err = self.aborted().unwrap_or_else(Error::conn_aborted);
@@ -120,6 +138,7 @@ impl Tracker {
     /// Resolves when no operation is in flight.
     #[allow(dead_code)] // the revoke's acknowledgement waits on it
     pub(crate) async fn drained(&self) {
+        let _counted = Waiting::new(&self.waiting);
         loop {
             let notified = self.idle.notified();
             if self.in_flight() == 0 {
@@ -127,5 +146,42 @@ impl Tracker {
             }
             notified.await;
         }
+    }
+}
+
+/// Counts a task waiting for removals while it lives.
+struct Waiting<'a>(&'a AtomicUsize);
+
+impl<'a> Waiting<'a> {
+    fn new(n: &'a AtomicUsize) -> Self {
+        n.fetch_add(1, Ordering::SeqCst);
+        Waiting(n)
+    }
+}
+
+impl Drop for Waiting<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+/// Operation ids are a counter: a multiplication spreads them well enough, without the
+/// cost of SipHash on every post and completion.
+#[derive(Default)]
+struct IdHasher(u64);
+
+impl Hasher for IdHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.0 = (self.0.rotate_left(8) ^ u64::from(b)).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+        }
+    }
+
+    fn write_u64(&mut self, n: u64) {
+        self.0 = n.wrapping_mul(0x9E37_79B9_7F4A_7C15);
     }
 }
