@@ -43,6 +43,9 @@ pub(crate) struct Tuning {
     /// before it returns `Pending`: a completion it reads needs no cross-thread wake-up,
     /// which costs 10-15 µs here.
     pub(crate) inline_spin: Duration,
+    /// After posting one of a window of operations, the posting thread looks at the queue
+    /// once (see `inline_progress`).
+    pub(crate) window_look: bool,
     /// The provider reports a lost peer as `EIO` (sockets, measured); elsewhere `EIO` is a
     /// failed remote access (shm's answer to a copy that faulted at the target).
     pub(crate) eio_is_lost_peer: bool,
@@ -58,6 +61,7 @@ impl Tuning {
                 idle_window: Duration::ZERO,
                 wake_on_post: false,
                 inline_spin: Duration::ZERO,
+                window_look: false,
                 eio_is_lost_peer: true,
             },
             // The awaiting thread reads rxm's queue (and so drives rxm) while the engine
@@ -70,6 +74,7 @@ impl Tuning {
                 idle_window: Duration::from_micros(200),
                 wake_on_post: true,
                 inline_spin: Duration::from_micros(100),
+                window_look: false,
                 eio_is_lost_peer: false,
             },
             // shm: a completion read by the awaiting thread saves the 10-15 µs cross-thread
@@ -79,6 +84,7 @@ impl Tuning {
                 idle_window: Duration::from_millis(2),
                 wake_on_post: true,
                 inline_spin: Duration::from_micros(20),
+                window_look: true,
                 eio_is_lost_peer: false,
             },
         }
@@ -614,6 +620,10 @@ impl Engine {
     /// it leaves the waiting to the engine.
     pub(crate) fn eio_is_lost_peer(&self) -> bool {
         self.tuning.eio_is_lost_peer
+    }
+
+    pub(crate) fn window_look(&self) -> bool {
+        self.tuning.window_look
     }
 
     pub(crate) fn inline_spin(&self) -> Duration {
