@@ -525,8 +525,8 @@ fn loopback_signal_baseline_is_a_shared_word_round_trip() {
     check_rounds(row, 2, "loopback signal");
     let samples = row["baseline_samples"].as_u64().unwrap();
     assert!(
-        samples >= 2000,
-        "1000 round trips per round at least: {row}"
+        samples >= 1000,
+        "1000 round trips over the rounds at least: {row}"
     );
     // The baseline alone (no rsm node in either process).
     let run = bench(&[

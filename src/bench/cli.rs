@@ -183,7 +183,7 @@ pub struct BenchArgs {
     #[arg(long)]
     pub baseline: bool,
     /// Measure each row this many times, rsm and baseline alternating (rsm, baseline, rsm,
-    /// ...), each round with the full sample count; figures and ratio are the medians over
+    /// ...), the row's samples split over the rounds; figures and ratio are the medians over
     /// the rounds, so one disturbed round does not flip the ratio.
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=100))]
     pub rounds: u32,

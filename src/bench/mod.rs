@@ -37,8 +37,9 @@
 //!   the first, sets to the same number. Both sides busy-poll, no system call: what rsm's
 //!   doorbell (a word and an eventfd each way) costs on top of the cache-line transfers.
 //! - **`--rounds R`** measures each row R times, rsm and baseline alternating (rsm,
-//!   baseline, rsm, ...; same peer process, each round with the full warm-up and sample
-//!   count and its own seeds). Each side's figures are the medians over its rounds (latency:
+//!   baseline, rsm, ...; same peer process, each round with its own warm-up and seeds). The
+//!   row's sample count is split over the rounds (rounded up; at least 100 samples or the
+//!   window per round), so R rounds take about the time of one. Each side's figures are the medians over its rounds (latency:
 //!   of the rounds' medians and of their p99s; bandwidth: of their MB/s and time per
 //!   operation), the ratio is taken from those medians, and a row is verified only if every
 //!   round verified. A neighbour taking a core for a moment then disturbs one round of one
@@ -121,18 +122,29 @@ pub(crate) struct RowSpec {
     /// Operations in flight: 1 in latency mode.
     pub(crate) window: usize,
     pub(crate) iters: usize,
+    /// Interleaved rounds the row's samples are split over (1 without `--rounds`).
+    pub(crate) rounds: usize,
 }
 
+/// The fewest timed operations of one latency round.
+const MIN_ROUND_SAMPLES: usize = 100;
+
 impl RowSpec {
-    /// Timed operations: at least 1000 samples in latency mode; in bandwidth mode at least
-    /// the window, and for small sizes enough to move 16 MiB, up to 20 000.
+    /// Timed operations of one round. For the row: at least 1000 samples in latency mode;
+    /// in bandwidth mode at least the window, and for small sizes enough to move 16 MiB, up
+    /// to 20 000. Rounds split that evenly (rounded up), so that `--rounds` costs about
+    /// what one round did; a latency round keeps at least 100 samples, a bandwidth round
+    /// the window.
     pub(crate) fn timed(&self) -> usize {
+        let rounds = self.rounds.max(1);
         match self.mode {
-            Mode::Latency => self.iters.max(1000),
+            Mode::Latency => self.iters.max(1000).div_ceil(rounds).max(MIN_ROUND_SAMPLES),
             Mode::Bandwidth => self
                 .iters
                 .max(self.window)
-                .max(((16 << 20) / self.size).min(20_000)),
+                .max(((16 << 20) / self.size).min(20_000))
+                .div_ceil(rounds)
+                .max(self.window),
         }
     }
 
@@ -303,6 +315,7 @@ async fn bench(args: &BenchArgs, progress: &mut Progress) -> Result<Vec<Row>, Be
             size,
             window,
             iters,
+            rounds,
         };
         let mut row = Row {
             controller: args.controller.clone(),
@@ -540,6 +553,7 @@ mod tests {
             size,
             window,
             iters,
+            rounds: 1,
         }
     }
 
@@ -555,6 +569,17 @@ mod tests {
         assert_eq!(spec(Mode::Bandwidth, 1 << 20, 16, 1000).timed(), 1000);
         assert_eq!(spec(Mode::Bandwidth, 1 << 20, 64, 10).timed(), 64);
         assert!(spec(Mode::Bandwidth, 1 << 20, 64, 10).warmup() >= 128);
+        // Rounds split the row's samples, rounded up, within a floor per round.
+        let rounds = |mut s: RowSpec, n| {
+            s.rounds = n;
+            s.timed()
+        };
+        assert_eq!(rounds(spec(Mode::Latency, 8, 1, 200), 3), 334);
+        assert_eq!(rounds(spec(Mode::Latency, 8, 1, 5000), 5), 1000);
+        assert_eq!(rounds(spec(Mode::Latency, 8, 1, 200), 50), 100);
+        assert_eq!(rounds(spec(Mode::Bandwidth, 8, 16, 1000), 3), 6667);
+        assert_eq!(rounds(spec(Mode::Bandwidth, 1 << 20, 16, 1000), 4), 250);
+        assert_eq!(rounds(spec(Mode::Bandwidth, 1 << 20, 64, 10), 3), 64);
     }
 
     #[test]

@@ -335,9 +335,10 @@ pub fn markdown(meta: &Meta, rows: &[Row], memory: &[Memory]) -> String {
         let _ = writeln!(
             md,
             "Every figure is the median of {} interleaved rounds: each row ran rsm, baseline, \
-             rsm, baseline, ... between the same two processes, each round with the full \
-             warm-up and sample count (latency: the median of the rounds' medians and of their \
-             p99s; bandwidth: of their MB/s and time per operation), and the ratio is that of \
+             rsm, baseline, ... between the same two processes, each round with its own \
+             warm-up and an equal share of the row's samples (latency: the median of the \
+             rounds' medians and of their p99s; bandwidth: of their MB/s and time per \
+             operation), and the ratio is that of \
              the two medians, so a neighbour taking a core during one round does not decide \
              it. A row is verified only if every round verified. The note gives the lowest \
              and highest ratio of the round pairs.\n",
