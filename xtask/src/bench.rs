@@ -56,12 +56,14 @@ pub const MEMORY_RUNS: &[(&str, &[(&str, &str)])] = &[
     ("sockets0", &[]),
 ];
 
-/// Interleaved rounds per row (`rsm bench --rounds`): with 3 a round disturbed by a
-/// neighbour on this shared 2-core machine is outvoted by the other two.
-pub const ROUNDS: u32 = 3;
+/// Interleaved rounds per row (`rsm bench --rounds`, which splits the row's samples over
+/// them, so the whole set takes about 90 s of measuring here whatever the count): with 5,
+/// up to two rounds of a side disturbed by a neighbour on this shared 2-core machine are
+/// outvoted (with 3, a run at load 5 still had a row whose baseline lost 2 of 3 rounds).
+pub const ROUNDS: u32 = 5;
 
-/// The most one child may take (the slowest, sockets0 put bandwidth with 3 rounds, took
-/// 57 s on a busy machine).
+/// The most one child may take (the slowest, sockets0 put bandwidth, takes 5-10 s; 57 s
+/// was seen on a busy machine when each round took the full sample count).
 const JOB_TIMEOUT: Duration = Duration::from_secs(180);
 /// Runs that would start later than this after the first are skipped.
 const BUDGET: Duration = Duration::from_secs(8 * 60);
