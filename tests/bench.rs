@@ -404,3 +404,142 @@ fn signal_round_trips_with_their_baseline() {
         );
     }
 }
+
+/// The keys `--rounds N` adds to a row, with each side's N rounds.
+fn check_rounds(row: &Value, n: usize, what: &str) {
+    assert_eq!(row["rounds"], n as u64, "{what}: {row}");
+    for side in ["rsm_rounds", "baseline_rounds"] {
+        let rounds = row[side]
+            .as_array()
+            .unwrap_or_else(|| panic!("{what}: no {side} in {row}"));
+        assert_eq!(rounds.len(), n, "{what}: {side} in {row}");
+        for r in rounds {
+            for k in ["samples", "median_us", "p99_us", "mb_per_s", "ops_per_s"] {
+                assert!(r.get(k).is_some(), "{what}: {k} missing in {side} of {row}");
+            }
+            assert!(r["median_us"].as_f64().unwrap() > 0.0, "{what}: {row}");
+        }
+    }
+    let ratios = row["round_ratios"].as_array().unwrap();
+    assert_eq!(ratios.len(), n, "{what}: {row}");
+    assert!(ratios.iter().all(|r| r.as_f64().is_some_and(|r| r > 0.0)));
+    // The row's figures are the medians of its rounds (the mean of two).
+    let medians: Vec<f64> = row["rsm_rounds"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["median_us"].as_f64().unwrap())
+        .collect();
+    let lo = medians.iter().copied().fold(f64::INFINITY, f64::min);
+    let hi = medians.iter().copied().fold(0.0, f64::max);
+    let m = row["median_us"].as_f64().unwrap();
+    assert!(
+        lo - 1e-3 <= m && m <= hi + 1e-3,
+        "{what}: {m} outside {lo}..{hi}"
+    );
+    assert!(
+        row["ratio"].as_f64().is_some_and(|r| r > 0.0),
+        "{what}: {row}"
+    );
+    assert_eq!(row["verified"], true, "{what}: {row}");
+    assert_eq!(row["baseline_verified"], true, "{what}: {row}");
+}
+
+/// `--rounds 2` alternates rsm and the baseline on loopback (memcpy) and on a fabric
+/// controller, and every row carries both sides' rounds.
+#[test]
+fn interleaved_rounds_report_each_round() {
+    let runs: [&[&str]; 2] = [
+        &["--controller", "loopback", "--op", "put", "--sizes", "8,4K"],
+        &[
+            "--controller",
+            "shm0",
+            "--op",
+            "get",
+            "--sizes",
+            "8,4K",
+            "--mode",
+            "bandwidth",
+            "--window",
+            "4",
+        ],
+    ];
+    for args in runs {
+        let mut all = args.to_vec();
+        all.extend(["--iters", "100", "--baseline", "--rounds", "2", "--json"]);
+        let run = bench(&all);
+        assert_eq!(run.code, Some(0), "{args:?}: {}", run.stderr);
+        assert_eq!(run.rows.len(), 2, "{args:?}");
+        for row in &run.rows {
+            check_rounds(row, 2, &format!("{args:?}"));
+            // Samples count every round.
+            let per_round = row["rsm_rounds"][0]["samples"].as_u64().unwrap();
+            assert_eq!(row["samples"].as_u64().unwrap(), 2 * per_round, "{row}");
+        }
+        assert!(
+            run.stderr.contains("round 2/2"),
+            "the progress line names the round: {}",
+            run.stderr
+        );
+    }
+    // A wrong byte in the rounds fails the row.
+    let run = bench(&[
+        "--controller",
+        "loopback",
+        "--op",
+        "put",
+        "--sizes",
+        "4K",
+        "--iters",
+        "10",
+        "--rounds",
+        "2",
+        "--json",
+        "--corrupt-for-test",
+    ]);
+    assert_eq!(run.code, Some(1), "{}", run.stderr);
+    assert_eq!(run.rows[0]["verified"], false, "{}", run.rows[0]);
+    assert_eq!(run.rows[0]["rsm_rounds"].as_array().map(Vec::len), Some(2));
+}
+
+/// The loopback signal row's baseline is a busy-polled word in a page shared with the peer
+/// process: real round trips, counted by the peer.
+#[test]
+fn loopback_signal_baseline_is_a_shared_word_round_trip() {
+    let run = bench(&[
+        "--controller",
+        "loopback",
+        "--op",
+        "signal",
+        "--iters",
+        "200",
+        "--baseline",
+        "--rounds",
+        "2",
+        "--json",
+    ]);
+    assert_eq!(run.code, Some(0), "{}", run.stderr);
+    assert_eq!(run.rows.len(), 1);
+    let row = &run.rows[0];
+    assert_eq!(row["op"], "signal");
+    check_rounds(row, 2, "loopback signal");
+    let samples = row["baseline_samples"].as_u64().unwrap();
+    assert!(
+        samples >= 1000,
+        "1000 round trips over the rounds at least: {row}"
+    );
+    // The baseline alone (no rsm node in either process).
+    let run = bench(&[
+        "--controller",
+        "loopback",
+        "--op",
+        "signal",
+        "--baseline-only",
+        "--json",
+    ]);
+    assert_eq!(run.code, Some(0), "{}", run.stderr);
+    let row = &run.rows[0];
+    assert_eq!(row["baseline_verified"], true, "{row}");
+    assert!(row["baseline_median_us"].as_f64().unwrap() > 0.0, "{row}");
+    assert!(row["median_us"].is_null(), "{row}");
+}

@@ -124,6 +124,13 @@ impl PeerProcess {
 
     /// Sends one command and returns the peer's reply line (`err ...` becomes an error).
     pub(crate) fn request(&mut self, cmd: &Command) -> Result<String, BenchError> {
+        self.send(cmd)?;
+        self.answer(cmd)
+    }
+
+    /// Sends one command without waiting for its reply (read it with [`Self::answer`]):
+    /// for commands the peer can only answer once this side did its part.
+    pub(crate) fn send(&mut self, cmd: &Command) -> Result<(), BenchError> {
         let line = cmd.to_line();
         let stdin = self
             .stdin
@@ -131,7 +138,12 @@ impl PeerProcess {
             .ok_or_else(|| BenchError::Peer("the peer's input is closed".into()))?;
         writeln!(stdin, "{line}")
             .and_then(|()| stdin.flush())
-            .map_err(|e| BenchError::Peer(format!("cannot send {line:?}: {e}")))?;
+            .map_err(|e| BenchError::Peer(format!("cannot send {line:?}: {e}")))
+    }
+
+    /// The reply to `cmd`, sent before with [`Self::send`] (`err ...` becomes an error).
+    pub(crate) fn answer(&mut self, cmd: &Command) -> Result<String, BenchError> {
+        let line = cmd.to_line();
         let reply = self.recv(REPLY_TIMEOUT, &format!("{line:?}"))?;
         match reply.strip_prefix("err ") {
             Some(why) => Err(BenchError::Peer(format!("{line:?} failed: {why}"))),

@@ -17,8 +17,9 @@ pub enum Op {
     /// A scattering get of 16 entries of `size / 16` bytes.
     Getv,
     /// Signal round trip: post to the peer's segment, which answers with a signal; the
-    /// baseline is a plain `fi_inject_writedata` answered the same way, both sides
-    /// busy-polling. Sizes are ignored (one row, 8 B: the doorbell write).
+    /// baseline is a plain `fi_inject_writedata` answered the same way (on loopback: a word
+    /// in a page shared with the peer), both sides busy-polling. Sizes are ignored (one row,
+    /// 8 B: the doorbell write).
     Signal,
 }
 
@@ -181,6 +182,11 @@ pub struct BenchArgs {
     /// fabtests does) and report the ratio: above 1 means rsm is better.
     #[arg(long)]
     pub baseline: bool,
+    /// Measure each row this many times, rsm and baseline alternating (rsm, baseline, rsm,
+    /// ...), the row's samples split over the rounds; figures and ratio are the medians over
+    /// the rounds, so one disturbed round does not flip the ratio.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=100))]
+    pub rounds: u32,
     /// Measure only the plain libfabric baseline (no rsm node): a harness self-test.
     #[arg(long, hide = true)]
     pub baseline_only: bool,
@@ -270,7 +276,7 @@ mod tests {
         assert_eq!(b.op, Op::Put);
         assert_eq!(b.mode, Mode::Latency);
         assert_eq!(b.sizes.0, vec![8, 4096, 65536, 1 << 20]);
-        assert_eq!((b.window, b.iters), (16, 1000));
+        assert_eq!((b.window, b.iters, b.rounds), (16, 1000, 1));
         assert!(!b.baseline && !b.baseline_only && !b.json);
 
         let cli = Cli::try_parse_from([
@@ -289,12 +295,14 @@ mod tests {
             "50",
             "--baseline",
             "--json",
+            "--rounds",
+            "5",
         ])
         .unwrap();
         let b = cli.bench;
         assert_eq!(
-            (b.op, b.mode, b.window, b.iters),
-            (Op::Get, Mode::Bandwidth, 4, 50)
+            (b.op, b.mode, b.window, b.iters, b.rounds),
+            (Op::Get, Mode::Bandwidth, 4, 50, 5)
         );
         assert_eq!(b.sizes.to_string(), "8,4096,65536,1048576");
         assert!(b.baseline && b.json);
@@ -325,6 +333,7 @@ mod tests {
                 "8,banana",
             ],
             &["x", "--controller", "tcp0", "--op", "put", "--mode", "fast"],
+            &["x", "--controller", "tcp0", "--op", "put", "--rounds", "0"],
         ] {
             assert!(Cli::try_parse_from(bad).is_err(), "{bad:?} accepted");
         }

@@ -1,9 +1,9 @@
 //! Benchmark support for `rsm bench`.
 //!
-//! `rsm bench --controller C --op put|get --sizes LIST [--mode latency|bandwidth]
-//! [--window W] [--iters N] [--baseline] [--json]` starts its own peer process (`rsm
-//! bench-peer`, the same executable), measures one row per size and checks every byte it
-//! moved:
+//! `rsm bench --controller C --op put|get|putv|getv|signal --sizes LIST
+//! [--mode latency|bandwidth] [--window W] [--iters N] [--baseline] [--rounds R] [--json]`
+//! starts its own peer process (`rsm bench-peer`, the same executable), measures one row per
+//! size and checks every byte it moved:
 //!
 //! - **latency**: one awaited operation in flight; a warm-up, then at least 1000 timed
 //!   operations (`max(1000, iters)`); median and p99 by nearest rank.
@@ -29,6 +29,21 @@
 //!   baseline median / rsm median in latency mode, rsm MB/s / baseline MB/s in bandwidth
 //!   mode. On `loopback` the baseline is `memcpy` between two mappings of one shared buffer
 //!   (`memcpy.rs`), with the same slots, window and sample counts.
+//! - **signal** is a round trip: a signal to the peer's segment, which answers with one.
+//!   The baseline on the fabric controllers is an `fi_inject_writedata` the peer answers
+//!   the same way; on `loopback` it is plain shared memory between the same two processes
+//!   (`shm_bell.rs`): a one-page memfd handed to the peer with `SCM_RIGHTS`, the initiator
+//!   storing a ring number in one word and spinning on another that the peer, busy-polling
+//!   the first, sets to the same number. Both sides busy-poll, no system call: what rsm's
+//!   doorbell (a word and an eventfd each way) costs on top of the cache-line transfers.
+//! - **`--rounds R`** measures each row R times, rsm and baseline alternating (rsm,
+//!   baseline, rsm, ...; same peer process, each round with its own warm-up and seeds). The
+//!   row's sample count is split over the rounds (rounded up; at least 100 samples or the
+//!   window per round), so R rounds take about the time of one. Each side's figures are the medians over its rounds (latency:
+//!   of the rounds' medians and of their p99s; bandwidth: of their MB/s and time per
+//!   operation), the ratio is taken from those medians, and a row is verified only if every
+//!   round verified. A neighbour taking a core for a moment then disturbs one round of one
+//!   side, not the ratio. The JSON rows carry each round's figures and ratio as well.
 //! - **verification**: before a put run the source buffers hold a pattern and the peer's
 //!   memory another; afterwards the peer's checksum of its memory must equal the pattern's.
 //!   Before a get run the peer fills its memory with a pattern and the local buffers hold
@@ -64,6 +79,7 @@ mod report;
 mod rsm_run;
 mod rsm_side;
 mod shape;
+mod shm_bell;
 mod stats;
 
 pub use cli::{BarrierArg, BenchArgs, MAX_SIZE, Mode, Op, PeerArgs, SizeList, parse_size};
@@ -106,18 +122,29 @@ pub(crate) struct RowSpec {
     /// Operations in flight: 1 in latency mode.
     pub(crate) window: usize,
     pub(crate) iters: usize,
+    /// Interleaved rounds the row's samples are split over (1 without `--rounds`).
+    pub(crate) rounds: usize,
 }
 
+/// The fewest timed operations of one latency round.
+const MIN_ROUND_SAMPLES: usize = 100;
+
 impl RowSpec {
-    /// Timed operations: at least 1000 samples in latency mode; in bandwidth mode at least
-    /// the window, and for small sizes enough to move 16 MiB, up to 20 000.
+    /// Timed operations of one round. For the row: at least 1000 samples in latency mode;
+    /// in bandwidth mode at least the window, and for small sizes enough to move 16 MiB, up
+    /// to 20 000. Rounds split that evenly (rounded up), so that `--rounds` costs about
+    /// what one round did; a latency round keeps at least 100 samples, a bandwidth round
+    /// the window.
     pub(crate) fn timed(&self) -> usize {
+        let rounds = self.rounds.max(1);
         match self.mode {
-            Mode::Latency => self.iters.max(1000),
+            Mode::Latency => self.iters.max(1000).div_ceil(rounds).max(MIN_ROUND_SAMPLES),
             Mode::Bandwidth => self
                 .iters
                 .max(self.window)
-                .max(((16 << 20) / self.size).min(20_000)),
+                .max(((16 << 20) / self.size).min(20_000))
+                .div_ceil(rounds)
+                .max(self.window),
         }
     }
 
@@ -134,6 +161,12 @@ impl RowSpec {
 
 fn seed_for(row: usize, side: u64) -> u64 {
     0x5253_4D42_454E_4300 ^ ((row as u64) << 8) ^ side
+}
+
+/// Each round moves other bytes than the one before, so a round that moved nothing cannot
+/// pass on what the last one left.
+fn round_salt(round: usize) -> u64 {
+    (round as u64) << 32
 }
 
 /// Runs `rsm bench`; returns 0 when every row verified, 1 when a byte was wrong, 2 when the
@@ -210,10 +243,16 @@ async fn bench(args: &BenchArgs, progress: &mut Progress) -> Result<Vec<Row>, Be
             "--barrier explicit applies to --op put".into(),
         ));
     }
-    // On loopback the baseline is memcpy between two mappings of one shared buffer.
+    // On loopback the baseline is memcpy between two mappings of one shared buffer, and
+    // for signals a busy-polled word in a page shared with the peer.
     let loopback = args.controller.to_ascii_lowercase().starts_with("loopback");
-    let memcpy = if use_baseline && loopback {
+    let memcpy = if use_baseline && loopback && !signal {
         Some(memcpy::MemcpyBaseline::open(max, window)?)
+    } else {
+        None
+    };
+    let mut bell = if use_baseline && loopback && signal {
+        Some(shm_bell::BellBaseline::open()?)
     } else {
         None
     };
@@ -249,6 +288,9 @@ async fn bench(args: &BenchArgs, progress: &mut Progress) -> Result<Vec<Row>, Be
         }
         rsm = Some(init);
     }
+    if let Some(b) = &bell {
+        b.hand_over(&mut peer)?;
+    }
     let mut baseline = None;
     if let Some(info) = info {
         let h = &peer.hello;
@@ -264,6 +306,7 @@ async fn bench(args: &BenchArgs, progress: &mut Progress) -> Result<Vec<Row>, Be
         .or_else(|| peer.hello.provider.clone())
         .unwrap_or_else(|| "loopback".into());
 
+    let rounds = args.rounds.max(1) as usize;
     let mut rows = Vec::new();
     for (i, &size) in sizes.iter().enumerate() {
         let spec = RowSpec {
@@ -272,8 +315,8 @@ async fn bench(args: &BenchArgs, progress: &mut Progress) -> Result<Vec<Row>, Be
             size,
             window,
             iters,
+            rounds,
         };
-        progress.row(&args.controller, args.op, size, mode);
         let mut row = Row {
             controller: args.controller.clone(),
             provider: provider.clone(),
@@ -285,32 +328,55 @@ async fn bench(args: &BenchArgs, progress: &mut Progress) -> Result<Vec<Row>, Be
             rsm_verified: None,
             baseline: None,
             baseline_verified: None,
+            rounds,
+            rsm_rounds: Vec::new(),
+            baseline_rounds: Vec::new(),
         };
-        if let Some(init) = &rsm {
-            let seed = seed_for(i, 1);
-            let (s, ok) = rsm_row(
-                init,
-                &mut peer,
-                &spec,
-                seed,
-                progress,
-                args.corrupt_for_test,
-            )
-            .await?;
-            row.rsm = Some(s);
-            row.rsm_verified = Some(ok);
+        // rsm, baseline, rsm, baseline, ...: a disturbance lands in one round of one side,
+        // and the medians below leave it out.
+        for round in 0..rounds {
+            progress.row(&args.controller, args.op, size, mode);
+            if rounds > 1 {
+                progress.round(round + 1, rounds);
+            }
+            if let Some(init) = &rsm {
+                let seed = seed_for(i, 1) ^ round_salt(round);
+                let (s, ok) = rsm_row(
+                    init,
+                    &mut peer,
+                    &spec,
+                    seed,
+                    progress,
+                    args.corrupt_for_test,
+                )
+                .await?;
+                row.rsm_rounds.push(s);
+                row.rsm_verified = Some(row.rsm_verified.unwrap_or(true) && ok);
+            }
+            let seed = seed_for(i, 2) ^ round_salt(round);
+            let measured = if let Some(m) = &memcpy {
+                Some(m.row(&spec, seed, progress))
+            } else if let Some(b) = &mut bell {
+                Some(b.row(&mut peer, &spec, progress)?)
+            } else if let Some(b) = &mut baseline {
+                Some(baseline_row(
+                    b,
+                    &mut peer,
+                    &spec,
+                    seed,
+                    progress,
+                    args.corrupt_for_test,
+                )?)
+            } else {
+                None
+            };
+            if let Some((s, ok)) = measured {
+                row.baseline_rounds.push(s);
+                row.baseline_verified = Some(row.baseline_verified.unwrap_or(true) && ok);
+            }
         }
-        if let Some(m) = &memcpy {
-            let (s, ok) = m.row(&spec, seed_for(i, 2), progress);
-            row.baseline = Some(s);
-            row.baseline_verified = Some(ok);
-        }
-        if let Some(b) = &mut baseline {
-            let seed = seed_for(i, 2);
-            let (s, ok) = baseline_row(b, &mut peer, &spec, seed, progress, args.corrupt_for_test)?;
-            row.baseline = Some(s);
-            row.baseline_verified = Some(ok);
-        }
+        row.rsm = Summary::median_of(&row.rsm_rounds);
+        row.baseline = Summary::median_of(&row.baseline_rounds);
         if args.json {
             progress.clear();
             let mut out = std::io::stdout().lock();
@@ -487,6 +553,7 @@ mod tests {
             size,
             window,
             iters,
+            rounds: 1,
         }
     }
 
@@ -502,6 +569,17 @@ mod tests {
         assert_eq!(spec(Mode::Bandwidth, 1 << 20, 16, 1000).timed(), 1000);
         assert_eq!(spec(Mode::Bandwidth, 1 << 20, 64, 10).timed(), 64);
         assert!(spec(Mode::Bandwidth, 1 << 20, 64, 10).warmup() >= 128);
+        // Rounds split the row's samples, rounded up, within a floor per round.
+        let rounds = |mut s: RowSpec, n| {
+            s.rounds = n;
+            s.timed()
+        };
+        assert_eq!(rounds(spec(Mode::Latency, 8, 1, 200), 3), 334);
+        assert_eq!(rounds(spec(Mode::Latency, 8, 1, 5000), 5), 1000);
+        assert_eq!(rounds(spec(Mode::Latency, 8, 1, 200), 50), 100);
+        assert_eq!(rounds(spec(Mode::Bandwidth, 8, 16, 1000), 3), 6667);
+        assert_eq!(rounds(spec(Mode::Bandwidth, 1 << 20, 16, 1000), 4), 250);
+        assert_eq!(rounds(spec(Mode::Bandwidth, 1 << 20, 64, 10), 3), 64);
     }
 
     #[test]
@@ -515,6 +593,14 @@ mod tests {
         for (i, a) in all.iter().enumerate() {
             for b in &all[i + 1..] {
                 assert_ne!(a, b);
+            }
+        }
+        // Rounds move other bytes; round 0 keeps the row's seed.
+        assert_eq!(round_salt(0), 0);
+        for (i, a) in all.iter().enumerate() {
+            for b in &all[i..] {
+                assert_ne!(a ^ round_salt(1), *b);
+                assert_ne!(a ^ round_salt(2), b ^ round_salt(1));
             }
         }
         let (l, r) = seeds(Op::Put, 5);

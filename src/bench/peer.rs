@@ -8,6 +8,7 @@ use super::pattern;
 use super::proto::{Command, PeerHello, Target, hex_encode};
 use super::raw::{RawTarget, YIELD_EVERY, fabric_info_for, round_up};
 use super::rsm_side::RsmPeer;
+use super::shm_bell::{BELL_IDLE, BellEcho};
 use crate::core::ctlrname::ControllerName;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
@@ -15,6 +16,7 @@ use std::process::ExitCode;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{self, Receiver, TryRecvError};
+use std::time::Instant;
 
 /// Runs the peer until `quit` or the end of its input. Call it on a multi-thread runtime: it
 /// blocks its own thread while it waits for commands and while it progresses.
@@ -166,6 +168,8 @@ fn serve(
     // The signal baseline: the initiator's address and doorbell, once told.
     let mut initiator: Option<crate::fabric::ffi::fi_addr_t> = None;
     let mut echo: Option<(u64, u64)> = None;
+    // The loopback signal baseline's page, once handed over.
+    let mut bell: Option<BellEcho> = None;
     let mut reported = false;
     loop {
         let line = match pending.take() {
@@ -192,11 +196,26 @@ fn serve(
             // answer reads only while the target reads its queue. Providers with progress
             // threads of their own (sockets) need no poller, and are slowed by one.
             let spin = raw.filter(|r| echo.is_some() || !r.raw.auto_progress());
+            // The bell page is polled until the next command too, but only while rings
+            // come: an initiator that stops ringing without a word costs no core for long.
+            let mut ringing = bell.is_some();
+            let mut heard = (bell.as_ref().map_or(0, BellEcho::answered), Instant::now());
             let mut polls = 0u32;
             loop {
                 polls = polls.wrapping_add(1);
                 if polls % YIELD_EVERY == 0 {
                     std::thread::yield_now();
+                    if let (true, Some(b)) = (ringing, bell.as_ref()) {
+                        let now = Instant::now();
+                        if b.answered() != heard.0 {
+                            heard = (b.answered(), now);
+                        } else if now.duration_since(heard.1) > BELL_IDLE {
+                            ringing = false;
+                        }
+                    }
+                }
+                if let (true, Some(b)) = (ringing, bell.as_mut()) {
+                    b.answer();
                 }
                 if let Some(t) = spin {
                     if let Err(e) = t.progress(&mut scratch) {
@@ -218,7 +237,7 @@ fn serve(
                         pending = Some(l);
                         break;
                     }
-                    Err(TryRecvError::Empty) if spin.is_some() => {}
+                    Err(TryRecvError::Empty) if spin.is_some() || ringing => {}
                     Err(TryRecvError::Empty) => match commands.recv() {
                         Ok(l) => {
                             pending = Some(l);
@@ -229,6 +248,24 @@ fn serve(
                     Err(TryRecvError::Disconnected) => return Ok(()),
                 }
             }
+            continue;
+        }
+        if let Command::Bell(name) = &cmd {
+            let answer = match BellEcho::fetch(name) {
+                Ok(b) => {
+                    bell = Some(b);
+                    "ok".to_string()
+                }
+                Err(e) => format!("err {e}"),
+            };
+            reply(out, &answer)?;
+            continue;
+        }
+        if cmd == Command::Rings {
+            let answer = bell
+                .as_ref()
+                .map_or_else(|| "err no bell page".into(), |b| b.answered().to_string());
+            reply(out, &answer)?;
             continue;
         }
         if let Command::Echo { key, base } = cmd {
@@ -305,9 +342,11 @@ fn execute(
             }
             Ok("ok".into())
         }
-        Command::Progress | Command::Quit | Command::Echo { .. } => {
-            Err("handled by the loop".into())
-        }
+        Command::Progress
+        | Command::Quit
+        | Command::Echo { .. }
+        | Command::Bell(_)
+        | Command::Rings => Err("handled by the loop".into()),
     }
 }
 

@@ -8,6 +8,8 @@
 //! | `fill <seed> <len> [raw\|rsm]` | `ok` once the first `len` bytes hold the pattern of `seed` |
 //! | `sum <len> [raw\|rsm]` | the FNV-1a checksum of the first `len` bytes, 16 hex digits |
 //! | `corrupt <offset> [raw\|rsm]` | `ok` once that byte is flipped (test hook) |
+//! | `bell <name>` | `ok` once the peer fetched the bell page from the abstract Unix socket `name` (loopback signal baseline) |
+//! | `rings` | how many rings of the bell page the peer answered so far, in decimal |
 //! | `quit` | `bye`, then the peer closes everything and exits |
 //!
 //! A command that fails is answered `err <text>`. The target defaults to `raw` (the buffer
@@ -92,8 +94,28 @@ pub enum Command {
         /// Its address.
         base: u64,
     },
+    /// Connect to the initiator's abstract Unix socket `name`, take the memfd it sends
+    /// (`SCM_RIGHTS`) and answer its rings while progressing (the loopback signal baseline,
+    /// `shm_bell.rs`).
+    Bell(String),
+    /// How many bell rings the peer answered.
+    Rings,
     /// Close everything and exit.
     Quit,
+}
+
+/// The longest abstract socket name `bell` accepts.
+const MAX_BELL_NAME: usize = 100;
+
+fn bell_name(s: Option<&str>) -> Result<String, String> {
+    let name = s.ok_or("bell: missing socket name")?;
+    if name.is_empty()
+        || name.len() > MAX_BELL_NAME
+        || !name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-')
+    {
+        return Err(format!("bell: bad socket name {name:?}"));
+    }
+    Ok(name.to_string())
 }
 
 impl Command {
@@ -132,6 +154,8 @@ impl Command {
                 key: num(w.next(), "key")?,
                 base: num(w.next(), "base")?,
             },
+            "bell" => Command::Bell(bell_name(w.next())?),
+            "rings" => Command::Rings,
             "quit" => Command::Quit,
             other => return Err(format!("unknown command {other:?}")),
         };
@@ -154,6 +178,8 @@ impl Command {
                 format!("corrupt {offset} {}", target.as_str())
             }
             Command::Echo { key, base } => format!("echo {key} {base}"),
+            Command::Bell(name) => format!("bell {name}"),
+            Command::Rings => "rings".into(),
             Command::Quit => "quit".into(),
         }
     }
@@ -206,6 +232,8 @@ mod tests {
                 offset: 5,
                 target: Target::Raw,
             },
+            Command::Bell("rsm-bench-bell-12-00ff".into()),
+            Command::Rings,
             Command::Quit,
         ];
         for c in all {
@@ -228,6 +256,10 @@ mod tests {
             "addr 0",
             "addr zz",
             "addr",
+            "bell",
+            "bell a/b",
+            "bell x y",
+            "rings 3",
         ] {
             assert!(Command::parse(bad).is_err(), "{bad:?} accepted");
         }

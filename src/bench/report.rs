@@ -1,7 +1,7 @@
 //! Rows, their JSON and table forms, and the progress line on standard error.
 
 use super::cli::{Mode, Op};
-use super::stats::{Summary, ratio};
+use super::stats::{Summary, ratio, round_ratios};
 use serde_json::{Map, Value, json};
 use std::io::Write;
 use std::time::{Duration, Instant};
@@ -30,6 +30,12 @@ pub struct Row {
     pub baseline: Option<Summary>,
     /// Whether every byte the baseline moved was right, if it ran.
     pub baseline_verified: Option<bool>,
+    /// How many interleaved rounds each side ran (1 unless `--rounds`).
+    pub rounds: usize,
+    /// What rsm measured in each round; `rsm` is their median.
+    pub rsm_rounds: Vec<Summary>,
+    /// What the baseline measured in each round; `baseline` is their median.
+    pub baseline_rounds: Vec<Summary>,
 }
 
 fn round(x: f64, decimals: i32) -> f64 {
@@ -54,12 +60,27 @@ impl Row {
         )
     }
 
+    /// The ratio of each round pair (rsm's round `i` against the baseline's round `i`).
+    pub fn round_ratios(&self) -> Vec<Option<f64>> {
+        round_ratios(
+            self.mode == Mode::Latency,
+            &self.rsm_rounds,
+            &self.baseline_rounds,
+        )
+    }
+
     /// The JSON object of this row. Always: `controller`, `provider`, `op`, `mode`, `size`,
     /// `window`, `samples`, `median_us`, `p99_us`, `mb_per_s`, `ops_per_s` (rsm's numbers,
     /// null when rsm did not run; `p99_us` is null in bandwidth mode, where `median_us` is
     /// total time / operations) and `verified`. When the baseline ran, also
     /// `baseline_samples`, `baseline_median_us`, `baseline_p99_us`, `baseline_mb_per_s`,
     /// `baseline_ops_per_s`, `baseline_verified` and `ratio` (null unless rsm ran too).
+    ///
+    /// Rounds (`--rounds N`): `rounds` is N, and the figures above are the medians over the
+    /// rounds (`samples`: every timed operation of every round); `rsm_rounds` (and, when
+    /// the baseline ran, `baseline_rounds`) list each round's `samples`, `median_us`,
+    /// `p99_us`, `mb_per_s` and `ops_per_s` in the order they ran, and `round_ratios` the
+    /// ratio of each round pair (null where a side is missing).
     pub fn to_json(&self) -> Value {
         let side = |s: Option<&Summary>| {
             (
@@ -98,6 +119,31 @@ impl Row {
             obj.insert("baseline_verified".into(), json!(self.baseline_verified));
             obj.insert("ratio".into(), json!(self.ratio().map(|r| round(r, 3))));
         }
+        let each = |rounds: &[Summary]| {
+            rounds
+                .iter()
+                .map(|s| {
+                    json!({
+                        "samples": s.ops,
+                        "median_us": round(s.median_us, 3),
+                        "p99_us": s.p99_us.map(|p| round(p, 3)),
+                        "mb_per_s": round(s.mb_per_s, 3),
+                        "ops_per_s": round(s.ops_per_s, 1),
+                    })
+                })
+                .collect::<Vec<_>>()
+        };
+        obj.insert("rounds".into(), json!(self.rounds));
+        obj.insert("rsm_rounds".into(), json!(each(&self.rsm_rounds)));
+        if self.baseline.is_some() || self.baseline_verified.is_some() {
+            obj.insert("baseline_rounds".into(), json!(each(&self.baseline_rounds)));
+            let ratios: Vec<Option<f64>> = self
+                .round_ratios()
+                .into_iter()
+                .map(|r| r.map(|r| round(r, 3)))
+                .collect();
+            obj.insert("round_ratios".into(), json!(ratios));
+        }
         Value::Object(obj)
     }
 }
@@ -116,12 +162,24 @@ fn num(x: Option<f64>, decimals: usize) -> String {
     x.map_or_else(|| "-".into(), |v| format!("{v:.decimals$}"))
 }
 
+/// The lowest and highest ratio of the round pairs, `0.91..1.04`, or `-`.
+pub fn spread_text(ratios: &[Option<f64>]) -> String {
+    let known: Vec<f64> = ratios.iter().flatten().copied().collect();
+    let lo = known.iter().copied().reduce(f64::min);
+    let hi = known.iter().copied().reduce(f64::max);
+    match (lo, hi) {
+        (Some(lo), Some(hi)) => format!("{lo:.2}..{hi:.2}"),
+        _ => "-".into(),
+    }
+}
+
 /// The rows as a readable table, one header per (controller, op, mode).
 pub fn table(rows: &[Row]) -> String {
     let mut out = String::new();
     let mut last: Option<(String, Op, Mode)> = None;
     let has_rsm = rows.iter().any(|x| x.rsm.is_some());
     let has_base = rows.iter().any(|x| x.baseline.is_some());
+    let spread = rows.iter().any(|x| x.rounds > 1);
     for r in rows {
         let key = (r.controller.clone(), r.op, r.mode);
         if last.as_ref() != Some(&key) {
@@ -143,6 +201,9 @@ pub fn table(rows: &[Row]) -> String {
             }
             if has_rsm && has_base {
                 h.push_str(&format!(" | {:>6}", "ratio"));
+                if spread {
+                    h.push_str(&format!(" | {:>12}", "round ratios"));
+                }
             }
             h.push_str(" | verified\n");
             out.push_str(&h);
@@ -164,6 +225,9 @@ pub fn table(rows: &[Row]) -> String {
         }
         if has_rsm && has_base {
             line.push_str(&format!(" | {:>6}", num(r.ratio(), 2)));
+            if spread {
+                line.push_str(&format!(" | {:>12}", spread_text(&r.round_ratios())));
+            }
         }
         line.push_str(if r.verified() { " | yes\n" } else { " | NO\n" });
         out.push_str(&line);
@@ -197,6 +261,11 @@ impl Progress {
     /// Starts a row: `rsm bench: tcp0 put 65536 B latency`.
     pub fn row(&mut self, controller: &str, op: Op, size: usize, mode: Mode) {
         self.prefix = format!("rsm bench: {controller} {op} {size} B {mode}");
+    }
+
+    /// Marks the round of the row: `rsm bench: tcp0 put 65536 B latency round 2/3`.
+    pub fn round(&mut self, round: usize, rounds: usize) {
+        self.prefix.push_str(&format!(" round {round}/{rounds}"));
     }
 
     /// `side` has done `done` of `total`: shown if 100 ms passed since the last update.
@@ -269,6 +338,9 @@ mod tests {
             rsm_verified: rsm.then_some(true),
             baseline: baseline.then(|| s(10.0)),
             baseline_verified: baseline.then_some(true),
+            rounds: 1,
+            rsm_rounds: rsm.then(|| s(20.0)).into_iter().collect(),
+            baseline_rounds: baseline.then(|| s(10.0)).into_iter().collect(),
         }
     }
 
@@ -331,6 +403,47 @@ mod tests {
         assert_eq!(v["verified"], true);
         let line = serde_json::to_string(&v).unwrap();
         assert!(!line.contains('\n'), "one line per row");
+    }
+
+    #[test]
+    fn rounds_go_into_the_json_and_the_table() {
+        let v = row(true, false, Mode::Latency).to_json();
+        assert_eq!(v["rounds"], 1);
+        assert_eq!(v["rsm_rounds"].as_array().map(Vec::len), Some(1));
+        assert!(v.get("baseline_rounds").is_none() && v.get("round_ratios").is_none());
+
+        let mut r = row(true, true, Mode::Latency);
+        let s = |median: f64| Summary {
+            median_us: median,
+            p99_us: Some(2.0 * median),
+            mb_per_s: 8.0 / median,
+            ops_per_s: 1e6 / median,
+            ops: 1000,
+        };
+        r.rounds = 3;
+        r.rsm_rounds = vec![s(20.0), s(40.0), s(10.0)];
+        r.baseline_rounds = vec![s(10.0), s(10.0), s(10.0)];
+        r.rsm = Summary::median_of(&r.rsm_rounds);
+        r.baseline = Summary::median_of(&r.baseline_rounds);
+        let v = r.to_json();
+        assert_eq!(v["rounds"], 3);
+        assert_eq!(v["median_us"], 20.0);
+        assert_eq!(v["samples"], 3000);
+        assert_eq!(v["ratio"], 0.5);
+        let rounds = v["rsm_rounds"].as_array().unwrap();
+        assert_eq!(rounds.len(), 3);
+        assert_eq!(rounds[1]["median_us"], 40.0);
+        assert_eq!(rounds[1]["p99_us"], 80.0);
+        assert_eq!(rounds[1]["samples"], 1000);
+        assert_eq!(v["baseline_rounds"].as_array().unwrap().len(), 3);
+        assert_eq!(v["round_ratios"], serde_json::json!([0.5, 0.25, 1.0]));
+        assert_eq!(spread_text(&r.round_ratios()), "0.25..1.00");
+        assert_eq!(spread_text(&[None]), "-");
+        let t = table(&[r]);
+        assert!(
+            t.contains("round ratios") && t.contains("0.25..1.00"),
+            "{t}"
+        );
     }
 
     #[test]

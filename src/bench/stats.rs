@@ -1,4 +1,5 @@
-//! Statistics of one measured run: nearest-rank percentiles, MB/s and operations per second.
+//! Statistics of one measured run: nearest-rank percentiles, MB/s and operations per second;
+//! and of several interleaved rounds of one row: the median of each figure over the rounds.
 
 use std::time::Duration;
 
@@ -55,6 +56,52 @@ impl Summary {
             ops,
         }
     }
+}
+
+/// The median of `values`: the middle one, or the mean of the two middle ones for an even
+/// count; `None` when there is none (NaN sorts last and only counts as a value).
+pub fn median(values: &[f64]) -> Option<f64> {
+    if values.is_empty() {
+        return None;
+    }
+    let mut v = values.to_vec();
+    v.sort_by(f64::total_cmp);
+    let n = v.len();
+    Some(if n % 2 == 1 {
+        v[n / 2]
+    } else {
+        (v[n / 2 - 1] + v[n / 2]) / 2.0
+    })
+}
+
+impl Summary {
+    /// One summary for a row measured in several rounds: each figure is the median of the
+    /// rounds' (latency: of their medians and of their p99s; bandwidth: of their MB/s and
+    /// time per operation), and `ops` counts every timed operation of every round. `None`
+    /// without rounds. Medians, not means: a neighbour taking a core during one round moves
+    /// its figure, not the row's.
+    pub fn median_of(rounds: &[Summary]) -> Option<Summary> {
+        let of = |f: fn(&Summary) -> f64| {
+            median(&rounds.iter().map(f).collect::<Vec<_>>()).unwrap_or(f64::NAN)
+        };
+        let p99: Vec<f64> = rounds.iter().filter_map(|s| s.p99_us).collect();
+        (!rounds.is_empty()).then(|| Summary {
+            median_us: of(|s| s.median_us),
+            p99_us: median(&p99),
+            mb_per_s: of(|s| s.mb_per_s),
+            ops_per_s: of(|s| s.ops_per_s),
+            ops: rounds.iter().map(|s| s.ops).sum(),
+        })
+    }
+}
+
+/// The ratio of each round (round `i` of rsm against round `i` of the baseline, measured
+/// one right after the other): their spread says how much the machine moved during the run.
+pub fn round_ratios(latency_mode: bool, rsm: &[Summary], baseline: &[Summary]) -> Vec<Option<f64>> {
+    rsm.iter()
+        .zip(baseline)
+        .map(|(r, b)| ratio(latency_mode, r, b))
+        .collect()
 }
 
 /// The row's ratio, above 1 when rsm is better: baseline median over rsm median in latency
@@ -121,5 +168,57 @@ mod tests {
         let quick = Summary::from_latency(&mut quick, 8);
         assert_eq!(ratio(true, &quick, &slow), Some(2.0));
         assert_eq!(ratio(true, &slow, &quick), Some(0.5));
+    }
+
+    fn lat(median: f64, p99: f64) -> Summary {
+        Summary {
+            median_us: median,
+            p99_us: Some(p99),
+            mb_per_s: 8.0 / median,
+            ops_per_s: 1e6 / median,
+            ops: 1000,
+        }
+    }
+
+    #[test]
+    fn medians_of_odd_and_even_counts() {
+        assert_eq!(median(&[]), None);
+        assert_eq!(median(&[3.0]), Some(3.0));
+        assert_eq!(median(&[5.0, 1.0, 3.0]), Some(3.0));
+        assert_eq!(median(&[4.0, 1.0, 3.0, 2.0]), Some(2.5));
+        // One wild round does not move the median.
+        assert_eq!(median(&[1.0, 1000.0, 2.0, 1.5, 0.9]), Some(1.5));
+    }
+
+    #[test]
+    fn rounds_combine_by_median() {
+        assert_eq!(Summary::median_of(&[]), None);
+        // Latency: the median of the medians and, separately, of the p99s.
+        let rounds = [lat(2.0, 9.0), lat(10.0, 30.0), lat(3.0, 8.0)];
+        let m = Summary::median_of(&rounds).unwrap();
+        assert_eq!(m.median_us, 3.0);
+        assert_eq!(m.p99_us, Some(9.0));
+        assert_eq!(m.mb_per_s, 8.0 / 3.0);
+        assert_eq!(m.ops, 3000);
+        // One round is that round.
+        assert_eq!(Summary::median_of(&rounds[..1]).unwrap(), rounds[0]);
+        // Bandwidth: the median MB/s and time per operation, no p99.
+        let bw = |ms| Summary::from_bandwidth(Duration::from_millis(ms), 1000, 1 << 20);
+        let m = Summary::median_of(&[bw(500), bw(250), bw(2000), bw(400)]).unwrap();
+        assert_eq!(m.p99_us, None);
+        assert_eq!(m.median_us, 450.0);
+        let mbs = |ms: f64| 1000.0 * 1_048_576.0 / (ms / 1e3) / 1e6;
+        assert!((m.mb_per_s - (mbs(400.0) + mbs(500.0)) / 2.0).abs() < 1e-6);
+        assert_eq!(m.ops, 4000);
+    }
+
+    #[test]
+    fn ratios_per_round_pair_the_rounds() {
+        let rsm = [lat(2.0, 4.0), lat(4.0, 8.0)];
+        let base = [lat(1.0, 2.0), lat(8.0, 9.0)];
+        assert_eq!(round_ratios(true, &rsm, &base), vec![Some(0.5), Some(2.0)]);
+        // Bandwidth: rsm MB/s over baseline MB/s.
+        assert_eq!(round_ratios(false, &rsm, &base), vec![Some(0.5), Some(2.0)]);
+        assert!(round_ratios(true, &rsm, &[]).is_empty());
     }
 }

@@ -58,6 +58,8 @@ pub enum Status {
         verified: bool,
         /// Why the run had to go without its baseline, if it did.
         baseline_missing: Option<String>,
+        /// The ratio of each round pair (`rsm bench --rounds`), in the order they ran.
+        round_ratios: Vec<f64>,
     },
     /// `rsm bench` cannot run it yet (operation or controller missing).
     NotAvailable(String),
@@ -182,11 +184,18 @@ impl Row {
             Status::Measured {
                 verified,
                 baseline_missing,
+                round_ratios,
                 ..
             } => {
                 let mut s = String::new();
                 if !verified {
                     s.push_str("WRONG DATA");
+                }
+                if let Some(spread) = spread(round_ratios) {
+                    if !s.is_empty() {
+                        s.push_str("; ");
+                    }
+                    let _ = write!(s, "round ratios {spread}");
                 }
                 if let Some(why) = baseline_missing {
                     if !s.is_empty() {
@@ -201,6 +210,16 @@ impl Row {
             Status::Skipped(why) => format!("skipped: {why}"),
         }
     }
+}
+
+/// The lowest and highest of several round ratios, `0.91..1.04`; `None` for fewer than two.
+fn spread(ratios: &[f64]) -> Option<String> {
+    if ratios.len() < 2 {
+        return None;
+    }
+    let lo = ratios.iter().copied().fold(f64::INFINITY, f64::min);
+    let hi = ratios.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+    Some(format!("{lo:.2}..{hi:.2}"))
 }
 
 /// One `rsm bench-memory` run.
@@ -219,6 +238,8 @@ pub struct Meta {
     pub cpus: usize,
     pub build_s: f64,
     pub elapsed_s: f64,
+    /// Interleaved rounds per row.
+    pub rounds: u32,
     pub unix_time: u64,
 }
 
@@ -305,9 +326,25 @@ pub fn markdown(meta: &Meta, rows: &[Row], memory: &[Memory]) -> String {
          MB/s (10^6 B/s) with a window in flight, and the time per operation. The ratio is \
          above 1 when rsm is better: baseline median / rsm median in latency mode, rsm MB/s \
          / baseline MB/s in bandwidth mode. The baseline is plain libfabric on the same \
-         provider, busy-polling (memcpy between two mappings on loopback). Ratios compare \
-         within this run only: the machine is shared and noisy.\n"
+         provider, busy-polling (on loopback: memcpy between two mappings, and for signals \
+         a round trip over a word in a page the two processes share, each busy-polling the \
+         other's word). Ratios compare within this run only: the machine is shared and \
+         noisy.\n"
     );
+    if meta.rounds > 1 {
+        let _ = writeln!(
+            md,
+            "Every figure is the median of {} interleaved rounds: each row ran rsm, baseline, \
+             rsm, baseline, ... between the same two processes, each round with its own \
+             warm-up and an equal share of the row's samples (latency: the median of the \
+             rounds' medians and of their p99s; bandwidth: of their MB/s and time per \
+             operation), and the ratio is that of \
+             the two medians, so a neighbour taking a core during one round does not decide \
+             it. A row is verified only if every round verified. The note gives the lowest \
+             and highest ratio of the round pairs.\n",
+            meta.rounds
+        );
+    }
 
     let targeted: Vec<&Row> = rows.iter().filter(|r| r.target.is_some()).collect();
     let met = targeted.iter().filter(|r| r.met() == Some(true)).count();
@@ -504,6 +541,15 @@ pub fn json(meta: &Meta, rows: &[Row], memory: &[Memory]) -> Value {
                 ),
                 ("ratio".into(), opt(ratio)),
                 (
+                    "round_ratios".into(),
+                    match &r.status {
+                        Status::Measured { round_ratios, .. } => {
+                            Value::Arr(round_ratios.iter().map(|&x| Value::Num(x)).collect())
+                        }
+                        _ => Value::Null,
+                    },
+                ),
+                (
                     "target".into(),
                     r.target.map_or(Value::Null, |t| Value::Str(t.text())),
                 ),
@@ -550,6 +596,7 @@ pub fn json(meta: &Meta, rows: &[Row], memory: &[Memory]) -> Value {
     Value::Obj(vec![
         ("commit".into(), Value::Str(meta.commit.clone())),
         ("cpus".into(), Value::Num(meta.cpus as f64)),
+        ("rounds".into(), Value::Num(f64::from(meta.rounds))),
         ("unix_time".into(), Value::Num(meta.unix_time as f64)),
         (
             "build_s".into(),
@@ -586,6 +633,7 @@ mod tests {
                 ratio: Some(ratio),
                 verified: true,
                 baseline_missing: None,
+                round_ratios: vec![ratio * 0.9, ratio, ratio * 1.1],
             },
         )
     }
@@ -667,6 +715,7 @@ mod tests {
             cpus: 2,
             build_s: 1.0,
             elapsed_s: 2.0,
+            rounds: 3,
             unix_time: 3,
         };
         let memory = vec![Memory {
@@ -682,6 +731,10 @@ mod tests {
         assert!(md.contains("not available yet: rsm bench has no `--op putv` yet"));
         assert!(md.contains("0 of 1 targeted rows met, 1 missed"));
         assert!(md.contains("failed: boom"));
+        assert!(md.contains("median of 3 interleaved rounds"), "{md}");
+        assert!(md.contains("round ratios 0.63..0.77"), "{md}");
+        assert_eq!(spread(&[1.0]), None);
+        assert_eq!(spread(&[1.2, 0.8, 1.0]).as_deref(), Some("0.80..1.20"));
         let js = json(&meta, &rows, &memory);
         let Value::Arr(items) = js.get("rows") else {
             panic!("rows")
@@ -704,6 +757,8 @@ mod tests {
             );
         }
         assert_eq!(items[0].get("met"), &Value::Bool(false));
+        assert!(matches!(items[0].get("round_ratios"), Value::Arr(v) if v.len() == 3));
+        assert_eq!(js.get("rounds"), &Value::Num(3.0));
         assert_eq!(items[0].get("rsm"), &Value::Num(20.0));
         assert_eq!(items[1].get("status").as_str(), Some("not available"));
         assert_eq!(human_size(1 << 20), "1 MiB");
