@@ -71,6 +71,7 @@ mod child;
 mod cli;
 mod memcpy;
 mod memory;
+mod pagebuf;
 mod pattern;
 mod peer;
 mod proto;
@@ -87,6 +88,7 @@ pub use memory::{MemoryArgs, MemoryImporterArgs, run_memory, run_memory_importer
 pub use peer::run_peer;
 
 use child::PeerProcess;
+use pagebuf::PageBuf;
 use proto::{Command, Target};
 use raw::{Baseline, fabric_info_for, round_up};
 use report::{Progress, Row};
@@ -446,8 +448,8 @@ async fn rsm_row(
         len: size,
         target: Target::Rsm,
     })?;
-    let mut bufs: Vec<Vec<u8>> = (0..spec.slots())
-        .map(|_| pattern::pattern(local_seed, size))
+    let mut bufs: Vec<PageBuf> = (0..spec.slots())
+        .map(|_| PageBuf::copy_of(&pattern::pattern(local_seed, size)))
         .collect();
     let summary = rsm_run::measure(init, spec, &mut bufs, progress).await?;
     progress.phase("rsm", "verifying");
@@ -473,7 +475,7 @@ async fn rsm_row(
                     b[size / 2] ^= 0xFF;
                 }
             }
-            bufs.len() == spec.slots() && bufs.iter().all(|b| *b == want)
+            bufs.len() == spec.slots() && bufs.iter().all(|b| b[..] == want[..])
         }
     };
     Ok((summary, ok))

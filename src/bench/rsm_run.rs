@@ -4,6 +4,7 @@
 use super::BenchError;
 use super::RowSpec;
 use super::cli::{Mode, Op};
+use super::pagebuf::PageBuf;
 use super::report::Progress;
 use super::rsm_side::RsmInitiator;
 use super::stats::Summary;
@@ -16,7 +17,7 @@ use std::time::Instant;
 pub(crate) const VECTOR_ENTRIES: usize = 16;
 
 /// One awaited operation at offset 0 of the imported segment.
-async fn one(init: &RsmInitiator, op: Op, buf: Vec<u8>) -> (Result<()>, Option<Vec<u8>>) {
+async fn one(init: &RsmInitiator, op: Op, buf: PageBuf) -> (Result<()>, Option<PageBuf>) {
     match op {
         Op::Put => init.put(0, buf).await,
         Op::Get => init.get(0, buf).await,
@@ -30,7 +31,7 @@ async fn one(init: &RsmInitiator, op: Op, buf: Vec<u8>) -> (Result<()>, Option<V
 async fn barrier_round(
     init: &RsmInitiator,
     barrier: &Barrier,
-    bufs: &mut Vec<Vec<u8>>,
+    bufs: &mut Vec<PageBuf>,
     count: usize,
 ) -> Result<(), BenchError> {
     barrier.open()?;
@@ -46,7 +47,7 @@ async fn barrier_round(
     Ok(())
 }
 
-fn returned(res: Result<()>, buf: Option<Vec<u8>>) -> Result<Vec<u8>, BenchError> {
+fn returned(res: Result<()>, buf: Option<PageBuf>) -> Result<PageBuf, BenchError> {
     res?;
     buf.ok_or_else(|| BenchError::Peer("a completed operation kept its buffer".into()))
 }
@@ -57,7 +58,7 @@ fn returned(res: Result<()>, buf: Option<Vec<u8>>) -> Result<Vec<u8>, BenchError
 pub(crate) async fn measure(
     init: &RsmInitiator,
     spec: &RowSpec,
-    bufs: &mut Vec<Vec<u8>>,
+    bufs: &mut Vec<PageBuf>,
     progress: &mut Progress,
 ) -> Result<Summary, BenchError> {
     if let (Some(barrier), Op::Put) = (init.barrier(), spec.op) {
@@ -113,7 +114,7 @@ async fn in_turn(
     init: &RsmInitiator,
     op: Op,
     total: usize,
-    bufs: &mut [Vec<u8>],
+    bufs: &mut [PageBuf],
     tick: &mut dyn FnMut(usize),
 ) -> Result<(), BenchError> {
     let slots = bufs.len();
@@ -144,7 +145,7 @@ async fn window(
     init: &RsmInitiator,
     op: Op,
     total: usize,
-    bufs: &mut Vec<Vec<u8>>,
+    bufs: &mut Vec<PageBuf>,
     tick: &mut dyn FnMut(usize),
 ) -> Result<(), BenchError> {
     if init.completes_inline() {
@@ -159,7 +160,7 @@ async fn stream(
     init: &RsmInitiator,
     op: Op,
     total: usize,
-    bufs: &mut Vec<Vec<u8>>,
+    bufs: &mut Vec<PageBuf>,
     tick: &mut dyn FnMut(usize),
 ) -> Result<(), BenchError> {
     let mut in_flight = FuturesUnordered::new();
@@ -194,7 +195,7 @@ async fn explicit(
     init: &RsmInitiator,
     barrier: &Barrier,
     spec: &RowSpec,
-    bufs: &mut Vec<Vec<u8>>,
+    bufs: &mut Vec<PageBuf>,
     progress: &mut Progress,
 ) -> Result<Summary, BenchError> {
     let (warmup, n) = (spec.warmup(), spec.timed());

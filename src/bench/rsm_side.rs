@@ -23,6 +23,7 @@
 //! Both processes run these on the `rsm` binary's multi-thread tokio runtime; the harness's
 //! own loops block the thread they run on only while they measure the baseline.
 
+use super::pagebuf::PageBuf;
 use crate::{
     Barrier, BarrierMode, Error, ExportFlags, ExportSegment, ImportSegment, IoBuf, IoBufMut, Node,
     Perm, Result, SgEntry, SgFlags, SgLocal,
@@ -172,7 +173,7 @@ impl RsmInitiator {
     }
 
     /// Posts a put in explicit mode (the open barrier covers it) and returns its handle.
-    pub(crate) fn post_put(&self, offset: u64, buf: Vec<u8>) -> crate::Op<Vec<u8>> {
+    pub(crate) fn post_put(&self, offset: u64, buf: PageBuf) -> crate::Op<PageBuf> {
         self.imp.put(offset, buf)
     }
 
@@ -182,9 +183,9 @@ impl RsmInitiator {
         &self,
         write: bool,
         offset: u64,
-        buf: Vec<u8>,
+        buf: PageBuf,
         entries: usize,
-    ) -> (Result<()>, Option<Vec<u8>>) {
+    ) -> (Result<()>, Option<PageBuf>) {
         let (shared, v) = Shared::split(buf, offset, entries);
         let out = if write {
             self.imp.putv(v, SgFlags::empty()).await
@@ -196,13 +197,13 @@ impl RsmInitiator {
 
     /// One put of `buf` at `offset`, resolving when the data is visible at the target; the
     /// buffer comes back unless the operation still owns it.
-    pub(crate) fn put(&self, offset: u64, buf: Vec<u8>) -> crate::Op<Vec<u8>> {
+    pub(crate) fn put(&self, offset: u64, buf: PageBuf) -> crate::Op<PageBuf> {
         self.imp.put(offset, buf)
     }
 
     /// One get of `buf.len()` bytes at `offset` into `buf`, which comes back filled unless
     /// the operation still owns it.
-    pub(crate) fn get(&self, offset: u64, buf: Vec<u8>) -> crate::Op<Vec<u8>> {
+    pub(crate) fn get(&self, offset: u64, buf: PageBuf) -> crate::Op<PageBuf> {
         self.imp.get(offset, buf)
     }
 
@@ -226,7 +227,7 @@ impl RsmInitiator {
 struct Shared(Arc<Owner>);
 
 /// The buffer the parts of a vector share.
-struct Owner(UnsafeCell<Vec<u8>>);
+struct Owner(UnsafeCell<PageBuf>);
 
 // SAFETY: the Vec is reached only through disjoint parts while they live, and whole only
 // after they are gone (`rejoin`), so no two threads touch one byte at once.
@@ -266,7 +267,7 @@ unsafe impl IoBufMut for Part {
 impl Shared {
     /// Splits `buf` into `n` pieces (the last takes the remainder) going to consecutive
     /// ranges from `offset`.
-    fn split(buf: Vec<u8>, offset: u64, n: usize) -> (Shared, Vec<SgEntry<Part>>) {
+    fn split(buf: PageBuf, offset: u64, n: usize) -> (Shared, Vec<SgEntry<Part>>) {
         let len = buf.len();
         let cell = Arc::new(Owner(UnsafeCell::new(buf)));
         // SAFETY: nobody else holds the Vec yet; only its pointer is taken.
@@ -291,7 +292,7 @@ impl Shared {
     }
 
     /// The buffer, once the entries that came back are dropped.
-    fn rejoin(self, entries: Vec<SgEntry<Part>>) -> Option<Vec<u8>> {
+    fn rejoin(self, entries: Vec<SgEntry<Part>>) -> Option<PageBuf> {
         for e in entries {
             if let SgLocal::Buffer(p) = e.local {
                 drop(p.owner);
