@@ -141,6 +141,8 @@ pub(crate) struct Engine {
     idle_turns: AtomicU64,
     /// The target last noted (bits 40 and up) and when (`nanos`, the low 40 bits).
     last_noted: AtomicU64,
+    /// Parts posted so far (see `spin_after_yield`).
+    posts: AtomicU64,
 }
 
 impl std::fmt::Debug for Engine {
@@ -205,6 +207,7 @@ impl Engine {
             epoch: Instant::now(),
             deferring: AtomicBool::new(false),
             idle_turns: AtomicU64::new(0),
+            posts: AtomicU64::new(0),
             last_noted: AtomicU64::new(u64::MAX),
         });
         let e = Arc::clone(&engine);
@@ -317,6 +320,7 @@ impl Engine {
             self.wait_for_space(waker);
             return false;
         }
+        self.posts.fetch_add(1, Ordering::Relaxed);
         // Paired with the engine's store of `sleeping` before its last look at `inflight`:
         // one of the two sees the other.
         if self.sleeping.load(Ordering::SeqCst) && (self.polls() || self.tuning.wake_on_post) {
@@ -620,6 +624,11 @@ impl Engine {
     /// it leaves the waiting to the engine.
     pub(crate) fn eio_is_lost_peer(&self) -> bool {
         self.tuning.eio_is_lost_peer
+    }
+
+    /// Parts posted on this engine so far.
+    pub(crate) fn posts(&self) -> u64 {
+        self.posts.load(Ordering::Relaxed)
     }
 
     pub(crate) fn window_look(&self) -> bool {

@@ -711,31 +711,55 @@ fn unreachable_fence() -> ! {
     unreachable!("the fence of a put is a proxy part of a fenced operation")
 }
 
-/// Right after posting, the awaiting thread reads the completion queue itself for a short
-/// while (the engine's `inline_spin`): a completion it reads needs no cross-thread wake-up.
-/// The queue still has one reader at a time; this thread only reads while no one else does.
-fn inline_progress<O: Send + 'static>(slot: &Slot<O>) {
+/// What an operation does about reading the queue itself, between its polls.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Spin {
+    /// Not posted yet.
+    Unposted,
+    /// Posted, and it yielded once: `mark` is the engine's post count after its own posts.
+    Yielded { mark: u64 },
+    /// Done deciding: the engine (or an earlier spin) takes it from here.
+    Left,
+}
+
+/// Right after posting, one look at the queue reaps what the provider completed inside
+/// the post (shm's CMA transfers) without a cross-thread wake-up. Returns whether the
+/// operation should yield once and then spin (see [`spin_after_yield`]).
+fn look_after_post<O: Send + 'static>(slot: &Slot<O>) -> bool {
     let budget = slot.engine.inline_spin();
     if budget.is_zero() {
-        return;
+        return false;
     }
-    // Only a lone operation is awaited with a spin: with others in flight, waiting for
-    // this one would serialize them.
     if slot.engine.in_flight() > slot.parts() {
-        // One look at the queue reaps what the provider completed inside the post (shm's
-        // CMA transfers) without a cross-thread wake-up: shm0 64 KiB put bandwidth went
-        // from 0.68-0.76 of the baseline to 0.92-1.03 (docs/performance.md). Spinning
-        // longer here was slower: the awaiting thread then contends with the target for
-        // shm's shared queue locks.
+        // With others in flight: one look (shm0 64 KiB put bandwidth went from 0.68-0.76
+        // of the baseline to 0.92-1.03); spinning longer here was slower, the awaiting
+        // thread then contends with the target for shm's shared queue locks.
         if slot.engine.window_look() {
             slot.engine.try_progress();
-            if slot.lock().settled {
-                return;
-            }
         }
-        // Nobody reads for this one: an engine that left the queue to a spinning thread
-        // must come back.
-        slot.engine.reaper_leaves();
+        if !slot.lock().settled {
+            // Nobody reads for this one: an engine that left the queue to a spinning
+            // thread must come back.
+            slot.engine.reaper_leaves();
+        }
+        return false;
+    }
+    slot.engine.try_progress();
+    !slot.lock().settled
+}
+
+/// A lone operation, polled again after it yielded once: the awaiting thread reads the
+/// completion queue itself for a short while (the engine's `inline_spin`), so its completion
+/// needs no cross-thread wake-up. Only when nothing was posted on the engine since: a task
+/// that had more to post (a window in a `FuturesUnordered`, a `join_all`) posted it while
+/// this one yielded, and spinning for this one would have serialized them (spinning on the
+/// first poll made tcp0 64 KiB bandwidth rows half the baseline's).
+fn spin_after_yield<O: Send + 'static>(slot: &Slot<O>, mark: u64) {
+    let budget = slot.engine.inline_spin();
+    if slot.engine.posts() != mark || slot.engine.in_flight() > slot.parts() {
+        if !slot.lock().settled {
+            slot.engine.reaper_leaves();
+        }
         return;
     }
     let start = std::time::Instant::now();
@@ -795,7 +819,7 @@ pub(crate) struct Outcome<O> {
 pub struct Op<B: Send + 'static> {
     slot: Option<Arc<Slot<B>>>,
     /// The awaiting thread has had its short turn at reading the completion queue.
-    spun: bool,
+    spin: Spin,
     ready: Option<(Result<()>, Option<B>)>,
 }
 
@@ -814,7 +838,7 @@ impl<B: Send + 'static> Op<B> {
     pub(crate) fn failed(err: Error, buf: B) -> Self {
         Op {
             slot: None,
-            spun: false,
+            spin: Spin::Unposted,
             ready: Some((Err(err), Some(buf))),
         }
     }
@@ -823,7 +847,7 @@ impl<B: Send + 'static> Op<B> {
     pub(crate) fn done(buf: B) -> Self {
         Op {
             slot: None,
-            spun: false,
+            spin: Spin::Unposted,
             ready: Some((Ok(()), Some(buf))),
         }
     }
@@ -860,7 +884,7 @@ impl<B: Send + 'static> Op<B> {
         });
         Op {
             slot: Some(slot),
-            spun: false,
+            spin: Spin::Unposted,
             ready: None,
         }
     }
@@ -927,9 +951,24 @@ impl<B: Send + 'static> Op<B> {
         if slot.post_pending(cx).is_pending() {
             return Poll::Pending;
         }
-        if !self.spun {
-            self.spun = true;
-            inline_progress(&slot);
+        match self.spin {
+            Spin::Unposted => {
+                self.spin = Spin::Left;
+                if look_after_post(&slot) {
+                    // Let whatever else this task has to post go first (see
+                    // `spin_after_yield`); the wake brings this poll back at once.
+                    self.spin = Spin::Yielded {
+                        mark: slot.engine.posts(),
+                    };
+                    cx.waker().wake_by_ref();
+                    return Poll::Pending;
+                }
+            }
+            Spin::Yielded { mark } => {
+                self.spin = Spin::Left;
+                spin_after_yield(&slot, mark);
+            }
+            Spin::Left => {}
         }
         let mut st = slot.lock();
         if let Some(result) = st.result.take() {
