@@ -10,6 +10,7 @@ use super::{ImportInner, ImportSegment};
 use crate::reactor::Op;
 use crate::reactor::barrier::BarrierCore;
 use crate::reactor::slot::{Dir, Spec, Visibility};
+use crate::reactor::verdict;
 use crate::{Error, Result};
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
@@ -241,6 +242,12 @@ impl Barrier {
             return Err(self.ctx(op, e));
         }
         if let Some(f) = failure {
+            // A cancel that may mean a dead exporter waits for the side channel's verdict.
+            if verdict::ambiguous(&f) {
+                if let Some(e) = verdict::abort_within(&self.seg.inner.tracker).await {
+                    return Err(self.ctx(op, e));
+                }
+            }
             return Err(self.ctx(op, self.barrier_error(f)));
         }
         let fenced = self

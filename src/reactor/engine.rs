@@ -465,10 +465,7 @@ impl Engine {
         if self.inflight.load(Ordering::SeqCst) > 0 && self.reaper_active() {
             // As in `idle_poll`: the awaiting thread reads the queue, which on tcp also
             // drives rxm's progress; the engine keeps out of its way (and off its core).
-            self.deferring.store(true, Ordering::SeqCst);
-            self.wake.wait(None, Some(DEFER_TO_REAPER));
-            self.wake.drain();
-            self.deferring.store(false, Ordering::SeqCst);
+            self.defer_to_reaper();
             return false;
         }
         let window = match self.inflight.load(Ordering::SeqCst) {
@@ -508,6 +505,15 @@ impl Engine {
         true
     }
 
+    /// Sleeps while an awaiting thread reads the queue: at most [`DEFER_TO_REAPER`], or
+    /// until [`Engine::reaper_leaves`] calls the engine back.
+    fn defer_to_reaper(&self) {
+        self.deferring.store(true, Ordering::SeqCst);
+        self.wake.wait(None, Some(DEFER_TO_REAPER));
+        self.wake.drain();
+        self.deferring.store(false, Ordering::SeqCst);
+    }
+
     /// Yields the CPU every [`YIELD_EVERY`] idle looks at the queue.
     fn maybe_yield(&self) {
         let turns = self.idle_turns.fetch_add(1, Ordering::Relaxed);
@@ -527,10 +533,7 @@ impl Engine {
             // took a core from it and from the target on 2 cores, and made shm0 8-byte
             // puts take 30 µs now and then instead of 2 (docs/performance.md). Not
             // `sleeping`: posts need not wake us, their thread reaps, or calls us back.
-            self.deferring.store(true, Ordering::SeqCst);
-            self.wake.wait(None, Some(DEFER_TO_REAPER));
-            self.wake.drain();
-            self.deferring.store(false, Ordering::SeqCst);
+            self.defer_to_reaper();
             return false;
         }
         if busy || last_work.elapsed() < self.tuning.idle_window {

@@ -6,6 +6,7 @@ pub(crate) mod buf;
 pub(crate) mod engine;
 pub(crate) mod slot;
 pub(crate) mod tracker;
+pub(crate) mod verdict;
 
 pub use buf::{IoBuf, IoBufMut};
 pub use slot::Op;

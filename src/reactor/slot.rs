@@ -21,6 +21,7 @@ use super::barrier::BarrierCore;
 use super::buf::{IoBuf, IoBufMut};
 use super::engine::{Engine, PostOutcome};
 use super::tracker::{Abort, Tracker};
+use super::verdict;
 use crate::error::FabricFailure;
 use crate::fabric::ffi;
 use crate::{Error, Result};
@@ -736,12 +737,13 @@ fn look_after_post<O: Send + 'static>(slot: &Slot<O>) -> bool {
         // thread then contends with the target for shm's shared queue locks.
         if slot.engine.window_look() {
             slot.engine.try_progress();
+            if slot.lock().settled {
+                return false;
+            }
         }
-        if !slot.lock().settled {
-            // Nobody reads for this one: an engine that left the queue to a spinning
-            // thread must come back.
-            slot.engine.reaper_leaves();
-        }
+        // Nobody reads for this one: an engine that left the queue to a spinning thread
+        // must come back.
+        slot.engine.reaper_leaves();
         return false;
     }
     slot.engine.try_progress();
@@ -818,10 +820,15 @@ pub(crate) struct Outcome<O> {
 #[must_use = "an operation does nothing until awaited (in implicit barrier mode)"]
 pub struct Op<B: Send + 'static> {
     slot: Option<Arc<Slot<B>>>,
-    /// The awaiting thread has had its short turn at reading the completion queue.
+    /// Where the awaiting thread is in its turn at reading the completion queue.
     spin: Spin,
     ready: Option<(Result<()>, Option<B>)>,
+    /// An ambiguous failure waiting for the side channel's verdict.
+    verdict: Option<Box<Held<B>>>,
 }
+
+/// An outcome held back until its verdict, with the slot for the error's context.
+type Held<B> = (Outcome<B>, verdict::AbortWithin, Arc<Slot<B>>);
 
 impl<B: Send + 'static> Unpin for Op<B> {}
 
@@ -839,6 +846,7 @@ impl<B: Send + 'static> Op<B> {
         Op {
             slot: None,
             spin: Spin::Unposted,
+            verdict: None,
             ready: Some((Err(err), Some(buf))),
         }
     }
@@ -848,6 +856,7 @@ impl<B: Send + 'static> Op<B> {
         Op {
             slot: None,
             spin: Spin::Unposted,
+            verdict: None,
             ready: Some((Ok(()), Some(buf))),
         }
     }
@@ -885,6 +894,7 @@ impl<B: Send + 'static> Op<B> {
         Op {
             slot: Some(slot),
             spin: Spin::Unposted,
+            verdict: None,
             ready: None,
         }
     }
@@ -934,6 +944,9 @@ impl<B: Send + 'static> Op<B> {
 
     /// Polls for the whole outcome (vectors need the failed entry too).
     pub(crate) fn poll_outcome(&mut self, cx: &mut Context<'_>) -> Poll<Outcome<B>> {
+        if self.verdict.is_some() {
+            return self.poll_verdict(cx);
+        }
         if let Some((result, buf)) = self.ready.take() {
             return Poll::Ready(Outcome {
                 failed_entry: result.is_err().then_some(0),
@@ -980,14 +993,44 @@ impl<B: Send + 'static> Op<B> {
             let failed_entry = st.failed_entry;
             drop(st);
             self.slot = None;
-            return Poll::Ready(Outcome {
+            let outcome = Outcome {
                 result,
                 buf,
                 failed_entry,
-            });
+            };
+            if outcome.result.as_ref().is_err_and(verdict::ambiguous) {
+                let wait = verdict::abort_within(&slot.tracker);
+                self.verdict = Some(Box::new((outcome, wait, slot)));
+                return self.poll_verdict(cx);
+            }
+            return Poll::Ready(outcome);
         }
         st.waker = Some(cx.waker().clone());
         Poll::Pending
+    }
+
+    /// An ambiguous failure waits for the side channel's verdict (`reactor::verdict`): a
+    /// lost exporter turns it into the abort's `RSMERR_CONN_ABORTED`.
+    fn poll_verdict(&mut self, cx: &mut Context<'_>) -> Poll<Outcome<B>> {
+        let Some(held) = self.verdict.as_mut() else {
+            return Poll::Ready(Outcome {
+                result: Err(Error::bad_seg_hndl().detail("operation polled after completion")),
+                buf: None,
+                failed_entry: None,
+            });
+        };
+        let aborted = match Pin::new(&mut held.1).poll(cx) {
+            Poll::Pending => return Poll::Pending,
+            Poll::Ready(a) => a,
+        };
+        let Some(held) = self.verdict.take() else {
+            return Poll::Pending;
+        };
+        let (mut outcome, _, slot) = *held;
+        if let Some(e) = aborted {
+            outcome.result = Err(slot.info.annotate(e, slot.len));
+        }
+        Poll::Ready(outcome)
     }
 }
 
