@@ -361,6 +361,13 @@ mod tests {
                 for _ in 0..100 {
                     seg.wait_signal(five).await.unwrap();
                 }
+                // Over the side channel a post returns once queued: wait until the last
+                // (plain) one arrived, so no wait below consumes a NO_ACCUMULATE one before
+                // the next is judged. Frames on one link arrive in order.
+                let t = std::time::Instant::now();
+                while imp.pending_signals() < 2 && t.elapsed() < Duration::from_secs(5) {
+                    tokio::time::sleep(Duration::from_millis(1)).await;
+                }
                 imp.wait_signal(five).await.unwrap();
                 // The NO_ACCUMULATE ones after the first were dropped; the plain one counted.
                 imp.wait_signal(five).await.unwrap();
