@@ -69,9 +69,12 @@ impl Hub {
             if let Some(fd) = &st.fd {
                 fd.add(1);
             }
+            // Told to the streams before a wait can take it (the state lock): a stream
+            // subscribed after a wait that consumed this signal must not see it arrive
+            // (found by the demo, 1 run in 30). Lock order: state, then tx.
+            self.emit(SegmentEvent::Signal { from });
         }
         self.notify.notify_waiters();
-        self.emit(SegmentEvent::Signal { from });
         true
     }
 
@@ -90,11 +93,12 @@ impl Hub {
             if let Some(fd) = &st.fd {
                 fd.add(n);
             }
+            // As in `post`: told before a wait can take them.
+            for _ in 0..n.min(MAX_EMITTED) {
+                self.emit(SegmentEvent::Signal { from });
+            }
         }
         self.notify.notify_waiters();
-        for _ in 0..n.min(MAX_EMITTED) {
-            self.emit(SegmentEvent::Signal { from });
-        }
     }
 
     /// Tells the streams; never blocks, and nobody listening is fine.
