@@ -501,6 +501,11 @@ fn baseline_row(
         target: Target::Raw,
     })?;
     b.fill_local(local_seed, size, slots)?;
+    // rsm's progress threads on both nodes poll on for their idle window after rsm's last
+    // operation (20 ms on shm): let them go to sleep first, so the baseline's two busy
+    // pollers have the cores as they would without rsm loaded. A baseline round right
+    // after an rsm round ran at 36-41 µs per 8-byte shm put instead of 1.0 µs.
+    std::thread::sleep(crate::reactor::engine::longest_idle_window() * 2);
     // The peer busy-polls its queue from here until the next command.
     peer.expect_ok(&Command::Progress)?;
     progress.phase("baseline", "warm-up");

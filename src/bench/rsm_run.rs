@@ -74,7 +74,13 @@ pub(crate) async fn measure(
             progress.phase("rsm", "warm-up");
             for i in 0..warmup + n {
                 let t0 = Instant::now();
-                let (res, back) = one(init, spec.op, buf).await;
+                // Awaited directly, as a user writes it (see `in_turn`): the `one`
+                // wrapper's state, sized for a vector, was moved on every call.
+                let (res, back) = match spec.op {
+                    Op::Put => init.put(0, buf).await,
+                    Op::Get => init.get(0, buf).await,
+                    _ => one(init, spec.op, buf).await,
+                };
                 let dt = t0.elapsed();
                 buf = returned(res, back)?;
                 if i >= warmup {

@@ -63,7 +63,9 @@ unsafe impl Send for CompletionQueue {}
 // SAFETY: as above.
 unsafe impl Sync for CompletionQueue {}
 
-const READ_BATCH: usize = 32;
+/// The most completions one [`CompletionQueue::read`] returns: fewer means the queue was
+/// empty when it was read.
+pub(crate) const READ_BATCH: usize = 32;
 
 impl CompletionQueue {
     /// Opens a queue of `size` entries. With `want_fd` it asks for an fd wait object and falls
@@ -134,12 +136,20 @@ impl CompletionQueue {
     /// Reads up to a batch of completions into `out` (appending). `Ok(0)` means the queue is
     /// empty (`-FI_EAGAIN`); it also drives the provider's progress.
     pub(crate) fn read(&self, out: &mut Vec<CqEntry>) -> std::result::Result<usize, CqReadError> {
-        let mut buf = [ffi::fi_cq_data_entry::default(); READ_BATCH];
-        // SAFETY: buf holds READ_BATCH entries of the queue's format (FI_CQ_FORMAT_DATA).
+        // Uninitialized: zeroing 32 entries on every look was a memset per read, and an
+        // awaiting thread reads many times per operation.
+        let mut buf =
+            [const { std::mem::MaybeUninit::<ffi::fi_cq_data_entry>::uninit() }; READ_BATCH];
+        // SAFETY: buf has room for READ_BATCH entries of the queue's format
+        // (FI_CQ_FORMAT_DATA); the provider writes only the entries it returns.
         let n = unsafe { ffi::fi_cq_read(self.fid, buf.as_mut_ptr().cast(), READ_BATCH) };
         if n > 0 {
-            let n = n as usize;
-            out.extend(buf[..n].iter().map(|e| CqEntry {
+            let n = (n as usize).min(READ_BATCH);
+            // SAFETY: the provider wrote the first n entries.
+            let got = unsafe {
+                std::slice::from_raw_parts(buf.as_ptr().cast::<ffi::fi_cq_data_entry>(), n)
+            };
+            out.extend(got.iter().map(|e| CqEntry {
                 context: e.op_context as usize,
                 flags: e.flags,
                 data: e.data,

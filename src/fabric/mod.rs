@@ -21,7 +21,7 @@ pub(crate) mod mr;
 #[allow(unused_imports)]
 pub(crate) use self::{
     av::AddressVector,
-    cq::{CompletionQueue, CqEntry, CqReadError, WaitKind},
+    cq::{CompletionQueue, CqEntry, CqReadError, READ_BATCH, WaitKind},
     domain::{Domain, Fabric},
     endpoint::Endpoint,
     error::strerror,

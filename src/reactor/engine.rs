@@ -17,7 +17,7 @@
 
 use crate::error::FabricFailure;
 use crate::fabric::endpoint::PostError;
-use crate::fabric::{CompletionQueue, CqEntry, CqReadError, Endpoint, WaitKind, ffi};
+use crate::fabric::{CompletionQueue, CqEntry, CqReadError, Endpoint, READ_BATCH, WaitKind, ffi};
 use crate::reactor::slot::SlotHeader;
 use crate::sys::wake::{Waker as WakeFd, readable_now};
 use crate::{Error, Result};
@@ -81,7 +81,9 @@ impl Tuning {
             // wake-up; an 8-byte get went from 15 µs to 3.4 µs (measured with `rsm bench`).
             _ => Tuning {
                 busy_spin: Duration::from_micros(200),
-                idle_window: Duration::from_millis(2),
+                // Four kick periods: a target serving a peer's transfer sees no completions
+                // of its own, only the peer's kicks keep it awake.
+                idle_window: Duration::from_millis(20),
                 wake_on_post: true,
                 inline_spin: Duration::from_micros(20),
                 window_look: true,
@@ -89,6 +91,15 @@ impl Tuning {
             },
         }
     }
+}
+
+/// The longest time any provider's engine polls on after its last activity.
+pub(crate) fn longest_idle_window() -> Duration {
+    ["tcp", "shm", "sockets"]
+        .into_iter()
+        .map(|k| Tuning::for_kind(k).idle_window)
+        .max()
+        .unwrap_or(Duration::ZERO)
 }
 
 /// What became of a post.
@@ -104,9 +115,12 @@ pub(crate) enum PostOutcome {
 type RemoteDataHandler = Box<dyn Fn(u64) + Send + Sync>;
 type KickHook = Box<dyn Fn(u32) + Send + Sync>;
 
-/// How often a polling engine with stalled operations asks their targets to wake: about
-/// half the targets' idle window, so a busy target never falls asleep under a transfer.
-const KICK_EVERY: Duration = Duration::from_millis(1);
+/// How often a polling engine with stalled operations asks their targets to wake: a
+/// quarter of the targets' idle window, so a busy target never falls asleep under a
+/// transfer even when [`Engine::note_target`]'s coarse clock is a tick late. Every kick is
+/// a side-channel message and wakes threads on both nodes: kicking every millisecond cost
+/// an 8-byte shm get about 0.1 µs on average.
+const KICK_EVERY: Duration = Duration::from_millis(5);
 /// Targets posted to within this long count as having work in flight from here.
 const KICK_RECENT: Duration = Duration::from_secs(2);
 
@@ -131,15 +145,23 @@ pub(crate) struct Engine {
     exited: Arc<AtomicBool>,
     /// The right to read the completion queue, with the reader's buffer.
     reader: Mutex<Vec<CqEntry>>,
-    /// When an awaiting thread last reaped completions itself ([`Engine::try_progress`]),
-    /// in nanoseconds since `epoch`: a polling engine leaves the queue to it meanwhile.
-    reaped_at: AtomicU64,
+    /// Counts the times an awaiting thread reaped completions itself
+    /// ([`Engine::try_progress`]), with [`REAPER_LEFT`] set when one stopped with its
+    /// operation in flight: a polling engine that sees it move leaves the queue to that
+    /// thread. A count, not a time: a clock read per operation was a tenth of an 8-byte
+    /// shm get's own cost.
+    reaps: AtomicU64,
+    /// The value of `reaps` at the engine's last look, and when (`nanos`) the engine saw it
+    /// move: the engine thread's own, it reads the clock so the reapers need not.
+    reaps_seen: AtomicU64,
+    reaps_moved_at: AtomicU64,
     epoch: Instant,
     /// The engine sleeps for [`DEFER_TO_REAPER`] because an awaiting thread reaps.
     deferring: AtomicBool,
     /// Idle looks at the queue, to yield the CPU every few of them.
     idle_turns: AtomicU64,
-    /// The target last noted (bits 40 and up) and when (`nanos`, the low 40 bits).
+    /// The target last noted (`u64::MAX`: none yet) and when (`sys::clock::coarse_nanos`).
+    last_node: AtomicU64,
     last_noted: AtomicU64,
     /// Parts posted so far (see `spin_after_yield`).
     posts: AtomicU64,
@@ -165,13 +187,12 @@ const SPIN_UP_TO: usize = 2;
 /// every 50 µs instead cost a context switch per 25 shm puts.
 const DEFER_TO_REAPER: Duration = Duration::from_millis(1);
 
+/// Set in [`Engine::reaps`] by a reaper that leaves: the engine must not defer to it.
+const REAPER_LEFT: u64 = 1 << 63;
+
 /// An engine spinning on its queue yields the CPU once every this many looks: a
 /// `sched_yield` per look (0.3-0.5 µs) slowed a target serving its peers' operations.
 const YIELD_EVERY: u64 = 16;
-
-/// The low bits of [`Engine::last_noted`]: nanoseconds, wrapping every 18 minutes (a
-/// wrapped value only makes one post take the slow path).
-const NOTED_NS: u64 = (1 << 40) - 1;
 
 /// How long a stopping engine waits for in-flight operations before it leaks them.
 const DRAIN_ON_STOP: Duration = Duration::from_secs(5);
@@ -203,12 +224,15 @@ impl Engine {
             targets: Mutex::new(HashMap::new()),
             exited: Arc::new(AtomicBool::new(false)),
             reader: Mutex::new(Vec::with_capacity(64)),
-            reaped_at: AtomicU64::new(0),
+            reaps: AtomicU64::new(0),
+            reaps_seen: AtomicU64::new(0),
+            reaps_moved_at: AtomicU64::new(0),
             epoch: Instant::now(),
             deferring: AtomicBool::new(false),
             idle_turns: AtomicU64::new(0),
             posts: AtomicU64::new(0),
-            last_noted: AtomicU64::new(u64::MAX),
+            last_node: AtomicU64::new(u64::MAX),
+            last_noted: AtomicU64::new(0),
         });
         let e = Arc::clone(&engine);
         let exited = Arc::clone(&engine.exited);
@@ -259,15 +283,20 @@ impl Engine {
         }
         // The same target noted within half a kick period: nothing to update that matters
         // (a lock, a map lookup and a clock read per post were a tenth of rsm's time in an
-        // 8-byte shm put).
-        let ns = self.nanos();
-        let last = self.last_noted.load(Ordering::Relaxed);
+        // 8-byte shm put). The coarse clock, because a precise one was still a tenth of an
+        // 8-byte shm get's own cost; it lags by up to a tick (4 ms), which the kick period
+        // allows for.
+        let ns = crate::sys::clock::coarse_nanos();
         let half = KICK_EVERY.as_nanos() as u64 / 2;
-        if last >> 40 == u64::from(node) && (ns.wrapping_sub(last) & NOTED_NS) < half {
+        if self.last_node.load(Ordering::Relaxed) == u64::from(node)
+            && ns.wrapping_sub(self.last_noted.load(Ordering::Relaxed)) < half
+        {
             return;
         }
-        self.last_noted
-            .store(u64::from(node) << 40 | (ns & NOTED_NS), Ordering::Relaxed);
+        // Node ids take all 32 bits (a packed word of node and time never matched them, so
+        // every post took the slow path).
+        self.last_node.store(u64::from(node), Ordering::Relaxed);
+        self.last_noted.store(ns, Ordering::Relaxed);
         let now = Instant::now();
         let kick = {
             let mut t = self.targets.lock().unwrap_or_else(|p| p.into_inner());
@@ -581,7 +610,9 @@ impl Engine {
             Ok(mut entries) => {
                 let reaped = self.drain_with(&mut entries) > 0;
                 if reaped {
-                    self.reaped_at.store(self.nanos(), Ordering::Relaxed);
+                    // Not an atomic add: the engine only needs to see the count move, and
+                    // two reapers that race still move it.
+                    self.reaper_arrives();
                 }
                 reaped
             }
@@ -589,10 +620,20 @@ impl Engine {
         }
     }
 
+    /// An awaiting thread starts reading the queue for its operation: the engine stays off
+    /// it even before the thread reaps anything (on one core the engine took every third
+    /// time slice and reaped the completions itself, so the thread never counted as a
+    /// reaper).
+    pub(crate) fn reaper_arrives(&self) {
+        let n = self.reaps.load(Ordering::Relaxed);
+        self.reaps
+            .store((n & !REAPER_LEFT).wrapping_add(1), Ordering::Relaxed);
+    }
+
     /// An awaiting thread stops reaping with its operation still in flight: the engine
     /// must not sit out the rest of its deferral.
     pub(crate) fn reaper_leaves(&self) {
-        self.reaped_at.store(0, Ordering::SeqCst);
+        self.reaps.fetch_or(REAPER_LEFT, Ordering::SeqCst);
         if self.deferring.load(Ordering::SeqCst) {
             self.wake.wake();
         }
@@ -602,10 +643,22 @@ impl Engine {
         u64::try_from(self.epoch.elapsed().as_nanos()).unwrap_or(u64::MAX)
     }
 
-    /// Whether an awaiting thread reaped completions within [`DEFER_TO_REAPER`].
+    /// Whether an awaiting thread reaped completions within about [`DEFER_TO_REAPER`]
+    /// (the engine's looks see the count move) and has not left. Engine thread only.
     fn reaper_active(&self) -> bool {
-        let at = self.reaped_at.load(Ordering::Relaxed);
-        at != 0 && self.nanos().saturating_sub(at) < DEFER_TO_REAPER.as_nanos() as u64
+        let count = self.reaps.load(Ordering::SeqCst);
+        if count & REAPER_LEFT != 0 {
+            self.reaps_seen.store(count, Ordering::Relaxed);
+            self.reaps_moved_at.store(0, Ordering::Relaxed);
+            return false;
+        }
+        let now = self.nanos();
+        if self.reaps_seen.swap(count, Ordering::Relaxed) != count {
+            self.reaps_moved_at.store(now, Ordering::Relaxed);
+            return true;
+        }
+        let at = self.reaps_moved_at.load(Ordering::Relaxed);
+        at != 0 && now.saturating_sub(at) < DEFER_TO_REAPER.as_nanos() as u64
     }
 
     /// After a post that has no completion to wait for (a signal's inject, which rxm may
@@ -652,6 +705,11 @@ impl Engine {
                     total += n;
                     for e in entries.iter() {
                         self.dispatch(e);
+                    }
+                    if n < READ_BATCH {
+                        // The queue was empty: another read only to hear `EAGAIN` doubled
+                        // the provider's progress work per operation (shm0 8-byte get).
+                        return total;
                     }
                 }
                 Err(CqReadError::Entry(err)) => {

@@ -28,6 +28,7 @@ use crate::{Error, Result};
 use std::cell::UnsafeCell;
 use std::future::Future;
 use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::task::{Context, Poll, Waker};
 
@@ -194,14 +195,10 @@ struct State<O> {
     result: Option<Result<()>>,
     /// A result was decided (the future may have taken it since).
     settled: bool,
-    /// Posted parts whose completion has not arrived.
-    outstanding: usize,
     /// The earliest failed part and its failure, kept until the last part completes.
     failure: Option<(usize, FabricFailure)>,
     /// The first vector entry of the earliest part that failed or was never posted.
     failed_entry: Option<usize>,
-    /// Every part has been posted (or the rest given up).
-    all_posted: bool,
     /// Every posted part has completed: the buffer is free to go back.
     provider_done: bool,
     waker: Option<Waker>,
@@ -211,14 +208,17 @@ struct State<O> {
 pub(crate) struct Slot<O> {
     header: SlotHeader,
     state: Mutex<State<O>>,
-    /// The next part to post.
-    cursor: Mutex<usize>,
+    /// Posted parts whose completion has not arrived, plus one while posting goes on:
+    /// whoever brings it to zero completes the operation. An atomic, so a post and a
+    /// completion take no lock (every lock was a measurable part of an 8-byte shm get).
+    pending: AtomicUsize,
+    /// Mirrors `State::settled` for the awaiting thread's spin, which looks once per turn.
+    done: AtomicBool,
+    /// Where posting is, and with which view.
+    posting: Mutex<Posting>,
     engine: Arc<Engine>,
     tracker: Arc<Tracker>,
     tracker_id: u64,
-    /// The registration's base and key; re-read from the tracker's view when the first part
-    /// is posted (a rebind may have moved the segment since the operation was created).
-    view: Mutex<(u64, u64)>,
     dest: ffi::fi_addr_t,
     dir: Dir,
     plan: Plan,
@@ -227,6 +227,16 @@ pub(crate) struct Slot<O> {
     len: usize,
     info: OpInfo,
     barrier: Option<Arc<BarrierCore>>,
+}
+
+/// The posting cursor and the registration it posts to.
+struct Posting {
+    /// The next part to post; past `parts()` once posting is over.
+    next: usize,
+    /// The registration's base and key, read from the tracker's view when the first part is
+    /// posted (a rebind may have moved the segment since the operation was created).
+    base: u64,
+    key: u64,
 }
 
 // SAFETY: the context cells are written only by the provider between post and completion
@@ -261,6 +271,7 @@ impl<O: Send + 'static> Slot<O> {
             return None;
         }
         st.settled = true;
+        self.done.store(true, Ordering::Release);
         let report = self
             .barrier
             .as_ref()
@@ -296,16 +307,30 @@ impl<O: Send + 'static> Slot<O> {
     /// One posted part completed.
     fn part_done(&self, index: usize, outcome: std::result::Result<(), FabricFailure>) {
         self.engine.op_done();
+        if let Err(f) = outcome {
+            let mut st = self.lock();
+            if st.failure.as_ref().is_none_or(|(i, _)| index < *i) {
+                st.failure = Some((index, f));
+            }
+        }
+        self.release_one();
+    }
+
+    /// Marks every part posted (drops posting's count); if all of them already completed,
+    /// completes the operation.
+    fn finish_posting(&self) {
+        self.release_one();
+    }
+
+    /// Drops one count of `pending`; the last completes the operation.
+    fn release_one(&self) {
+        // AcqRel: the last one sees every failure recorded before the others' decrements.
+        if self.pending.fetch_sub(1, Ordering::AcqRel) != 1 {
+            return;
+        }
         let settled = {
             let mut st = self.lock();
-            if let Err(f) = outcome {
-                if st.failure.as_ref().is_none_or(|(i, _)| index < *i) {
-                    st.failure = Some((index, f));
-                }
-            }
-            st.outstanding -= 1;
-            if st.outstanding > 0 || !st.all_posted {
-                // More to come, or the poster completes the operation.
+            if st.provider_done {
                 return;
             }
             st.provider_done = true;
@@ -319,29 +344,10 @@ impl<O: Send + 'static> Slot<O> {
         finish(settled);
     }
 
-    /// Marks every part posted; if all of them already completed, completes the operation.
-    fn finish_posting(&self) {
-        let settled = {
-            let mut st = self.lock();
-            st.all_posted = true;
-            if st.outstanding > 0 || st.provider_done {
-                return;
-            }
-            st.provider_done = true;
-            let res = self.final_result(&mut st);
-            let s = self.settle(&mut st, res);
-            let w = st.waker.take();
-            (s, w)
-        };
-        self.tracker.remove(self.tracker_id);
-        finish(settled);
-    }
-
     /// Nothing was posted and nothing will be: the operation failed with `err`.
     fn fail_unposted(&self, err: Error) {
         let settled = {
             let mut st = self.lock();
-            st.all_posted = true;
             st.provider_done = true;
             st.failed_entry = Some(0);
             let s = self.settle(&mut st, Err(err));
@@ -371,12 +377,13 @@ impl<O: Send + 'static> Slot<O> {
     /// Posts what is not posted yet. On `Pending` the waker is registered for transmit
     /// space.
     fn post_pending(self: &Arc<Self>, cx: &mut Context<'_>) -> Poll<()> {
-        let mut cursor = self.cursor.lock().unwrap_or_else(|p| p.into_inner());
+        let mut posting = self.posting.lock().unwrap_or_else(|p| p.into_inner());
         let parts = self.parts();
-        while *cursor < parts {
-            if *cursor == 0 {
+        while posting.next < parts {
+            let first = posting.next == 0;
+            if first {
                 if let Some(err) = self.tracker.aborted() {
-                    *cursor = parts;
+                    posting.next = parts + 1;
                     self.fail_unposted(self.info.annotate(err, self.len));
                     return Poll::Ready(());
                 }
@@ -385,42 +392,40 @@ impl<O: Send + 'static> Slot<O> {
                     Arc::downgrade(self) as std::sync::Weak<dyn Abort>,
                 );
                 if let Some(v) = view {
-                    *self.view.lock().unwrap_or_else(|p| p.into_inner()) = (v.base, v.key);
+                    posting.base = v.base;
+                    posting.key = v.key;
                 }
             }
-            match post_part(self, *cursor, cx) {
+            match post_part(self, posting.next, posting.base, posting.key, cx) {
                 Poll::Pending => {
-                    if *cursor == 0 {
+                    if first {
                         self.tracker.remove(self.tracker_id);
                     }
                     return Poll::Pending;
                 }
-                Poll::Ready(Err(e)) if *cursor == 0 => {
+                Poll::Ready(Err(e)) if first => {
                     self.tracker.remove(self.tracker_id);
-                    *cursor = parts;
+                    posting.next = parts + 1;
                     self.fail_unposted(e);
                     return Poll::Ready(());
                 }
                 Poll::Ready(Err(e)) => {
-                    self.fail_rest(*cursor, e);
-                    *cursor = parts;
+                    self.fail_rest(posting.next, e);
+                    posting.next = parts + 1;
+                    drop(posting);
                     self.finish_posting();
                     return Poll::Ready(());
                 }
-                Poll::Ready(Ok(())) => *cursor += 1,
+                Poll::Ready(Ok(())) => posting.next += 1,
             }
         }
-        if *cursor == parts {
+        if posting.next == parts {
             // Once: a second driver finds the cursor past the end.
-            *cursor = parts + 1;
-            drop(cursor);
+            posting.next = parts + 1;
+            drop(posting);
             self.finish_posting();
         }
         Poll::Ready(())
-    }
-
-    fn view(&self) -> (u64, u64) {
-        *self.view.lock().unwrap_or_else(|p| p.into_inner())
     }
 }
 
@@ -557,6 +562,8 @@ pub(crate) fn clone_error(e: &Error) -> Error {
 fn post_part<O: Send + 'static>(
     slot: &Arc<Slot<O>>,
     index: usize,
+    base: u64,
+    key: u64,
     cx: &mut Context<'_>,
 ) -> Poll<std::result::Result<(), Error>> {
     let engine = &slot.engine;
@@ -564,7 +571,7 @@ fn post_part<O: Send + 'static>(
         return Poll::Pending;
     }
     engine.note_target(slot.info.node);
-    slot.lock().outstanding += 1;
+    slot.pending.fetch_add(1, Ordering::Relaxed);
     let handed = if index == 0 {
         Handed::Slot(Arc::into_raw(Arc::clone(slot)))
     } else {
@@ -582,7 +589,6 @@ fn post_part<O: Send + 'static>(
         // SAFETY: a live boxed proxy, likewise headed by its context.
         Handed::Proxy(p) => unsafe { (*p).header.ctx.get() },
     };
-    let (base, key) = slot.view();
     let outcome = if index >= slot.plan.data_parts() {
         let (Handed::Proxy(p), Some(at)) = (&handed, slot.fence) else {
             unreachable_fence()
@@ -602,27 +608,17 @@ fn post_part<O: Send + 'static>(
         // SAFETY: as above; the endpoint is kept by the slot's Arc<Engine>.
         unsafe { engine.post_readmsg(&iov, &mut [std::ptr::null_mut()], slot.dest, &rma, ctx) }
     } else {
-        let mut iov = [EMPTY_IOV; MAX_IOV];
-        let mut desc = [std::ptr::null_mut(); MAX_IOV];
-        let mut rma = [EMPTY_RMA; MAX_IOV];
-        let (n, m) = slot.part_ranges(index, base, key, &mut iov, &mut desc, &mut rma);
-        match slot.dir {
-            // SAFETY: the buffers (owned by the slot) and the context stay alive and unmoved
-            // until the completion returns the provider's count; the endpoint is kept by the
-            // slot's Arc<Engine>.
-            Dir::Write { flags } => unsafe {
-                engine.post_writemsg(&iov[..n], &mut desc[..n], slot.dest, &rma[..m], ctx, flags)
-            },
-            // SAFETY: as above; nobody else touches the buffers while the slot owns them.
-            Dir::Read => unsafe {
-                engine.post_readmsg(&iov[..n], &mut desc[..n], slot.dest, &rma[..m], ctx)
-            },
+        match slot.plan {
+            // One range: arrays of 16 cost a fill of 768 bytes per post.
+            Plan::Contiguous { .. } => post_data::<O, 1>(slot, index, base, key, ctx),
+            Plan::Batches(_) => post_data::<O, MAX_IOV>(slot, index, base, key, ctx),
         }
     };
     if !matches!(outcome, PostOutcome::Posted) {
         // SAFETY: the post did not happen, so the provider never got this count.
         unsafe { handed.take_back() };
-        slot.lock().outstanding -= 1;
+        // Posting's own count is still held: this never reaches zero.
+        slot.pending.fetch_sub(1, Ordering::Relaxed);
         engine.unreserve();
     }
     match outcome {
@@ -638,6 +634,33 @@ fn post_part<O: Send + 'static>(
             Error::bad_ctlr_hndl().detail("the node was shut down"),
             slot.len,
         ))),
+    }
+}
+
+/// Posts data part `index` with room for `N` ranges a side.
+fn post_data<O: Send + 'static, const N: usize>(
+    slot: &Slot<O>,
+    index: usize,
+    base: u64,
+    key: u64,
+    ctx: *mut ffi::fi_context2,
+) -> PostOutcome {
+    let engine = &slot.engine;
+    let mut iov = [EMPTY_IOV; N];
+    let mut desc = [std::ptr::null_mut(); N];
+    let mut rma = [EMPTY_RMA; N];
+    let (n, m) = slot.part_ranges(index, base, key, &mut iov, &mut desc, &mut rma);
+    match slot.dir {
+        // SAFETY: the buffers (owned by the slot) and the context stay alive and unmoved
+        // until the completion returns the provider's count; the endpoint is kept by the
+        // slot's Arc<Engine>.
+        Dir::Write { flags } => unsafe {
+            engine.post_writemsg(&iov[..n], &mut desc[..n], slot.dest, &rma[..m], ctx, flags)
+        },
+        // SAFETY: as above; nobody else touches the buffers while the slot owns them.
+        Dir::Read => unsafe {
+            engine.post_readmsg(&iov[..n], &mut desc[..n], slot.dest, &rma[..m], ctx)
+        },
     }
 }
 
@@ -659,9 +682,9 @@ impl<O: Send + 'static> Slot<O> {
         index: usize,
         base: u64,
         key: u64,
-        iov: &mut [libc::iovec; MAX_IOV],
-        desc: &mut [*mut libc::c_void; MAX_IOV],
-        rma: &mut [ffi::fi_rma_iov; MAX_IOV],
+        iov: &mut [libc::iovec],
+        desc: &mut [*mut libc::c_void],
+        rma: &mut [ffi::fi_rma_iov],
     ) -> (usize, usize) {
         match &self.plan {
             Plan::Contiguous { piece, chunk } => {
@@ -737,7 +760,7 @@ fn look_after_post<O: Send + 'static>(slot: &Slot<O>) -> bool {
         // thread then contends with the target for shm's shared queue locks.
         if slot.engine.window_look() {
             slot.engine.try_progress();
-            if slot.lock().settled {
+            if slot.done.load(Ordering::Acquire) {
                 return false;
             }
         }
@@ -747,7 +770,7 @@ fn look_after_post<O: Send + 'static>(slot: &Slot<O>) -> bool {
         return false;
     }
     slot.engine.try_progress();
-    !slot.lock().settled
+    !slot.done.load(Ordering::Acquire)
 }
 
 /// A lone operation, polled again after it yielded once: the awaiting thread reads the
@@ -759,23 +782,34 @@ fn look_after_post<O: Send + 'static>(slot: &Slot<O>) -> bool {
 fn spin_after_yield<O: Send + 'static>(slot: &Slot<O>, mark: u64) {
     let budget = slot.engine.inline_spin();
     if slot.engine.posts() != mark || slot.engine.in_flight() > slot.parts() {
-        if !slot.lock().settled {
+        if !slot.done.load(Ordering::Acquire) {
             slot.engine.reaper_leaves();
         }
         return;
     }
     let start = std::time::Instant::now();
     let mut turns = 0u32;
+    slot.engine.reaper_arrives();
     loop {
         slot.engine.try_progress();
-        if slot.lock().settled {
+        if slot.done.load(Ordering::Acquire) {
             return;
         }
         // A clock read per turn was a tenth of an 8-byte shm put.
         turns = turns.wrapping_add(1);
-        if turns % 16 == 0 && start.elapsed() >= budget {
-            slot.engine.reaper_leaves();
-            return;
+        if turns % 8 == 0 {
+            if turns % 16 == 0 && start.elapsed() >= budget {
+                slot.engine.reaper_leaves();
+                return;
+            }
+            {
+                // The thread that must progress the operation (the target's engine, on
+                // shm) may share this core: without a yield it ran only once this spin
+                // gave up, and an 8-byte shm put took 37 µs instead of 1.4 (both pinned
+                // to one CPU). Some microseconds in, so a put that completes at once
+                // never pays for the syscall.
+                std::thread::yield_now();
+            }
         }
         std::hint::spin_loop();
     }
@@ -871,18 +905,21 @@ impl<B: Send + 'static> Op<B> {
                 buf: Some(buf),
                 result: None,
                 settled: false,
-                outstanding: 0,
                 failure: None,
                 failed_entry: None,
-                all_posted: false,
                 provider_done: false,
                 waker: None,
             }),
-            cursor: Mutex::new(0),
+            pending: AtomicUsize::new(1),
+            done: AtomicBool::new(false),
+            posting: Mutex::new(Posting {
+                next: 0,
+                base: 0,
+                key: 0,
+            }),
             engine: spec.engine,
             tracker_id: spec.tracker.next_id(),
             tracker: spec.tracker,
-            view: Mutex::new((0, 0)),
             dest: spec.dest,
             dir: spec.dir,
             plan: spec.plan,
@@ -954,7 +991,7 @@ impl<B: Send + 'static> Op<B> {
                 buf,
             });
         }
-        let Some(slot) = self.slot.clone() else {
+        let Some(slot) = self.slot.as_ref() else {
             return Poll::Ready(Outcome {
                 result: Err(Error::bad_seg_hndl().detail("operation polled after completion")),
                 buf: None,
@@ -967,7 +1004,7 @@ impl<B: Send + 'static> Op<B> {
         match self.spin {
             Spin::Unposted => {
                 self.spin = Spin::Left;
-                if look_after_post(&slot) {
+                if look_after_post(slot) {
                     // Let whatever else this task has to post go first (see
                     // `spin_after_yield`); the wake brings this poll back at once.
                     self.spin = Spin::Yielded {
@@ -979,7 +1016,7 @@ impl<B: Send + 'static> Op<B> {
             }
             Spin::Yielded { mark } => {
                 self.spin = Spin::Left;
-                spin_after_yield(&slot, mark);
+                spin_after_yield(slot, mark);
             }
             Spin::Left => {}
         }
@@ -992,7 +1029,9 @@ impl<B: Send + 'static> Op<B> {
             };
             let failed_entry = st.failed_entry;
             drop(st);
-            self.slot = None;
+            let Some(slot) = self.slot.take() else {
+                return Poll::Pending;
+            };
             let outcome = Outcome {
                 result,
                 buf,
