@@ -350,11 +350,10 @@ impl Engine {
             return false;
         }
         self.posts.fetch_add(1, Ordering::Relaxed);
-        // Paired with the engine's store of `sleeping` before its last look at `inflight`:
-        // one of the two sees the other.
-        if self.sleeping.load(Ordering::SeqCst) && (self.polls() || self.tuning.wake_on_post) {
-            self.wake.wake();
-        }
+        // No wake-up here: the posting thread reads the queue itself, or calls
+        // `reaper_leaves` when nobody will (see there). Waking a sleeping engine on every
+        // post cost an eventfd write per operation, and the woken engine took a core from
+        // the spinning thread and the target (shm0 8-byte puts at 11 µs instead of 1.4).
         true
     }
 
@@ -632,9 +631,16 @@ impl Engine {
 
     /// An awaiting thread stops reaping with its operation still in flight: the engine
     /// must not sit out the rest of its deferral.
+    ///
+    /// Also called for an operation nobody will read the queue for (explicit barrier mode,
+    /// a window, a provider without inline spin, a dropped future): a sleeping engine
+    /// wakes for it. The `inflight` increment of its post came first, and the engine sets
+    /// `sleeping` before its last look at `inflight`: one of the two sees the other.
     pub(crate) fn reaper_leaves(&self) {
         self.reaps.fetch_or(REAPER_LEFT, Ordering::SeqCst);
-        if self.deferring.load(Ordering::SeqCst) {
+        let asleep =
+            self.sleeping.load(Ordering::SeqCst) && (self.polls() || self.tuning.wake_on_post);
+        if asleep || self.deferring.load(Ordering::SeqCst) {
             self.wake.wake();
         }
     }

@@ -458,7 +458,19 @@ pub(crate) trait Drive: Send + Sync {
 
 impl<O: Send + 'static> Drive for Slot<O> {
     fn drive(self: Arc<Self>, cx: &mut Context<'_>) -> Poll<()> {
-        Slot::post_pending(&self, cx)
+        let posted = Slot::post_pending(&self, cx);
+        self.unattended();
+        posted
+    }
+}
+
+impl<O: Send + 'static> Slot<O> {
+    /// Nobody reads the queue for this operation: the engine must (see
+    /// [`Engine::reaper_leaves`]).
+    fn unattended(&self) {
+        if !self.done.load(Ordering::Acquire) {
+            self.engine.reaper_leaves();
+        }
     }
 }
 
@@ -752,6 +764,7 @@ enum Spin {
 fn look_after_post<O: Send + 'static>(slot: &Slot<O>) -> bool {
     let budget = slot.engine.inline_spin();
     if budget.is_zero() {
+        slot.unattended();
         return false;
     }
     if slot.engine.in_flight() > slot.parts() {
@@ -802,14 +815,11 @@ fn spin_after_yield<O: Send + 'static>(slot: &Slot<O>, mark: u64) {
                 slot.engine.reaper_leaves();
                 return;
             }
-            {
-                // The thread that must progress the operation (the target's engine, on
-                // shm) may share this core: without a yield it ran only once this spin
-                // gave up, and an 8-byte shm put took 37 µs instead of 1.4 (both pinned
-                // to one CPU). Some microseconds in, so a put that completes at once
-                // never pays for the syscall.
-                std::thread::yield_now();
-            }
+            // The thread that must progress the operation (the target's engine, on shm)
+            // may share this core: without a yield it ran only once this spin gave up, and
+            // an 8-byte shm put took 37 µs instead of 1.4 (both pinned to one CPU). Some
+            // microseconds in, so a put that completes at once never pays for the syscall.
+            std::thread::yield_now();
         }
         std::hint::spin_loop();
     }
@@ -865,6 +875,16 @@ pub struct Op<B: Send + 'static> {
 type Held<B> = (Outcome<B>, verdict::AbortWithin, Arc<Slot<B>>);
 
 impl<B: Send + 'static> Unpin for Op<B> {}
+
+impl<B: Send + 'static> Drop for Op<B> {
+    fn drop(&mut self) {
+        // A future dropped between its post and its spin leaves the operation to the
+        // engine, which may sleep since the post did not wake it.
+        if let Some(slot) = &self.slot {
+            slot.unattended();
+        }
+    }
+}
 
 impl<B: Send + 'static> std::fmt::Debug for Op<B> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -971,6 +991,7 @@ impl<B: Send + 'static> Op<B> {
         if let Some(slot) = &self.slot {
             let mut cx = Context::from_waker(Waker::noop());
             let _ = slot.post_pending(&mut cx);
+            slot.unattended();
         }
     }
 
