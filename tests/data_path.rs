@@ -268,6 +268,53 @@ fn dropped_futures_keep_their_buffers(ctrl: &str) {
     s.rt.block_on(s.node.shutdown());
 }
 
+/// A lone operation whose future is polled once (posted, about to spin) and then dropped
+/// or forgotten, after the node sat idle: nobody spins for it, and the engine, asleep
+/// since the idle spell, must still complete it.
+fn abandoned_lone_operations_complete(ctrl: &str) {
+    let _serial = serial();
+    let mut s = setup(ctrl, MIB);
+    s.rt.block_on(s.imp.put(0, vec![1u8; 8])).0.unwrap();
+    for forget in [false, true] {
+        // Longer than any engine's idle window and deferral: the engines sleep.
+        std::thread::sleep(Duration::from_millis(300));
+        let data = pattern(u64::from(forget) + 7, 4096);
+        s.rt.block_on(async {
+            let mut op = s.imp.put(4096, data.clone());
+            // Most such puts complete at the first poll; the test needs them posted only.
+            let _ = futures::poll!(&mut op);
+            if forget {
+                std::mem::forget(op);
+            } else {
+                drop(op);
+            }
+        });
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while s.imp.in_flight() > 0 {
+            assert!(
+                Instant::now() < deadline,
+                "{ctrl}: an abandoned put (forgotten: {forget}) completes within 5 s"
+            );
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        assert_eq!(
+            s.peer.ask("sum 4096 4096"),
+            checksum(&data).to_string(),
+            "{ctrl}: the abandoned put (forgotten: {forget}) landed"
+        );
+    }
+    s.rt.block_on(s.node.shutdown());
+}
+
+#[test]
+fn shm_abandoned_lone_operations_complete() {
+    abandoned_lone_operations_complete("shm0");
+}
+#[test]
+fn tcp_abandoned_lone_operations_complete() {
+    abandoned_lone_operations_complete("tcp0");
+}
+
 #[test]
 fn tcp_data_arrives_intact() {
     data_arrives_intact("tcp0");

@@ -350,10 +350,14 @@ impl Engine {
             return false;
         }
         self.posts.fetch_add(1, Ordering::Relaxed);
-        // No wake-up here: the posting thread reads the queue itself, or calls
-        // `reaper_leaves` when nobody will (see there). Waking a sleeping engine on every
-        // post cost an eventfd write per operation, and the woken engine took a core from
-        // the spinning thread and the target (shm0 8-byte puts at 11 µs instead of 1.4).
+        // Paired with the engine's store of `sleeping` before its last look at `inflight`:
+        // one of the two sees the other. While a thread spins for its operations the
+        // engine defers (not `sleeping`), so a loop of awaited operations pays no wake-up;
+        // this one is for the first post after an idle spell, whose future may be
+        // forgotten before it spins.
+        if self.sleeping.load(Ordering::SeqCst) && (self.polls() || self.tuning.wake_on_post) {
+            self.wake.wake();
+        }
         true
     }
 
@@ -490,7 +494,9 @@ impl Engine {
     /// One idle step with a wait fd; returns whether there was activity (it slept and was
     /// woken, or data arrived while it spun).
     fn idle_fd(&self, fd: std::os::fd::RawFd, last_work: Instant) -> bool {
-        if self.inflight.load(Ordering::SeqCst) > 0 && self.reaper_active() {
+        // Also with nothing in flight: between a spinning thread's operations the engine
+        // went to sleep, and the next post paid an eventfd write to wake it.
+        if self.reaper_active() {
             // As in `idle_poll`: the awaiting thread reads the queue, which on tcp also
             // drives rxm's progress; the engine keeps out of its way (and off its core).
             self.defer_to_reaper();
@@ -556,7 +562,8 @@ impl Engine {
         if busy && last_work.elapsed() >= KICK_EVERY {
             self.kick_stalled();
         }
-        if busy && self.reaper_active() {
+        // Also when not busy: see `idle_fd`.
+        if self.reaper_active() {
             // The thread awaiting an operation reads the queue itself: spinning here too
             // took a core from it and from the target on 2 cores, and made shm0 8-byte
             // puts take 30 µs now and then instead of 2 (docs/performance.md). Not
