@@ -160,6 +160,11 @@ pub(crate) struct Engine {
     deferring: AtomicBool,
     /// Idle looks at the queue, to yield the CPU every few of them.
     idle_turns: AtomicU64,
+    /// The engine's last yield let another thread run: it shares its core with a busy
+    /// thread (the thread awaiting the operations it serves, on a 2-core machine).
+    core_shared: AtomicBool,
+    /// The same, seen by the last thread that spun for its operation here.
+    spinner_shared: AtomicBool,
     /// The target last noted (`u64::MAX`: none yet) and when (`sys::clock::coarse_nanos`).
     last_node: AtomicU64,
     last_noted: AtomicU64,
@@ -193,6 +198,20 @@ const REAPER_LEFT: u64 = 1 << 63;
 /// An engine spinning on its queue yields the CPU once every this many looks: a
 /// `sched_yield` per look (0.3-0.5 µs) slowed a target serving its peers' operations.
 const YIELD_EVERY: u64 = 16;
+
+/// A `sched_yield` that takes this long let another thread run (alone on its core it
+/// returns in under a microsecond here).
+const SHARED_CORE: Duration = Duration::from_micros(3);
+
+/// Yields the CPU; returns whether another thread ran meanwhile. Two threads that spin
+/// and yield on one core while the other core idles stay together for whole benchmark
+/// rounds (the scheduler keeps cache-hot threads where they are): each then yields after
+/// every look instead of every few, so the one with work gets the core sooner.
+pub(crate) fn yield_shared() -> bool {
+    let before = Instant::now();
+    std::thread::yield_now();
+    before.elapsed() >= SHARED_CORE
+}
 
 /// How long a stopping engine waits for in-flight operations before it leaks them.
 const DRAIN_ON_STOP: Duration = Duration::from_secs(5);
@@ -230,6 +249,8 @@ impl Engine {
             epoch: Instant::now(),
             deferring: AtomicBool::new(false),
             idle_turns: AtomicU64::new(0),
+            core_shared: AtomicBool::new(false),
+            spinner_shared: AtomicBool::new(false),
             posts: AtomicU64::new(0),
             last_node: AtomicU64::new(u64::MAX),
             last_noted: AtomicU64::new(0),
@@ -548,11 +569,12 @@ impl Engine {
         self.deferring.store(false, Ordering::SeqCst);
     }
 
-    /// Yields the CPU every [`YIELD_EVERY`] idle looks at the queue.
+    /// Yields the CPU every [`YIELD_EVERY`] idle looks at the queue, or after every look
+    /// while the last yield let another thread run (see [`yield_shared`]).
     fn maybe_yield(&self) {
         let turns = self.idle_turns.fetch_add(1, Ordering::Relaxed);
-        if turns % YIELD_EVERY == 0 {
-            std::thread::yield_now();
+        if self.core_shared.load(Ordering::Relaxed) || turns % YIELD_EVERY == 0 {
+            self.core_shared.store(yield_shared(), Ordering::Relaxed);
         }
     }
 
@@ -634,6 +656,15 @@ impl Engine {
         let n = self.reaps.load(Ordering::Relaxed);
         self.reaps
             .store((n & !REAPER_LEFT).wrapping_add(1), Ordering::Relaxed);
+    }
+
+    /// Whether the last thread that spun here found its core shared with a busy thread.
+    pub(crate) fn spinner_shares_core(&self) -> bool {
+        self.spinner_shared.load(Ordering::Relaxed)
+    }
+
+    pub(crate) fn set_spinner_shares_core(&self, shared: bool) {
+        self.spinner_shared.store(shared, Ordering::Relaxed);
     }
 
     /// An awaiting thread stops reaping with its operation still in flight: the engine

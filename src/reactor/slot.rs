@@ -802,6 +802,8 @@ fn spin_after_yield<O: Send + 'static>(slot: &Slot<O>, mark: u64) {
     }
     let start = std::time::Instant::now();
     let mut turns = 0u32;
+    // Remembered across operations: the first look of the next one yields at once.
+    let mut shared = slot.engine.spinner_shares_core();
     slot.engine.reaper_arrives();
     loop {
         slot.engine.try_progress();
@@ -810,7 +812,7 @@ fn spin_after_yield<O: Send + 'static>(slot: &Slot<O>, mark: u64) {
         }
         // A clock read per turn was a tenth of an 8-byte shm put.
         turns = turns.wrapping_add(1);
-        if turns % 8 == 0 {
+        if shared || turns % 8 == 0 {
             if turns % 16 == 0 && start.elapsed() >= budget {
                 slot.engine.reaper_leaves();
                 return;
@@ -818,8 +820,10 @@ fn spin_after_yield<O: Send + 'static>(slot: &Slot<O>, mark: u64) {
             // The thread that must progress the operation (the target's engine, on shm)
             // may share this core: without a yield it ran only once this spin gave up, and
             // an 8-byte shm put took 37 µs instead of 1.4 (both pinned to one CPU). Some
-            // microseconds in, so a put that completes at once never pays for the syscall.
-            std::thread::yield_now();
+            // microseconds in, so a put that completes at once never pays for the syscall;
+            // after every look once a yield showed the core shared.
+            shared = super::engine::yield_shared();
+            slot.engine.set_spinner_shares_core(shared);
         }
         std::hint::spin_loop();
     }
