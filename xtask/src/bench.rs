@@ -71,13 +71,25 @@ const BUDGET: Duration = Duration::from_secs(8 * 60);
 /// Every child's providers stay on loopback.
 const LOOPBACK_FABRIC: &[(&str, &str)] = &[("FI_TCP_IFACE", "lo"), ("FI_SOCKETS_IFACE", "lo")];
 
-/// One `rsm bench` invocation: one controller, operation and mode, all its sizes.
+/// Latency rows up to this size take [`SMALL_LATENCY_ITERS`] samples, as OSU's latency
+/// benchmarks do (10 000 iterations up to 8 KiB, 1 000 above).
+const SMALL_LATENCY_MAX: usize = 8 << 10;
+/// Samples of a small latency row (`rsm bench --iters`, split over the rounds). With the
+/// default 1 000, a round of 200 operations lasted 0.3 ms on shm0, less than the
+/// scheduler takes to move two threads it put on one core apart: 8 of 15 rounds of the
+/// 8-byte shm0 put ran at 8 µs instead of 1.4 (rsm; the baseline alike at 36 µs); with
+/// 10 000, 1 of 15.
+const SMALL_LATENCY_ITERS: usize = 10_000;
+
+/// One `rsm bench` invocation: one controller, operation and mode, some of its sizes.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Job {
     pub controller: &'static str,
     pub op: &'static str,
     pub mode: &'static str,
     pub sizes: &'static [usize],
+    /// `--iters`, where the default does not do.
+    pub iters: Option<usize>,
 }
 
 /// The standard set in running order: per controller, put and get first. A signal is
@@ -91,12 +103,23 @@ pub fn plan() -> Vec<Job> {
                 if op == "signal" && mode != "latency" {
                     continue;
                 }
-                jobs.push(Job {
-                    controller,
-                    op,
-                    mode,
-                    sizes,
-                });
+                let split = if mode == "latency" {
+                    sizes.partition_point(|&s| s <= SMALL_LATENCY_MAX)
+                } else {
+                    0
+                };
+                let (small, large) = sizes.split_at(split);
+                for (sizes, iters) in [(small, Some(SMALL_LATENCY_ITERS)), (large, None)] {
+                    if !sizes.is_empty() {
+                        jobs.push(Job {
+                            controller,
+                            op,
+                            mode,
+                            sizes,
+                            iters,
+                        });
+                    }
+                }
             }
         }
     }
@@ -326,6 +349,9 @@ fn bench_command(rsm: &Path, job: &Job, baseline: bool) -> Command {
         .args(["--mode", job.mode, "--sizes", &sizes_arg(job.sizes)])
         .args(["--rounds", &ROUNDS.to_string()])
         .arg("--json");
+    if let Some(n) = job.iters {
+        cmd.args(["--iters", &n.to_string()]);
+    }
     if baseline {
         cmd.arg("--baseline");
     }
@@ -514,12 +540,28 @@ mod tests {
         let signals: Vec<&Job> = jobs.iter().filter(|j| j.op == "signal").collect();
         assert_eq!(signals.len(), CONTROLLERS.len(), "one signal row each");
         assert!(signals.iter().all(|j| j.mode == "latency"));
-        let put = jobs.iter().find(|j| j.op == "put").unwrap();
-        assert_eq!(put.sizes, &[8, 4096, 65536, 1 << 20]);
+        // Latency: small sizes with more samples, the rest as they are.
+        let put: Vec<&Job> = jobs
+            .iter()
+            .filter(|j| j.controller == "tcp0" && j.op == "put")
+            .collect();
+        assert_eq!(put.len(), 3);
+        assert_eq!(
+            (put[0].mode, put[0].sizes, put[0].iters),
+            ("latency", &[8, 4096][..], Some(SMALL_LATENCY_ITERS))
+        );
+        assert_eq!(
+            (put[1].mode, put[1].sizes, put[1].iters),
+            ("latency", &[65536, 1 << 20][..], None)
+        );
+        assert_eq!(
+            (put[2].mode, put[2].sizes, put[2].iters),
+            ("bandwidth", &[8, 4096, 65536, 1 << 20][..], None)
+        );
         let putv = jobs.iter().find(|j| j.op == "putv").unwrap();
-        assert_eq!(putv.sizes, &[4096, 65536, 1 << 20]);
+        assert_eq!(putv.sizes, &[4096]);
         assert_eq!(jobs[0].controller, "tcp0");
-        assert_eq!(sizes_arg(put.sizes), "8,4096,65536,1048576");
+        assert_eq!(sizes_arg(put[2].sizes), "8,4096,65536,1048576");
     }
 
     #[test]

@@ -329,7 +329,9 @@ pub fn markdown(meta: &Meta, rows: &[Row], memory: &[Memory]) -> String {
          provider, busy-polling (on loopback: memcpy between two mappings, and for signals \
          a round trip over a word in a page the two processes share, each busy-polling the \
          other's word). Ratios compare within this run only: the machine is shared and \
-         noisy.\n"
+         noisy. Latency rows up to 8 KiB take 10 000 samples a side, larger ones 1 000 (as \
+         OSU's latency benchmarks do); bandwidth rows move at least 16 MiB or 20 000 \
+         operations.\n"
     );
     if meta.rounds > 1 {
         let _ = writeln!(
