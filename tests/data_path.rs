@@ -210,6 +210,15 @@ unsafe impl rsm::IoBuf for Tracked {
     }
 }
 
+/// Waits until no operation of `imp` is in flight; fails with `what` after `within`.
+fn drained_within(imp: &rsm::ImportSegment, within: Duration, what: &str) {
+    let deadline = Instant::now() + within;
+    while imp.in_flight() > 0 {
+        assert!(Instant::now() < deadline, "{what}");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
 fn dropped_futures_keep_their_buffers(ctrl: &str) {
     let _serial = serial();
     let s = setup(ctrl, 4 * MIB);
@@ -253,14 +262,11 @@ fn dropped_futures_keep_their_buffers(ctrl: &str) {
         "{ctrl}: the operations are still in flight"
     );
     s.peer.signal(18); // SIGCONT
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while s.imp.in_flight() > 0 {
-        assert!(
-            Instant::now() < deadline,
-            "{ctrl}: operations complete after the exporter resumes"
-        );
-        std::thread::sleep(Duration::from_millis(10));
-    }
+    drained_within(
+        &s.imp,
+        Duration::from_secs(10),
+        &format!("{ctrl}: operations complete after the exporter resumes"),
+    );
     // Dropped futures' buffers are freed at completion; forgotten ones leak with their slot.
     assert_eq!(drops.load(Ordering::SeqCst), n / 2, "{ctrl}");
     let (res, _) = s.rt.block_on(s.imp.put(0, vec![1u8; 8]));
@@ -289,14 +295,11 @@ fn abandoned_lone_operations_complete(ctrl: &str) {
                 drop(op);
             }
         });
-        let deadline = Instant::now() + Duration::from_secs(5);
-        while s.imp.in_flight() > 0 {
-            assert!(
-                Instant::now() < deadline,
-                "{ctrl}: an abandoned put (forgotten: {forget}) completes within 5 s"
-            );
-            std::thread::sleep(Duration::from_millis(5));
-        }
+        drained_within(
+            &s.imp,
+            Duration::from_secs(5),
+            &format!("{ctrl}: an abandoned put (forgotten: {forget}) completes within 5 s"),
+        );
         assert_eq!(
             s.peer.ask("sum 4096 4096"),
             checksum(&data).to_string(),
