@@ -46,13 +46,18 @@ use crate::core::config::{
     Origin, PartialConfig,
 };
 use crate::core::wire::ByteOrder;
-use crate::sidechannel::{LocalIdentity, SideChannel, SideChannelConfig};
+use crate::sidechannel::{self, LocalIdentity, SideChannel, SideChannelConfig};
 use crate::state::{NodeHandler, NodeState};
 use crate::{Error, Result};
 
 /// The side-channel listener's accept backlog: peers connect once and stay connected, so a
 /// burst is at most one connection per peer.
 const LISTEN_BACKLOG: i32 = 128;
+
+/// How long `start` waits for a dropped node of this process to release the Unix name of its
+/// id, or its fixed TCP address (a dropped node's listeners close on its threads, a moment
+/// after the drop).
+const NAME_RELEASE_WAIT: Duration = Duration::from_secs(2);
 
 /// This process's node: its id, incarnation, side-channel listener and peers.
 ///
@@ -322,6 +327,18 @@ impl Node {
     }
 }
 
+/// The runtime of a node being started: `start` is async, and dropping a runtime in an async
+/// context panics, so a failed or cancelled start shuts it down in the background instead.
+struct StartingRuntime(Option<tokio::runtime::Runtime>);
+
+impl Drop for StartingRuntime {
+    fn drop(&mut self) {
+        if let Some(rt) = self.0.take() {
+            rt.shutdown_background();
+        }
+    }
+}
+
 /// A sleep that needs no runtime in the caller: a thread-free poll of a std timer would
 /// need one, so the node's own runtime is not used either (it may be shutting down).
 async fn futures_timer_sleep(d: Duration) {
@@ -555,19 +572,12 @@ impl NodeBuilder {
     /// # }
     /// ```
     pub async fn start(self) -> Result<Node> {
-        // Everything below is short and local (a small file, one bind), so it runs inline
-        // rather than on a blocking pool, which would also tie `start` to tokio.
+        // Everything below is short and local (a small file, one bind, at most a brief wait
+        // for the names of a node this process dropped), so it runs inline rather than on a
+        // blocking pool, which would also tie `start` to tokio.
         let layers = self.layers()?;
         let config = config::resolve(&layers)?;
-        let listener = bind(config.listen)?;
-        let listen_addr = listener.local_addr().map_err(|e| {
-            Error::insufficient_resources().op("start").detail(format!(
-                "cannot read the address bound for {}: {e}",
-                config.listen
-            ))
-        })?;
-        let incarnation = rand::rng().random_range(1..=u64::MAX);
-        let runtime = tokio::runtime::Builder::new_multi_thread()
+        let rt = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(1)
             .thread_name(format!("rsm-node-{}", config.node_id))
             .enable_all()
@@ -577,12 +587,36 @@ impl NodeBuilder {
                     .op("start")
                     .detail(format!("the node's runtime: {e}"))
             })?;
-        let state = NodeState::new(runtime.handle().clone());
+        let handle = rt.handle().clone();
+        let mut runtime = StartingRuntime(Some(rt));
+        if sidechannel::names_released_soon(config.node_id, config.listen) {
+            let (node, listen) = (config.node_id, config.listen);
+            // The node's own runtime times the wait, so `start` needs no timer of the caller's.
+            let _ = handle
+                .spawn(async move {
+                    let deadline = tokio::time::Instant::now() + NAME_RELEASE_WAIT;
+                    while sidechannel::names_released_soon(node, listen)
+                        && tokio::time::Instant::now() < deadline
+                    {
+                        tokio::time::sleep(Duration::from_millis(1)).await;
+                    }
+                })
+                .await;
+        }
+        let listener = bind(config.listen)?;
+        let listen_addr = listener.local_addr().map_err(|e| {
+            Error::insufficient_resources().op("start").detail(format!(
+                "cannot read the address bound for {}: {e}",
+                config.listen
+            ))
+        })?;
+        let incarnation = rand::rng().random_range(1..=u64::MAX);
+        let state = NodeState::new(handle.clone());
         state
             .signals
             .force_side_channel(self.signals_over_side_channel);
-        let side = match SideChannel::start(
-            runtime.handle(),
+        let side = SideChannel::start(
+            &handle,
             LocalIdentity {
                 node_id: config.node_id,
                 incarnation,
@@ -593,14 +627,8 @@ impl NodeBuilder {
             config.peers.clone(),
             Arc::new(NodeHandler(Arc::downgrade(&state))),
             SideChannelConfig::default(),
-        ) {
-            Ok(side) => side,
-            Err(e) => {
-                // `start` is async: dropping a runtime here would panic.
-                runtime.shutdown_background();
-                return Err(e.op("start"));
-            }
-        };
+        )
+        .map_err(|e| e.op("start"))?;
         state.set_side_channel(Arc::clone(&side));
         tracing::info!(
             node = config.node_id,
@@ -617,7 +645,7 @@ impl NodeBuilder {
                 incarnation,
                 state,
                 side,
-                runtime: Mutex::new(Some(runtime)),
+                runtime: Mutex::new(runtime.0.take()),
             }),
         })
     }
@@ -781,6 +809,29 @@ mod tests {
         let listener = bind("127.0.0.1:0".parse().expect("addr")).expect("bind");
         let err = listener.accept().expect_err("no one connects");
         assert_eq!(err.kind(), io::ErrorKind::WouldBlock);
+    }
+
+    #[tokio::test]
+    async fn a_start_waits_for_a_closing_holder_and_can_be_cancelled_meanwhile() {
+        use crate::sidechannel::held::{HeldName, Name};
+        // A holder that is closing but never lets go: a real one lets go within milliseconds.
+        let closing = tokio_util::sync::CancellationToken::new();
+        closing.cancel();
+        let _stale = HeldName::register(Name::Unix(9181), closing);
+        let start = || Node::builder().id(9181).ignore_environment().start();
+        // Cancelled while it waits: the node's runtime is shut down, not dropped in an async
+        // context (which would panic).
+        let cancelled = tokio::time::timeout(Duration::from_millis(50), start()).await;
+        assert!(cancelled.is_err(), "the start should still be waiting");
+        // Waited out: the name is free after all (no socket holds it), so the node starts.
+        let began = std::time::Instant::now();
+        let node = start().await.expect("a start after the wait");
+        let waited = began.elapsed();
+        assert_eq!(node.id(), 9181);
+        assert!(
+            waited >= NAME_RELEASE_WAIT && waited < NAME_RELEASE_WAIT + Duration::from_secs(2),
+            "{waited:?}"
+        );
     }
 
     #[test]

@@ -456,3 +456,57 @@ async fn without_rsm_config_a_missing_default_file_is_fine() {
     assert_eq!(node.id(), 1);
     assert!(node.listen_addr().ip().is_loopback());
 }
+
+#[tokio::test]
+async fn a_dropped_node_id_can_start_again_at_once() {
+    let _serial = SERIAL.lock().await;
+    // A dropped node releases its names on its own threads, a moment later; a node started
+    // with its id straight away waits for that instead of failing.
+    for round in 0..50 {
+        let node = Node::builder()
+            .id(9171)
+            .ignore_environment()
+            .start()
+            .await
+            .unwrap_or_else(|e| panic!("round {round}: {e}"));
+        drop(node);
+    }
+    // The same for a fixed TCP address, under another id each time.
+    let fixed = {
+        let node = Node::builder()
+            .id(9172)
+            .ignore_environment()
+            .start()
+            .await
+            .expect("first node on the address");
+        node.listen_addr()
+    };
+    for round in 0..50 {
+        let node = Node::builder()
+            .id(9173 + round)
+            .listen(fixed)
+            .ignore_environment()
+            .start()
+            .await
+            .unwrap_or_else(|e| panic!("round {round} on {fixed}: {e}"));
+        assert_eq!(node.listen_addr(), fixed);
+        drop(node);
+    }
+    // A live node's id stays taken, and says so at once.
+    let live = Node::builder()
+        .id(9171)
+        .ignore_environment()
+        .start()
+        .await
+        .expect("live node");
+    let started = std::time::Instant::now();
+    let err = Node::builder()
+        .id(9171)
+        .ignore_environment()
+        .start()
+        .await
+        .expect_err("the id is taken");
+    assert_eq!(err.code(), 31, "{err}");
+    assert!(started.elapsed() < std::time::Duration::from_secs(1));
+    drop(live);
+}

@@ -12,6 +12,7 @@ use std::time::Duration;
 use socket2::{SockRef, TcpKeepalive};
 use tokio::net::{TcpListener, TcpStream, UnixListener, UnixStream};
 
+use super::held::HeldName;
 use super::{Shared, creds, link};
 use crate::{Error, Result};
 
@@ -97,10 +98,11 @@ impl Drop for OpenListener {
     }
 }
 
-/// A listener with its count: the fields drop in order, so the count falls only once the
-/// socket is closed.
+/// A listener with its count (and, for the Unix listener, its entry in the names this process
+/// holds): the fields drop in order, so both go only once the socket is closed.
 pub(super) struct Counted<L> {
     pub(super) listener: L,
+    pub(super) name: Option<HeldName>,
     pub(super) open: OpenListener,
 }
 

@@ -34,6 +34,7 @@ mod accept;
 mod creds;
 mod dial;
 pub(crate) mod fdpass;
+pub(crate) mod held;
 mod host;
 mod link;
 mod peers;
@@ -54,6 +55,8 @@ use tokio_util::sync::CancellationToken;
 
 pub(crate) use self::creds::PeerCreds;
 use self::dial::DialLocks;
+pub(crate) use self::held::released_soon as names_released_soon;
+use self::held::{HeldName, Name};
 use self::peers::PeerTable;
 use crate::core::wire::{self, ByteOrder, ConnectReply, Doorbell, Hello, Message};
 use crate::{Error, Result};
@@ -247,10 +250,15 @@ impl SideChannel {
         });
         let tcp = accept::Counted {
             listener: tcp,
+            name: tcp_addr.map(|addr| HeldName::register(Name::Tcp(addr), shared.closed.clone())),
             open: accept::OpenListener::count(&shared),
         };
         let unix = unix.map(|listener| accept::Counted {
             listener,
+            name: Some(HeldName::register(
+                Name::Unix(shared.me.node_id),
+                shared.closed.clone(),
+            )),
             open: accept::OpenListener::count(&shared),
         });
         handle.spawn(accept::tcp_loop(Arc::clone(&shared), tcp));
