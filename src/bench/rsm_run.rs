@@ -11,6 +11,10 @@ use super::stats::Summary;
 use crate::{Barrier, Result};
 use futures::StreamExt;
 use futures::stream::FuturesUnordered;
+use std::cell::{Cell, RefCell};
+use std::future::Future;
+use std::pin::Pin;
+use std::task::{Context, Poll};
 use std::time::Instant;
 
 /// The entries of a putv or getv row: 16 of `size / 16` bytes.
@@ -161,7 +165,12 @@ async fn window(
     }
 }
 
-/// `total` operations with one in flight per buffer of `bufs`.
+/// `total` operations with one in flight per buffer of `bufs`: a lane per buffer, which
+/// takes the next operation as its last one completes, as the baseline reuses its slots.
+/// One `FuturesUnordered` task per operation (its allocation, wakers and moves) took 9-14 %
+/// of the initiator's time outside the kernel's copies in a shm0 64 KiB getv row; polling
+/// every slot on each wake instead cost a poll of every operation per completion where
+/// completions come from the target (putv on shm) (docs/performance.md).
 async fn stream(
     init: &RsmInitiator,
     op: Op,
@@ -169,30 +178,55 @@ async fn stream(
     bufs: &mut Vec<PageBuf>,
     tick: &mut dyn FnMut(usize),
 ) -> Result<(), BenchError> {
-    let mut in_flight = FuturesUnordered::new();
-    let mut posted = 0usize;
-    while posted < total {
-        let Some(b) = bufs.pop() else { break };
-        in_flight.push(one(init, op, b));
-        posted += 1;
-    }
-    let mut done = 0usize;
-    while let Some((res, back)) = in_flight.next().await {
-        // On an error the other futures are dropped with `in_flight`: rsm keeps their
-        // buffers until the provider is done with them.
-        let buf = returned(res, back)?;
-        done += 1;
-        if done % 256 == 0 || done == total {
-            tick(done);
+    let taken = Cell::new(0usize);
+    let done = Cell::new(0usize);
+    let tick = RefCell::new(tick);
+    let lane = |mut buf: PageBuf| {
+        let (taken, done, tick) = (&taken, &done, &tick);
+        async move {
+            while taken.get() < total {
+                taken.set(taken.get() + 1);
+                // On an error the other lanes are dropped: rsm keeps the buffers of their
+                // operations until the provider is done with them.
+                let (res, back) = one(init, op, buf).await;
+                buf = returned(res, back)?;
+                let n = done.get() + 1;
+                done.set(n);
+                if n % 256 == 0 || n == total {
+                    (tick.borrow_mut())(n);
+                }
+                // The other lanes go next, so the buffers take turns as the baseline's
+                // slots do: where an operation completes inside its first poll (shm's
+                // copies), one lane would otherwise run them all on one cache-hot buffer.
+                YieldNow(false).await;
+            }
+            Ok::<_, BenchError>(buf)
         }
-        if posted < total {
-            in_flight.push(one(init, op, buf));
-            posted += 1;
-        } else {
-            bufs.push(buf);
-        }
+    };
+    let lanes = bufs.len().min(total);
+    let mut running: FuturesUnordered<_> = bufs.drain(bufs.len() - lanes..).map(lane).collect();
+    let mut back = Vec::with_capacity(lanes);
+    while let Some(buf) = running.next().await {
+        back.push(buf?);
     }
+    bufs.extend(back);
     Ok(())
+}
+
+/// Lets the task's other futures run once.
+struct YieldNow(bool);
+
+impl Future for YieldNow {
+    type Output = ();
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
+        if self.0 {
+            return Poll::Ready(());
+        }
+        self.0 = true;
+        cx.waker().wake_by_ref();
+        Poll::Pending
+    }
 }
 
 /// A row in explicit barrier mode: a latency sample is one round of one put, a bandwidth

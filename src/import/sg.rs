@@ -7,7 +7,7 @@ use super::ImportSegment;
 use crate::events::SignalFlags;
 use crate::local::LocalMemory;
 use crate::perm::Perm;
-use crate::reactor::slot::{Batch, Dir, Outcome, Piece, Plan};
+use crate::reactor::slot::{Batches, Dir, Outcome, Piece, Plan, Span};
 use crate::reactor::{IoBuf, IoBufMut, Op};
 use crate::{Error, Result};
 use std::future::Future;
@@ -231,7 +231,7 @@ impl ImportSegment {
         &self,
         way: Way,
         entries: Vec<SgEntry<B>>,
-        valid: Vec<(usize, Piece)>,
+        valid: Vec<Piece>,
         invalid: Option<(usize, Error)>,
         flags: SgFlags,
     ) -> SgOp<B> {
@@ -246,7 +246,7 @@ impl ImportSegment {
                 signalling: None,
             };
         };
-        for (i, p) in valid {
+        for (i, p) in valid.into_iter().enumerate() {
             let at = p.offset as usize; // in bounds: validated against the segment
             let res = match way {
                 // SAFETY: the piece lies in an entry's buffer or handle, which `entries`
@@ -317,19 +317,10 @@ impl ImportSegment {
     /// # Cancel safety
     /// As for [`ImportSegment::put`].
     pub fn putv<B: IoBuf>(&self, entries: Vec<SgEntry<B>>, flags: SgFlags) -> SgOp<B> {
-        let mut entries = entries;
-        let pieces: Vec<_> = entries
-            .iter_mut()
-            .map(|e| {
-                let buf = match &e.local {
-                    SgLocal::Buffer(b) => Some((b.stable_ptr() as *mut u8, b.bytes_len())),
-                    SgLocal::Handle(_) => None,
-                };
-                (buf, &*e)
-            })
-            .map(|(buf, e)| self.entry_piece(e, buf))
-            .collect();
-        self.vector(Way::Put, entries, pieces, flags)
+        self.vector(Way::Put, entries, flags, |local| match local {
+            SgLocal::Buffer(b) => Some((b.stable_ptr().cast_mut(), b.bytes_len())),
+            SgLocal::Handle(_) => None,
+        })
     }
 
     /// Scatters the segment into the entries' local pieces (`rsm_memseg_import_getv`) and
@@ -339,16 +330,10 @@ impl ImportSegment {
     /// # Cancel safety
     /// As for [`ImportSegment::get`].
     pub fn getv<B: IoBufMut>(&self, entries: Vec<SgEntry<B>>, flags: SgFlags) -> SgOp<B> {
-        let mut entries = entries;
-        let mut pieces = Vec::with_capacity(entries.len());
-        for e in entries.iter_mut() {
-            let buf = match &mut e.local {
-                SgLocal::Buffer(b) => Some((b.stable_mut_ptr(), b.bytes_len())),
-                SgLocal::Handle(_) => None,
-            };
-            pieces.push(self.entry_piece(e, buf));
-        }
-        self.vector(Way::Get, entries, pieces, flags)
+        self.vector(Way::Get, entries, flags, |local| match local {
+            SgLocal::Buffer(b) => Some((b.stable_mut_ptr(), b.bytes_len())),
+            SgLocal::Handle(_) => None,
+        })
     }
 
     /// The piece of one entry, or its error (decision 17's validation).
@@ -401,12 +386,14 @@ impl ImportSegment {
         })
     }
 
+    /// Checks and starts a vector; `buffer` gives an owned buffer's pointer and length (the
+    /// mutable one for a getv, which writes through it).
     fn vector<B: Send + 'static>(
         &self,
         way: Way,
-        entries: Vec<SgEntry<B>>,
-        pieces: Vec<Result<Piece>>,
+        mut entries: Vec<SgEntry<B>>,
         flags: SgFlags,
+        buffer: impl Fn(&mut SgLocal<B>) -> Option<(*mut u8, usize)>,
     ) -> SgOp<B> {
         let op_name = match way {
             Way::Put => "putv",
@@ -446,11 +433,13 @@ impl ImportSegment {
         if let Err(e) = checked {
             return fail(e, entries);
         }
+        // The valid entries are the ones before the first invalid one: entry i is valid[i].
         let mut valid = Vec::with_capacity(count);
         let mut invalid = None;
-        for (i, p) in pieces.into_iter().enumerate() {
-            match p {
-                Ok(p) => valid.push((i, p)),
+        for (i, e) in entries.iter_mut().enumerate() {
+            let buf = buffer(&mut e.local);
+            match self.entry_piece(e, buf) {
+                Ok(p) => valid.push(p),
                 Err(e) => {
                     let detail = e.context().detail.clone().unwrap_or_default();
                     invalid = Some((i, ctx(e).detail(format!("entry {i}: {detail}"))));
@@ -458,7 +447,7 @@ impl ImportSegment {
                 }
             }
         }
-        if valid.iter().all(|(_, p)| p.len == 0) {
+        if valid.iter().all(|p| p.len == 0) {
             // Nothing to move: the outcome is the validation's.
             return SgOp {
                 op: Some(Op::done(entries)),
@@ -473,7 +462,7 @@ impl ImportSegment {
             return self.vector_loopback(way, entries, valid, invalid, flags);
         };
         let (iov_max, rma_max) = backend.sg_limits();
-        let batches = batch(&valid, iov_max, rma_max, backend.max_transfer());
+        let batches = batch(valid, iov_max, rma_max, backend.max_transfer());
         let plan = Plan::Batches(batches);
         let dir = match way {
             Way::Put => Dir::write(backend.visibility()),
@@ -491,58 +480,67 @@ impl ImportSegment {
     }
 }
 
-/// Groups the valid pieces into batches: at most `iov_max` local ranges and `rma_max` remote
-/// ranges (pieces that follow each other in the segment share one) and `chunk` bytes each;
-/// a piece larger than `chunk` is split.
-fn batch(valid: &[(usize, Piece)], iov_max: usize, rma_max: usize, chunk: usize) -> Vec<Batch> {
+/// Groups the valid pieces (entry i is `valid[i]`) into batches: at most `iov_max` local
+/// ranges and `rma_max` remote ranges (pieces that follow each other in the segment share
+/// one) and `chunk` bytes each. A piece larger than `chunk` is split, an empty one skipped;
+/// otherwise the pieces go out as they are, in the list they came in.
+fn batch(valid: Vec<Piece>, iov_max: usize, rma_max: usize, chunk: usize) -> Batches {
     let (iov_max, rma_max, chunk) = (iov_max.max(1), rma_max.max(1), chunk.max(1));
-    let mut out: Vec<Batch> = Vec::new();
-    let mut cur: Option<(Batch, usize, usize)> = None; // batch, remote ranges, bytes
-    for &(entry, p) in valid {
-        let mut done = 0;
-        while done < p.len {
-            let len = (p.len - done).min(chunk);
-            let piece = Piece {
-                ptr: p.ptr.wrapping_add(done),
-                len,
-                desc: p.desc,
-                offset: p.offset + done as u64,
-            };
-            done += len;
-            let fits = cur.as_ref().map(|(b, rma, bytes)| {
-                let last = b.pieces.last().map(|q| q.offset + q.len as u64);
-                let extra_rma = usize::from(last != Some(piece.offset));
-                b.pieces.len() < iov_max
-                    && rma + extra_rma <= rma_max
-                    && bytes.saturating_add(len) <= chunk
-            });
-            if fits != Some(true) {
-                if let Some((b, ..)) = cur.take() {
-                    out.push(b);
-                }
-                cur = Some((
-                    Batch {
-                        pieces: Vec::with_capacity(iov_max.min(MAX_SGIOREQS)),
-                        first_entry: entry,
-                    },
-                    0,
-                    0,
-                ));
-            }
-            if let Some((b, rma, bytes)) = cur.as_mut() {
-                let last = b.pieces.last().map(|q| q.offset + q.len as u64);
-                if last != Some(piece.offset) {
-                    *rma += 1;
-                }
-                *bytes += len;
-                b.pieces.push(piece);
+    let (pieces, entries) = if valid.iter().all(|p| p.len > 0 && p.len <= chunk) {
+        (valid, None)
+    } else {
+        let (mut pieces, mut entries) = (Vec::new(), Vec::new());
+        for (entry, p) in valid.iter().enumerate() {
+            let mut done = 0;
+            while done < p.len {
+                let len = (p.len - done).min(chunk);
+                pieces.push(Piece {
+                    ptr: p.ptr.wrapping_add(done),
+                    len,
+                    desc: p.desc,
+                    offset: p.offset + done as u64,
+                });
+                entries.push(entry);
+                done += len;
             }
         }
+        (pieces, Some(entries))
+    };
+    let entry_of = |j: usize| {
+        entries
+            .as_ref()
+            .map_or(j, |e| e.get(j).copied().unwrap_or(0))
+    };
+    let mut spans = Vec::with_capacity(pieces.len().div_ceil(iov_max));
+    // The batch being filled: its first piece, remote ranges and bytes.
+    let (mut start, mut rma, mut bytes) = (0, 0, 0usize);
+    for (j, p) in pieces.iter().enumerate() {
+        let touches = j > start && {
+            let q = &pieces[j - 1];
+            q.offset + q.len as u64 == p.offset
+        };
+        let fits = j - start < iov_max
+            && rma + usize::from(!touches) <= rma_max
+            && bytes.saturating_add(p.len) <= chunk;
+        if j > start && !fits {
+            spans.push(Span {
+                end: j,
+                first_entry: entry_of(start),
+            });
+            (start, rma, bytes) = (j, 0, 0);
+        }
+        if j == start || !touches {
+            rma += 1;
+        }
+        bytes += p.len;
     }
-    if let Some((b, ..)) = cur {
-        out.push(b);
+    if start < pieces.len() {
+        spans.push(Span {
+            end: pieces.len(),
+            first_entry: entry_of(start),
+        });
     }
-    out
+    Batches { pieces, spans }
 }
 
 #[cfg(test)]
@@ -558,36 +556,67 @@ mod tests {
         }
     }
 
+    fn lens(b: &Batches) -> Vec<Vec<usize>> {
+        (0..b.len())
+            .map(|i| b.batch(i).iter().map(|p| p.len).collect())
+            .collect()
+    }
+
+    fn firsts(b: &Batches) -> Vec<usize> {
+        b.spans.iter().map(|s| s.first_entry).collect()
+    }
+
     #[test]
     fn batches_respect_iov_and_rma_limits() {
-        let valid: Vec<_> = (0..16).map(|i| (i, piece(i as u64 * 100, 10))).collect();
-        let b = batch(&valid, 4, 4, usize::MAX);
+        let valid: Vec<_> = (0..16).map(|i| piece(i as u64 * 100, 10)).collect();
+        let b = batch(valid.clone(), 4, 4, usize::MAX);
         assert_eq!(b.len(), 4);
-        assert!(b.iter().all(|b| b.pieces.len() == 4));
-        assert_eq!(
-            b.iter().map(|b| b.first_entry).collect::<Vec<_>>(),
-            [0, 4, 8, 12]
-        );
+        assert!((0..4).all(|i| b.batch(i).len() == 4));
+        assert_eq!(firsts(&b), [0, 4, 8, 12]);
+        assert_eq!(b.batch(1)[0].offset, 400);
+        assert!(b.batch(4).is_empty(), "no batch past the end");
         // One remote range per post (shm's fast path): a batch per entry unless they touch.
-        let b = batch(&valid, 4, 1, usize::MAX);
+        let b = batch(valid, 4, 1, usize::MAX);
         assert_eq!(b.len(), 16);
-        let touching: Vec<_> = (0..16).map(|i| (i, piece(i as u64 * 10, 10))).collect();
-        let b = batch(&touching, 4, 1, usize::MAX);
+        assert_eq!(firsts(&b), (0..16).collect::<Vec<_>>());
+        let touching: Vec<_> = (0..16).map(|i| piece(i as u64 * 10, 10)).collect();
+        let b = batch(touching, 4, 1, usize::MAX);
         assert_eq!(b.len(), 4, "contiguous remote ranges merge into one");
+        assert_eq!(firsts(&b), [0, 4, 8, 12]);
+    }
+
+    #[test]
+    fn remote_ranges_count_only_where_pieces_do_not_touch() {
+        // 0..10 and 10..20 touch (one range), 50..60 does not: 2 ranges fit rma_max 2, the
+        // next non-touching piece starts a new batch.
+        let valid = vec![piece(0, 10), piece(10, 10), piece(50, 10), piece(100, 10)];
+        let b = batch(valid, 16, 2, usize::MAX);
+        assert_eq!(lens(&b), vec![vec![10, 10, 10], vec![10]]);
+        assert_eq!(firsts(&b), [0, 3]);
     }
 
     #[test]
     fn long_pieces_split_at_the_chunk() {
-        let valid = vec![(0, piece(0, 25)), (1, piece(1000, 5))];
-        let b = batch(&valid, 4, 4, 10);
-        let lens: Vec<Vec<usize>> = b
-            .iter()
-            .map(|b| b.pieces.iter().map(|p| p.len).collect())
-            .collect();
-        assert_eq!(lens, vec![vec![10], vec![10], vec![5, 5]]);
-        assert_eq!(
-            b.iter().map(|b| b.first_entry).collect::<Vec<_>>(),
-            [0, 0, 0]
-        );
+        let valid = vec![piece(0, 25), piece(1000, 5)];
+        let b = batch(valid, 4, 4, 10);
+        assert_eq!(lens(&b), vec![vec![10], vec![10], vec![5, 5]]);
+        assert_eq!(firsts(&b), [0, 0, 0]);
+        assert_eq!(b.batch(1)[0].offset, 10);
+    }
+
+    #[test]
+    fn empty_pieces_are_skipped_and_entries_keep_their_numbers() {
+        let valid = vec![piece(0, 0), piece(100, 10), piece(200, 0), piece(300, 10)];
+        let b = batch(valid, 1, 1, usize::MAX);
+        assert_eq!(lens(&b), vec![vec![10], vec![10]]);
+        assert_eq!(firsts(&b), [1, 3]);
+    }
+
+    #[test]
+    fn bytes_per_batch_stay_within_the_chunk() {
+        let valid: Vec<_> = (0..6).map(|i| piece(i as u64 * 4, 4)).collect();
+        let b = batch(valid, 16, 16, 10);
+        assert_eq!(lens(&b), vec![vec![4, 4], vec![4, 4], vec![4, 4]]);
+        assert_eq!(firsts(&b), [0, 2, 4]);
     }
 }

@@ -46,6 +46,9 @@ pub(crate) struct Tuning {
     /// After posting one of a window of operations, the posting thread looks at the queue
     /// once (see `inline_progress`).
     pub(crate) window_look: bool,
+    /// With a window in flight, the awaiting thread reads the queue for all of it while
+    /// completions keep coming (see `spin_after_yield`).
+    pub(crate) window_spin: bool,
     /// The provider reports a lost peer as `EIO` (sockets, measured); elsewhere `EIO` is a
     /// failed remote access (shm's answer to a copy that faulted at the target).
     pub(crate) eio_is_lost_peer: bool,
@@ -62,6 +65,7 @@ impl Tuning {
                 wake_on_post: false,
                 inline_spin: Duration::ZERO,
                 window_look: false,
+                window_spin: false,
                 eio_is_lost_peer: true,
             },
             // The awaiting thread reads rxm's queue (and so drives rxm) while the engine
@@ -75,6 +79,7 @@ impl Tuning {
                 wake_on_post: true,
                 inline_spin: Duration::from_micros(100),
                 window_look: false,
+                window_spin: true,
                 eio_is_lost_peer: false,
             },
             // shm: a completion read by the awaiting thread saves the 10-15 µs cross-thread
@@ -87,6 +92,7 @@ impl Tuning {
                 wake_on_post: true,
                 inline_spin: Duration::from_micros(20),
                 window_look: true,
+                window_spin: false,
                 eio_is_lost_peer: false,
             },
         }
@@ -733,6 +739,10 @@ impl Engine {
 
     pub(crate) fn window_look(&self) -> bool {
         self.tuning.window_look
+    }
+
+    pub(crate) fn window_spin(&self) -> bool {
+        self.tuning.window_spin
     }
 
     pub(crate) fn inline_spin(&self) -> Duration {

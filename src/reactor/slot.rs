@@ -93,11 +93,39 @@ pub(crate) struct Piece {
     pub(crate) offset: u64,
 }
 
-/// Several pieces posted as one operation, and the first vector entry they belong to.
-#[derive(Debug, Clone)]
-pub(crate) struct Batch {
+/// The pieces of a scatter/gather vector in posting order, cut into batches of one post
+/// each. One list for all batches: a vector of 16 entries in 4 batches cost six allocations
+/// as a list of batches, most of rsm's own share of a shm0 64 KiB getv.
+#[derive(Debug, Default)]
+pub(crate) struct Batches {
     pub(crate) pieces: Vec<Piece>,
+    /// One per batch, in order.
+    pub(crate) spans: Vec<Span>,
+}
+
+/// Where a batch's pieces end (exclusive; it starts where the previous one ends), and the
+/// first vector entry they belong to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Span {
+    pub(crate) end: usize,
     pub(crate) first_entry: usize,
+}
+
+impl Batches {
+    /// How many batches (posts).
+    pub(crate) fn len(&self) -> usize {
+        self.spans.len()
+    }
+
+    /// The pieces of batch `i` (none past the end).
+    pub(crate) fn batch(&self, i: usize) -> &[Piece] {
+        let start = match i.checked_sub(1) {
+            Some(prev) => self.spans.get(prev).map_or(usize::MAX, |s| s.end),
+            None => 0,
+        };
+        let end = self.spans.get(i).map_or(0, |s| s.end);
+        self.pieces.get(start..end).unwrap_or(&[])
+    }
 }
 
 /// The data parts of an operation.
@@ -106,7 +134,7 @@ pub(crate) enum Plan {
     /// One buffer to one range, in chunks of at most `chunk` bytes.
     Contiguous { piece: Piece, chunk: usize },
     /// Scatter/gather batches, each within the provider's iov limits.
-    Batches(Vec<Batch>),
+    Batches(Batches),
 }
 
 impl Plan {
@@ -120,14 +148,14 @@ impl Plan {
     fn bytes(&self) -> usize {
         match self {
             Plan::Contiguous { piece, .. } => piece.len,
-            Plan::Batches(b) => b.iter().flat_map(|b| &b.pieces).map(|p| p.len).sum(),
+            Plan::Batches(b) => b.pieces.iter().map(|p| p.len).sum(),
         }
     }
 
     fn first_entry(&self, part: usize) -> usize {
         match self {
             Plan::Contiguous { .. } => 0,
-            Plan::Batches(b) => b.get(part).map_or(0, |b| b.first_entry),
+            Plan::Batches(b) => b.spans.get(part).map_or(0, |s| s.first_entry),
         }
     }
 
@@ -138,8 +166,8 @@ impl Plan {
                 (piece.len > 0).then(|| piece.offset + piece.len as u64 - 1)
             }
             Plan::Batches(b) => b
+                .pieces
                 .iter()
-                .flat_map(|b| &b.pieces)
                 .rfind(|p| p.len > 0)
                 .map(|p| p.offset + p.len as u64 - 1),
         }
@@ -623,6 +651,10 @@ fn post_part<O: Send + 'static>(
         match slot.plan {
             // One range: arrays of 16 cost a fill of 768 bytes per post.
             Plan::Contiguous { .. } => post_data::<O, 1>(slot, index, base, key, ctx),
+            // Most providers here take at most 4 ranges a post.
+            Plan::Batches(ref b) if b.batch(index).len() <= 4 => {
+                post_data::<O, 4>(slot, index, base, key, ctx)
+            }
             Plan::Batches(_) => post_data::<O, MAX_IOV>(slot, index, base, key, ctx),
         }
     };
@@ -717,7 +749,7 @@ impl<O: Send + 'static> Slot<O> {
             }
             Plan::Batches(batches) => {
                 let mut m = 0;
-                let pieces = &batches[index].pieces;
+                let pieces = batches.batch(index);
                 for (n, p) in pieces.iter().enumerate() {
                     iov[n] = libc::iovec {
                         iov_base: p.ptr.cast(),
@@ -769,13 +801,17 @@ fn look_after_post<O: Send + 'static>(slot: &Slot<O>) -> bool {
     }
     if slot.engine.in_flight() > slot.parts() {
         // With others in flight: one look (shm0 64 KiB put bandwidth went from 0.68-0.76
-        // of the baseline to 0.92-1.03); spinning longer here was slower, the awaiting
-        // thread then contends with the target for shm's shared queue locks.
+        // of the baseline to 0.92-1.03); spinning right away was slower, the awaiting
+        // thread then contends with the target for shm's shared queue locks. Then yield:
+        // the window's last poster reads the queue for all (`spin_after_yield`).
         if slot.engine.window_look() {
             slot.engine.try_progress();
             if slot.done.load(Ordering::Acquire) {
                 return false;
             }
+        }
+        if slot.engine.window_spin() {
+            return true;
         }
         // Nobody reads for this one: an engine that left the queue to a spinning thread
         // must come back.
@@ -786,19 +822,46 @@ fn look_after_post<O: Send + 'static>(slot: &Slot<O>) -> bool {
     !slot.done.load(Ordering::Acquire)
 }
 
-/// A lone operation, polled again after it yielded once: the awaiting thread reads the
-/// completion queue itself for a short while (the engine's `inline_spin`), so its completion
-/// needs no cross-thread wake-up. Only when nothing was posted on the engine since: a task
-/// that had more to post (a window in a `FuturesUnordered`, a `join_all`) posted it while
-/// this one yielded, and spinning for this one would have serialized them (spinning on the
-/// first poll made tcp0 64 KiB bandwidth rows half the baseline's).
-fn spin_after_yield<O: Send + 'static>(slot: &Slot<O>, mark: u64) {
+/// How a spin for an operation ended.
+enum SpinEnd {
+    /// The operation completed.
+    Done,
+    /// Yield and look again: others of a window were posted since, or the spin reaped a
+    /// completion of another operation, whose task may post the next one.
+    Again,
+    /// The engine takes over (it was told).
+    Left,
+}
+
+/// An operation, polled again after it yielded: the awaiting thread reads the completion
+/// queue itself for a short while (the engine's `inline_spin`), so its completions need no
+/// cross-thread wake-up. Only when nothing was posted on the engine since: a task that had
+/// more to post (a window in a `FuturesUnordered`, a `join_all`) posted it while this one
+/// yielded, and spinning for this one would have serialized them (spinning on the first poll
+/// made tcp0 64 KiB bandwidth rows half the baseline's).
+///
+/// With others in flight (a window) and the engine's `window_spin` (tcp), the operation
+/// that finds nothing posted since its yield reads the queue for all of them, as a
+/// busy-polling loop over a window does: it stops at the first completion it reaps, so the
+/// task can finish that operation and post the next, and yields to look again. Left to the
+/// engine, the poster, its engine and rxm's progress shared two cores: tcp0 64 KiB getv went
+/// from 0.59-0.61 of the baseline to 0.81-0.88, get from 1.9 to 2.2-3.3 GB/s. On shm the
+/// reading thread contends with the target for the provider's shared queue locks (64 KiB
+/// put 0.97 → 0.70-0.89), so there the engine keeps reading for a window.
+fn spin_after_yield<O: Send + 'static>(slot: &Slot<O>, mark: u64) -> SpinEnd {
     let budget = slot.engine.inline_spin();
-    if slot.engine.posts() != mark || slot.engine.in_flight() > slot.parts() {
-        if !slot.done.load(Ordering::Acquire) {
-            slot.engine.reaper_leaves();
+    let crowd = slot.engine.in_flight() > slot.parts();
+    let window = crowd && slot.engine.window_spin();
+    let posted_since = slot.engine.posts() != mark;
+    if window && posted_since {
+        return SpinEnd::Again;
+    }
+    if !window && (posted_since || crowd) {
+        if slot.done.load(Ordering::Acquire) {
+            return SpinEnd::Done;
         }
-        return;
+        slot.engine.reaper_leaves();
+        return SpinEnd::Left;
     }
     let start = std::time::Instant::now();
     let mut turns = 0u32;
@@ -806,16 +869,19 @@ fn spin_after_yield<O: Send + 'static>(slot: &Slot<O>, mark: u64) {
     let mut shared = slot.engine.spinner_shares_core();
     slot.engine.reaper_arrives();
     loop {
-        slot.engine.try_progress();
+        let reaped = slot.engine.try_progress();
         if slot.done.load(Ordering::Acquire) {
-            return;
+            return SpinEnd::Done;
+        }
+        if reaped && window {
+            return SpinEnd::Again;
         }
         // A clock read per turn was a tenth of an 8-byte shm put.
         turns = turns.wrapping_add(1);
         if shared || turns % 8 == 0 {
             if turns % 16 == 0 && start.elapsed() >= budget {
                 slot.engine.reaper_leaves();
-                return;
+                return SpinEnd::Left;
             }
             // The thread that must progress the operation (the target's engine, on shm)
             // may share this core: without a yield it ran only once this spin gave up, and
@@ -1041,7 +1107,13 @@ impl<B: Send + 'static> Op<B> {
             }
             Spin::Yielded { mark } => {
                 self.spin = Spin::Left;
-                spin_after_yield(slot, mark);
+                if let SpinEnd::Again = spin_after_yield(slot, mark) {
+                    self.spin = Spin::Yielded {
+                        mark: slot.engine.posts(),
+                    };
+                    cx.waker().wake_by_ref();
+                    return Poll::Pending;
+                }
             }
             Spin::Left => {}
         }
