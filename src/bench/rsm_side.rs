@@ -17,8 +17,8 @@
 //!   bytes at `offset` of the imported segment, giving the buffer back. Put must have the
 //!   implicit-barrier meaning (the data is visible at the target when it resolves): the
 //!   baseline uses `FI_DELIVERY_COMPLETE` for the same reason. In bandwidth mode the harness
-//!   keeps `window` of these futures in flight at once (in a `FuturesUnordered`, polled on
-//!   the caller's task), each with its own buffer.
+//!   keeps `window` of these futures in flight at once (one lane per buffer, each taking
+//!   the next operation when its last one completes, all polled on the caller's task).
 //!
 //! Both processes run these on the `rsm` binary's multi-thread tokio runtime; the harness's
 //! own loops block the thread they run on only while they measure the baseline.
