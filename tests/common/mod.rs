@@ -38,19 +38,16 @@ pub async fn two_nodes() -> (rsm::Node, rsm::Node, u32) {
 /// The variable that tells a re-executed test binary which role to play.
 pub const ROLE_VAR: &str = "RSM_TEST_ROLE";
 
-/// A node id unlikely to clash with other tests running at the same time on this host (the
-/// side channel's Unix names are per host and per node id).
+/// A node id no other test running at the same time on this host has (the side channel's
+/// Unix names are per host and per node id), with the next id free too (`two_nodes`, a
+/// child's `fresh_node_id() + 1`): a block of 1,000 ids per process (by pid), taken two at
+/// a time. Random ids within 1,000 per process clashed now and then between the tests one
+/// binary runs in parallel.
 pub fn fresh_node_id() -> u32 {
-    let pid = std::process::id();
-    let n = rand_u32();
-    1_000_000 + (pid % 1000) * 1000 + n % 1000
-}
-
-fn rand_u32() -> u32 {
-    let t = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap_or_default();
-    (t.subsec_nanos() ^ (t.as_secs() as u32).rotate_left(7)).wrapping_mul(2_654_435_761)
+    static NEXT: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+    let pid = std::process::id() % 4_000_000;
+    let k = NEXT.fetch_add(2, std::sync::atomic::Ordering::Relaxed) % 1000;
+    1_000_000 + pid * 1000 + k
 }
 
 /// A child process playing a role; killed and reaped on drop, with the `/dev/shm` files
