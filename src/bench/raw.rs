@@ -21,6 +21,7 @@ use crate::reactor::slot::{MAX_IOV, Visibility};
 use crate::sys::mem::Mapping;
 use crate::{Error, Result};
 use std::cell::UnsafeCell;
+use std::collections::VecDeque;
 use std::mem::ManuallyDrop;
 use std::os::fd::RawFd;
 use std::sync::Arc;
@@ -768,28 +769,32 @@ impl Baseline {
         tick: &mut dyn FnMut(usize),
     ) -> Result<()> {
         let window = window.clamp(1, self.slots());
-        let mut free: Vec<usize> = (0..window).rev().collect();
+        // Slots in turn, oldest free first, as the rsm side's lanes take their buffers: a
+        // stack reused the slots freed last, whose bytes were still in the cache. In a shm0
+        // 64 KiB get (perf, 10,000 operations each) the kernel's copy took 1045 samples
+        // for the baseline against rsm's 1271; with slots in turn, 1122 against 1120.
+        let mut free: VecDeque<usize> = (0..window).collect();
         let (mut posted, mut done) = (0usize, 0usize);
         let mut last = Instant::now();
         let mut spins = 0u32;
         while done < total {
             let before = done;
             while posted < total {
-                let Some(slot) = free.pop() else { break };
+                let Some(slot) = free.pop_front() else { break };
                 // Polling for room for a fence may complete other operations.
                 let mut finished = |s: usize| {
-                    free.push(s);
+                    free.push_back(s);
                     done += 1;
                 };
                 if self.post_op(op, slot, &mut finished)? {
                     posted += 1;
                 } else {
-                    free.push(slot);
+                    free.push_front(slot);
                     break;
                 }
             }
             self.poll(op, &mut |s| {
-                free.push(s);
+                free.push_back(s);
                 done += 1;
             })?;
             if done > before {
