@@ -12,9 +12,6 @@ use crate::{Barrier, Result};
 use futures::StreamExt;
 use futures::stream::FuturesUnordered;
 use std::cell::{Cell, RefCell};
-use std::future::Future;
-use std::pin::Pin;
-use std::task::{Context, Poll};
 use std::time::Instant;
 
 /// The entries of a putv or getv row: 16 of `size / 16` bytes.
@@ -198,7 +195,7 @@ async fn stream(
                 // The other lanes go next, so the buffers take turns as the baseline's
                 // slots do: where an operation completes inside its first poll (shm's
                 // copies), one lane would otherwise run them all on one cache-hot buffer.
-                YieldNow(false).await;
+                crate::reactor::yield_now().await;
             }
             Ok::<_, BenchError>(buf)
         }
@@ -211,22 +208,6 @@ async fn stream(
     }
     bufs.extend(back);
     Ok(())
-}
-
-/// Lets the task's other futures run once.
-struct YieldNow(bool);
-
-impl Future for YieldNow {
-    type Output = ();
-
-    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
-        if self.0 {
-            return Poll::Ready(());
-        }
-        self.0 = true;
-        cx.waker().wake_by_ref();
-        Poll::Pending
-    }
 }
 
 /// A row in explicit barrier mode: a latency sample is one round of one put, a bandwidth

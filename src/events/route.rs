@@ -38,11 +38,8 @@ use crate::import::ImportInner;
 use crate::state::NodeState;
 use crate::{Error, Result};
 use std::collections::HashMap;
-use std::future::Future;
-use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock, Weak};
-use std::task::{Context, Poll};
 
 /// Bit 0 of the signal word: the receiver is an importer (else the exporter).
 const TO_IMPORTER: u64 = 0x01;
@@ -307,27 +304,12 @@ async fn ring(
                 engine.note_target(node);
                 engine.try_progress();
                 engine.poke();
-                YieldNow(false).await;
+                crate::reactor::yield_now().await;
             }
             Err(PostError::Failed(f)) => {
                 return Err(Error::conn_aborted().op(op).node(node).fabric(f));
             }
         }
-    }
-}
-
-/// One trip through the executor, whichever it is.
-struct YieldNow(bool);
-
-impl Future for YieldNow {
-    type Output = ();
-    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
-        if self.0 {
-            return Poll::Ready(());
-        }
-        self.0 = true;
-        cx.waker().wake_by_ref();
-        Poll::Pending
     }
 }
 

@@ -10,3 +10,27 @@ pub(crate) mod verdict;
 
 pub use buf::{IoBuf, IoBufMut};
 pub use slot::Op;
+
+use std::future::Future;
+use std::pin::Pin;
+use std::task::{Context, Poll};
+
+/// One trip through the executor, whichever it is: the task's other futures (and other
+/// tasks) run before this one goes on.
+pub(crate) fn yield_now() -> impl Future<Output = ()> {
+    YieldNow(false)
+}
+
+struct YieldNow(bool);
+
+impl Future for YieldNow {
+    type Output = ();
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
+        if self.0 {
+            return Poll::Ready(());
+        }
+        self.0 = true;
+        cx.waker().wake_by_ref();
+        Poll::Pending
+    }
+}
