@@ -555,7 +555,11 @@ impl NodeBuilder {
     ///   [`crate::core::config::resolve`]), or a named configuration file that cannot be read;
     ///   the detail names the source and the field.
     /// - `RSMERR_INSUFFICIENT_RESOURCES` when the listen address cannot be bound (in use, not
-    ///   an address of this host).
+    ///   an address of this host), or another node with this id runs on this host.
+    ///
+    /// A node of this process that was just dropped releases its id and its address a
+    /// moment later, on its own threads: `start` waits for them (at most 2 s) rather than
+    /// fail. A node that is still alive keeps them, and `start` fails at once.
     ///
     /// # Cancel safety
     /// Cancel safe: nothing outlives a dropped future.
