@@ -126,10 +126,10 @@ impl ImportInner {
                 node = self.node,
                 segment = format_args!("{:#x}", self.segment),
                 generation,
-                in_flight = old.len(),
+                in_flight = self.tracker.in_flight(),
                 "rebound"
             );
-            let _ = tokio::time::timeout(REVOKE_WAIT, self.tracker.drained_of(&old)).await;
+            let _ = tokio::time::timeout(REVOKE_WAIT, self.tracker.drained_of(old)).await;
         }
     }
 }

@@ -157,18 +157,12 @@ pub(crate) struct Engine {
     /// thread. A count, not a time: a clock read per operation was a tenth of an 8-byte
     /// shm get's own cost.
     reaps: AtomicU64,
-    /// The value of `reaps` at the engine's last look, and when (`nanos`) the engine saw it
-    /// move: the engine thread's own, it reads the clock so the reapers need not.
-    reaps_seen: AtomicU64,
-    reaps_moved_at: AtomicU64,
-    epoch: Instant,
     /// The engine sleeps for [`DEFER_TO_REAPER`] because an awaiting thread reaps.
     deferring: AtomicBool,
-    /// Idle looks at the queue, to yield the CPU every few of them.
-    idle_turns: AtomicU64,
-    /// The engine's last yield let another thread run: it shares its core with a busy
-    /// thread (the thread awaiting the operations it serves, on a 2-core machine).
-    core_shared: AtomicBool,
+    /// Transmit waiters are queued in `tx_waiters`: the engine's loop takes that lock
+    /// only then (a lock per look was a tenth of a target engine's loop, which is the
+    /// target's reaction time in an 8-byte shm put).
+    tx_waiting: AtomicBool,
     /// The same, seen by the last thread that spun for its operation here.
     spinner_shared: AtomicBool,
     /// The target last noted (`u64::MAX`: none yet) and when (`sys::clock::coarse_nanos`).
@@ -214,9 +208,68 @@ const SHARED_CORE: Duration = Duration::from_micros(3);
 /// rounds (the scheduler keeps cache-hot threads where they are): each then yields after
 /// every look instead of every few, so the one with work gets the core sooner.
 pub(crate) fn yield_shared() -> bool {
+    yield_and_time().0
+}
+
+/// [`yield_shared`], with the time the yield returned.
+fn yield_and_time() -> (bool, Instant) {
     let before = Instant::now();
     std::thread::yield_now();
-    before.elapsed() >= SHARED_CORE
+    let after = Instant::now();
+    (after.duration_since(before) >= SHARED_CORE, after)
+}
+
+/// Looks between a clock read: the engine's windows are 200 µs and up, a look without a
+/// yield takes well under a microsecond, and a precise clock read (34 ns here) per look
+/// was a quarter of a target engine's loop.
+const CLOCK_EVERY: u64 = 16;
+
+/// The engine thread's own state between its looks at the queue: on its stack, so a look
+/// costs no atomic read-modify-write, and the clock is read once every [`CLOCK_EVERY`]
+/// looks (and after every yield and sleep).
+struct Looks {
+    turns: u64,
+    /// The time at the last clock read.
+    now: Instant,
+    /// The engine's last yield let another thread run: it shares its core with a busy
+    /// thread (the thread awaiting the operations it serves, on a 2-core machine).
+    core_shared: bool,
+    /// The value of [`Engine::reaps`] at the last look, and when the engine saw it move.
+    reaps_seen: u64,
+    reaps_moved_at: Option<Instant>,
+}
+
+impl Looks {
+    fn new() -> Looks {
+        Looks {
+            turns: 0,
+            now: Instant::now(),
+            core_shared: false,
+            reaps_seen: 0,
+            reaps_moved_at: None,
+        }
+    }
+
+    /// One more look at the queue.
+    fn count(&mut self) {
+        self.turns = self.turns.wrapping_add(1);
+        if self.turns % CLOCK_EVERY == 0 {
+            self.now = Instant::now();
+        }
+    }
+
+    /// Time since `t`, by the last clock read.
+    fn since(&self, t: Instant) -> Duration {
+        self.now.saturating_duration_since(t)
+    }
+
+    /// Yields the CPU every [`YIELD_EVERY`] idle looks at the queue, or after every look
+    /// while the last yield let another thread run (see [`yield_shared`]).
+    fn maybe_yield(&mut self) {
+        if self.core_shared || self.turns % YIELD_EVERY == 0 {
+            (self.core_shared, self.now) = yield_and_time();
+        }
+    }
 }
 
 /// How long a stopping engine waits for in-flight operations before it leaks them.
@@ -250,12 +303,8 @@ impl Engine {
             exited: Arc::new(AtomicBool::new(false)),
             reader: Mutex::new(Vec::with_capacity(64)),
             reaps: AtomicU64::new(0),
-            reaps_seen: AtomicU64::new(0),
-            reaps_moved_at: AtomicU64::new(0),
-            epoch: Instant::now(),
             deferring: AtomicBool::new(false),
-            idle_turns: AtomicU64::new(0),
-            core_shared: AtomicBool::new(false),
+            tx_waiting: AtomicBool::new(false),
             spinner_shared: AtomicBool::new(false),
             posts: AtomicU64::new(0),
             last_node: AtomicU64::new(u64::MAX),
@@ -376,7 +425,10 @@ impl Engine {
             self.wait_for_space(waker);
             return false;
         }
-        self.posts.fetch_add(1, Ordering::Relaxed);
+        // Not an atomic add (a locked instruction is ~20 cycles here, on every post): the
+        // count only has to move, and posters that race still move it.
+        let n = self.posts.load(Ordering::Relaxed);
+        self.posts.store(n.wrapping_add(1), Ordering::Relaxed);
         // Paired with the engine's store of `sleeping` before its last look at `inflight`:
         // one of the two sees the other. While a thread spins for its operations the
         // engine defers (not `sleeping`), so a loop of awaited operations pays no wake-up;
@@ -397,10 +449,12 @@ impl Engine {
     }
 
     pub(crate) fn wait_for_space(&self, waker: &Waker) {
-        self.tx_waiters
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .push(waker.clone());
+        {
+            let mut w = self.tx_waiters.lock().unwrap_or_else(|p| p.into_inner());
+            w.push(waker.clone());
+            // Under the lock: a take that clears the flag also takes this waker.
+            self.tx_waiting.store(true, Ordering::Release);
+        }
         self.wake.wake();
     }
 
@@ -475,12 +529,14 @@ impl Engine {
     }
 
     fn run(self: Arc<Self>) {
-        let mut last_work = Instant::now();
+        let mut looks = Looks::new();
+        let mut last_work = looks.now;
         let mut stop_deadline: Option<Instant> = None;
         loop {
             let n = self.drain();
+            looks.count();
             if n > 0 {
-                last_work = Instant::now();
+                last_work = looks.now;
             }
             self.wake_tx_waiters();
             if self.stop.load(Ordering::SeqCst) {
@@ -501,13 +557,13 @@ impl Engine {
             }
             match self.cq.wait() {
                 WaitKind::Fd(fd) => {
-                    if self.idle_fd(fd, last_work) {
-                        last_work = Instant::now();
+                    if self.idle_fd(fd, last_work, &mut looks) {
+                        last_work = looks.now;
                     }
                 }
                 WaitKind::Poll => {
-                    if self.idle_poll(last_work) {
-                        last_work = Instant::now();
+                    if self.idle_poll(last_work, &mut looks) {
+                        last_work = looks.now;
                     }
                 }
             }
@@ -520,13 +576,13 @@ impl Engine {
 
     /// One idle step with a wait fd; returns whether there was activity (it slept and was
     /// woken, or data arrived while it spun).
-    fn idle_fd(&self, fd: std::os::fd::RawFd, last_work: Instant) -> bool {
+    fn idle_fd(&self, fd: std::os::fd::RawFd, last_work: Instant, looks: &mut Looks) -> bool {
         // Also with nothing in flight: between a spinning thread's operations the engine
         // went to sleep, and the next post paid an eventfd write to wake it.
-        if self.reaper_active() {
+        if self.reaper_active(looks) {
             // As in `idle_poll`: the awaiting thread reads the queue, which on tcp also
             // drives rxm's progress; the engine keeps out of its way (and off its core).
-            self.defer_to_reaper();
+            self.defer_to_reaper(looks);
             return false;
         }
         let window = match self.inflight.load(Ordering::SeqCst) {
@@ -540,7 +596,7 @@ impl Engine {
             // put bandwidth profile, docs/performance.md.
             _ => Duration::ZERO,
         };
-        if last_work.elapsed() < window {
+        if looks.since(last_work) < window {
             // Spinning keeps a busy target or initiator off the sleep/wake path (tens of µs
             // on a shared VM). Data arriving counts as activity: a target gets no completion
             // for the writes and reads it serves.
@@ -549,7 +605,7 @@ impl Engine {
             }
             // On 2 cores the user's task, this engine and a peer's all want a CPU: yield
             // now and then, so the thread that has work gets it.
-            self.maybe_yield();
+            looks.maybe_yield();
             return false;
         }
         // A post that sees `sleeping` wakes us (with wake_on_post) so the spin above starts
@@ -563,49 +619,41 @@ impl Engine {
             self.wake.drain();
         }
         self.sleeping.store(false, Ordering::SeqCst);
+        looks.now = Instant::now();
         true
     }
 
     /// Sleeps while an awaiting thread reads the queue: at most [`DEFER_TO_REAPER`], or
     /// until [`Engine::reaper_leaves`] calls the engine back.
-    fn defer_to_reaper(&self) {
+    fn defer_to_reaper(&self, looks: &mut Looks) {
         self.deferring.store(true, Ordering::SeqCst);
         self.wake.wait(None, Some(DEFER_TO_REAPER));
         self.wake.drain();
         self.deferring.store(false, Ordering::SeqCst);
-    }
-
-    /// Yields the CPU every [`YIELD_EVERY`] idle looks at the queue, or after every look
-    /// while the last yield let another thread run (see [`yield_shared`]).
-    fn maybe_yield(&self) {
-        let turns = self.idle_turns.fetch_add(1, Ordering::Relaxed);
-        if self.core_shared.load(Ordering::Relaxed) || turns % YIELD_EVERY == 0 {
-            self.core_shared.store(yield_shared(), Ordering::Relaxed);
-        }
+        looks.now = Instant::now();
     }
 
     /// One idle step without a wait fd; returns whether it slept (and was woken).
-    fn idle_poll(&self, last_work: Instant) -> bool {
+    fn idle_poll(&self, last_work: Instant, looks: &mut Looks) -> bool {
         let busy = self.inflight.load(Ordering::SeqCst) > 0;
-        if busy && last_work.elapsed() >= KICK_EVERY {
+        if busy && looks.since(last_work) >= KICK_EVERY {
             self.kick_stalled();
         }
         // Also when not busy: see `idle_fd`.
-        if self.reaper_active() {
+        if self.reaper_active(looks) {
             // The thread awaiting an operation reads the queue itself: spinning here too
             // took a core from it and from the target on 2 cores, and made shm0 8-byte
             // puts take 30 µs now and then instead of 2 (docs/performance.md). Not
             // `sleeping`: posts need not wake us, their thread reaps, or calls us back.
-            self.defer_to_reaper();
+            self.defer_to_reaper(looks);
             return false;
         }
-        if busy || last_work.elapsed() < self.tuning.idle_window {
-            std::hint::spin_loop();
+        if busy || looks.since(last_work) < self.tuning.idle_window {
             // A target serves its peers' operations from this loop: a `sched_yield` per
             // look at the queue (0.3-0.5 µs) was most of the gap to a busy-polling target
             // in an 8-byte shm put. Yielding every few looks still lets the threads that
             // share the core run.
-            self.maybe_yield();
+            looks.maybe_yield();
             return false;
         }
         self.sleeping.store(true, Ordering::SeqCst);
@@ -618,12 +666,19 @@ impl Engine {
             self.wake.drain();
         }
         self.sleeping.store(false, Ordering::SeqCst);
+        looks.now = Instant::now();
         true
     }
 
     fn wake_tx_waiters(&self) {
-        let waiters =
-            std::mem::take(&mut *self.tx_waiters.lock().unwrap_or_else(|p| p.into_inner()));
+        if !self.tx_waiting.load(Ordering::Acquire) {
+            return;
+        }
+        let waiters = {
+            let mut w = self.tx_waiters.lock().unwrap_or_else(|p| p.into_inner());
+            self.tx_waiting.store(false, Ordering::Relaxed);
+            std::mem::take(&mut *w)
+        };
         for w in waiters {
             w.wake();
         }
@@ -689,26 +744,23 @@ impl Engine {
         }
     }
 
-    fn nanos(&self) -> u64 {
-        u64::try_from(self.epoch.elapsed().as_nanos()).unwrap_or(u64::MAX)
-    }
-
     /// Whether an awaiting thread reaped completions within about [`DEFER_TO_REAPER`]
-    /// (the engine's looks see the count move) and has not left. Engine thread only.
-    fn reaper_active(&self) -> bool {
+    /// (the engine's looks see the count move) and has not left.
+    fn reaper_active(&self, looks: &mut Looks) -> bool {
         let count = self.reaps.load(Ordering::SeqCst);
         if count & REAPER_LEFT != 0 {
-            self.reaps_seen.store(count, Ordering::Relaxed);
-            self.reaps_moved_at.store(0, Ordering::Relaxed);
+            looks.reaps_seen = count;
+            looks.reaps_moved_at = None;
             return false;
         }
-        let now = self.nanos();
-        if self.reaps_seen.swap(count, Ordering::Relaxed) != count {
-            self.reaps_moved_at.store(now, Ordering::Relaxed);
+        if looks.reaps_seen != count {
+            looks.reaps_seen = count;
+            looks.reaps_moved_at = Some(looks.now);
             return true;
         }
-        let at = self.reaps_moved_at.load(Ordering::Relaxed);
-        at != 0 && now.saturating_sub(at) < DEFER_TO_REAPER.as_nanos() as u64
+        looks
+            .reaps_moved_at
+            .is_some_and(|at| looks.since(at) < DEFER_TO_REAPER)
     }
 
     /// After a post that has no completion to wait for (a signal's inject, which rxm may

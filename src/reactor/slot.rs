@@ -28,12 +28,15 @@ use crate::{Error, Result};
 use std::cell::UnsafeCell;
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::task::{Context, Poll, Waker};
 
 /// The most local (and remote) ranges one post carries; providers here allow 4 to 8.
 pub(crate) const MAX_IOV: usize = 16;
+
+/// [`Slot::epoch`] of an operation the tracker does not count.
+const NOT_COUNTED: u64 = u64::MAX;
 
 /// What the error of a failed operation says about it.
 #[derive(Debug, Clone)]
@@ -230,6 +233,9 @@ struct State<O> {
     /// Every posted part has completed: the buffer is free to go back.
     provider_done: bool,
     waker: Option<Waker>,
+    /// The id under which the tracker can reach the operation (see [`Tracker::park`]),
+    /// once nobody spins for it.
+    parked: Option<u64>,
 }
 
 #[repr(C)]
@@ -246,7 +252,9 @@ pub(crate) struct Slot<O> {
     posting: Mutex<Posting>,
     engine: Arc<Engine>,
     tracker: Arc<Tracker>,
-    tracker_id: u64,
+    /// The tracker epoch the operation is counted in while posted ([`NOT_COUNTED`]
+    /// before and after).
+    epoch: AtomicU64,
     dest: ffi::fi_addr_t,
     dir: Dir,
     plan: Plan,
@@ -356,7 +364,7 @@ impl<O: Send + 'static> Slot<O> {
         if self.pending.fetch_sub(1, Ordering::AcqRel) != 1 {
             return;
         }
-        let settled = {
+        let (settled, parked) = {
             let mut st = self.lock();
             if st.provider_done {
                 return;
@@ -366,10 +374,47 @@ impl<O: Send + 'static> Slot<O> {
             let s = self.settle(&mut st, res);
             // A result decided early (an abort) still needs the waker for the buffer.
             let w = st.waker.take();
-            (s, w)
+            ((s, w), st.parked.take())
         };
-        self.tracker.remove(self.tracker_id);
+        if let Some(id) = parked {
+            self.tracker.unpark(id);
+        }
+        self.uncount();
         finish(settled);
+    }
+
+    /// Drops the operation's count in the tracker, if it holds one.
+    fn uncount(&self) {
+        let e = self.epoch.swap(NOT_COUNTED, Ordering::Relaxed);
+        if e != NOT_COUNTED {
+            self.tracker.leave(e);
+        }
+    }
+
+    /// Makes the operation reachable by an abort, from now until the provider is done with
+    /// it: nobody spins for it any more. If the connection is aborted already, fails it.
+    fn park(self: &Arc<Self>) {
+        let settled = {
+            let mut st = self.lock();
+            // Not posted (or no longer counted): nothing to reach.
+            if st.provider_done
+                || st.parked.is_some()
+                || self.epoch.load(Ordering::Relaxed) == NOT_COUNTED
+            {
+                return;
+            }
+            let id = self.tracker.next_id();
+            st.parked = Some(id);
+            let weak = Arc::downgrade(self) as std::sync::Weak<dyn Abort>;
+            match self.tracker.park(id, weak) {
+                None => return,
+                Some(err) => {
+                    st.failed_entry = Some(0);
+                    self.settle(&mut st, Err(self.info.annotate(err, self.len)))
+                }
+            }
+        };
+        finish((settled, None));
     }
 
     /// Nothing was posted and nothing will be: the operation failed with `err`.
@@ -415,10 +460,8 @@ impl<O: Send + 'static> Slot<O> {
                     self.fail_unposted(self.info.annotate(err, self.len));
                     return Poll::Ready(());
                 }
-                let view = self.tracker.insert(
-                    self.tracker_id,
-                    Arc::downgrade(self) as std::sync::Weak<dyn Abort>,
-                );
+                let (epoch, view) = self.tracker.enter();
+                self.epoch.store(epoch, Ordering::Relaxed);
                 if let Some(v) = view {
                     posting.base = v.base;
                     posting.key = v.key;
@@ -427,12 +470,12 @@ impl<O: Send + 'static> Slot<O> {
             match post_part(self, posting.next, posting.base, posting.key, cx) {
                 Poll::Pending => {
                     if first {
-                        self.tracker.remove(self.tracker_id);
+                        self.uncount();
                     }
                     return Poll::Pending;
                 }
                 Poll::Ready(Err(e)) if first => {
-                    self.tracker.remove(self.tracker_id);
+                    self.uncount();
                     posting.next = parts + 1;
                     self.fail_unposted(e);
                     return Poll::Ready(());
@@ -494,11 +537,34 @@ impl<O: Send + 'static> Drive for Slot<O> {
 
 impl<O: Send + 'static> Slot<O> {
     /// Nobody reads the queue for this operation: the engine must (see
-    /// [`Engine::reaper_leaves`]).
-    fn unattended(&self) {
+    /// [`Engine::reaper_leaves`]), and an abort must be able to reach it.
+    fn unattended(self: &Arc<Self>) {
         if !self.done.load(Ordering::Acquire) {
             self.engine.reaper_leaves();
+            self.park();
         }
+    }
+
+    /// The future of a partly posted operation was dropped and no barrier drives it: the
+    /// parts not posted never will be, so the posted ones alone complete it (otherwise
+    /// posting's count would keep it in flight for ever, and a revoke would wait for it).
+    fn abandon(&self) {
+        let mut posting = self.posting.lock().unwrap_or_else(|p| p.into_inner());
+        let parts = self.parts();
+        if posting.next == 0 || posting.next >= parts {
+            return;
+        }
+        let at = posting.next;
+        posting.next = parts + 1;
+        drop(posting);
+        self.fail_rest(
+            at,
+            self.info.annotate(
+                Error::bad_seg_hndl().detail("the operation's future was dropped while posting"),
+                self.len,
+            ),
+        );
+        self.finish_posting();
     }
 }
 
@@ -793,7 +859,7 @@ enum Spin {
 /// Right after posting, one look at the queue reaps what the provider completed inside
 /// the post (shm's CMA transfers) without a cross-thread wake-up. Returns whether the
 /// operation should yield once and then spin (see [`spin_after_yield`]).
-fn look_after_post<O: Send + 'static>(slot: &Slot<O>) -> bool {
+fn look_after_post<O: Send + 'static>(slot: &Arc<Slot<O>>) -> bool {
     let budget = slot.engine.inline_spin();
     if budget.is_zero() {
         slot.unattended();
@@ -821,6 +887,10 @@ fn look_after_post<O: Send + 'static>(slot: &Slot<O>) -> bool {
     slot.engine.try_progress();
     !slot.done.load(Ordering::Acquire)
 }
+
+/// How long an awaiting thread spins before its first yield, unless the core is known to be
+/// shared: longer than an 8-byte shm round trip (1-3 µs here).
+const FIRST_YIELD: std::time::Duration = std::time::Duration::from_micros(4);
 
 /// How a spin for an operation ended.
 enum SpinEnd {
@@ -863,7 +933,8 @@ fn spin_after_yield<O: Send + 'static>(slot: &Slot<O>, mark: u64) -> SpinEnd {
         slot.engine.reaper_leaves();
         return SpinEnd::Left;
     }
-    let start = std::time::Instant::now();
+    // Read at the first clock check, not here: most operations are done before it.
+    let mut start: Option<std::time::Instant> = None;
     let mut turns = 0u32;
     // Remembered across operations: the first look of the next one yields at once.
     let mut shared = slot.engine.spinner_shares_core();
@@ -876,22 +947,31 @@ fn spin_after_yield<O: Send + 'static>(slot: &Slot<O>, mark: u64) -> SpinEnd {
         if reaped && window {
             return SpinEnd::Again;
         }
-        // A clock read per turn was a tenth of an 8-byte shm put.
         turns = turns.wrapping_add(1);
-        if shared || turns % 8 == 0 {
-            if turns % 16 == 0 && start.elapsed() >= budget {
+        // The thread that must progress the operation (the target's engine, on shm) may
+        // share this core: without a yield it ran only once this spin gave up, and an
+        // 8-byte shm put took 37 µs instead of 1.4 (both pinned to one CPU). So after
+        // every look once a yield showed the core shared.
+        let mut yield_now = shared;
+        // A clock read per turn was a tenth of an 8-byte shm put.
+        if turns % 8 == 0 {
+            let now = std::time::Instant::now();
+            let spun = now.duration_since(*start.get_or_insert(now));
+            // An abort reaches a spinning operation here: leaving registers it (`park`),
+            // which fails it.
+            if spun >= budget || slot.tracker.is_aborted() {
                 slot.engine.reaper_leaves();
                 return SpinEnd::Left;
             }
-            // The thread that must progress the operation (the target's engine, on shm)
-            // may share this core: without a yield it ran only once this spin gave up, and
-            // an 8-byte shm put took 37 µs instead of 1.4 (both pinned to one CPU). Some
-            // microseconds in, so a put that completes at once never pays for the syscall;
-            // after every look once a yield showed the core shared.
+            // Otherwise only once the operation takes longer than a round trip does on an
+            // idle core: a yield every 8 looks came before most shm completions and
+            // delayed their reading by the syscall (0.3-0.5 µs, 14 % of the thread).
+            yield_now |= spun >= FIRST_YIELD;
+        }
+        if yield_now {
             shared = super::engine::yield_shared();
             slot.engine.set_spinner_shares_core(shared);
         }
-        std::hint::spin_loop();
     }
 }
 
@@ -951,6 +1031,9 @@ impl<B: Send + 'static> Drop for Op<B> {
         // A future dropped between its post and its spin leaves the operation to the
         // engine, which may sleep since the post did not wake it.
         if let Some(slot) = &self.slot {
+            if slot.barrier.is_none() {
+                slot.abandon();
+            }
             slot.unattended();
         }
     }
@@ -999,6 +1082,7 @@ impl<B: Send + 'static> Op<B> {
                 failed_entry: None,
                 provider_done: false,
                 waker: None,
+                parked: None,
             }),
             pending: AtomicUsize::new(1),
             done: AtomicBool::new(false),
@@ -1008,8 +1092,8 @@ impl<B: Send + 'static> Op<B> {
                 key: 0,
             }),
             engine: spec.engine,
-            tracker_id: spec.tracker.next_id(),
             tracker: spec.tracker,
+            epoch: AtomicU64::new(NOT_COUNTED),
             dest: spec.dest,
             dir: spec.dir,
             plan: spec.plan,
@@ -1140,6 +1224,16 @@ impl<B: Send + 'static> Op<B> {
                 return self.poll_verdict(cx);
             }
             return Poll::Ready(outcome);
+        }
+        if st.parked.is_none() && !st.provider_done {
+            // Nobody spins for it from here: register it for an abort, then look again.
+            drop(st);
+            slot.park();
+            st = slot.lock();
+            if st.result.is_some() {
+                drop(st);
+                return self.poll_outcome(cx);
+            }
         }
         st.waker = Some(cx.waker().clone());
         Poll::Pending
