@@ -553,6 +553,13 @@ impl Engine {
                 continue;
             }
             if n > 0 {
+                // With a window in flight on tcp, completions keep coming and the engine
+                // never went idle, so it never saw the awaiting thread reading the queue
+                // (`spin_after_yield`): both read it, and took rxm's locks from each other
+                // (a futex wait in the engine for almost every 64 KiB get of a window).
+                if self.tuning.window_spin && self.reaper_active(&mut looks) {
+                    self.defer_to_reaper(&mut looks);
+                }
                 continue;
             }
             match self.cq.wait() {
