@@ -195,9 +195,16 @@ const DEFER_TO_REAPER: Duration = Duration::from_millis(1);
 /// Set in [`Engine::reaps`] by a reaper that leaves: the engine must not defer to it.
 const REAPER_LEFT: u64 = 1 << 63;
 
-/// An engine spinning on its queue yields the CPU once every this many looks: a
-/// `sched_yield` per look (0.3-0.5 µs) slowed a target serving its peers' operations.
+/// An engine spinning on its queue with a wait fd (a `poll` per look) yields the CPU once
+/// every this many looks: a `sched_yield` per look (0.3-0.5 µs) slowed a target serving
+/// its peers' operations.
 const YIELD_EVERY: u64 = 16;
+
+/// The same for a polling engine (shm), whose look is a `fi_cq_read` alone: as often as the
+/// baseline's busy poller (`bench::raw::YIELD_EVERY`). Every 16 looks the yields took 14 %
+/// of a shm target engine's loop, and rsm's 8-byte shm0 put cost 530 cycles more than the
+/// baseline's with 256 against 640 with 16 (4 runs each, cycle counter).
+const POLL_YIELD_EVERY: u64 = 256;
 
 /// A `sched_yield` that takes this long let another thread run (alone on its core it
 /// returns in under a microsecond here).
@@ -263,10 +270,10 @@ impl Looks {
         self.now.saturating_duration_since(t)
     }
 
-    /// Yields the CPU every [`YIELD_EVERY`] idle looks at the queue, or after every look
-    /// while the last yield let another thread run (see [`yield_shared`]).
-    fn maybe_yield(&mut self) {
-        if self.core_shared || self.turns % YIELD_EVERY == 0 {
+    /// Yields the CPU every `every` idle looks at the queue, or after every look while the
+    /// last yield let another thread run (see [`yield_shared`]).
+    fn maybe_yield(&mut self, every: u64) {
+        if self.core_shared || self.turns % every == 0 {
             (self.core_shared, self.now) = yield_and_time();
         }
     }
@@ -612,7 +619,7 @@ impl Engine {
             }
             // On 2 cores the user's task, this engine and a peer's all want a CPU: yield
             // now and then, so the thread that has work gets it.
-            looks.maybe_yield();
+            looks.maybe_yield(YIELD_EVERY);
             return false;
         }
         // A post that sees `sleeping` wakes us (with wake_on_post) so the spin above starts
@@ -660,7 +667,7 @@ impl Engine {
             // look at the queue (0.3-0.5 µs) was most of the gap to a busy-polling target
             // in an 8-byte shm put. Yielding every few looks still lets the threads that
             // share the core run.
-            looks.maybe_yield();
+            looks.maybe_yield(POLL_YIELD_EVERY);
             return false;
         }
         self.sleeping.store(true, Ordering::SeqCst);

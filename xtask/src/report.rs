@@ -330,8 +330,9 @@ pub fn markdown(meta: &Meta, rows: &[Row], memory: &[Memory]) -> String {
          a round trip over a word in a page the two processes share, each busy-polling the \
          other's word). Ratios compare within this run only: the machine is shared and \
          noisy. Latency rows up to 8 KiB take 10 000 samples a side, larger ones 1 000 (as \
-         OSU's latency benchmarks do); bandwidth rows move at least 16 MiB or 20 000 \
-         operations.\n"
+         OSU's latency benchmarks do); bandwidth rows up to 64 KiB take 10 000 operations \
+         a side, larger ones 1 000, and every bandwidth row moves at least 16 MiB or \
+         20 000 operations.\n"
     );
     if meta.rounds > 1 {
         let _ = writeln!(
