@@ -1271,3 +1271,155 @@ impl<B: Send + 'static> Future for Op<B> {
         self.poll_outcome(cx).map(|o| (o.result, o.buf))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::fabric::{
+        AddressVector, CompletionQueue, Domain, Endpoint, Fabric, Hints, InfoList, MemoryRegion,
+        MrAccess,
+    };
+    use crate::reactor::engine::Tuning;
+    use crate::reactor::tracker::View;
+    use std::time::{Duration, Instant};
+
+    /// A buffer that counts its drops.
+    struct Counted {
+        data: Vec<u8>,
+        drops: Arc<AtomicUsize>,
+    }
+
+    impl Drop for Counted {
+        fn drop(&mut self) {
+            self.drops.fetch_add(1, Ordering::SeqCst);
+        }
+    }
+
+    // SAFETY: the Vec's heap storage does not move with the struct.
+    unsafe impl IoBuf for Counted {
+        fn stable_ptr(&self) -> *const u8 {
+            self.data.as_ptr()
+        }
+        fn bytes_len(&self) -> usize {
+            self.data.len()
+        }
+    }
+
+    fn shm_endpoint(domain: &Arc<Domain>) -> Arc<Endpoint> {
+        let cq = CompletionQueue::open(domain, 64, true).expect("a completion queue");
+        let av = AddressVector::open(domain).expect("an address vector");
+        Endpoint::open(domain, cq, av).expect("an endpoint")
+    }
+
+    fn wait_until(what: &str, mut done: impl FnMut() -> bool) {
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while !done() {
+            assert!(Instant::now() < deadline, "{what} within 5 s");
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    }
+
+    #[test]
+    fn a_future_dropped_while_posting_leaves_once_its_posted_parts_complete() {
+        let mut hints = Hints::rsm_rdm().expect("hints");
+        hints.provider("shm").expect("the shm provider");
+        let list = InfoList::get(&hints, Some("127.0.0.1")).expect("fi_getinfo");
+        let info = Arc::new(list.iter().next().expect("shm present").dup().expect("dup"));
+        let domain = Domain::open(Fabric::open(info).expect("fabric")).expect("domain");
+        let (initiator, target) = (shm_endpoint(&domain), shm_endpoint(&domain));
+        let dest = initiator
+            .av()
+            .insert(target.name())
+            .expect("the target's address");
+        let memory = vec![0u8; 8192].into_boxed_slice();
+        let target_cq = Arc::clone(target.cq());
+        let access = MrAccess::REMOTE_READ.union(MrAccess::REMOTE_WRITE);
+        // SAFETY: `memory` outlives the region: both engines have exited (and closed their
+        // endpoints) before either is dropped, at the end.
+        let mr =
+            unsafe { MemoryRegion::register(&domain, memory.as_ptr(), memory.len(), access, 0xAB) }
+                .expect("registered");
+        let base = if domain.info().view().mr_mode() & ffi::FI_MR_VIRT_ADDR as i32 != 0 {
+            mr.addr() as u64
+        } else {
+            0
+        };
+        // One place in the transmit queue: the second part of a two-part put must wait.
+        let engine = Engine::start(initiator, "test-initiator", Tuning::for_kind("shm"), 1)
+            .expect("the initiator's engine");
+        let tracker = Arc::new(Tracker::with_view(View {
+            base,
+            key: mr.key(),
+            generation: 1,
+        }));
+        let spec = |plan: Plan| Spec {
+            engine: Arc::clone(&engine),
+            tracker: Arc::clone(&tracker),
+            dest,
+            dir: Dir::write(Visibility::DeliveryComplete),
+            plan,
+            fence: None,
+            info: OpInfo {
+                op: "put",
+                segment: 1,
+                node: 1,
+                offset: 0,
+            },
+            barrier: None,
+        };
+        let mut cx = Context::from_waker(Waker::noop());
+        // A first put, the target progressed by hand: shm connects to a peer on first use.
+        let first = vec![1u8; 8];
+        let (ptr, len) = Op::source(&first);
+        let mut warm = Op::new(spec(Op::<Vec<u8>>::contiguous(ptr, len, 8000, 4096)), first);
+        let deadline = Instant::now() + Duration::from_secs(5);
+        loop {
+            if let Poll::Ready((res, _)) = Pin::new(&mut warm).poll(&mut cx) {
+                res.expect("the first put");
+                break;
+            }
+            let _ = target_cq.read(&mut Vec::new());
+            assert!(Instant::now() < deadline, "the first put within 5 s");
+        }
+        let drops = Arc::new(AtomicUsize::new(0));
+        let buf = Counted {
+            data: vec![7u8; 8192],
+            drops: Arc::clone(&drops),
+        };
+        let (ptr, len) = Op::source(&buf);
+        let mut op = Op::new(spec(Op::<Counted>::contiguous(ptr, len, 0, 4096)), buf);
+        // Nothing progresses the target now: the first part cannot complete, so the second
+        // finds the queue full.
+        assert!(Pin::new(&mut op).poll(&mut cx).is_pending());
+        assert_eq!(tracker.in_flight(), 1, "the first part was posted");
+        drop(op);
+        assert_eq!(
+            drops.load(Ordering::SeqCst),
+            0,
+            "the provider still holds it"
+        );
+        // The target's progress completes the first part: the operation is done with it.
+        let serving = Engine::start(target, "test-target", Tuning::for_kind("shm"), 16)
+            .expect("the target's engine");
+        wait_until("the operation left the tracker", || {
+            tracker.in_flight() == 0
+        });
+        wait_until("the buffer was freed", || drops.load(Ordering::SeqCst) == 1);
+        // SAFETY: the delivery-complete write of the first part completed; nothing writes.
+        let landed = unsafe { std::ptr::read_volatile(memory.as_ptr().add(4095)) };
+        assert_eq!(landed, 7, "the posted part's bytes landed");
+        // SAFETY: as above.
+        let beyond = unsafe { std::ptr::read_volatile(memory.as_ptr().add(4096)) };
+        assert_eq!(beyond, 0, "the unposted part never went out");
+        // SAFETY: as above.
+        let warmed = unsafe { std::ptr::read_volatile(memory.as_ptr().add(8000)) };
+        assert_eq!(warmed, 1, "the first put landed");
+        engine.stop();
+        serving.stop();
+        wait_until("both engines exited", || {
+            engine.exited() && serving.exited()
+        });
+        drop(mr);
+        drop(memory);
+    }
+}
