@@ -408,10 +408,7 @@ impl<O: Send + 'static> Slot<O> {
             let weak = Arc::downgrade(self) as std::sync::Weak<dyn Abort>;
             match self.tracker.park(id, weak) {
                 None => return,
-                Some(err) => {
-                    st.failed_entry = Some(0);
-                    self.settle(&mut st, Err(self.info.annotate(err, self.len)))
-                }
+                Some(err) => self.fail_aborted(&mut st, err),
             }
         };
         finish((settled, None));
@@ -644,10 +641,17 @@ impl<O: Send + 'static> Abort for Slot<O> {
     fn abort(&self, err: &Error) {
         let settled = {
             let mut st = self.lock();
-            st.failed_entry = Some(0);
-            self.settle(&mut st, Err(self.info.annotate(clone_error(err), self.len)))
+            self.fail_aborted(&mut st, clone_error(err))
         };
         finish((settled, None));
+    }
+}
+
+impl<O: Send + 'static> Slot<O> {
+    /// Fails the operation with its connection's abort error: no entry counts as done.
+    fn fail_aborted(&self, st: &mut State<O>, err: Error) -> Option<Settled> {
+        st.failed_entry = Some(0);
+        self.settle(st, Err(self.info.annotate(err, self.len)))
     }
 }
 
