@@ -455,6 +455,28 @@ impl Engine {
         self.inflight.fetch_sub(1, Ordering::SeqCst);
     }
 
+    /// After a post the provider refused for lack of space (`-FI_EAGAIN`): whether to post
+    /// again now, having read the queue here (if no one else is reading it), for up to the
+    /// tuning's inline spin since the first refusal (`since`). Waiting for the engine's
+    /// wake-up instead cost a cross-thread round trip per refusal: shm refuses every post
+    /// to a peer while a small delivery-complete write to it is in flight (its
+    /// segmentation protocol, one transfer at a time per peer), and a 4 KiB putv of 4
+    /// batches took 40 µs against the baseline's 15 µs.
+    pub(crate) fn retry_for_space(&self, since: &mut Option<Instant>) -> bool {
+        let budget = self.tuning.inline_spin;
+        if budget.is_zero() {
+            return false;
+        }
+        let now = Instant::now();
+        if now.saturating_duration_since(*since.get_or_insert(now)) >= budget {
+            return false;
+        }
+        if !self.try_progress() {
+            std::hint::spin_loop();
+        }
+        true
+    }
+
     pub(crate) fn wait_for_space(&self, waker: &Waker) {
         {
             let mut w = self.tx_waiters.lock().unwrap_or_else(|p| p.into_inner());

@@ -1,12 +1,14 @@
 //! Operation slots: each posted operation owns its buffers, its `fi_context2` and what the
 //! provider needs alive, until the provider completes it (design §5).
 //!
-//! The slot is an `Arc`. Posting hands one strong count to the provider per posted part, as
-//! that part's context pointer (`Arc::into_raw`, or a small proxy that holds an `Arc`); each
-//! completion turns its count back. The future holds another count and only waits. Dropping
-//! or leaking the future therefore never frees what the provider may still touch: the
-//! provider's counts keep the slot, its buffers and its endpoint alive until the last
-//! completion arrives, and if it never arrives they are leaked, never freed.
+//! The slot is an `Arc`. When its first part goes out, posting hands the provider one strong
+//! count (`Arc::into_raw`, the first part's context pointer), and whoever brings the slot's
+//! count of unfinished parts to zero takes it back. The other parts' contexts live in the
+//! slot itself (the second inline, the rest in one array made with the slot), so a part
+//! costs no allocation and no reference count of its own. The future holds another count
+//! and only waits. Dropping or leaking the future therefore never frees what the provider
+//! may still touch: the provider's count keeps the slot, its buffers and its endpoint alive
+//! until the last completion arrives, and if it never arrives they are leaked, never freed.
 //!
 //! An operation is a [`Plan`] of data parts (pieces of one contiguous buffer, or batches of
 //! a scatter/gather vector) and, for a write that must be visible where the provider does not
@@ -27,6 +29,7 @@ use crate::fabric::ffi;
 use crate::{Error, Result};
 use std::cell::UnsafeCell;
 use std::future::Future;
+use std::mem::MaybeUninit;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -263,7 +266,18 @@ pub(crate) struct Slot<O> {
     len: usize,
     info: OpInfo,
     barrier: Option<Arc<BarrierCore>>,
+    /// The provider holds the strong count handed over with part 0; the release that
+    /// brings `pending` to zero takes it back.
+    handed: AtomicBool,
+    /// Part 1's context (a put's fence, a vector's second batch), written when it is posted.
+    second: ProxyCell<O>,
+    /// The contexts of parts 2 and later; empty (no allocation) for most operations.
+    more: Box<[ProxyCell<O>]>,
 }
+
+/// Where a part after the first keeps its context: written by the poster (under the
+/// posting lock) before the post, read by its completion.
+type ProxyCell<O> = UnsafeCell<MaybeUninit<PartProxy<O>>>;
 
 /// The posting cursor and the registration it posts to.
 struct Posting {
@@ -276,20 +290,23 @@ struct Posting {
 }
 
 // SAFETY: the context cells are written only by the provider between post and completion
-// and read by nobody in Rust; the plan's pointers are only handed to the provider, and point
-// into buffers the slot owns; everything else is behind a Mutex or immutable.
+// and read by nobody in Rust; a proxy cell is written by its poster under the posting lock
+// before its post and read by its completion after it; the plan's pointers are only handed
+// to the provider, and point into buffers the slot owns; everything else is behind a Mutex,
+// atomic or immutable.
 unsafe impl<O: Send> Sync for Slot<O> {}
 // SAFETY: as above.
 unsafe impl<O: Send> Send for Slot<O> {}
 
 /// A part after the first (a further chunk or batch, or the fence of a put): its own
-/// context, its index, and the bytes a fence reads into.
+/// context, its index, and the bytes a fence reads into. It lives in its slot, which the
+/// provider's count keeps alive until every posted part completed.
 #[repr(C)]
-struct PartProxy<O: Send + 'static> {
+struct PartProxy<O> {
     header: SlotHeader,
     scratch: UnsafeCell<[u8; 8]>,
     index: usize,
-    slot: Arc<Slot<O>>,
+    slot: *const Slot<O>,
 }
 
 impl<O: Send + 'static> Slot<O> {
@@ -340,8 +357,23 @@ impl<O: Send + 'static> Slot<O> {
         }
     }
 
-    /// One posted part completed.
-    fn part_done(&self, index: usize, outcome: std::result::Result<(), FabricFailure>) {
+    /// The context cell of part `index` (at least 1).
+    fn proxy(&self, index: usize) -> *mut PartProxy<O> {
+        let cell = match index.checked_sub(2) {
+            None => &self.second,
+            Some(i) => &self.more[i],
+        };
+        cell.get().cast()
+    }
+
+    /// One posted part completed. Returns the provider's count of the slot when this was
+    /// the last part: the caller drops it once it no longer uses `self`.
+    #[must_use = "the provider's count must be dropped after the call"]
+    fn part_done(
+        &self,
+        index: usize,
+        outcome: std::result::Result<(), FabricFailure>,
+    ) -> Option<Arc<Self>> {
         self.engine.op_done();
         if let Err(f) = outcome {
             let mut st = self.lock();
@@ -349,25 +381,36 @@ impl<O: Send + 'static> Slot<O> {
                 st.failure = Some((index, f));
             }
         }
-        self.release_one();
+        self.release_one()
     }
 
     /// Marks every part posted (drops posting's count); if all of them already completed,
-    /// completes the operation.
+    /// completes the operation. The poster holds the slot, so the provider's count it may
+    /// get back is dropped at once.
     fn finish_posting(&self) {
-        self.release_one();
+        drop(self.release_one());
     }
 
-    /// Drops one count of `pending`; the last completes the operation.
-    fn release_one(&self) {
-        // AcqRel: the last one sees every failure recorded before the others' decrements.
+    /// Drops one count of `pending`; the last completes the operation and takes back the
+    /// provider's count of the slot, which the caller drops after its last use of `self`.
+    /// As in `Arc`'s own drop, a release that is not the last touches nothing after its
+    /// decrement: the slot may be gone by then.
+    fn release_one(&self) -> Option<Arc<Self>> {
+        // AcqRel: the last one sees every failure recorded before the others' decrements,
+        // and that part 0 was handed over.
         if self.pending.fetch_sub(1, Ordering::AcqRel) != 1 {
-            return;
+            return None;
         }
+        let back = self.handed.swap(false, Ordering::Relaxed).then(|| {
+            // SAFETY: `handed` says part 0 went out with a count from `Arc::into_raw` of
+            // this slot (whose pointer is `self`'s), not taken back since: nothing is posted
+            // any more, and this swap takes it once.
+            unsafe { Arc::from_raw(self as *const Self) }
+        });
         let (settled, parked) = {
             let mut st = self.lock();
             if st.provider_done {
-                return;
+                return back;
             }
             st.provider_done = true;
             let res = self.final_result(&mut st);
@@ -381,6 +424,7 @@ impl<O: Send + 'static> Slot<O> {
         }
         self.uncount();
         finish(settled);
+        back
     }
 
     /// Drops the operation's count in the tracker, if it holds one.
@@ -484,7 +528,13 @@ impl<O: Send + 'static> Slot<O> {
                     self.finish_posting();
                     return Poll::Ready(());
                 }
-                Poll::Ready(Ok(())) => posting.next += 1,
+                Poll::Ready(Ok(())) => {
+                    if first {
+                        // Before posting's count can be released: see `release_one`.
+                        self.handed.store(true, Ordering::Relaxed);
+                    }
+                    posting.next += 1;
+                }
             }
         }
         if posting.next == parts {
@@ -569,20 +619,27 @@ unsafe fn complete_slot<O: Send + 'static>(
     h: *const SlotHeader,
     outcome: std::result::Result<(), FabricFailure>,
 ) {
-    // SAFETY: h came from Arc::into_raw of an Arc<Slot<O>> (header is its first field,
-    // repr(C)); this takes back the provider's count, exactly once per post.
-    let slot: Arc<Slot<O>> = unsafe { Arc::from_raw(h.cast::<Slot<O>>()) };
-    slot.part_done(0, outcome);
+    let slot = h.cast::<Slot<O>>();
+    // SAFETY: h is the header of a slot (its first field, repr(C)) whose part 0 went out;
+    // the provider's count keeps the slot alive until this part's release, which hands the
+    // count back here if it was the last, to drop after the call.
+    let back = unsafe { (*slot).part_done(0, outcome) };
+    drop(back);
 }
 
 unsafe fn complete_proxy<O: Send + 'static>(
     h: *const SlotHeader,
     outcome: std::result::Result<(), FabricFailure>,
 ) {
-    // SAFETY: h came from Box::into_raw of a PartProxy<O> (header first, repr(C)); this
-    // takes it back, exactly once per post.
-    let proxy: Box<PartProxy<O>> = unsafe { Box::from_raw(h.cast::<PartProxy<O>>().cast_mut()) };
-    proxy.slot.part_done(proxy.index, outcome);
+    let proxy = h.cast::<PartProxy<O>>();
+    // SAFETY: h heads a proxy (header first, repr(C)) that post_part wrote into its slot
+    // before posting it, and the provider's count keeps that slot alive until this part's
+    // release; both fields are read before it.
+    let (slot, index) = unsafe { ((*proxy).slot, (*proxy).index) };
+    // SAFETY: as above; the count comes back here if this was the last part, to drop after
+    // the call.
+    let back = unsafe { (*slot).part_done(index, outcome) };
+    drop(back);
 }
 
 /// The RSMAPI error of a failed completion: a connection the provider lost is a forced
@@ -685,26 +742,44 @@ fn post_part<O: Send + 'static>(
     let handed = if index == 0 {
         Handed::Slot(Arc::into_raw(Arc::clone(slot)))
     } else {
-        Handed::Proxy(Box::into_raw(Box::new(PartProxy {
-            header: SlotHeader::new(complete_proxy::<O>),
-            scratch: UnsafeCell::new([0; 8]),
-            index,
-            slot: Arc::clone(slot),
-        })))
+        let p = slot.proxy(index);
+        // SAFETY: the cell is the slot's and part `index`'s alone; the caller holds the
+        // posting lock and this part is not posted (a refused post is retried here), so
+        // neither the provider nor a completion reads it now.
+        unsafe {
+            p.write(PartProxy {
+                header: SlotHeader::new(complete_proxy::<O>),
+                scratch: UnsafeCell::new([0; 8]),
+                index,
+                slot: Arc::as_ptr(slot),
+            })
+        };
+        Handed::Proxy(p)
     };
     let ctx = match handed {
         // SAFETY: a live Arc<Slot<O>>, whose header (first field, repr(C)) starts with the
         // fi_context2.
         Handed::Slot(p) => unsafe { (*p).header.ctx.get() },
-        // SAFETY: a live boxed proxy, likewise headed by its context.
+        // SAFETY: the proxy just written into the slot, likewise headed by its context.
         Handed::Proxy(p) => unsafe { (*p).header.ctx.get() },
     };
-    let outcome = if index >= slot.plan.data_parts() {
+    let post = || -> PostOutcome {
+        if index < slot.plan.data_parts() {
+            return match slot.plan {
+                // One range: arrays of 16 cost a fill of 768 bytes per post.
+                Plan::Contiguous { .. } => post_data::<O, 1>(slot, index, base, key, ctx),
+                // Most providers here take at most 4 ranges a post.
+                Plan::Batches(ref b) if b.batch(index).len() <= 4 => {
+                    post_data::<O, 4>(slot, index, base, key, ctx)
+                }
+                Plan::Batches(_) => post_data::<O, MAX_IOV>(slot, index, base, key, ctx),
+            };
+        }
         let (Handed::Proxy(p), Some(at)) = (&handed, slot.fence) else {
             unreachable_fence()
         };
-        // SAFETY: the proxy's scratch bytes and context stay put until its completion takes
-        // the box back.
+        // SAFETY: the proxy's scratch bytes and context are in the slot, which the provider's
+        // count keeps in place until the completion.
         let scratch = unsafe { (**p).scratch.get().cast::<u8>() };
         let iov = [libc::iovec {
             iov_base: scratch.cast(),
@@ -717,15 +792,15 @@ fn post_part<O: Send + 'static>(
         }];
         // SAFETY: as above; the endpoint is kept by the slot's Arc<Engine>.
         unsafe { engine.post_readmsg(&iov, &mut [std::ptr::null_mut()], slot.dest, &rma, ctx) }
-    } else {
-        match slot.plan {
-            // One range: arrays of 16 cost a fill of 768 bytes per post.
-            Plan::Contiguous { .. } => post_data::<O, 1>(slot, index, base, key, ctx),
-            // Most providers here take at most 4 ranges a post.
-            Plan::Batches(ref b) if b.batch(index).len() <= 4 => {
-                post_data::<O, 4>(slot, index, base, key, ctx)
-            }
-            Plan::Batches(_) => post_data::<O, MAX_IOV>(slot, index, base, key, ctx),
+    };
+    // A full queue first gets a short while of this thread's own progress, as a
+    // busy-polling loop does, before the waker waits for the engine (see
+    // `Engine::retry_for_space`).
+    let mut since = None;
+    let outcome = loop {
+        match post() {
+            PostOutcome::Again if engine.retry_for_space(&mut since) => {}
+            outcome => break outcome,
         }
     };
     if !matches!(outcome, PostOutcome::Posted) {
@@ -992,8 +1067,8 @@ impl<O: Send + 'static> Handed<O> {
         match self {
             // SAFETY: from Arc::into_raw in post_part, not handed to the provider.
             Handed::Slot(p) => drop(unsafe { Arc::from_raw(p) }),
-            // SAFETY: from Box::into_raw in post_part, not handed to the provider.
-            Handed::Proxy(p) => drop(unsafe { Box::from_raw(p) }),
+            // The proxy's cell belongs to the slot: nothing to give back.
+            Handed::Proxy(_) => {}
         }
     }
 }
@@ -1076,6 +1151,7 @@ impl<B: Send + 'static> Op<B> {
     /// `buf`) says.
     pub(crate) fn new(spec: Spec, buf: B) -> Self {
         let len = spec.plan.bytes();
+        let parts = spec.plan.data_parts() + usize::from(spec.fence.is_some());
         let slot = Arc::new(Slot {
             header: SlotHeader::new(complete_slot::<B>),
             state: Mutex::new(State {
@@ -1105,6 +1181,11 @@ impl<B: Send + 'static> Op<B> {
             len,
             info: spec.info,
             barrier: spec.barrier,
+            handed: AtomicBool::new(false),
+            second: UnsafeCell::new(MaybeUninit::uninit()),
+            more: (2..parts)
+                .map(|_| UnsafeCell::new(MaybeUninit::uninit()))
+                .collect(),
         });
         Op {
             slot: Some(slot),
