@@ -6,7 +6,7 @@ use super::RowSpec;
 use super::cli::{Mode, Op};
 use super::pagebuf::PageBuf;
 use super::report::Progress;
-use super::rsm_side::RsmInitiator;
+use super::rsm_side::{RsmInitiator, Vector};
 use super::stats::Summary;
 use crate::{Barrier, Result};
 use futures::StreamExt;
@@ -17,13 +17,55 @@ use std::time::Instant;
 /// The entries of a putv or getv row: 16 of `size / 16` bytes.
 pub(crate) const VECTOR_ENTRIES: usize = 16;
 
+/// What one operation of a row moves: a buffer, or a vector's entries over one (made once
+/// per row, see [`Vector`]).
+enum Held {
+    Buf(PageBuf),
+    Vector(Vector),
+}
+
+impl Default for Held {
+    fn default() -> Self {
+        Held::Buf(PageBuf::default())
+    }
+}
+
+impl Held {
+    /// What `op` moves over `buf`.
+    fn of(op: Op, buf: PageBuf) -> Held {
+        if op.is_vector() {
+            Held::Vector(Vector::split(buf, 0, VECTOR_ENTRIES))
+        } else {
+            Held::Buf(buf)
+        }
+    }
+
+    /// The buffer again, once the row is over.
+    fn into_buf(self) -> Result<PageBuf, BenchError> {
+        match self {
+            Held::Buf(b) => Ok(b),
+            Held::Vector(v) => v
+                .into_buf()
+                .ok_or_else(|| BenchError::Peer("a completed vector kept a piece".into())),
+        }
+    }
+}
+
+/// A put's or get's outcome, as a [`Held`].
+fn lift((res, buf): (Result<()>, Option<PageBuf>)) -> (Result<()>, Option<Held>) {
+    (res, buf.map(Held::Buf))
+}
+
 /// One awaited operation at offset 0 of the imported segment.
-async fn one(init: &RsmInitiator, op: Op, buf: PageBuf) -> (Result<()>, Option<PageBuf>) {
-    match op {
-        Op::Put => init.put(0, buf).await,
-        Op::Get => init.get(0, buf).await,
-        Op::Putv | Op::Getv => init.vector(op.writes(), 0, buf, VECTOR_ENTRIES).await,
-        Op::Signal => (init.signal_round_trip().await, Some(buf)),
+async fn one(init: &RsmInitiator, op: Op, held: Held) -> (Result<()>, Option<Held>) {
+    match (op, held) {
+        (Op::Signal, h) => (init.signal_round_trip().await, Some(h)),
+        (_, Held::Vector(v)) => {
+            let (res, back) = init.vector(op.writes(), v).await;
+            (res, back.map(Held::Vector))
+        }
+        (_, Held::Buf(b)) if op.writes() => lift(init.put(0, b).await),
+        (_, Held::Buf(b)) => lift(init.get(0, b).await),
     }
 }
 
@@ -48,7 +90,7 @@ async fn barrier_round(
     Ok(())
 }
 
-fn returned(res: Result<()>, buf: Option<PageBuf>) -> Result<PageBuf, BenchError> {
+fn returned<T>(res: Result<()>, buf: Option<T>) -> Result<T, BenchError> {
     res?;
     buf.ok_or_else(|| BenchError::Peer("a completed operation kept its buffer".into()))
 }
@@ -65,6 +107,21 @@ pub(crate) async fn measure(
     if let (Some(barrier), Op::Put) = (init.barrier(), spec.op) {
         return explicit(init, barrier, spec, bufs, progress).await;
     }
+    let mut held: Vec<Held> = bufs.drain(..).map(|b| Held::of(spec.op, b)).collect();
+    let summary = held_rows(init, spec, &mut held, progress).await?;
+    for h in held {
+        bufs.push(h.into_buf()?);
+    }
+    Ok(summary)
+}
+
+/// [`measure`] over what the row's operations move.
+async fn held_rows(
+    init: &RsmInitiator,
+    spec: &RowSpec,
+    bufs: &mut Vec<Held>,
+    progress: &mut Progress,
+) -> Result<Summary, BenchError> {
     match spec.mode {
         Mode::Latency => {
             let (warmup, n) = (spec.warmup(), spec.timed());
@@ -77,10 +134,10 @@ pub(crate) async fn measure(
                 let t0 = Instant::now();
                 // Awaited directly, as a user writes it (see `in_turn`): the `one`
                 // wrapper's state, sized for a vector, was moved on every call.
-                let (res, back) = match spec.op {
-                    Op::Put => init.put(0, buf).await,
-                    Op::Get => init.get(0, buf).await,
-                    _ => one(init, spec.op, buf).await,
+                let (res, back) = match (spec.op, buf) {
+                    (Op::Put, Held::Buf(b)) => lift(init.put(0, b).await),
+                    (Op::Get, Held::Buf(b)) => lift(init.get(0, b).await),
+                    (op, h) => one(init, op, h).await,
                 };
                 let dt = t0.elapsed();
                 buf = returned(res, back)?;
@@ -121,7 +178,7 @@ async fn in_turn(
     init: &RsmInitiator,
     op: Op,
     total: usize,
-    bufs: &mut [PageBuf],
+    bufs: &mut [Held],
     tick: &mut dyn FnMut(usize),
 ) -> Result<(), BenchError> {
     let slots = bufs.len();
@@ -133,10 +190,10 @@ async fn in_turn(
         let buf = std::mem::take(slot);
         // A put or get awaited as a user writes it: the `one` wrapper's extra state
         // machine cost as much as the put itself here.
-        let (res, back) = match op {
-            Op::Put => init.put(0, buf).await,
-            Op::Get => init.get(0, buf).await,
-            _ => one(init, op, buf).await,
+        let (res, back) = match (op, buf) {
+            (Op::Put, Held::Buf(b)) => lift(init.put(0, b).await),
+            (Op::Get, Held::Buf(b)) => lift(init.get(0, b).await),
+            (op, h) => one(init, op, h).await,
         };
         *slot = returned(res, back)?;
         if done % 256 == 0 || done == total {
@@ -152,7 +209,7 @@ async fn window(
     init: &RsmInitiator,
     op: Op,
     total: usize,
-    bufs: &mut Vec<PageBuf>,
+    bufs: &mut Vec<Held>,
     tick: &mut dyn FnMut(usize),
 ) -> Result<(), BenchError> {
     if init.completes_inline() {
@@ -172,13 +229,13 @@ async fn stream(
     init: &RsmInitiator,
     op: Op,
     total: usize,
-    bufs: &mut Vec<PageBuf>,
+    bufs: &mut Vec<Held>,
     tick: &mut dyn FnMut(usize),
 ) -> Result<(), BenchError> {
     let taken = Cell::new(0usize);
     let done = Cell::new(0usize);
     let tick = RefCell::new(tick);
-    let lane = |mut buf: PageBuf| {
+    let lane = |mut buf: Held| {
         let (taken, done, tick) = (&taken, &done, &tick);
         async move {
             while taken.get() < total {

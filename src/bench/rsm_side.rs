@@ -3,22 +3,22 @@
 //! warm-up, windows, verification, output) is the harness's, shared with the baseline, so
 //! both sides are measured the same way.
 //!
-//! To fill in (the bodies below return "not built yet" until then):
-//! - [`RsmPeer::start`] runs in the peer process (`rsm bench-peer`): start a node, open the
-//!   controller, export and publish a segment of `len` bytes, and say in [`RsmPeerInfo`] how
-//!   the initiator reaches it. The harness keeps the value alive until the peer quits, then
-//!   calls [`RsmPeer::shutdown`].
+//! - [`RsmPeer::start`] runs in the peer process (`rsm bench-peer`): it starts a node, opens
+//!   the controller, exports and publishes a segment of `len` bytes, and says in
+//!   [`RsmPeerInfo`] how the initiator reaches it. The harness keeps the value alive until
+//!   the peer quits, then calls [`RsmPeer::shutdown`].
 //! - [`RsmPeer::write_at`] / [`RsmPeer::read_at`]: local copies into and out of that
 //!   segment; the harness calls them only while no operation is in flight (fill before a
 //!   get run, checksum after a put run).
-//! - [`RsmInitiator::connect`] runs in `rsm bench`: start a node that knows the peer,
-//!   open the controller, import the segment read-write.
+//! - [`RsmInitiator::connect`] runs in `rsm bench`: it starts a node that knows the peer,
+//!   opens the controller and imports the segment read-write.
 //! - [`RsmInitiator::put`] / [`RsmInitiator::get`]: one awaited operation of `buf.len()`
-//!   bytes at `offset` of the imported segment, giving the buffer back. Put must have the
+//!   bytes at `offset` of the imported segment, giving the buffer back. A put has the
 //!   implicit-barrier meaning (the data is visible at the target when it resolves): the
 //!   baseline uses `FI_DELIVERY_COMPLETE` for the same reason. In bandwidth mode the harness
 //!   keeps `window` of these futures in flight at once (one lane per buffer, each taking
 //!   the next operation when its last one completes, all polled on the caller's task).
+//! - [`RsmInitiator::vector`]: one putv or getv of a [`Vector`], the entries coming back.
 //!
 //! Both processes run these on the `rsm` binary's multi-thread tokio runtime; the harness's
 //! own loops block the thread they run on only while they measure the baseline.
@@ -177,22 +177,19 @@ impl RsmInitiator {
         self.imp.put(offset, buf)
     }
 
-    /// One vector of `entries` equal pieces of `buf` over consecutive ranges at `offset`:
-    /// a gathering put when `write`, else a scattering get. The buffer comes back whole.
-    pub(crate) async fn vector(
-        &self,
-        write: bool,
-        offset: u64,
-        buf: PageBuf,
-        entries: usize,
-    ) -> (Result<()>, Option<PageBuf>) {
-        let (shared, v) = Shared::split(buf, offset, entries);
+    /// One vector, `v`'s entries: a gathering put when `write`, else a scattering get. The
+    /// entries come back for the next operation unless the operation still owns them.
+    pub(crate) async fn vector(&self, write: bool, v: Vector) -> (Result<()>, Option<Vector>) {
+        let Vector { shared, entries } = v;
         let out = if write {
-            self.imp.putv(v, SgFlags::empty()).await
+            self.imp.putv(entries, SgFlags::empty()).await
         } else {
-            self.imp.getv(v, SgFlags::empty()).await
+            self.imp.getv(entries, SgFlags::empty()).await
         };
-        (out.result, out.entries.and_then(|e| shared.rejoin(e)))
+        (
+            out.result,
+            out.entries.map(|entries| Vector { shared, entries }),
+        )
     }
 
     /// One put of `buf` at `offset`, resolving when the data is visible at the target; the
@@ -219,6 +216,30 @@ impl RsmInitiator {
     pub(crate) async fn shutdown(self) {
         let _ = self.imp.disconnect().await;
         self.node.shutdown().await;
+    }
+}
+
+/// A putv or getv's entries: equal pieces of one buffer over consecutive ranges of the
+/// segment. Made once per buffer and row, and given to every operation of the row, as a user
+/// keeps a vector: splitting the buffer and rejoining it for each operation cost a 16-entry
+/// vector 32 reference counts and an allocation, which the baseline's one registered buffer
+/// does not pay.
+pub(crate) struct Vector {
+    shared: Shared,
+    entries: Vec<SgEntry<Part>>,
+}
+
+impl Vector {
+    /// `buf` in `n` pieces (the last takes the remainder) going to consecutive ranges from
+    /// `offset`.
+    pub(crate) fn split(buf: PageBuf, offset: u64, n: usize) -> Vector {
+        let (shared, entries) = Shared::split(buf, offset, n);
+        Vector { shared, entries }
+    }
+
+    /// The whole buffer again (`None` if a piece is still held elsewhere).
+    pub(crate) fn into_buf(self) -> Option<PageBuf> {
+        self.shared.rejoin(self.entries)
     }
 }
 
