@@ -401,10 +401,12 @@ impl<O: Send + 'static> Slot<O> {
         if self.pending.fetch_sub(1, Ordering::AcqRel) != 1 {
             return None;
         }
-        let back = self.handed.swap(false, Ordering::Relaxed).then(|| {
+        // Only the release that reaches zero gets here, once: no atomic exchange needed.
+        let back = self.handed.load(Ordering::Relaxed).then(|| {
+            self.handed.store(false, Ordering::Relaxed);
             // SAFETY: `handed` says part 0 went out with a count from `Arc::into_raw` of
             // this slot (whose pointer is `self`'s), not taken back since: nothing is posted
-            // any more, and this swap takes it once.
+            // any more, and only this release, the last, takes it.
             unsafe { Arc::from_raw(self as *const Self) }
         });
         let (settled, parked) = {
