@@ -3,6 +3,7 @@
 
 use super::stream::EventStream;
 use super::{STREAM_CAPACITY, SegmentEvent, timer};
+use crate::reactor::engine::Engine;
 use crate::state::NodeState;
 use crate::sys::eventfd::EventCounter;
 use crate::{Error, Result};
@@ -155,6 +156,7 @@ impl Hub {
         node: &Arc<NodeState>,
         timeout: Option<Duration>,
         op: &'static str,
+        mut reader: Option<&Engine>,
     ) -> Result<()> {
         let deadline = timeout.map(|t| Instant::now().checked_add(t));
         // A timeout too long to represent waits forever.
@@ -172,6 +174,13 @@ impl Hub {
                         .op(op)
                         .detail("the segment was destroyed or disconnected"));
                 }
+            }
+            if let Some(engine) = reader.take() {
+                if self.read_for_signal(engine, deadline) {
+                    return Ok(());
+                }
+                // Armed again: a signal the engine delivers from here wakes this task.
+                continue;
             }
             let Some(d) = deadline else {
                 notified.await;
@@ -191,6 +200,30 @@ impl Hub {
                 timer = None;
             }
         }
+    }
+
+    /// Before a wait parks its task: reads the queue the segment's signals arrive on, for
+    /// up to the engine's signal spin (or until `deadline`), taking a signal the reading
+    /// delivers. A signal the engine thread delivers costs the waiting task a cross-thread
+    /// wake-up, 10-15 µs here, twice per round trip: an shm0 signal round trip took 31-40
+    /// µs, against 1 µs for two threads busy-polling a shared word.
+    fn read_for_signal(&self, engine: &Engine, deadline: Option<Instant>) -> bool {
+        let budget = engine.signal_spin();
+        if budget.is_zero() {
+            return false;
+        }
+        let start = Instant::now();
+        let until = deadline.map_or(start + budget, |d| d.min(start + budget));
+        let mut taken = false;
+        while !taken && Instant::now() < until {
+            if !engine.try_progress() {
+                std::hint::spin_loop();
+            }
+            taken = self.try_take() == Ok(true);
+        }
+        // The engine must not sit out its deferral to a reader that is gone.
+        engine.reaper_leaves();
+        taken
     }
 
     /// A new stream of this segment's events (ends at once on a closed segment).

@@ -114,7 +114,11 @@ impl ExportSegment {
     pub async fn wait_signal(&self, timeout: Option<Duration>) -> Result<()> {
         const OP: &str = "intr_signal_wait";
         let node = self.node(OP)?;
-        self.inner.events.wait(&node, timeout, OP).await
+        let engine = self.inner.ctrl.fabric().map(|b| b.engine());
+        self.inner
+            .events
+            .wait(&node, timeout, OP, engine.map(|e| &**e))
+            .await
     }
 
     /// Signals pending: posted by importers, not consumed yet.

@@ -128,7 +128,12 @@ impl ImportSegment {
         })?;
         inner
             .events
-            .wait(&state, timeout, OP)
+            .wait(
+                &state,
+                timeout,
+                OP,
+                inner.ctrl.fabric().map(|b| &**b.engine()),
+            )
             .await
             .map_err(|e| e.segment(inner.segment).node(inner.node))
     }
