@@ -61,6 +61,9 @@ pub(crate) struct LoopbackBell {
     /// The peer's word, and its eventfd.
     out_at: usize,
     out: Arc<OwnedFd>,
+    /// This side's word, and whom what it says goes to.
+    in_at: usize,
+    rx: Receiver,
     stop: CancellationToken,
 }
 
@@ -99,9 +102,38 @@ impl LoopbackBell {
         }
         Ok(())
     }
+
+    /// Delivers what this side's word says, as the watch does when the eventfd fires;
+    /// returns whether there was anything. For a waiter that looks before its task parks:
+    /// a ring seen here costs no wake-up of the watch and then of the waiter.
+    pub(crate) fn look(&self, state: &NodeState) -> bool {
+        let w = word(&self.page, self.in_at);
+        // A plain load first: the page's line stays shared while nothing came.
+        if w.load(Ordering::Acquire) == 0 {
+            return false;
+        }
+        deliver(state, &self.rx, w.swap(0, Ordering::AcqRel))
+    }
+}
+
+/// Routes what a word said (swapped out by a watch or a look); false when it was 0.
+fn deliver(state: &NodeState, rx: &Receiver, w: u64) -> bool {
+    if w == 0 {
+        return false;
+    }
+    route::on_loopback_bell(
+        state,
+        rx.from,
+        rx.token,
+        rx.to_importer,
+        w & FIRST_NO_ACC != 0,
+        w & COUNT,
+    );
+    true
 }
 
 /// Whom a watch delivers to: the receiving side's token, and the peer node that may ring.
+#[derive(Clone, Copy)]
 struct Receiver {
     from: u32,
     token: u64,
@@ -151,14 +183,7 @@ async fn watch(
             continue;
         }
         let Some(state) = state.upgrade() else { return };
-        route::on_loopback_bell(
-            &state,
-            rx.from,
-            rx.token,
-            rx.to_importer,
-            w & FIRST_NO_ACC != 0,
-            w & COUNT,
-        );
+        deliver(&state, &rx, w);
     }
 }
 
@@ -196,6 +221,8 @@ fn start(
         page,
         out_at,
         out,
+        in_at,
+        rx,
         stop,
     })
 }
@@ -310,6 +337,12 @@ mod tests {
             page: Arc::clone(&map),
             out_at: TO_IMPORTER,
             out: Arc::clone(&fd),
+            in_at: TO_EXPORTER,
+            rx: Receiver {
+                from: 0,
+                token: 0,
+                to_importer: false,
+            },
             stop: CancellationToken::new(),
         };
         (map, bell, fd)
@@ -391,6 +424,53 @@ mod tests {
                 a.shutdown().await;
             });
         }
+    }
+
+    /// Round trips between two tasks, each waiting for the other's signal before it
+    /// answers: the waits take the rings from the doorbell words themselves (or the watch
+    /// does), and every signal is counted once.
+    #[test]
+    fn round_trips_count_every_signal_once() {
+        use crate::{ExportFlags, Node, Perm, SignalFlags};
+        use std::time::Duration;
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()
+            .unwrap();
+        let five = Some(Duration::from_secs(5));
+        rt.block_on(async {
+            let id = 5_000_000 + (rand::random::<u32>() % 1_000_000) * 2;
+            let start = |id| Node::builder().ignore_environment().id(id).start();
+            let (a, b) = (start(id).await.unwrap(), start(id + 1).await.unwrap());
+            let ctrl = a.controller("loopback").await.unwrap();
+            let seg = ctrl.export(4096, ExportFlags::empty()).unwrap();
+            let segid = seg.publish(0, &[]).await.unwrap();
+            let bctrl = b.controller("loopback").await.unwrap();
+            let imp = bctrl.import(id, segid, Perm::READ).await.unwrap();
+            const TRIPS: u64 = 500;
+            let echo_seg = seg.clone();
+            let echo = tokio::spawn(async move {
+                for _ in 0..TRIPS {
+                    echo_seg.wait_signal(five).await.unwrap();
+                    echo_seg.signal(SignalFlags::empty()).await.unwrap();
+                }
+            });
+            for _ in 0..TRIPS {
+                imp.signal(SignalFlags::empty()).await.unwrap();
+                imp.wait_signal(five).await.unwrap();
+            }
+            echo.await.unwrap();
+            assert_eq!((seg.pending_signals(), imp.pending_signals()), (0, 0));
+            let late = imp.wait_signal(Some(Duration::from_millis(50))).await;
+            assert_eq!(late.unwrap_err().code(), 42, "no signal left over");
+            let by_bell = |n: &Node| n.inner.state.signals.sent_by_bell.load(Ordering::Relaxed);
+            assert_eq!((by_bell(&a), by_bell(&b)), (TRIPS, TRIPS));
+            imp.disconnect().await.unwrap();
+            seg.destroy().await.unwrap();
+            b.shutdown().await;
+            a.shutdown().await;
+        });
     }
 
     #[test]

@@ -110,6 +110,9 @@ impl Drop for ImporterBell {
     }
 }
 
+/// The most loopback doorbells a signal wait looks at (see [`Routes::loopback_bells`]).
+const LOOK_AT_MOST: usize = 64;
+
 /// The node's signal routes: importer tokens to imports, and the exporter's connections to
 /// their importers' doorbells.
 pub(crate) struct Routes {
@@ -215,6 +218,17 @@ impl Routes {
     pub(crate) fn drop_loopback_bell(&self, node: u32, to_importer: bool, token: u64) {
         let gone = lock(&self.loopback).remove(&(node, to_importer, token));
         drop(gone);
+    }
+
+    /// The node's loopback doorbells, for a signal wait to look at before its task parks;
+    /// none past [`LOOK_AT_MOST`], where looking at each would cost more than the wake-up it
+    /// saves.
+    pub(crate) fn loopback_bells(&self) -> Vec<Arc<LoopbackBell>> {
+        let bells = lock(&self.loopback);
+        if bells.len() > LOOK_AT_MOST {
+            return Vec::new();
+        }
+        bells.values().cloned().collect()
     }
 
     fn loopback_bell(&self, node: u32, to_importer: bool, token: u64) -> Option<Arc<LoopbackBell>> {

@@ -114,11 +114,8 @@ impl ExportSegment {
     pub async fn wait_signal(&self, timeout: Option<Duration>) -> Result<()> {
         const OP: &str = "intr_signal_wait";
         let node = self.node(OP)?;
-        let engine = self.inner.ctrl.fabric().map(|b| b.engine());
-        self.inner
-            .events
-            .wait(&node, timeout, OP, engine.map(|e| &**e))
-            .await
+        let reader = crate::events::hub::Reader::of(&self.inner.ctrl);
+        self.inner.events.wait(&node, timeout, OP, reader).await
     }
 
     /// Signals pending: posted by importers, not consumed yet.

@@ -132,7 +132,7 @@ impl ImportSegment {
                 &state,
                 timeout,
                 OP,
-                inner.ctrl.fabric().map(|b| &**b.engine()),
+                crate::events::hub::Reader::of(&inner.ctrl),
             )
             .await
             .map_err(|e| e.segment(inner.segment).node(inner.node))
