@@ -10,62 +10,54 @@ use super::rsm_side::{RsmInitiator, Vector};
 use super::stats::Summary;
 use crate::{Barrier, Result};
 use futures::StreamExt;
+use futures::future::Either;
 use futures::stream::FuturesUnordered;
 use std::cell::{Cell, RefCell};
+use std::future::Future;
+use std::pin::Pin;
 use std::time::Instant;
 
 /// The entries of a putv or getv row: 16 of `size / 16` bytes.
 pub(crate) const VECTOR_ENTRIES: usize = 16;
 
-/// What one operation of a row moves: a buffer, or a vector's entries over one (made once
-/// per row, see [`Vector`]).
-enum Held {
-    Buf(PageBuf),
-    Vector(Vector),
+/// What the operations of a row move and get back: a buffer (put, get, signal), or a
+/// vector's entries over one (putv, getv; made once per row, see [`Vector`]). The loops are
+/// generic over it so that a put or get row awaits the put or get itself: on loopback an
+/// 8-byte put takes tens of nanoseconds, and a wrapper around the buffer or a larger future
+/// to move per operation doubled it.
+trait Moved: Sized {
+    /// One awaited operation of `op` at offset 0 of the imported segment.
+    fn one(init: &RsmInitiator, op: Op, item: Self) -> impl Future<Output = Outcome<Self>> + '_;
 }
 
-impl Default for Held {
-    fn default() -> Self {
-        Held::Buf(PageBuf::default())
-    }
-}
+/// An operation's result and what it gives back.
+type Outcome<T> = (Result<()>, Option<T>);
 
-impl Held {
-    /// What `op` moves over `buf`.
-    fn of(op: Op, buf: PageBuf) -> Held {
-        if op.is_vector() {
-            Held::Vector(Vector::split(buf, 0, VECTOR_ENTRIES))
-        } else {
-            Held::Buf(buf)
+/// A signal round trip, boxed: its future is several times a put's, and would be moved on
+/// every put of a row.
+type SignalTrip<'a> = Pin<Box<dyn Future<Output = Outcome<PageBuf>> + 'a>>;
+
+impl Moved for PageBuf {
+    // Inlined into the loops, so that a put row's loop matches on the operation once per
+    // put as it did before the loops were generic.
+    #[inline(always)]
+    fn one(init: &RsmInitiator, op: Op, buf: Self) -> impl Future<Output = Outcome<Self>> + '_ {
+        match op {
+            // A vector row never hands over a plain buffer (`Vector` moves those).
+            Op::Put | Op::Putv => Either::Left(init.put(0, buf)),
+            Op::Get | Op::Getv => Either::Left(init.get(0, buf)),
+            Op::Signal => {
+                let trip: SignalTrip<'_> =
+                    Box::pin(async move { (init.signal_round_trip().await, Some(buf)) });
+                Either::Right(trip)
+            }
         }
     }
-
-    /// The buffer again, once the row is over.
-    fn into_buf(self) -> Result<PageBuf, BenchError> {
-        match self {
-            Held::Buf(b) => Ok(b),
-            Held::Vector(v) => v
-                .into_buf()
-                .ok_or_else(|| BenchError::Peer("a completed vector kept a piece".into())),
-        }
-    }
 }
 
-/// A put's or get's outcome, as a [`Held`].
-fn lift((res, buf): (Result<()>, Option<PageBuf>)) -> (Result<()>, Option<Held>) {
-    (res, buf.map(Held::Buf))
-}
-
-/// One awaited operation at offset 0 of the imported segment.
-async fn one(init: &RsmInitiator, op: Op, held: Held) -> (Result<()>, Option<Held>) {
-    match (op, held) {
-        (Op::Signal, h) => (init.signal_round_trip().await, Some(h)),
-        (_, Held::Vector(v)) => {
-            let (res, back) = init.vector(op.writes(), v).await;
-            (res, back.map(Held::Vector))
-        }
-        (_, Held::Buf(b)) if op.writes() => lift(init.put(0, b).await),
-        (_, Held::Buf(b)) => lift(init.get(0, b).await),
+impl Moved for Vector {
+    fn one(init: &RsmInitiator, op: Op, v: Self) -> impl Future<Output = Outcome<Self>> + '_ {
+        init.vector(op.writes(), v)
     }
 }
 
@@ -107,19 +99,26 @@ pub(crate) async fn measure(
     if let (Some(barrier), Op::Put) = (init.barrier(), spec.op) {
         return explicit(init, barrier, spec, bufs, progress).await;
     }
-    let mut held: Vec<Held> = bufs.drain(..).map(|b| Held::of(spec.op, b)).collect();
-    let summary = held_rows(init, spec, &mut held, progress).await?;
-    for h in held {
-        bufs.push(h.into_buf()?);
+    if !spec.op.is_vector() {
+        return rows(init, spec, bufs, progress).await;
+    }
+    let mut vectors: Vec<Vector> = bufs
+        .drain(..)
+        .map(|b| Vector::split(b, 0, VECTOR_ENTRIES))
+        .collect();
+    let summary = rows(init, spec, &mut vectors, progress).await?;
+    for v in vectors {
+        let buf = v.into_buf();
+        bufs.push(buf.ok_or_else(|| BenchError::Peer("a completed vector kept a piece".into()))?);
     }
     Ok(summary)
 }
 
 /// [`measure`] over what the row's operations move.
-async fn held_rows(
+async fn rows<T: Moved>(
     init: &RsmInitiator,
     spec: &RowSpec,
-    bufs: &mut Vec<Held>,
+    bufs: &mut Vec<T>,
     progress: &mut Progress,
 ) -> Result<Summary, BenchError> {
     match spec.mode {
@@ -132,13 +131,7 @@ async fn held_rows(
             progress.phase("rsm", "warm-up");
             for i in 0..warmup + n {
                 let t0 = Instant::now();
-                // Awaited directly, as a user writes it (see `in_turn`): the `one`
-                // wrapper's state, sized for a vector, was moved on every call.
-                let (res, back) = match (spec.op, buf) {
-                    (Op::Put, Held::Buf(b)) => lift(init.put(0, b).await),
-                    (Op::Get, Held::Buf(b)) => lift(init.get(0, b).await),
-                    (op, h) => one(init, op, h).await,
-                };
+                let (res, back) = T::one(init, spec.op, buf).await;
                 let dt = t0.elapsed();
                 buf = returned(res, back)?;
                 if i >= warmup {
@@ -174,42 +167,46 @@ async fn held_rows(
 /// before its future is first polled, so a window in flight has nothing to overlap, and
 /// keeping one in a `FuturesUnordered` measured the harness rather than rsm: its task
 /// allocation, wakers and moves cost ~0.2 µs per 8-byte put, several times the put itself.
-async fn in_turn(
+async fn in_turn<T: Moved>(
     init: &RsmInitiator,
     op: Op,
     total: usize,
-    bufs: &mut [Held],
+    bufs: &mut Vec<T>,
     tick: &mut dyn FnMut(usize),
 ) -> Result<(), BenchError> {
     let slots = bufs.len();
     if slots == 0 {
         return Err(BenchError::Usage("no buffer".into()));
     }
+    // Taken out and put back per operation without a placeholder to make and drop.
+    let mut held: Vec<Option<T>> = bufs.drain(..).map(Some).collect();
+    let mut result = Ok(());
     for done in 1..=total {
-        let slot = &mut bufs[done % slots];
-        let buf = std::mem::take(slot);
-        // A put or get awaited as a user writes it: the `one` wrapper's extra state
-        // machine cost as much as the put itself here.
-        let (res, back) = match (op, buf) {
-            (Op::Put, Held::Buf(b)) => lift(init.put(0, b).await),
-            (Op::Get, Held::Buf(b)) => lift(init.get(0, b).await),
-            (op, h) => one(init, op, h).await,
-        };
-        *slot = returned(res, back)?;
+        let slot = &mut held[done % slots];
+        let Some(buf) = slot.take() else { break };
+        let (res, back) = T::one(init, op, buf).await;
+        match returned(res, back) {
+            Ok(b) => *slot = Some(b),
+            Err(e) => {
+                result = Err(e);
+                break;
+            }
+        }
         if done % 256 == 0 || done == total {
             tick(done);
         }
     }
-    Ok(())
+    bufs.extend(held.into_iter().flatten());
+    result
 }
 
 /// `total` operations over the buffers of `bufs`: one in flight per buffer, or one after
 /// another where operations complete before they are first polled (see `in_turn`).
-async fn window(
+async fn window<T: Moved>(
     init: &RsmInitiator,
     op: Op,
     total: usize,
-    bufs: &mut Vec<Held>,
+    bufs: &mut Vec<T>,
     tick: &mut dyn FnMut(usize),
 ) -> Result<(), BenchError> {
     if init.completes_inline() {
@@ -225,24 +222,24 @@ async fn window(
 /// of the initiator's time outside the kernel's copies in a shm0 64 KiB getv row; polling
 /// every slot on each wake instead cost a poll of every operation per completion where
 /// completions come from the target (putv on shm) (docs/performance.md).
-async fn stream(
+async fn stream<T: Moved>(
     init: &RsmInitiator,
     op: Op,
     total: usize,
-    bufs: &mut Vec<Held>,
+    bufs: &mut Vec<T>,
     tick: &mut dyn FnMut(usize),
 ) -> Result<(), BenchError> {
     let taken = Cell::new(0usize);
     let done = Cell::new(0usize);
     let tick = RefCell::new(tick);
-    let lane = |mut buf: Held| {
+    let lane = |mut buf: T| {
         let (taken, done, tick) = (&taken, &done, &tick);
         async move {
             while taken.get() < total {
                 taken.set(taken.get() + 1);
                 // On an error the other lanes are dropped: rsm keeps the buffers of their
                 // operations until the provider is done with them.
-                let (res, back) = one(init, op, buf).await;
+                let (res, back) = T::one(init, op, buf).await;
                 buf = returned(res, back)?;
                 let n = done.get() + 1;
                 done.set(n);
