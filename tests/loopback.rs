@@ -87,6 +87,21 @@ fn mapper_role() {
                     rt.block_on(imp.get(off.parse().unwrap(), vec![0u8; len.parse().unwrap()]));
                 say(res.map_or_else(err, |()| hex(&buf.unwrap())));
             }
+            // A vector of `n` 8-byte entries from `off`: "ok", or the error and residual.
+            [way @ ("putv" | "getv"), off, n] => {
+                let (off, n): (u64, u64) = (off.parse().unwrap(), n.parse().unwrap());
+                let entries = (0..n)
+                    .map(|i| rsm::SgEntry::buffer(vec![i as u8; 8], off + 8 * i))
+                    .collect();
+                let out = match *way {
+                    "putv" => rt.block_on(imp.putv(entries, rsm::SgFlags::empty())),
+                    _ => rt.block_on(imp.getv(entries, rsm::SgFlags::empty())),
+                };
+                say(match out.result {
+                    Ok(()) => "ok".to_string(),
+                    Err(e) => format!("err {} {}", e.code(), out.residual),
+                });
+            }
             ["mprotect"] => {
                 // SAFETY: the range is this process's own mapping; only its protection is
                 // asked to change.
@@ -391,6 +406,13 @@ fn revoke_cuts_importers_off_and_destroy_punches() {
     e.seg.write_at(100, b"secret").unwrap();
     let mut child = mapper(&e, "rw");
     assert_eq!(child.ask("raw 100 6"), hex(b"secret"));
+    assert_eq!(child.ask("putv 1024 4"), "ok");
+    assert_eq!(
+        dump(&e, 1024 + 8, 8),
+        [1u8; 8],
+        "a vector's second entry landed"
+    );
+    assert_eq!(child.ask("getv 1024 4"), "ok");
     let t = Instant::now();
     e.rt.block_on(e.seg.unpublish()).unwrap();
     assert!(
@@ -402,6 +424,9 @@ fn revoke_cuts_importers_off_and_destroy_punches() {
     assert_eq!(child.ask("put 100 00"), "err 40");
     assert_eq!(child.ask("mread 100 6"), "err 40");
     assert_eq!(child.ask("mwrite 100 00"), "err 40");
+    // A vector after the revoke moves none of its entries.
+    assert_eq!(child.ask("putv 1024 4"), "err 40 4");
+    assert_eq!(child.ask("getv 1024 4"), "err 40 4");
     assert_eq!(
         child.ask("raw 100 6"),
         hex(&[0; 6]),

@@ -292,10 +292,26 @@ impl LoopbackImport {
     /// # Safety
     /// `src` is valid for reads of `len` bytes and not inside the segment.
     pub(crate) unsafe fn write(&self, offset: usize, src: *const u8, len: usize) -> Result<()> {
-        let _busy = self.enter()?;
+        let busy = self.enter()?;
+        // SAFETY: forwarded.
+        unsafe { self.write_in(&busy, offset, src, len) }
+    }
+
+    /// As [`write`](Self::write), within a copy already entered (a vector's pieces share
+    /// one entry: two locked instructions per piece were most of a 4 KiB loopback putv).
+    ///
+    /// # Safety
+    /// As for [`write`](Self::write).
+    pub(crate) unsafe fn write_in(
+        &self,
+        _busy: &Busy<'_>,
+        offset: usize,
+        src: *const u8,
+        len: usize,
+    ) -> Result<()> {
         debug_assert!(offset + len <= self.size);
         match &self.implicit {
-            // SAFETY: in bounds of the live implicit mapping (enter holds off its
+            // SAFETY: in bounds of the live implicit mapping (the entry `_busy` holds off its
             // replacement); src is the caller's, valid for len bytes.
             Reach::Mapped(m) => unsafe { copy(src, m.as_ptr().add(offset), len) },
             Reach::Remote { pid, base } => {
@@ -312,10 +328,25 @@ impl LoopbackImport {
     /// # Safety
     /// `dst` is valid for writes of `len` bytes and not inside the segment.
     pub(crate) unsafe fn read(&self, offset: usize, dst: *mut u8, len: usize) -> Result<()> {
-        let _busy = self.enter()?;
+        let busy = self.enter()?;
+        // SAFETY: forwarded.
+        unsafe { self.read_in(&busy, offset, dst, len) }
+    }
+
+    /// As [`read`](Self::read), within a copy already entered.
+    ///
+    /// # Safety
+    /// As for [`read`](Self::read).
+    pub(crate) unsafe fn read_in(
+        &self,
+        _busy: &Busy<'_>,
+        offset: usize,
+        dst: *mut u8,
+        len: usize,
+    ) -> Result<()> {
         debug_assert!(offset + len <= self.size);
         match &self.implicit {
-            // SAFETY: as in write, in the other direction.
+            // SAFETY: as in write_in, in the other direction.
             Reach::Mapped(m) => unsafe { copy(m.as_ptr().add(offset), dst, len) },
             Reach::Remote { pid, base } => {
                 let at = base.load(Ordering::SeqCst).wrapping_add(offset as u64);
