@@ -355,35 +355,55 @@ mod tests {
         (rung, w & FIRST_NO_ACC != 0, w & COUNT)
     }
 
+    fn runtime() -> tokio::runtime::Runtime {
+        tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()
+            .unwrap()
+    }
+
+    /// Two nodes in this process (ids from `base` up), a loopback segment of the first and
+    /// the second's read-only import of it.
+    async fn pair_of_nodes(
+        base: u32,
+        forced: bool,
+    ) -> (
+        crate::Node,
+        crate::Node,
+        crate::ExportSegment,
+        crate::ImportSegment,
+    ) {
+        use crate::{ExportFlags, Node, Perm};
+        let id = base + (rand::random::<u32>() % 1_000_000) * 2;
+        let start = |id| {
+            Node::builder()
+                .ignore_environment()
+                .id(id)
+                .signals_over_side_channel(forced)
+                .start()
+        };
+        let (a, b) = (start(id).await.unwrap(), start(id + 1).await.unwrap());
+        let ctrl = a.controller("loopback").await.unwrap();
+        let seg = ctrl.export(4096, ExportFlags::empty()).unwrap();
+        let segid = seg.publish(0, &[]).await.unwrap();
+        let bctrl = b.controller("loopback").await.unwrap();
+        let imp = bctrl.import(id, segid, Perm::READ).await.unwrap();
+        (a, b, seg, imp)
+    }
+
     /// Two nodes in this process, a loopback export and its import: signals both ways go by
     /// the doorbell (none by the side channel) and count exactly, unless the side channel
     /// is forced.
     #[test]
     fn loopback_signals_ring_the_doorbell_not_the_side_channel() {
-        use crate::{ExportFlags, Node, Perm, SignalFlags};
+        use crate::SignalFlags;
         use std::time::Duration;
-        let rt = tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(2)
-            .enable_all()
-            .build()
-            .unwrap();
+        let rt = runtime();
         let five = Some(Duration::from_secs(5));
         for forced in [false, true] {
             rt.block_on(async {
-                let id = 3_000_000 + (rand::random::<u32>() % 1_000_000) * 2;
-                let start = |id| {
-                    Node::builder()
-                        .ignore_environment()
-                        .id(id)
-                        .signals_over_side_channel(forced)
-                        .start()
-                };
-                let (a, b) = (start(id).await.unwrap(), start(id + 1).await.unwrap());
-                let ctrl = a.controller("loopback").await.unwrap();
-                let seg = ctrl.export(4096, ExportFlags::empty()).unwrap();
-                let segid = seg.publish(0, &[]).await.unwrap();
-                let bctrl = b.controller("loopback").await.unwrap();
-                let imp = bctrl.import(id, segid, Perm::READ).await.unwrap();
+                let (a, b, seg, imp) = pair_of_nodes(3_000_000, forced).await;
                 for _ in 0..100 {
                     imp.signal(SignalFlags::empty()).await.unwrap();
                 }
@@ -431,23 +451,12 @@ mod tests {
     /// does), and every signal is counted once.
     #[test]
     fn round_trips_count_every_signal_once() {
-        use crate::{ExportFlags, Node, Perm, SignalFlags};
+        use crate::{Node, SignalFlags};
         use std::time::Duration;
-        let rt = tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(2)
-            .enable_all()
-            .build()
-            .unwrap();
+        let rt = runtime();
         let five = Some(Duration::from_secs(5));
         rt.block_on(async {
-            let id = 5_000_000 + (rand::random::<u32>() % 1_000_000) * 2;
-            let start = |id| Node::builder().ignore_environment().id(id).start();
-            let (a, b) = (start(id).await.unwrap(), start(id + 1).await.unwrap());
-            let ctrl = a.controller("loopback").await.unwrap();
-            let seg = ctrl.export(4096, ExportFlags::empty()).unwrap();
-            let segid = seg.publish(0, &[]).await.unwrap();
-            let bctrl = b.controller("loopback").await.unwrap();
-            let imp = bctrl.import(id, segid, Perm::READ).await.unwrap();
+            let (a, b, seg, imp) = pair_of_nodes(5_000_000, false).await;
             const TRIPS: u64 = 500;
             let echo_seg = seg.clone();
             let echo = tokio::spawn(async move {
