@@ -217,35 +217,48 @@ impl Hub {
         reader: Reader<'_>,
         deadline: Option<Instant>,
     ) -> bool {
-        let (budget, bells) = match reader {
-            Reader::Queue(engine) => (engine.signal_spin(), Vec::new()),
-            Reader::Bells => (LOOPBACK_SIGNAL_SPIN, node.signals.loopback_bells()),
-        };
-        if budget.is_zero() || matches!(reader, Reader::Bells) && bells.is_empty() {
-            return false;
+        match reader {
+            Reader::Queue(engine) => {
+                let budget = engine.signal_spin();
+                if budget.is_zero() {
+                    return false;
+                }
+                // The engine stays off the queue (and off the CPU) while this thread reads it.
+                engine.reaper_arrives();
+                let taken = self.look_until(budget, deadline, || engine.try_progress());
+                // The engine must not sit out its deferral to a reader that is gone.
+                engine.reaper_leaves();
+                taken
+            }
+            Reader::Bells => {
+                let bells = node.signals.loopback_bells();
+                !bells.is_empty()
+                    && self.look_until(LOOPBACK_SIGNAL_SPIN, deadline, || {
+                        bells.iter().fold(false, |found, b| b.look(node) | found)
+                    })
+            }
         }
-        if let Reader::Queue(engine) = reader {
-            // The engine stays off the queue (and off the CPU) while this thread reads it.
-            engine.reaper_arrives();
-        }
+    }
+
+    /// Calls `look` (which says whether it found anything) until a signal can be taken, for
+    /// up to `budget` or until `deadline`; returns whether one was taken.
+    fn look_until(
+        &self,
+        budget: Duration,
+        deadline: Option<Instant>,
+        mut look: impl FnMut() -> bool,
+    ) -> bool {
         let start = Instant::now();
         let until = deadline.map_or(start + budget, |d| d.min(start + budget));
-        let mut taken = false;
-        while !taken && Instant::now() < until {
-            let found = match reader {
-                Reader::Queue(engine) => engine.try_progress(),
-                Reader::Bells => bells.iter().fold(false, |f, b| b.look(node) | f),
-            };
-            if !found {
+        while Instant::now() < until {
+            if !look() {
                 std::hint::spin_loop();
             }
-            taken = self.try_take() == Ok(true);
+            if self.try_take() == Ok(true) {
+                return true;
+            }
         }
-        if let Reader::Queue(engine) = reader {
-            // The engine must not sit out its deferral to a reader that is gone.
-            engine.reaper_leaves();
-        }
-        taken
+        false
     }
 
     /// A new stream of this segment's events (ends at once on a closed segment).
@@ -313,8 +326,9 @@ impl Reader<'_> {
     }
 }
 
-/// How long a loopback signal wait looks at the doorbells before its task parks.
-const LOOPBACK_SIGNAL_SPIN: Duration = Duration::from_micros(20);
+/// How long a loopback signal wait looks at the doorbells before its task parks: longer
+/// than a wake-up, as shm's (`Tuning::signal_spin`).
+const LOOPBACK_SIGNAL_SPIN: Duration = Duration::from_micros(100);
 
 /// A segment's pollable descriptor (spec `rsm_memseg_get_pollfd`, decision 5): an eventfd
 /// that is readable (`POLLIN`) exactly while signals are pending for the segment, for

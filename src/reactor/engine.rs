@@ -85,9 +85,9 @@ impl Tuning {
                 window_look: false,
                 window_spin: true,
                 eio_is_lost_peer: false,
-                // A signal round trip went from 30-33 µs to 45 µs with a 20 µs read and to
-                // 180-300 µs with 100 µs: the waiting reader slowed rxm's progress for the
-                // engine that carries the answer.
+                // A signal round trip went from 30-45 µs to 45 µs with a 20 µs read, to
+                // 180-300 µs with 100 µs, and still 151-203 µs with the engine deferring to
+                // the reader: a waiting reader slows rxm's progress for the answer.
                 signal_spin: Duration::ZERO,
             },
             // shm: a completion read by the awaiting thread saves the 10-15 µs cross-thread
@@ -102,8 +102,12 @@ impl Tuning {
                 window_look: true,
                 window_spin: false,
                 eio_is_lost_peer: false,
-                // A signal round trip went from 31-40 µs to 1.8 µs.
-                signal_spin: Duration::from_micros(20),
+                // A signal round trip went from 31-40 µs to 1.8 µs. Longer than a wake-up
+                // (tens of µs here): with 20 µs, once one side parked, the other's read
+                // ended before the answer came, and whole runs stayed at 55-87 µs (5 of
+                // 12); with 100 µs a late answer is still read, and every run took 1.9 µs
+                // (6 of 6).
+                signal_spin: Duration::from_micros(100),
             },
         }
     }
@@ -835,8 +839,7 @@ impl Engine {
         }
     }
 
-    /// How long the thread awaiting a just-posted operation may read the queue itself before
-    /// it leaves the waiting to the engine.
+    /// Whether `EIO` in a completion means the peer is gone (see [`Tuning`]).
     pub(crate) fn eio_is_lost_peer(&self) -> bool {
         self.tuning.eio_is_lost_peer
     }
@@ -854,6 +857,8 @@ impl Engine {
         self.tuning.window_spin
     }
 
+    /// How long the thread awaiting a just-posted operation may read the queue itself before
+    /// it leaves the waiting to the engine.
     pub(crate) fn inline_spin(&self) -> Duration {
         self.tuning.inline_spin
     }
