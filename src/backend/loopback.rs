@@ -135,6 +135,15 @@ pub(crate) struct LoopbackImport {
 /// A copy in progress; ends on drop.
 pub(crate) struct Busy<'a>(&'a AtomicUsize);
 
+/// Which way a copy goes.
+#[derive(Clone, Copy)]
+pub(crate) enum Toward {
+    /// From local memory into the segment (a put).
+    Segment,
+    /// From the segment into local memory (a get).
+    Local,
+}
+
 impl Drop for Busy<'_> {
     fn drop(&mut self) {
         self.0.fetch_sub(1, Ordering::Release);
@@ -293,34 +302,8 @@ impl LoopbackImport {
     /// `src` is valid for reads of `len` bytes and not inside the segment.
     pub(crate) unsafe fn write(&self, offset: usize, src: *const u8, len: usize) -> Result<()> {
         let busy = self.enter()?;
-        // SAFETY: forwarded.
-        unsafe { self.write_in(&busy, offset, src, len) }
-    }
-
-    /// As [`write`](Self::write), within a copy already entered (a vector's pieces share
-    /// one entry: two locked instructions per piece were most of a 4 KiB loopback putv).
-    ///
-    /// # Safety
-    /// As for [`write`](Self::write).
-    pub(crate) unsafe fn write_in(
-        &self,
-        _busy: &Busy<'_>,
-        offset: usize,
-        src: *const u8,
-        len: usize,
-    ) -> Result<()> {
-        debug_assert!(offset + len <= self.size);
-        match &self.implicit {
-            // SAFETY: in bounds of the live implicit mapping (the entry `_busy` holds off its
-            // replacement); src is the caller's, valid for len bytes.
-            Reach::Mapped(m) => unsafe { copy(src, m.as_ptr().add(offset), len) },
-            Reach::Remote { pid, base } => {
-                let at = base.load(Ordering::SeqCst).wrapping_add(offset as u64);
-                // SAFETY: src is valid for len bytes; the kernel checks the other side.
-                unsafe { cma::write(*pid, at, src, len) }.map_err(|e| remote_error(*pid, e))?
-            }
-        }
-        Ok(())
+        // SAFETY: forwarded; a copy toward the segment only reads `src`.
+        unsafe { self.copy_in(&busy, offset, src.cast_mut(), len, Toward::Segment) }
     }
 
     /// Copies `len` bytes of the segment at `offset` into `dst`.
@@ -330,29 +313,49 @@ impl LoopbackImport {
     pub(crate) unsafe fn read(&self, offset: usize, dst: *mut u8, len: usize) -> Result<()> {
         let busy = self.enter()?;
         // SAFETY: forwarded.
-        unsafe { self.read_in(&busy, offset, dst, len) }
+        unsafe { self.copy_in(&busy, offset, dst, len, Toward::Local) }
     }
 
-    /// As [`read`](Self::read), within a copy already entered.
+    /// Copies `len` bytes between `local` and the segment at `offset`, within a copy already
+    /// entered (a vector's pieces share one entry: two locked instructions per piece were
+    /// most of a 4 KiB loopback putv).
     ///
     /// # Safety
-    /// As for [`read`](Self::read).
-    pub(crate) unsafe fn read_in(
+    /// `local` is valid for `len` bytes (reads toward the segment, writes toward local) and
+    /// not inside the segment.
+    #[inline]
+    pub(crate) unsafe fn copy_in(
         &self,
         _busy: &Busy<'_>,
         offset: usize,
-        dst: *mut u8,
+        local: *mut u8,
         len: usize,
+        toward: Toward,
     ) -> Result<()> {
         debug_assert!(offset + len <= self.size);
         match &self.implicit {
-            // SAFETY: as in write_in, in the other direction.
-            Reach::Mapped(m) => unsafe { copy(m.as_ptr().add(offset), dst, len) },
+            Reach::Mapped(m) => {
+                // SAFETY: in bounds of the live implicit mapping (the entry `_busy` holds
+                // off its replacement); `local` is the caller's, valid for len bytes.
+                let seg = unsafe { m.as_ptr().add(offset) };
+                // SAFETY: as above; the two ranges do not overlap.
+                unsafe {
+                    match toward {
+                        Toward::Segment => copy(local, seg, len),
+                        Toward::Local => copy(seg, local, len),
+                    }
+                }
+            }
             Reach::Remote { pid, base } => {
                 let at = base.load(Ordering::SeqCst).wrapping_add(offset as u64);
-                // SAFETY: dst is valid for writes of len bytes; the kernel checks the other
-                // side.
-                unsafe { cma::read(*pid, at, dst, len) }.map_err(|e| remote_error(*pid, e))?
+                // SAFETY: `local` is valid for len bytes; the kernel checks the other side.
+                let res = unsafe {
+                    match toward {
+                        Toward::Segment => cma::write(*pid, at, local, len),
+                        Toward::Local => cma::read(*pid, at, local, len),
+                    }
+                };
+                res.map_err(|e| remote_error(*pid, e))?;
             }
         }
         Ok(())

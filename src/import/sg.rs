@@ -4,6 +4,7 @@
 //! limits, not one round trip per entry.
 
 use super::ImportSegment;
+use crate::backend::loopback::Toward;
 use crate::events::SignalFlags;
 use crate::local::LocalMemory;
 use crate::perm::Perm;
@@ -251,13 +252,16 @@ impl ImportSegment {
         let busy = lo.enter();
         for (i, p) in valid.into_iter().enumerate() {
             let at = p.offset as usize; // in bounds: validated against the segment
-            let res = match (&busy, way) {
-                (Err(e), _) => Err(crate::reactor::slot::clone_error(e)),
+            let toward = match way {
+                Way::Put => Toward::Segment,
+                Way::Get => Toward::Local,
+            };
+            let res = match &busy {
+                Err(e) => Err(crate::reactor::slot::clone_error(e)),
                 // SAFETY: the piece lies in an entry's buffer or handle, which `entries`
-                // keeps alive across the copy; neither is the segment's memory.
-                (Ok(b), Way::Put) => unsafe { lo.write_in(b, at, p.ptr, p.len) },
-                // SAFETY: as above; the range is this entry's alone.
-                (Ok(b), Way::Get) => unsafe { lo.read_in(b, at, p.ptr, p.len) },
+                // keeps alive across the copy; neither is the segment's memory, and a get's
+                // range is this entry's alone.
+                Ok(b) => unsafe { lo.copy_in(b, at, p.ptr, p.len, toward) },
             };
             if let Err(e) = res {
                 let e = e.op(match way {
