@@ -221,6 +221,7 @@ impl Hub {
             Reader::Queue(engine) => {
                 let budget = engine.signal_spin();
                 if budget.is_zero() {
+                    engine.reader_wanted();
                     return false;
                 }
                 // The engine stays off the queue (and off the CPU) while this thread reads it.

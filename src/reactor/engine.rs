@@ -574,6 +574,7 @@ impl Engine {
     fn run(self: Arc<Self>) {
         let mut looks = Looks::new();
         let mut last_work = looks.now;
+        let mut last_reaped = looks.now;
         let mut stop_deadline: Option<Instant> = None;
         loop {
             if self.tuning.window_spin
@@ -596,6 +597,7 @@ impl Engine {
             looks.count();
             if n > 0 {
                 last_work = looks.now;
+                last_reaped = looks.now;
             }
             self.wake_tx_waiters();
             if self.stop.load(Ordering::SeqCst) {
@@ -621,7 +623,7 @@ impl Engine {
             }
             match self.cq.wait() {
                 WaitKind::Fd(fd) => {
-                    if self.idle_fd(fd, last_work, &mut looks) {
+                    if self.idle_fd(fd, (last_work, last_reaped), &mut looks) {
                         last_work = looks.now;
                     }
                 }
@@ -640,7 +642,12 @@ impl Engine {
 
     /// One idle step with a wait fd; returns whether there was activity (it slept and was
     /// woken, or data arrived while it spun).
-    fn idle_fd(&self, fd: std::os::fd::RawFd, last_work: Instant, looks: &mut Looks) -> bool {
+    fn idle_fd(
+        &self,
+        fd: std::os::fd::RawFd,
+        (last_work, last_reaped): (Instant, Instant),
+        looks: &mut Looks,
+    ) -> bool {
         // Also with nothing in flight: between a spinning thread's operations the engine
         // went to sleep, and the next post paid an eventfd write to wake it.
         if self.reaper_active(looks) {
@@ -663,8 +670,13 @@ impl Engine {
         if looks.since(last_work) < window {
             // Spinning keeps a busy target or initiator off the sleep/wake path (tens of µs
             // on a shared VM). Data arriving counts as activity: a target gets no completion
-            // for the writes and reads it serves.
-            if readable_now(fd) {
+            // for the writes and reads it serves. A readable fd alone does not: tcp also
+            // signals it for every post it could not send at once, and the signal stays
+            // until `fi_trywait` clears it, so the engine spun on for milliseconds beside
+            // the threads with work, on 2 cores (a window of 16 8-byte puts then a signal
+            // round trip: 3.5 ms median, 0.35 ms with this check). `fi_trywait` clears a
+            // stale signal and fails only while the provider has data to process.
+            if readable_now(fd) && (looks.since(last_reaped) < window || !self.cq.trywait()) {
                 return true;
             }
             // On 2 cores the user's task, this engine and a peer's all want a CPU: yield
@@ -691,8 +703,13 @@ impl Engine {
     /// until [`Engine::reaper_leaves`] calls the engine back.
     fn defer_to_reaper(&self, looks: &mut Looks) {
         self.deferring.store(true, Ordering::SeqCst);
-        self.wake.wait(None, Some(DEFER_TO_REAPER));
-        self.wake.drain();
+        // A reader that left after the engine's look at `reaps` and before the store above
+        // saw `deferring` false and did not wake it; its mark is visible here (both sides
+        // SeqCst), so the engine does not sit out the deferral for it.
+        if self.reaps.load(Ordering::SeqCst) & REAPER_LEFT == 0 {
+            self.wake.wait(None, Some(DEFER_TO_REAPER));
+            self.wake.drain();
+        }
         self.deferring.store(false, Ordering::SeqCst);
         looks.now = Instant::now();
     }
@@ -815,6 +832,17 @@ impl Engine {
         let asleep =
             self.sleeping.load(Ordering::SeqCst) && (self.polls() || self.tuning.wake_on_post);
         if asleep || self.deferring.load(Ordering::SeqCst) {
+            self.wake.wake();
+        }
+    }
+
+    /// A task parks to wait for what only the queue brings (a signal) without reading the
+    /// queue itself: an engine deferring to a reader comes back now. Otherwise, after a
+    /// window of operations its thread read for, the engine sat out up to
+    /// [`DEFER_TO_REAPER`] before it read the signal, on tcp 30 times a signal round trip.
+    pub(crate) fn reader_wanted(&self) {
+        self.reaps.fetch_or(REAPER_LEFT, Ordering::SeqCst);
+        if self.deferring.load(Ordering::SeqCst) {
             self.wake.wake();
         }
     }
