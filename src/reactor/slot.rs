@@ -1437,10 +1437,66 @@ mod tests {
         }
     }
 
-    fn shm_endpoint(domain: &Arc<Domain>) -> Arc<Endpoint> {
-        let cq = CompletionQueue::open(domain, 64, true).expect("a completion queue");
-        let av = AddressVector::open(domain).expect("an address vector");
-        Endpoint::open(domain, cq, av).expect("an endpoint")
+    /// Two endpoints of one domain, and `len` bytes of memory registered under `key` for
+    /// the initiator's remote reads and writes.
+    struct Pair {
+        initiator: Arc<Endpoint>,
+        target: Arc<Endpoint>,
+        dest: ffi::fi_addr_t,
+        /// The view of the registered memory that operations address.
+        tracker: Arc<Tracker>,
+        /// Dropped before `memory`, and only once the engines have exited.
+        mr: MemoryRegion,
+        memory: Box<[u8]>,
+    }
+
+    fn pair(provider: &str, len: usize, key: u64) -> Pair {
+        let mut hints = Hints::rsm_rdm().expect("hints");
+        hints.provider(provider).expect("the provider");
+        let list = InfoList::get(&hints, Some("127.0.0.1")).expect("fi_getinfo");
+        let info = Arc::new(
+            list.iter()
+                .next()
+                .expect("provider present")
+                .dup()
+                .expect("dup"),
+        );
+        let domain = Domain::open(Fabric::open(info).expect("fabric")).expect("domain");
+        let endpoint = || {
+            let cq = CompletionQueue::open(&domain, 64, true).expect("a completion queue");
+            let av = AddressVector::open(&domain).expect("an address vector");
+            Endpoint::open(&domain, cq, av).expect("an endpoint")
+        };
+        let (initiator, target) = (endpoint(), endpoint());
+        let dest = initiator
+            .av()
+            .insert(target.name())
+            .expect("the target's address");
+        let memory = vec![0u8; len].into_boxed_slice();
+        let access = MrAccess::REMOTE_READ.union(MrAccess::REMOTE_WRITE);
+        // SAFETY: `memory` outlives the region: the tests drop the region first, after both
+        // engines have exited (and closed their endpoints).
+        let mr =
+            unsafe { MemoryRegion::register(&domain, memory.as_ptr(), memory.len(), access, key) }
+                .expect("registered");
+        let base = if domain.info().view().mr_mode() & ffi::FI_MR_VIRT_ADDR as i32 != 0 {
+            mr.addr() as u64
+        } else {
+            0
+        };
+        let tracker = Arc::new(Tracker::with_view(View {
+            base,
+            key: mr.key(),
+            generation: 1,
+        }));
+        Pair {
+            initiator,
+            target,
+            dest,
+            tracker,
+            mr,
+            memory,
+        }
     }
 
     fn wait_until(what: &str, mut done: impl FnMut() -> bool) {
@@ -1451,43 +1507,28 @@ mod tests {
         }
     }
 
+    /// Stops both engines and waits for them to exit (closing their endpoints), then drops
+    /// the registration and the memory under it, in that order.
+    fn stop_then_release(a: &Engine, b: &Engine, mr: MemoryRegion, memory: Box<[u8]>) {
+        a.stop();
+        b.stop();
+        wait_until("both engines exited", || a.exited() && b.exited());
+        drop(mr);
+        drop(memory);
+    }
+
     #[test]
     fn a_future_dropped_while_posting_leaves_once_its_posted_parts_complete() {
-        let mut hints = Hints::rsm_rdm().expect("hints");
-        hints.provider("shm").expect("the shm provider");
-        let list = InfoList::get(&hints, Some("127.0.0.1")).expect("fi_getinfo");
-        let info = Arc::new(list.iter().next().expect("shm present").dup().expect("dup"));
-        let domain = Domain::open(Fabric::open(info).expect("fabric")).expect("domain");
-        let (initiator, target) = (shm_endpoint(&domain), shm_endpoint(&domain));
-        let dest = initiator
-            .av()
-            .insert(target.name())
-            .expect("the target's address");
-        let memory = vec![0u8; 8192].into_boxed_slice();
-        let target_cq = Arc::clone(target.cq());
-        let access = MrAccess::REMOTE_READ.union(MrAccess::REMOTE_WRITE);
-        // SAFETY: `memory` outlives the region: both engines have exited (and closed their
-        // endpoints) before either is dropped, at the end.
-        let mr =
-            unsafe { MemoryRegion::register(&domain, memory.as_ptr(), memory.len(), access, 0xAB) }
-                .expect("registered");
-        let base = if domain.info().view().mr_mode() & ffi::FI_MR_VIRT_ADDR as i32 != 0 {
-            mr.addr() as u64
-        } else {
-            0
-        };
+        let p = pair("shm", 8192, 0xAB);
+        let target_cq = Arc::clone(p.target.cq());
         // One place in the transmit queue: the second part of a two-part put must wait.
-        let engine = Engine::start(initiator, "test-initiator", Tuning::for_kind("shm"), 1)
+        let engine = Engine::start(p.initiator, "test-initiator", Tuning::for_kind("shm"), 1)
             .expect("the initiator's engine");
-        let tracker = Arc::new(Tracker::with_view(View {
-            base,
-            key: mr.key(),
-            generation: 1,
-        }));
+        let tracker = Arc::clone(&p.tracker);
         let spec = |plan: Plan| Spec {
             engine: Arc::clone(&engine),
             tracker: Arc::clone(&tracker),
-            dest,
+            dest: p.dest,
             dir: Dir::write(Visibility::DeliveryComplete),
             plan,
             fence: None,
@@ -1531,28 +1572,22 @@ mod tests {
             "the provider still holds it"
         );
         // The target's progress completes the first part: the operation is done with it.
-        let serving = Engine::start(target, "test-target", Tuning::for_kind("shm"), 16)
+        let serving = Engine::start(p.target, "test-target", Tuning::for_kind("shm"), 16)
             .expect("the target's engine");
         wait_until("the operation left the tracker", || {
             tracker.in_flight() == 0
         });
         wait_until("the buffer was freed", || drops.load(Ordering::SeqCst) == 1);
         // SAFETY: the delivery-complete write of the first part completed; nothing writes.
-        let landed = unsafe { std::ptr::read_volatile(memory.as_ptr().add(4095)) };
+        let landed = unsafe { std::ptr::read_volatile(p.memory.as_ptr().add(4095)) };
         assert_eq!(landed, 7, "the posted part's bytes landed");
         // SAFETY: as above.
-        let beyond = unsafe { std::ptr::read_volatile(memory.as_ptr().add(4096)) };
+        let beyond = unsafe { std::ptr::read_volatile(p.memory.as_ptr().add(4096)) };
         assert_eq!(beyond, 0, "the unposted part never went out");
         // SAFETY: as above.
-        let warmed = unsafe { std::ptr::read_volatile(memory.as_ptr().add(8000)) };
+        let warmed = unsafe { std::ptr::read_volatile(p.memory.as_ptr().add(8000)) };
         assert_eq!(warmed, 1, "the first put landed");
-        engine.stop();
-        serving.stop();
-        wait_until("both engines exited", || {
-            engine.exited() && serving.exited()
-        });
-        drop(mr);
-        drop(memory);
+        stop_then_release(&engine, &serving, p.mr, p.memory);
     }
 
     /// On tcp the engine stays off the queue while the thread that posts a window reads it
@@ -1562,44 +1597,14 @@ mod tests {
     fn a_tcp_window_larger_than_the_transmit_queue_lands_while_its_poster_reads() {
         const OPS: usize = 24;
         const LEN: usize = 16 * 1024;
-        let mut hints = Hints::rsm_rdm().expect("hints");
-        hints.provider("tcp;ofi_rxm").expect("the tcp provider");
-        let list = InfoList::get(&hints, Some("127.0.0.1")).expect("fi_getinfo");
-        let info = Arc::new(list.iter().next().expect("tcp present").dup().expect("dup"));
-        let domain = Domain::open(Fabric::open(info).expect("fabric")).expect("domain");
-        let endpoint = || {
-            let cq = CompletionQueue::open(&domain, 64, true).expect("a completion queue");
-            let av = AddressVector::open(&domain).expect("an address vector");
-            Endpoint::open(&domain, cq, av).expect("an endpoint")
-        };
-        let (initiator, target) = (endpoint(), endpoint());
-        let dest = initiator
-            .av()
-            .insert(target.name())
-            .expect("the target's address");
-        let memory = vec![0u8; OPS * LEN].into_boxed_slice();
-        let access = MrAccess::REMOTE_READ.union(MrAccess::REMOTE_WRITE);
-        // SAFETY: `memory` outlives the region: both engines have exited (and closed their
-        // endpoints) before either is dropped, at the end.
-        let mr =
-            unsafe { MemoryRegion::register(&domain, memory.as_ptr(), memory.len(), access, 0xAC) }
-                .expect("registered");
-        let base = if domain.info().view().mr_mode() & ffi::FI_MR_VIRT_ADDR as i32 != 0 {
-            mr.addr() as u64
-        } else {
-            0
-        };
-        let serving = Engine::start(target, "test-target", Tuning::for_kind("tcp"), 16)
+        let p = pair("tcp;ofi_rxm", OPS * LEN, 0xAC);
+        let serving = Engine::start(p.target, "test-target", Tuning::for_kind("tcp"), 16)
             .expect("the target's engine");
         // Three places for puts of five parts each (four writes and the fence): every put
         // waits for space in the middle of its posts.
-        let engine = Engine::start(initiator, "test-initiator", Tuning::for_kind("tcp"), 3)
+        let engine = Engine::start(p.initiator, "test-initiator", Tuning::for_kind("tcp"), 3)
             .expect("the initiator's engine");
-        let tracker = Arc::new(Tracker::with_view(View {
-            base,
-            key: mr.key(),
-            generation: 1,
-        }));
+        let tracker = Arc::clone(&p.tracker);
         let put = |i: usize| {
             let offset = (i * LEN) as u64;
             let buf = vec![i as u8 + 1; LEN];
@@ -1607,7 +1612,7 @@ mod tests {
             let spec = Spec {
                 engine: Arc::clone(&engine),
                 tracker: Arc::clone(&tracker),
-                dest,
+                dest: p.dest,
                 dir: Dir::write(Visibility::FencedRead),
                 plan: Op::<Vec<u8>>::contiguous(ptr, len, offset, LEN / 4),
                 fence: Some(offset + LEN as u64 - 1),
@@ -1640,18 +1645,12 @@ mod tests {
         for i in 0..OPS {
             // SAFETY: every put completed (its fence read the last byte back); nothing
             // writes the memory any more.
-            let landed = unsafe { std::slice::from_raw_parts(memory.as_ptr().add(i * LEN), LEN) };
+            let landed = unsafe { std::slice::from_raw_parts(p.memory.as_ptr().add(i * LEN), LEN) };
             assert!(
                 landed.iter().all(|&b| b == i as u8 + 1),
                 "put {i} landed in full"
             );
         }
-        engine.stop();
-        serving.stop();
-        wait_until("both engines exited", || {
-            engine.exited() && serving.exited()
-        });
-        drop(mr);
-        drop(memory);
+        stop_then_release(&engine, &serving, p.mr, p.memory);
     }
 }
