@@ -156,7 +156,11 @@ fn rebind_under_load(ctrl: &str) {
             tokio::spawn(async move {
                 let mut after = Vec::new();
                 let mut since_rebind = 0;
-                for i in 0..slots {
+                // Round the slots again until 200 puts began after the rebind: one pass of
+                // shm puts could end before the rebind did (the test then saw no put after
+                // it). Bounded, in case the rebind never comes: the asserts below say so.
+                for n in 0..slots * 64 {
+                    let i = n % slots;
                     let begun_after = rebound.load(Ordering::SeqCst);
                     let value = (i as u64 + 1).to_ne_bytes().to_vec();
                     let (res, _) = imp.put(8 * i as u64, value).await;
