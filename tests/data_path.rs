@@ -57,24 +57,14 @@ fn data_arrives_intact(ctrl: &str) {
     }
 
     // Many operations in flight from several tasks at once, on disjoint ranges.
-    let imp = s.imp.clone();
-    s.rt.block_on(async move {
-        let mut tasks = Vec::new();
-        for t in 0..8u64 {
-            let imp = imp.clone();
-            tasks.push(tokio::spawn(async move {
-                let mut ops = Vec::new();
-                for k in 0..32u64 {
-                    let off = (t * 32 + k) * 8192;
-                    ops.push(imp.put(off, pattern(t * 100 + k, 8192)));
-                }
-                for r in futures::future::join_all(ops).await {
-                    r.0.unwrap();
-                }
-            }));
+    in_tasks(&s.rt, &s.imp, 8, |t, imp| async move {
+        let mut ops = Vec::new();
+        for k in 0..32u64 {
+            let off = (t * 32 + k) * 8192;
+            ops.push(imp.put(off, pattern(t * 100 + k, 8192)));
         }
-        for t in tasks {
-            t.await.unwrap();
+        for r in futures::future::join_all(ops).await {
+            r.0.unwrap();
         }
     });
     for t in 0..8u64 {
@@ -93,40 +83,30 @@ fn data_arrives_intact(ctrl: &str) {
     // through its bounce buffers one transfer per peer at a time and refuses every other
     // post meanwhile, so most of these go out after a refusal and a retry.
     const SMALL: u64 = 2 * MIB as u64;
-    let imp = s.imp.clone();
-    s.rt.block_on(async move {
-        let mut tasks = Vec::new();
-        for t in 0..4u64 {
-            let imp = imp.clone();
-            tasks.push(tokio::spawn(async move {
-                let mut ops = Vec::new();
-                for k in 0..64u64 {
-                    let off = SMALL + (t * 64 + k) * 4096;
-                    let len = if k % 2 == 0 { 4096 } else { 1000 };
-                    ops.push(imp.put(off, pattern(t * 1000 + k, len)));
-                }
-                for r in futures::future::join_all(ops).await {
-                    r.0.unwrap();
-                }
-                let mut vectors = Vec::new();
-                for k in 0..16u64 {
-                    let off = SMALL + MIB as u64 + (t * 16 + k) * 4096;
-                    let data = pattern(t * 2000 + k, 4096);
-                    let entries = (0..16)
-                        .map(|e| {
-                            let piece = data[e * 256..(e + 1) * 256].to_vec();
-                            rsm::SgEntry::buffer(piece, off + e as u64 * 256)
-                        })
-                        .collect();
-                    vectors.push(imp.putv(entries, rsm::SgFlags::empty()));
-                }
-                for out in futures::future::join_all(vectors).await {
-                    out.result.unwrap();
-                }
-            }));
+    in_tasks(&s.rt, &s.imp, 4, |t, imp| async move {
+        let mut ops = Vec::new();
+        for k in 0..64u64 {
+            let off = SMALL + (t * 64 + k) * 4096;
+            let len = if k % 2 == 0 { 4096 } else { 1000 };
+            ops.push(imp.put(off, pattern(t * 1000 + k, len)));
         }
-        for t in tasks {
-            t.await.unwrap();
+        for r in futures::future::join_all(ops).await {
+            r.0.unwrap();
+        }
+        let mut vectors = Vec::new();
+        for k in 0..16u64 {
+            let off = SMALL + MIB as u64 + (t * 16 + k) * 4096;
+            let data = pattern(t * 2000 + k, 4096);
+            let entries = (0..16)
+                .map(|e| {
+                    let piece = data[e * 256..(e + 1) * 256].to_vec();
+                    rsm::SgEntry::buffer(piece, off + e as u64 * 256)
+                })
+                .collect();
+            vectors.push(imp.putv(entries, rsm::SgFlags::empty()));
+        }
+        for out in futures::future::join_all(vectors).await {
+            out.result.unwrap();
         }
     });
     for t in 0..4u64 {
@@ -151,6 +131,20 @@ fn data_arrives_intact(ctrl: &str) {
         }
     }
     s.rt.block_on(s.node.shutdown());
+}
+
+/// Runs `body(t, import)` in `n` tasks at once, `t` in `0..n`, and waits for all of them.
+fn in_tasks<F, Fut>(rt: &tokio::runtime::Runtime, imp: &rsm::ImportSegment, n: u64, body: F)
+where
+    F: Fn(u64, rsm::ImportSegment) -> Fut,
+    Fut: std::future::Future<Output = ()> + Send + 'static,
+{
+    let tasks: Vec<_> = (0..n).map(|t| rt.spawn(body(t, imp.clone()))).collect();
+    rt.block_on(async {
+        for t in tasks {
+            t.await.unwrap();
+        }
+    });
 }
 
 fn bounds_are_checked(ctrl: &str) {
