@@ -128,6 +128,62 @@ fn tcp_get_latency_baseline_verifies() {
 }
 
 #[test]
+fn a_baseline_with_an_fd_wait_object_verifies_and_says_so() {
+    // Both sides' baseline queues get the wait object rsm's tcp queues have; both still
+    // busy-poll, and the rows name the wait object.
+    for (op, mode) in [("get", "latency"), ("put", "bandwidth")] {
+        let run = bench(&[
+            "--controller",
+            "tcp0",
+            "--op",
+            op,
+            "--mode",
+            mode,
+            "--sizes",
+            "8,64K",
+            "--iters",
+            "200",
+            "--baseline",
+            "--baseline-wait",
+            "fd",
+            "--json",
+        ]);
+        assert_eq!(run.code, Some(0), "{op} {mode}: {}", run.stderr);
+        assert_eq!(run.rows.len(), 2, "{:?}", run.rows);
+        for row in &run.rows {
+            assert_eq!(row["baseline_wait"], "fd", "{row}");
+            assert_eq!(row["verified"], true, "{row}");
+            assert_eq!(row["baseline_verified"], true, "{row}");
+            assert!(row["ratio"].as_f64().is_some_and(|r| r > 0.0), "{row}");
+        }
+    }
+    // Without the option the baseline's queues have none.
+    let run = bench(&[
+        "--controller",
+        "tcp0",
+        "--op",
+        "get",
+        "--sizes",
+        "8",
+        "--baseline-only",
+        "--json",
+    ]);
+    assert_eq!(run.code, Some(0), "{}", run.stderr);
+    assert_eq!(run.rows[0]["baseline_wait"], "none", "{}", run.rows[0]);
+    // A value it does not know is refused before any peer starts.
+    let run = bench(&[
+        "--controller",
+        "tcp0",
+        "--op",
+        "get",
+        "--baseline-wait",
+        "yield",
+    ]);
+    assert_eq!(run.code, Some(2), "{}", run.stderr);
+    assert!(run.stderr.contains("--baseline-wait"), "{}", run.stderr);
+}
+
+#[test]
 fn shm_put_latency_baseline_verifies() {
     check_baseline("shm0", "put", "latency", &[]);
 }

@@ -110,6 +110,27 @@ fn bench_runs_against_a_served_peer_twice() {
             assert!(row["ratio"].as_f64().is_some(), "{row}");
         }
     }
+    // A baseline with another wait object than the peer's queue is refused, and the peer
+    // stays up.
+    let out = rsm()
+        .args(["bench", "--peer", &peer.addr, "--controller", "tcp0"])
+        .args([
+            "--op",
+            "get",
+            "--sizes",
+            "8",
+            "--baseline",
+            "--baseline-wait",
+            "fd",
+        ])
+        .output()
+        .expect("run rsm bench --peer");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains("start it with --baseline-wait fd"),
+        "{stderr}"
+    );
     // A run larger than what the peer registered is refused, and the peer stays up.
     let out = rsm()
         .args(["bench", "--peer", &peer.addr, "--controller", "tcp0"])

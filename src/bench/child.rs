@@ -2,6 +2,7 @@
 //! its standard input and output, and always ended and reaped, also on errors and panics.
 
 use super::BenchError;
+use super::cli::BaselineWait;
 use super::proto::{Command, PeerHello};
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{SocketAddr, TcpStream};
@@ -28,12 +29,13 @@ pub(crate) struct PeerProcess {
 }
 
 impl PeerProcess {
-    /// Starts `<current exe> bench-peer --controller C --max-size N [--no-rsm]` with the
-    /// providers pinned to loopback (in the child's environment only) and reads its hello.
+    /// Starts `<current exe> bench-peer --controller C --max-size N [--no-rsm]
+    /// --baseline-wait W` with the providers pinned to loopback (in the child's environment only) and reads its hello.
     pub(crate) fn spawn(
         controller: &str,
         max_size: usize,
         no_rsm: bool,
+        wait: BaselineWait,
     ) -> Result<PeerProcess, BenchError> {
         let exe = std::env::current_exe()
             .map_err(|e| BenchError::Peer(format!("cannot find the rsm executable: {e}")))?;
@@ -48,6 +50,7 @@ impl PeerProcess {
         if no_rsm {
             cmd.arg("--no-rsm");
         }
+        cmd.args(["--baseline-wait", wait.as_str()]);
         let mut child = cmd
             .spawn()
             .map_err(|e| BenchError::Peer(format!("cannot start the peer: {e}")))?;

@@ -61,6 +61,36 @@ pub enum BarrierArg {
     Explicit,
 }
 
+/// The wait object of the baseline's completion queues.
+#[derive(
+    Debug, Clone, Copy, Default, PartialEq, Eq, ValueEnum, serde::Serialize, serde::Deserialize,
+)]
+#[serde(rename_all = "lowercase")]
+pub enum BaselineWait {
+    /// None: the queues are busy-polled, as fabtests' are (the default).
+    #[default]
+    None,
+    /// An fd wait object (`FI_WAIT_FD`), as rsm's queues have on tcp and sockets so that
+    /// their engines can sleep while idle; still busy-polled. Measures what the wait object
+    /// alone costs the provider (on tcp;ofi_rxm its sockets join an epoll set).
+    Fd,
+}
+
+impl BaselineWait {
+    /// The name used in output: `none` or `fd`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            BaselineWait::None => "none",
+            BaselineWait::Fd => "fd",
+        }
+    }
+
+    /// Whether the queues ask for an fd wait object.
+    pub fn wants_fd(self) -> bool {
+        self == BaselineWait::Fd
+    }
+}
+
 impl fmt::Display for Op {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(self.as_str())
@@ -182,6 +212,10 @@ pub struct BenchArgs {
     /// fabtests does) and report the ratio: above 1 means rsm is better.
     #[arg(long)]
     pub baseline: bool,
+    /// The wait object of the baseline's completion queues, on both sides (the peer started
+    /// with `--peer` must be started with the same value).
+    #[arg(long, value_enum, default_value_t = BaselineWait::None)]
+    pub baseline_wait: BaselineWait,
     /// Measure each row this many times, rsm and baseline alternating (rsm, baseline, rsm,
     /// ...), the row's samples split over the rounds; figures and ratio are the medians over
     /// the rounds, so one disturbed round does not flip the ratio.
@@ -215,6 +249,9 @@ pub struct PeerArgs {
     /// Do not start an rsm node (baseline-only runs).
     #[arg(long)]
     pub no_rsm: bool,
+    /// The wait object of the baseline's completion queue (see `rsm bench --baseline-wait`).
+    #[arg(long, value_enum, default_value_t = BaselineWait::None)]
+    pub baseline_wait: BaselineWait,
     /// Serve `rsm bench --peer` runs on this TCP address (one at a time) instead of
     /// standard input and output; prints the bound address on standard output.
     #[arg(long, value_name = "ADDR")]

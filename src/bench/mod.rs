@@ -83,7 +83,9 @@ mod shape;
 mod shm_bell;
 mod stats;
 
-pub use cli::{BarrierArg, BenchArgs, MAX_SIZE, Mode, Op, PeerArgs, SizeList, parse_size};
+pub use cli::{
+    BarrierArg, BaselineWait, BenchArgs, MAX_SIZE, Mode, Op, PeerArgs, SizeList, parse_size,
+};
 pub use memory::{MemoryArgs, MemoryImporterArgs, run_memory, run_memory_importer};
 pub use peer::run_peer;
 
@@ -267,8 +269,17 @@ async fn bench(args: &BenchArgs, progress: &mut Progress) -> Result<Vec<Row>, Be
 
     let mut peer = match args.peer {
         Some(addr) => PeerProcess::connect(addr)?,
-        None => PeerProcess::spawn(&args.controller, max, !use_rsm)?,
+        None => PeerProcess::spawn(&args.controller, max, !use_rsm, args.baseline_wait)?,
     };
+    if use_baseline && peer.hello.baseline_wait != args.baseline_wait {
+        return Err(BenchError::Usage(format!(
+            "the peer's baseline queue has wait object {}, this run asks for {}: start it \
+             with --baseline-wait {}",
+            peer.hello.baseline_wait.as_str(),
+            args.baseline_wait.as_str(),
+            args.baseline_wait.as_str()
+        )));
+    }
     if (peer.hello.len as usize) < max {
         return Err(BenchError::Usage(format!(
             "the peer registered {} B, less than the largest size: start it with --max-size {max}",
@@ -298,7 +309,12 @@ async fn bench(args: &BenchArgs, progress: &mut Progress) -> Result<Vec<Row>, Be
         let h = &peer.hello;
         let addr = proto::hex_decode(h.addr.as_deref().unwrap_or_default())
             .map_err(|e| BenchError::Peer(format!("its fabric address: {e}")))?;
-        let b = Baseline::open(info, max, window, &addr, h.base, h.key, h.len)?;
+        let region = raw::PeerRegion {
+            base: h.base,
+            key: h.key,
+            len: h.len,
+        };
+        let b = Baseline::open(info, args.baseline_wait, max, window, &addr, region)?;
         peer.expect_ok(&Command::Addr(b.name().to_vec()))?;
         baseline = Some(b);
     }
@@ -330,6 +346,7 @@ async fn bench(args: &BenchArgs, progress: &mut Progress) -> Result<Vec<Row>, Be
             rsm_verified: None,
             baseline: None,
             baseline_verified: None,
+            baseline_wait: args.baseline_wait,
             rounds,
             rsm_rounds: Vec::new(),
             baseline_rounds: Vec::new(),

@@ -36,7 +36,11 @@ async fn peer(args: PeerArgs) -> Result<(), BenchError> {
     let raw = if loopback {
         None
     } else {
-        Some(RawTarget::open(fabric_info_for(&args.controller)?, len)?)
+        Some(RawTarget::open(
+            fabric_info_for(&args.controller)?,
+            len,
+            args.baseline_wait,
+        )?)
     };
     let (rsm, rsm_info, rsm_error) = if args.no_rsm {
         (None, None, None)
@@ -58,6 +62,7 @@ async fn peer(args: PeerArgs) -> Result<(), BenchError> {
         len: len as u64,
         rsm: rsm_info,
         rsm_error,
+        baseline_wait: args.baseline_wait,
     };
     let line = serde_json::to_string(&hello)
         .map_err(|e| BenchError::Peer(format!("cannot encode the hello: {e}")))?;

@@ -15,6 +15,7 @@
 //! A command that fails is answered `err <text>`. The target defaults to `raw` (the buffer
 //! registered for the baseline); `rsm` is the peer's exported segment.
 
+use super::cli::BaselineWait;
 use super::rsm_side::RsmPeerInfo;
 use serde::{Deserialize, Serialize};
 
@@ -36,6 +37,10 @@ pub struct PeerHello {
     pub rsm: Option<RsmPeerInfo>,
     /// Why the peer has no rsm side, when it was asked for one.
     pub rsm_error: Option<String>,
+    /// The wait object of its baseline queue (`rsm bench --baseline-wait`); a peer that
+    /// does not say has none.
+    #[serde(default)]
+    pub baseline_wait: BaselineWait,
 }
 
 /// Which of the peer's buffers a command touches.
@@ -275,10 +280,20 @@ mod tests {
             len: 4096,
             rsm: None,
             rsm_error: Some("not built".into()),
+            baseline_wait: BaselineWait::Fd,
         };
         let line = serde_json::to_string(&h).unwrap();
         assert!(!line.contains('\n'));
+        assert!(line.contains(r#""baseline_wait":"fd""#), "{line}");
         assert_eq!(serde_json::from_str::<PeerHello>(&line).unwrap(), h);
+        // A peer that does not say has a queue without a wait object.
+        let older = line.replace(r#","baseline_wait":"fd""#, "");
+        assert_eq!(
+            serde_json::from_str::<PeerHello>(&older)
+                .unwrap()
+                .baseline_wait,
+            BaselineWait::None
+        );
         assert_eq!(
             hex_decode(h.addr.as_deref().unwrap()).unwrap(),
             vec![1, 2, 3]

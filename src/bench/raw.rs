@@ -6,7 +6,7 @@
 //! (milliseconds per operation instead of about 30 µs). The peer uses [`RawTarget`], the
 //! initiator [`Baseline`].
 
-use super::cli::Op;
+use super::cli::{BaselineWait, Op};
 use super::pattern;
 use super::rsm_run::VECTOR_ENTRIES;
 use super::shape::{self, Limits, Shape};
@@ -111,11 +111,12 @@ pub(crate) struct RawEndpoint {
 
 impl RawEndpoint {
     /// Opens fabric, domain, queue (`cq_size` entries), address vector and endpoint. The
-    /// queue has a wait fd only for auto-progress providers (see [`Self::auto_progress`]).
-    pub(crate) fn open(info: Arc<Info>, cq_size: usize) -> Result<Self> {
+    /// queue has a wait fd for auto-progress providers (see [`Self::auto_progress`]) and
+    /// where `wait` asks for one; only the former sleep on it.
+    pub(crate) fn open(info: Arc<Info>, cq_size: usize, wait: BaselineWait) -> Result<Self> {
         let auto = info.view().data_progress_auto();
         let domain = Domain::open(Fabric::open(info)?)?;
-        let cq = CompletionQueue::open(&domain, cq_size, auto)?;
+        let cq = CompletionQueue::open(&domain, cq_size, auto || wait.wants_fd())?;
         let av = AddressVector::open(&domain)?;
         let ep = Endpoint::open(&domain, Arc::clone(&cq), av)?;
         Ok(RawEndpoint { ep, cq, domain })
@@ -234,8 +235,8 @@ pub(crate) struct RawTarget {
 
 impl RawTarget {
     /// Opens the endpoint and registers `len` bytes for remote reads and writes.
-    pub(crate) fn open(info: Arc<Info>, len: usize) -> Result<Self> {
-        let raw = RawEndpoint::open(info, 256)?;
+    pub(crate) fn open(info: Arc<Info>, len: usize, wait: BaselineWait) -> Result<Self> {
+        let raw = RawEndpoint::open(info, 256, wait)?;
         let access = MrAccess::REMOTE_READ.union(MrAccess::REMOTE_WRITE);
         let region = RawRegion::new(&raw.domain, len, access, PEER_KEY)?;
         Ok(RawTarget { region, raw })
@@ -362,22 +363,30 @@ const EMPTY_RMA: ffi::fi_rma_iov = ffi::fi_rma_iov {
     key: 0,
 };
 
+/// The peer's registered buffer, as its hello describes it.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct PeerRegion {
+    /// The address to add offsets to.
+    pub(crate) base: u64,
+    pub(crate) key: u64,
+    pub(crate) len: u64,
+}
+
 impl Baseline {
-    /// Opens the controller's domain and an endpoint, registers `slots` local buffers of
-    /// `max_size` bytes each (and the fences' scratch bytes), and inserts the peer's address
-    /// (`peer_addr`, as its `fi_getname` gave it).
+    /// Opens the controller's domain and an endpoint (its queue with the `wait` object),
+    /// registers `slots` local buffers of `max_size` bytes each (and the fences' scratch
+    /// bytes), and inserts the peer's address (`peer_addr`, as its `fi_getname` gave it).
     pub(crate) fn open(
         info: Arc<Info>,
+        wait: BaselineWait,
         max_size: usize,
         slots: usize,
         peer_addr: &[u8],
-        base: u64,
-        key: u64,
-        len: u64,
+        PeerRegion { base, key, len }: PeerRegion,
     ) -> Result<Self> {
         // Up to a vector's batches and a fence per slot in flight.
         let cq_size = slots.saturating_mul(VECTOR_ENTRIES + 1).clamp(64, 4096);
-        let raw = RawEndpoint::open(info, cq_size)?;
+        let raw = RawEndpoint::open(info, cq_size, wait)?;
         let kind = provider_kind(&raw.provider());
         let visibility = visibility_for(&kind);
         let limits = {

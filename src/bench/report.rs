@@ -1,6 +1,6 @@
 //! Rows, their JSON and table forms, and the progress line on standard error.
 
-use super::cli::{Mode, Op};
+use super::cli::{BaselineWait, Mode, Op};
 use super::stats::{Summary, ratio, round_ratios};
 use serde_json::{Map, Value, json};
 use std::io::Write;
@@ -30,6 +30,8 @@ pub struct Row {
     pub baseline: Option<Summary>,
     /// Whether every byte the baseline moved was right, if it ran.
     pub baseline_verified: Option<bool>,
+    /// The wait object of the baseline's queues.
+    pub baseline_wait: BaselineWait,
     /// How many interleaved rounds each side ran (1 unless `--rounds`).
     pub rounds: usize,
     /// What rsm measured in each round; `rsm` is their median.
@@ -74,7 +76,8 @@ impl Row {
     /// null when rsm did not run; `p99_us` is null in bandwidth mode, where `median_us` is
     /// total time / operations) and `verified`. When the baseline ran, also
     /// `baseline_samples`, `baseline_median_us`, `baseline_p99_us`, `baseline_mb_per_s`,
-    /// `baseline_ops_per_s`, `baseline_verified` and `ratio` (null unless rsm ran too).
+    /// `baseline_ops_per_s`, `baseline_verified`, `baseline_wait` (`none` or `fd`, see
+    /// `rsm bench --baseline-wait`) and `ratio` (null unless rsm ran too).
     ///
     /// Rounds (`--rounds N`): `rounds` is N, and the figures above are the medians over the
     /// rounds (`samples`: every timed operation of every round); `rsm_rounds` (and, when
@@ -117,6 +120,7 @@ impl Row {
             obj.insert("baseline_mb_per_s".into(), json!(mbs));
             obj.insert("baseline_ops_per_s".into(), json!(ops));
             obj.insert("baseline_verified".into(), json!(self.baseline_verified));
+            obj.insert("baseline_wait".into(), json!(self.baseline_wait.as_str()));
             obj.insert("ratio".into(), json!(self.ratio().map(|r| round(r, 3))));
         }
         let each = |rounds: &[Summary]| {
@@ -186,8 +190,13 @@ pub fn table(rows: &[Row]) -> String {
             if last.is_some() {
                 out.push('\n');
             }
+            let wait = if has_base && r.baseline_wait.wants_fd() {
+                ", baseline queues with an fd wait object"
+            } else {
+                ""
+            };
             out.push_str(&format!(
-                "{} ({}) {} {}, window {}\n",
+                "{} ({}) {} {}, window {}{wait}\n",
                 r.controller, r.provider, r.op, r.mode, r.window
             ));
             let mut h = format!("{:>8}", "size");
@@ -338,6 +347,7 @@ mod tests {
             rsm_verified: rsm.then_some(true),
             baseline: baseline.then(|| s(10.0)),
             baseline_verified: baseline.then_some(true),
+            baseline_wait: BaselineWait::None,
             rounds: 1,
             rsm_rounds: rsm.then(|| s(20.0)).into_iter().collect(),
             baseline_rounds: baseline.then(|| s(10.0)).into_iter().collect(),
@@ -358,13 +368,14 @@ mod tests {
         "ops_per_s",
         "verified",
     ];
-    const BASELINE: [&str; 7] = [
+    const BASELINE: [&str; 8] = [
         "baseline_samples",
         "baseline_median_us",
         "baseline_p99_us",
         "baseline_mb_per_s",
         "baseline_ops_per_s",
         "baseline_verified",
+        "baseline_wait",
         "ratio",
     ];
 
@@ -390,6 +401,7 @@ mod tests {
         // Latency: baseline median over rsm median.
         assert_eq!(v["ratio"], 0.5);
         assert_eq!(v["baseline_median_us"], 10.0);
+        assert_eq!(v["baseline_wait"], "none");
 
         let v = row(true, true, Mode::Bandwidth).to_json();
         assert!(v["p99_us"].is_null());
