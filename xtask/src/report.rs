@@ -484,8 +484,10 @@ pub fn markdown(meta: &Meta, rows: &[Row], memory: &[Memory]) -> String {
              (`rsm bench --baseline-wait fd`) on both sides, as rsm's tcp and sockets queues \
              are so that their engines sleep while idle; the baseline still busy-polls. On \
              tcp;ofi_rxm the wait object costs the provider itself (rxm's tcp queue joins \
-             its sockets to an epoll set): the gap between a row here and the same row \
-             above is that cost, the rest is rsm's. No targets.\n"
+             its sockets to an epoll set), so the baseline here is the one rsm's design can \
+             reach; the difference between its figures and those of the same row above is \
+             that cost, within this run's noise (see the round ratios; alternating runs in \
+             docs/performance.md, eighth pass). No targets.\n"
         );
         table_header(&mut md, true);
         for r in &fd {
