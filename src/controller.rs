@@ -541,6 +541,10 @@ fn open_loopback(node: Weak<NodeState>) -> ControllerInner {
 }
 
 fn open_fabric(c: &Candidate, local_ip: IpAddr, node: Weak<NodeState>) -> Result<ControllerInner> {
+    if c.kind == "tcp" {
+        refuse_pollfd_rxm(|k| std::env::var(k).ok())
+            .map_err(|e| e.op("get_controller").controller(c.name.clone()))?;
+    }
     let (info, domain) = describe(c, local_ip)?;
     let backend = FabricBackend::open(domain, &c.name, &c.kind)
         .map_err(|e| e.op("get_controller").controller(c.name.clone()))?;
@@ -554,6 +558,26 @@ fn open_fabric(c: &Candidate, local_ip: IpAddr, node: Weak<NodeState>) -> Result
         backend: Backend::Fabric(backend),
         node,
     })
+}
+
+/// rxm's variables that make its wait objects poll lists instead of an epoll fd.
+const RXM_WAIT_OBJ_VARS: [&str; 2] = ["FI_OFI_RXM_DEF_TCP_WAIT_OBJ", "FI_OFI_RXM_DEF_WAIT_OBJ"];
+
+/// Refuses a tcp controller when the process environment (`var`) asks rxm for `pollfd`
+/// wait objects: with either variable set so (libfabric 1.17), the first operation
+/// between two rsm nodes never completed, both engines asleep on their wait fds (measured
+/// with `rsm bench`, which ran with `fd` and without them). A clear error instead of a
+/// hang.
+fn refuse_pollfd_rxm(var: impl Fn(&str) -> Option<String>) -> Result<()> {
+    for k in RXM_WAIT_OBJ_VARS {
+        if var(k).is_some_and(|v| v.trim().eq_ignore_ascii_case("pollfd")) {
+            return Err(Error::ctlr_not_present().detail(format!(
+                "{k}=pollfd is set: rxm's wait fd then missed the traffic rsm's progress \
+                 engines sleep on, and operations hung; unset it (or set it to fd)"
+            )));
+        }
+    }
+    Ok(())
 }
 
 const ALL_DAS: u32 = RSM_DAS8 | RSM_DAS16 | RSM_DAS32 | RSM_DAS64;
@@ -684,6 +708,29 @@ mod tests {
 
     fn registry() -> ControllerRegistry {
         ControllerRegistry::new("127.0.0.1".parse().unwrap(), Weak::new())
+    }
+
+    #[test]
+    fn rxm_pollfd_wait_objects_are_refused_with_their_variable() {
+        let env = |pairs: &'static [(&'static str, &'static str)]| {
+            move |k: &str| {
+                pairs
+                    .iter()
+                    .find(|(n, _)| *n == k)
+                    .map(|(_, v)| v.to_string())
+            }
+        };
+        assert!(refuse_pollfd_rxm(env(&[])).is_ok());
+        assert!(refuse_pollfd_rxm(env(&[("FI_OFI_RXM_DEF_TCP_WAIT_OBJ", "fd")])).is_ok());
+        for k in RXM_WAIT_OBJ_VARS {
+            let pairs: &'static [(&'static str, &'static str)] = match k {
+                "FI_OFI_RXM_DEF_TCP_WAIT_OBJ" => &[("FI_OFI_RXM_DEF_TCP_WAIT_OBJ", " PollFD")],
+                _ => &[("FI_OFI_RXM_DEF_WAIT_OBJ", "pollfd")],
+            };
+            let err = refuse_pollfd_rxm(env(pairs)).unwrap_err();
+            assert_eq!(err.code(), Error::ctlr_not_present().code());
+            assert!(err.to_string().contains(&format!("{k}=pollfd")), "{err}");
+        }
     }
 
     #[test]

@@ -128,6 +128,36 @@ fn tcp_get_latency_baseline_verifies() {
 }
 
 #[test]
+fn rxm_pollfd_wait_objects_fail_the_tcp_run_at_once() {
+    // With this libfabric variable the first operation between two nodes used to hang;
+    // the tcp controller is refused instead, on both sides, with the variable named.
+    let _guard = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
+    let t0 = std::time::Instant::now();
+    let out = Command::new(env!("CARGO_BIN_EXE_rsm"))
+        .args([
+            "bench",
+            "--controller",
+            "tcp0",
+            "--op",
+            "get",
+            "--sizes",
+            "8",
+        ])
+        .args(["--iters", "100", "--json"])
+        .env("FI_OFI_RXM_DEF_TCP_WAIT_OBJ", "pollfd")
+        .output()
+        .expect("run rsm bench");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_ne!(out.status.code(), Some(0), "{stderr}");
+    assert!(
+        stderr.contains("FI_OFI_RXM_DEF_TCP_WAIT_OBJ=pollfd is set"),
+        "{stderr}"
+    );
+    assert!(out.stdout.is_empty(), "no row");
+    assert!(t0.elapsed() < std::time::Duration::from_secs(30));
+}
+
+#[test]
 fn a_baseline_with_an_fd_wait_object_verifies_and_says_so() {
     // Both sides' baseline queues get the wait object rsm's tcp queues have; both still
     // busy-poll, and the rows name the wait object.
