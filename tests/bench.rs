@@ -16,9 +16,14 @@ struct Run {
 }
 
 fn bench(args: &[&str]) -> Run {
+    bench_with_env(args, &[])
+}
+
+/// [`bench`] with `env` added to the environment of both processes.
+fn bench_with_env(args: &[&str], env: &[(&str, &str)]) -> Run {
     let _guard = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_rsm"));
-    cmd.arg("bench").args(args);
+    cmd.arg("bench").args(args).envs(env.iter().copied());
     // The initiator must find the loopback domains by itself; only the peer gets these.
     for var in [
         "FI_TCP_IFACE",
@@ -131,31 +136,20 @@ fn tcp_get_latency_baseline_verifies() {
 fn rxm_pollfd_wait_objects_fail_the_tcp_run_at_once() {
     // With this libfabric variable the first operation between two nodes used to hang;
     // the tcp controller is refused instead, on both sides, with the variable named.
-    let _guard = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
     let t0 = std::time::Instant::now();
-    let out = Command::new(env!("CARGO_BIN_EXE_rsm"))
-        .args([
-            "bench",
-            "--controller",
-            "tcp0",
-            "--op",
-            "get",
-            "--sizes",
-            "8",
-        ])
-        .args(["--iters", "100", "--json"])
-        .env("FI_OFI_RXM_DEF_TCP_WAIT_OBJ", "pollfd")
-        .output()
-        .expect("run rsm bench");
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert_ne!(out.status.code(), Some(0), "{stderr}");
-    assert!(
-        stderr.contains("FI_OFI_RXM_DEF_TCP_WAIT_OBJ=pollfd is set"),
-        "{stderr}"
+    let run = bench_with_env(
+        &[TCP_GET_8, &["--iters", "100", "--json"]].concat(),
+        &[("FI_OFI_RXM_DEF_TCP_WAIT_OBJ", "pollfd")],
     );
-    assert!(out.stdout.is_empty(), "no row");
+    assert_ne!(run.code, Some(0), "{}", run.stderr);
+    let named = "FI_OFI_RXM_DEF_TCP_WAIT_OBJ=pollfd is set";
+    assert!(run.stderr.contains(named), "{}", run.stderr);
+    assert!(run.rows.is_empty(), "no row: {:?}", run.rows);
     assert!(t0.elapsed() < std::time::Duration::from_secs(30));
 }
+
+/// An 8-byte tcp0 get.
+const TCP_GET_8: &[&str] = &["--controller", "tcp0", "--op", "get", "--sizes", "8"];
 
 #[test]
 fn a_baseline_with_an_fd_wait_object_verifies_and_says_so() {
@@ -188,27 +182,11 @@ fn a_baseline_with_an_fd_wait_object_verifies_and_says_so() {
         }
     }
     // Without the option the baseline's queues have none.
-    let run = bench(&[
-        "--controller",
-        "tcp0",
-        "--op",
-        "get",
-        "--sizes",
-        "8",
-        "--baseline-only",
-        "--json",
-    ]);
+    let run = bench(&[TCP_GET_8, &["--baseline-only", "--json"]].concat());
     assert_eq!(run.code, Some(0), "{}", run.stderr);
     assert_eq!(run.rows[0]["baseline_wait"], "none", "{}", run.rows[0]);
     // A value it does not know is refused before any peer starts.
-    let run = bench(&[
-        "--controller",
-        "tcp0",
-        "--op",
-        "get",
-        "--baseline-wait",
-        "yield",
-    ]);
+    let run = bench(&[TCP_GET_8, &["--baseline-wait", "yield"]].concat());
     assert_eq!(run.code, Some(2), "{}", run.stderr);
     assert!(run.stderr.contains("--baseline-wait"), "{}", run.stderr);
 }
