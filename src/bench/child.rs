@@ -30,7 +30,8 @@ pub(crate) struct PeerProcess {
 
 impl PeerProcess {
     /// Starts `<current exe> bench-peer --controller C --max-size N [--no-rsm]
-    /// --baseline-wait W` with the providers pinned to loopback (in the child's environment only) and reads its hello.
+    /// --baseline-wait W` with the providers pinned to loopback (in the child's environment
+    /// only) and reads its hello.
     pub(crate) fn spawn(
         controller: &str,
         max_size: usize,

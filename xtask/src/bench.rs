@@ -14,6 +14,9 @@
 //! baseline, rsm, ...); the report's figures are the medians over the rounds, and each
 //! row's note gives the spread of the round ratios.
 //!
+//! The [`FD_BASELINE`] rows run once more against a baseline whose queues have rsm's fd
+//! wait object (`rsm bench --baseline-wait fd`), in a section of the report of their own.
+//!
 //! Bounded: every child gets at most [`JOB_TIMEOUT`], and runs that would start after
 //! [`BUDGET`] are skipped and listed as such.
 
