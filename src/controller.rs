@@ -541,10 +541,6 @@ fn open_loopback(node: Weak<NodeState>) -> ControllerInner {
 }
 
 fn open_fabric(c: &Candidate, local_ip: IpAddr, node: Weak<NodeState>) -> Result<ControllerInner> {
-    if c.kind == "tcp" {
-        refuse_pollfd_rxm(|k| std::env::var(k).ok())
-            .map_err(|e| e.op("get_controller").controller(c.name.clone()))?;
-    }
     let (info, domain) = describe(c, local_ip)?;
     let backend = FabricBackend::open(domain, &c.name, &c.kind)
         .map_err(|e| e.op("get_controller").controller(c.name.clone()))?;
@@ -558,26 +554,6 @@ fn open_fabric(c: &Candidate, local_ip: IpAddr, node: Weak<NodeState>) -> Result
         backend: Backend::Fabric(backend),
         node,
     })
-}
-
-/// rxm's variables that make its wait objects poll lists instead of an epoll fd.
-const RXM_WAIT_OBJ_VARS: [&str; 2] = ["FI_OFI_RXM_DEF_TCP_WAIT_OBJ", "FI_OFI_RXM_DEF_WAIT_OBJ"];
-
-/// Refuses a tcp controller when the process environment (`var`) asks rxm for `pollfd`
-/// wait objects: with either variable set so (libfabric 1.17), the first operation
-/// between two rsm nodes never completed, both engines asleep on their wait fds (measured
-/// with `rsm bench`, which ran with `fd` and without them). A clear error instead of a
-/// hang.
-fn refuse_pollfd_rxm(var: impl Fn(&str) -> Option<String>) -> Result<()> {
-    for k in RXM_WAIT_OBJ_VARS {
-        if var(k).is_some_and(|v| v.trim().eq_ignore_ascii_case("pollfd")) {
-            return Err(Error::ctlr_not_present().detail(format!(
-                "{k}=pollfd is set: rxm's wait fd then missed the traffic rsm's progress \
-                 engines sleep on, and operations hung; unset it (or set it to fd)"
-            )));
-        }
-    }
-    Ok(())
 }
 
 const ALL_DAS: u32 = RSM_DAS8 | RSM_DAS16 | RSM_DAS32 | RSM_DAS64;
@@ -656,7 +632,9 @@ fn describe(c: &Candidate, local_ip: IpAddr) -> Result<(ControllerInfo, Arc<Doma
     } else {
         mem
     };
-    let wait = match fabric::CompletionQueue::open(&domain, 16, true) {
+    // The wait object rsm's engine uses on this provider (tcp polls, see `Tuning`).
+    let want_fd = crate::reactor::engine::Tuning::for_kind(&c.kind).wait_fd;
+    let wait = match fabric::CompletionQueue::open(&domain, 16, want_fd) {
         Ok(cq) if matches!(cq.wait(), fabric::WaitKind::Fd(_)) => "fd",
         _ => "poll",
     };
@@ -711,24 +689,6 @@ mod tests {
     }
 
     #[test]
-    fn rxm_pollfd_wait_objects_are_refused_with_their_variable() {
-        // An environment of one variable.
-        let with = |k: &'static str, v: &'static str| {
-            refuse_pollfd_rxm(move |n: &str| (n == k).then(|| v.to_string()))
-        };
-        assert!(refuse_pollfd_rxm(|_| None).is_ok());
-        assert!(with("FI_OFI_RXM_DEF_TCP_WAIT_OBJ", "fd").is_ok());
-        for (k, v) in [
-            ("FI_OFI_RXM_DEF_TCP_WAIT_OBJ", " PollFD"),
-            ("FI_OFI_RXM_DEF_WAIT_OBJ", "pollfd"),
-        ] {
-            let err = with(k, v).unwrap_err();
-            assert_eq!(err.code(), Error::ctlr_not_present().code());
-            assert!(err.to_string().contains(&format!("{k}=pollfd")), "{err}");
-        }
-    }
-
-    #[test]
     fn lists_loopback_and_the_local_providers() {
         let list = registry().list().unwrap();
         let names: Vec<&str> = list.iter().map(|c| c.name.as_str()).collect();
@@ -746,9 +706,12 @@ mod tests {
         assert_eq!(tcp.provider, "tcp;ofi_rxm");
         let p = tcp.provider_attr.as_ref().unwrap();
         assert!(p.mr_key_size >= 4 && p.tx_size > 0 && p.cq_data_size >= 4);
-        assert_eq!(p.wait, "fd");
+        // What the engine uses: tcp polls (no wait fd, see `Tuning`), sockets sleeps on one.
+        assert_eq!(p.wait, "poll");
         let shm = list.iter().find(|c| c.name == "shm0").unwrap();
         assert_eq!(shm.provider_attr.as_ref().unwrap().wait, "poll");
+        let sockets = list.iter().find(|c| c.name == "sockets0").unwrap();
+        assert_eq!(sockets.provider_attr.as_ref().unwrap().wait, "fd");
         assert_eq!(shm.attr.atomic_sizes, ALL_DAS);
     }
 

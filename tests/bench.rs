@@ -133,19 +133,21 @@ fn tcp_get_latency_baseline_verifies() {
 }
 
 #[test]
-fn rxm_pollfd_wait_objects_fail_the_tcp_run_at_once() {
-    // With this libfabric variable the first operation between two nodes used to hang;
-    // the tcp controller is refused instead, on both sides, with the variable named.
+fn rxm_pollfd_wait_objects_do_not_stop_tcp() {
+    // With this libfabric variable the first operation between two nodes used to hang,
+    // while rsm's tcp queues had an fd wait object (rxm's own queues then followed the
+    // variable). They have none now, so rxm opens none either: rsm's and the baseline's
+    // operations complete, every byte verified, within a generous bound.
     let t0 = std::time::Instant::now();
     let run = bench_with_env(
-        &[TCP_GET_8, &["--iters", "100", "--json"]].concat(),
+        &[TCP_GET_8, &["--iters", "100", "--baseline", "--json"]].concat(),
         &[("FI_OFI_RXM_DEF_TCP_WAIT_OBJ", "pollfd")],
     );
-    assert_ne!(run.code, Some(0), "{}", run.stderr);
-    let named = "FI_OFI_RXM_DEF_TCP_WAIT_OBJ=pollfd is set";
-    assert!(run.stderr.contains(named), "{}", run.stderr);
-    assert!(run.rows.is_empty(), "no row: {:?}", run.rows);
-    assert!(t0.elapsed() < std::time::Duration::from_secs(30));
+    assert_eq!(run.code, Some(0), "{}", run.stderr);
+    assert_eq!(run.rows.len(), 1, "{:?}", run.rows);
+    assert_eq!(run.rows[0]["verified"], true, "{}", run.rows[0]);
+    assert_eq!(run.rows[0]["baseline_verified"], true, "{}", run.rows[0]);
+    assert!(t0.elapsed() < std::time::Duration::from_secs(60));
 }
 
 /// An 8-byte tcp0 get.
@@ -153,8 +155,8 @@ const TCP_GET_8: &[&str] = &["--controller", "tcp0", "--op", "get", "--sizes", "
 
 #[test]
 fn a_baseline_with_an_fd_wait_object_verifies_and_says_so() {
-    // Both sides' baseline queues get the wait object rsm's tcp queues have; both still
-    // busy-poll, and the rows name the wait object.
+    // Both sides' baseline queues get an fd wait object (as rsm's queues on sockets have);
+    // both still busy-poll, and the rows name the wait object.
     for (op, mode) in [("get", "latency"), ("put", "bandwidth")] {
         let run = bench(&[
             "--controller",

@@ -40,10 +40,11 @@ impl FabricBackend {
     pub(crate) fn open(domain: Arc<Domain>, name: &str, kind: &str) -> Result<Arc<Self>> {
         let v = domain.info().view();
         let tx = v.tx_size().max(16);
-        let cq = CompletionQueue::open(&domain, tx * 2, true)?;
+        let tuning = Tuning::for_kind(kind);
+        let cq = CompletionQueue::open(&domain, tx * 2, tuning.wait_fd)?;
         let av = AddressVector::open(&domain)?;
         let ep = Endpoint::open(&domain, cq, av)?;
-        let engine = Engine::start(ep, name, Tuning::for_kind(kind), tx)?;
+        let engine = Engine::start(ep, name, tuning, tx)?;
         let key_size = v.mr_key_size();
         let key_mask = if key_size >= 8 {
             u64::MAX

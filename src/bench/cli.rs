@@ -70,9 +70,10 @@ pub enum BaselineWait {
     /// None: the queues are busy-polled, as fabtests' are (the default).
     #[default]
     None,
-    /// An fd wait object (`FI_WAIT_FD`), as rsm's queues have on tcp and sockets so that
-    /// their engines can sleep while idle; still busy-polled. Measures what the wait object
-    /// alone costs the provider (on tcp;ofi_rxm its sockets join an epoll set).
+    /// An fd wait object (`FI_WAIT_FD`), as rsm's queues have on sockets so that their
+    /// engines can sleep while idle; still busy-polled. Measures what the wait object alone
+    /// costs the provider (on tcp;ofi_rxm its sockets join an epoll set, which is why rsm's
+    /// tcp queues have none).
     Fd,
 }
 

@@ -2,15 +2,16 @@
 //! on a thread `rsm` owns, so progress never depends on the user's tasks being scheduled
 //! (design §6).
 //!
-//! How it waits depends on the provider:
-//! - a wait fd (tcp;ofi_rxm, sockets): drain the queue until empty, `fi_trywait`, then sleep
-//!   in `poll` on the fd and the engine's eventfd. The poll is level-triggered, so the
-//!   edge-trigger trap of tokio's `AsyncFd` (an fd still readable after `fi_trywait`) cannot
-//!   lose a wake-up here. While operations are in flight it spins briefly first (not on
-//!   sockets, whose own progress threads starve when the application spins on 2 cores).
-//! - no wait fd (shm, udp): poll the queue while operations are in flight and for a short
-//!   window after the last activity, then sleep on the eventfd. Local posts wake it; a peer
-//!   whose operations need this node's progress sends `Wake` over the side channel.
+//! How it waits depends on the provider ([`Tuning::wait_fd`]):
+//! - a wait fd (sockets): drain the queue until empty, `fi_trywait`, then sleep in `poll` on
+//!   the fd and the engine's eventfd. The poll is level-triggered, so the edge-trigger trap
+//!   of tokio's `AsyncFd` (an fd still readable after `fi_trywait`) cannot lose a wake-up
+//!   here. While operations are in flight it may spin briefly first (not on sockets, whose
+//!   own progress threads starve when the application spins on 2 cores).
+//! - no wait fd (tcp;ofi_rxm, shm, udp): poll the queue while operations are in flight and
+//!   for a short window after the last activity, then sleep on the eventfd. Local posts wake
+//!   it; a peer whose operations need this node's progress sends `Wake` over the side
+//!   channel.
 //!
 //! Every open controller has an engine, also one that expects nothing: shm and
 //! tcp;ofi_rxm place remote writes and reads only while the target reads its queue.
@@ -30,6 +31,10 @@ use std::time::{Duration, Instant};
 /// How an engine spins and sleeps; chosen per provider, tuned by measurement (`rsm bench`).
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Tuning {
+    /// Ask the queue for an fd wait object (`FI_WAIT_FD`) and sleep on it while idle;
+    /// without one (or where the provider has none, as shm) the engine polls and peers
+    /// wake it over the side channel.
+    pub(crate) wait_fd: bool,
     /// With a wait fd: how long to spin on the queue while operations are in flight before
     /// sleeping in `poll`. Zero disables spinning.
     pub(crate) busy_spin: Duration,
@@ -63,6 +68,7 @@ impl Tuning {
         match kind {
             // sockets' own progress threads need the CPU: never spin.
             "sockets" => Tuning {
+                wait_fd: true,
                 busy_spin: Duration::ZERO,
                 idle_window: Duration::ZERO,
                 wake_on_post: false,
@@ -77,22 +83,36 @@ impl Tuning {
             // µs, a put (write and fence read) from 60 to 23-30 µs (`rsm bench`,
             // docs/performance.md). Without the engine's deferral both threads spun on
             // rxm and the inline spin was 2-3 times slower than none.
+            //
+            // No wait fd: with one on rsm's queue, rxm gives its tcp queue one too, and the
+            // tcp provider then progresses through an epoll set (`epoll_wait` and
+            // `epoll_ctl` per pending send) instead of `poll`. The same wait object cost
+            // the busy-polling baseline 1.8 µs of its 9.2 µs 8-byte get, and 20-26 % of
+            // its 64 KiB put bandwidth in 2 of 3 pairs. Polling as on shm (peers wake a
+            // sleeping engine over the side channel), alternating runs against the
+            // baseline: 8-byte get 0.78 → 0.86, put 0.78 → 0.87 (4 pairs each);
+            // bandwidth unchanged within the noise (docs/performance.md, ninth pass).
             "tcp" => Tuning {
-                busy_spin: Duration::from_micros(200),
-                idle_window: Duration::from_micros(200),
+                wait_fd: false,
+                busy_spin: Duration::ZERO,
+                // As shm's: four kick periods.
+                idle_window: Duration::from_millis(20),
                 wake_on_post: true,
                 inline_spin: Duration::from_micros(100),
                 window_look: false,
                 window_spin: true,
                 eio_is_lost_peer: false,
-                // A signal round trip went from 30-45 µs to 45 µs with a 20 µs read, to
-                // 180-300 µs with 100 µs, and still 151-203 µs with the engine deferring to
-                // the reader: a waiting reader slows rxm's progress for the answer.
-                signal_spin: Duration::ZERO,
+                // As shm's. With a wait fd a waiting reader slowed rxm's progress for the
+                // answer (a round trip of 30-45 µs took 151-300 µs); polling, the round
+                // trip went from 33-35 µs (95-146 µs in some runs) without the read to
+                // 17-18 µs with it, against the baseline's 15.5 µs (3 runs each).
+                signal_spin: Duration::from_micros(100),
             },
             // shm: a completion read by the awaiting thread saves the 10-15 µs cross-thread
             // wake-up; an 8-byte get went from 15 µs to 3.4 µs (measured with `rsm bench`).
             _ => Tuning {
+                // Where the provider has one (verbs, efa); shm answers `ENOSYS`.
+                wait_fd: true,
                 busy_spin: Duration::from_micros(200),
                 // Four kick periods: a target serving a peer's transfer sees no completions
                 // of its own, only the peer's kicks keep it awake.

@@ -1450,7 +1450,9 @@ mod tests {
         memory: Box<[u8]>,
     }
 
-    fn pair(provider: &str, len: usize, key: u64) -> Pair {
+    /// Opens the queues with the wait object the engine's `tuning` asks for, as
+    /// `FabricBackend::open` does.
+    fn pair(provider: &str, tuning: Tuning, len: usize, key: u64) -> Pair {
         let mut hints = Hints::rsm_rdm().expect("hints");
         hints.provider(provider).expect("the provider");
         let list = InfoList::get(&hints, Some("127.0.0.1")).expect("fi_getinfo");
@@ -1463,7 +1465,8 @@ mod tests {
         );
         let domain = Domain::open(Fabric::open(info).expect("fabric")).expect("domain");
         let endpoint = || {
-            let cq = CompletionQueue::open(&domain, 64, true).expect("a completion queue");
+            let cq =
+                CompletionQueue::open(&domain, 64, tuning.wait_fd).expect("a completion queue");
             let av = AddressVector::open(&domain).expect("an address vector");
             Endpoint::open(&domain, cq, av).expect("an endpoint")
         };
@@ -1519,7 +1522,7 @@ mod tests {
 
     #[test]
     fn a_future_dropped_while_posting_leaves_once_its_posted_parts_complete() {
-        let p = pair("shm", 8192, 0xAB);
+        let p = pair("shm", Tuning::for_kind("shm"), 8192, 0xAB);
         let target_cq = Arc::clone(p.target.cq());
         // One place in the transmit queue: the second part of a two-part put must wait.
         let engine = Engine::start(p.initiator, "test-initiator", Tuning::for_kind("shm"), 1)
@@ -1597,13 +1600,17 @@ mod tests {
     fn a_tcp_window_larger_than_the_transmit_queue_lands_while_its_poster_reads() {
         const OPS: usize = 24;
         const LEN: usize = 16 * 1024;
-        let p = pair("tcp;ofi_rxm", OPS * LEN, 0xAC);
-        let serving = Engine::start(p.target, "test-target", Tuning::for_kind("tcp"), 16)
-            .expect("the target's engine");
+        let tcp = Tuning::for_kind("tcp");
+        let p = pair("tcp;ofi_rxm", tcp, OPS * LEN, 0xAC);
+        let serving = Engine::start(p.target, "test-target", tcp, 16).expect("the target's engine");
         // Three places for puts of five parts each (four writes and the fence): every put
         // waits for space in the middle of its posts.
-        let engine = Engine::start(p.initiator, "test-initiator", Tuning::for_kind("tcp"), 3)
-            .expect("the initiator's engine");
+        let engine =
+            Engine::start(p.initiator, "test-initiator", tcp, 3).expect("the initiator's engine");
+        // The side channel's `Wake`, in-process: a polling target sleeps once its idle
+        // window passes, and serving a write brings it no completion.
+        let target = Arc::clone(&serving);
+        engine.set_kick(Box::new(move |_| target.nudge()));
         let tracker = Arc::clone(&p.tracker);
         let put = |i: usize| {
             let offset = (i * LEN) as u64;

@@ -14,9 +14,6 @@
 //! baseline, rsm, ...); the report's figures are the medians over the rounds, and each
 //! row's note gives the spread of the round ratios.
 //!
-//! The [`FD_BASELINE`] rows run once more against a baseline whose queues have rsm's fd
-//! wait object (`rsm bench --baseline-wait fd`), in a section of the report of their own.
-//!
 //! Bounded: every child gets at most [`JOB_TIMEOUT`], and runs that would start after
 //! [`BUDGET`] are skipped and listed as such.
 
@@ -101,42 +98,11 @@ pub struct Job {
     pub sizes: &'static [usize],
     /// `--iters`, where the default does not do.
     pub iters: Option<usize>,
-    /// `--baseline-wait`: `none` for the standard set, `fd` for [`FD_BASELINE`].
-    pub baseline_wait: &'static str,
-}
-
-/// The rows run a second time against a baseline whose queues have an fd wait object, as
-/// rsm's tcp queues must so that its engines can sleep while idle (`rsm bench
-/// --baseline-wait fd`): the ratio then leaves out what the wait object costs the provider.
-/// No targets; they say how much of a tcp0 row's gap is that cost.
-pub const FD_BASELINE: &[Job] = &[
-    fd_job("put", "latency", &[8], Some(SMALL_LATENCY_ITERS)),
-    fd_job("get", "latency", &[8], Some(SMALL_LATENCY_ITERS)),
-    fd_job("put", "bandwidth", &[64 << 10], Some(SMALL_BANDWIDTH_ITERS)),
-    fd_job("put", "bandwidth", &[1 << 20], None),
-    fd_job("get", "bandwidth", &[64 << 10], Some(SMALL_BANDWIDTH_ITERS)),
-    fd_job("get", "bandwidth", &[1 << 20], None),
-];
-
-const fn fd_job(
-    op: &'static str,
-    mode: &'static str,
-    sizes: &'static [usize],
-    iters: Option<usize>,
-) -> Job {
-    Job {
-        controller: "tcp0",
-        op,
-        mode,
-        sizes,
-        iters,
-        baseline_wait: "fd",
-    }
 }
 
 /// The standard set in running order: per controller, put and get first. A signal is
 /// one latency row (a round trip; `rsm bench` measures it so whatever the mode), so it
-/// runs once. The [`FD_BASELINE`] rows come last.
+/// runs once.
 pub fn plan() -> Vec<Job> {
     let mut jobs = Vec::new();
     for &controller in CONTROLLERS {
@@ -159,14 +125,12 @@ pub fn plan() -> Vec<Job> {
                             mode,
                             sizes,
                             iters,
-                            baseline_wait: "none",
                         });
                     }
                 }
             }
         }
     }
-    jobs.extend_from_slice(FD_BASELINE);
     jobs
 }
 
@@ -302,18 +266,8 @@ fn available_controllers(rsm: &Path) -> Vec<String> {
 fn job_rows(job: &Job, status: Status) -> Vec<Row> {
     job.sizes
         .iter()
-        .map(|&size| job_row(job, size, status.clone()))
+        .map(|&size| Row::new(job.controller, job.op, job.mode, size, status.clone()))
         .collect()
-}
-
-/// The row of one size of `job`.
-fn job_row(job: &Job, size: usize, status: Status) -> Row {
-    let row = Row::new(job.controller, job.op, job.mode, size, status);
-    if job.baseline_wait == "fd" {
-        row.against_fd_baseline()
-    } else {
-        row
-    }
 }
 
 fn sizes_arg(sizes: &[usize]) -> String {
@@ -408,7 +362,6 @@ fn bench_command(rsm: &Path, job: &Job, baseline: bool) -> Command {
     }
     if baseline {
         cmd.arg("--baseline");
-        cmd.args(["--baseline-wait", job.baseline_wait]);
     }
     cmd
 }
@@ -476,8 +429,10 @@ fn run_job(rsm: &Path, job: &Job) -> Vec<Row> {
                 .find(|o| o.get("size").as_f64() == Some(size as f64));
             match found {
                 Some(o) => {
-                    let mut row = job_row(
-                        job,
+                    let mut row = Row::new(
+                        job.controller,
+                        job.op,
+                        job.mode,
                         size,
                         Status::Measured {
                             rsm: Figure::from_json(o, ""),
@@ -492,8 +447,10 @@ fn run_job(rsm: &Path, job: &Job) -> Vec<Row> {
                     row.window = o.get("window").as_f64().map(|w| w as usize);
                     row
                 }
-                None => job_row(
-                    job,
+                None => Row::new(
+                    job.controller,
+                    job.op,
+                    job.mode,
                     size,
                     Status::Failed(if out.last_err.is_empty() {
                         format!("no row (exit {:?})", out.code)
@@ -594,7 +551,7 @@ mod tests {
         // Small sizes with more samples, the rest as they are.
         let put: Vec<&Job> = jobs
             .iter()
-            .filter(|j| j.controller == "tcp0" && j.op == "put" && j.baseline_wait == "none")
+            .filter(|j| j.controller == "tcp0" && j.op == "put")
             .collect();
         assert_eq!(put.len(), 4);
         assert_eq!(
@@ -621,18 +578,6 @@ mod tests {
         assert_eq!(putv.sizes, &[4096]);
         assert_eq!(jobs[0].controller, "tcp0");
         assert_eq!(sizes_arg(put[2].sizes), "8,4096,65536");
-        // The fd-baseline rows come last, once each.
-        let fd: Vec<&Job> = jobs.iter().filter(|j| j.baseline_wait == "fd").collect();
-        assert_eq!(fd.len(), FD_BASELINE.len());
-        assert!(
-            jobs[jobs.len() - fd.len()..]
-                .iter()
-                .all(|j| j.baseline_wait == "fd")
-        );
-        assert!(
-            fd.iter()
-                .any(|j| j.op == "get" && j.mode == "latency" && j.sizes == [8])
-        );
     }
 
     #[test]
@@ -646,19 +591,6 @@ mod tests {
         let at = args.iter().position(|a| a == "--rounds").expect("--rounds");
         assert_eq!(args[at + 1], ROUNDS.to_string());
         assert!(args.contains(&"--baseline".to_string()));
-        let wait = args.iter().position(|a| a == "--baseline-wait").unwrap();
-        assert_eq!(args[wait + 1], "none");
-        let fd = plan()
-            .into_iter()
-            .find(|j| j.baseline_wait == "fd")
-            .unwrap();
-        let cmd = bench_command(Path::new("rsm"), &fd, true);
-        let args: Vec<String> = cmd
-            .get_args()
-            .map(|a| a.to_string_lossy().into_owned())
-            .collect();
-        let wait = args.iter().position(|a| a == "--baseline-wait").unwrap();
-        assert_eq!(args[wait + 1], "fd");
         let row = json::parse(r#"{"round_ratios":[0.9,null,1.1]}"#).unwrap();
         assert_eq!(round_ratios(&row), [0.9, 1.1]);
         assert!(round_ratios(&json::parse("{}").unwrap()).is_empty());

@@ -114,9 +114,6 @@ pub struct Row {
     pub window: Option<usize>,
     pub status: Status,
     pub target: Option<Target>,
-    /// The baseline's wait object (`rsm bench --baseline-wait`): `none`, or `fd` for the
-    /// diagnostic rows, which have no target.
-    pub baseline_wait: &'static str,
 }
 
 impl Row {
@@ -130,16 +127,7 @@ impl Row {
             window: None,
             status,
             target: target_for(controller, op, mode, size),
-            baseline_wait: "none",
         }
-    }
-
-    /// The same row measured against a baseline with an fd wait object: a diagnostic, held
-    /// to no target.
-    pub fn against_fd_baseline(mut self) -> Row {
-        self.baseline_wait = "fd";
-        self.target = None;
-        self
     }
 
     fn figures(&self) -> (Option<Figure>, Option<Figure>, Option<f64>) {
@@ -450,21 +438,15 @@ pub fn markdown(meta: &Meta, rows: &[Row], memory: &[Memory]) -> String {
         let _ = writeln!(md, "\n{note}");
     }
 
-    let (standard, fd): (Vec<&Row>, Vec<&Row>) =
-        rows.iter().partition(|r| r.baseline_wait == "none");
     let mut controllers: Vec<&str> = Vec::new();
-    for r in &standard {
+    for r in rows {
         if !controllers.contains(&r.controller.as_str()) {
             controllers.push(&r.controller);
         }
     }
     let _ = writeln!(md, "\n## All rows");
     for c in controllers {
-        let of: Vec<&Row> = standard
-            .iter()
-            .copied()
-            .filter(|r| r.controller == c)
-            .collect();
+        let of: Vec<&Row> = rows.iter().filter(|r| r.controller == c).collect();
         let provider = of
             .iter()
             .map(|r| r.provider.as_str())
@@ -474,24 +456,6 @@ pub fn markdown(meta: &Meta, rows: &[Row], memory: &[Memory]) -> String {
         table_header(&mut md, false);
         for r in of {
             let _ = writeln!(md, "{}", row_line(r, false));
-        }
-    }
-    if !fd.is_empty() {
-        let _ = writeln!(md, "\n## Against a baseline with rsm's wait object\n");
-        let _ = writeln!(
-            md,
-            "The same rows once more, the baseline's queues opened with an fd wait object \
-             (`rsm bench --baseline-wait fd`) on both sides, as rsm's tcp and sockets queues \
-             are so that their engines sleep while idle; the baseline still busy-polls. On \
-             tcp;ofi_rxm the wait object costs the provider itself (rxm's tcp queue joins \
-             its sockets to an epoll set), so the baseline here is the one rsm's design can \
-             reach; the difference between its figures and those of the same row above is \
-             that cost, within this run's noise (see the round ratios; alternating runs in \
-             docs/performance.md, eighth pass). No targets.\n"
-        );
-        table_header(&mut md, true);
-        for r in &fd {
-            let _ = writeln!(md, "{}", row_line(r, true));
         }
     }
     md
@@ -572,7 +536,6 @@ pub fn json(meta: &Meta, rows: &[Row], memory: &[Memory]) -> Value {
                 ("mode".into(), Value::Str(r.mode.clone())),
                 ("size".into(), Value::Num(r.size as f64)),
                 ("window".into(), opt(r.window.map(|w| w as f64))),
-                ("baseline_wait".into(), Value::Str(r.baseline_wait.into())),
                 ("unit".into(), Value::Str(r.unit().into())),
                 ("rsm".into(), opt(rsm.and_then(|f| f.headline(&r.mode)))),
                 (
@@ -801,41 +764,6 @@ mod tests {
         assert_eq!(js.get("rounds"), &Value::Num(3.0));
         assert_eq!(items[0].get("rsm"), &Value::Num(20.0));
         assert_eq!(items[1].get("status").as_str(), Some("not available"));
-        assert_eq!(items[0].get("baseline_wait").as_str(), Some("none"));
         assert_eq!(human_size(1 << 20), "1 MiB");
-    }
-
-    #[test]
-    fn fd_baseline_rows_have_their_own_section_and_no_target() {
-        let fd = measured("tcp0", "get", "latency", 8, 0.85, 13.0).against_fd_baseline();
-        assert_eq!(fd.target, None);
-        assert_eq!(fd.met(), None);
-        let rows = vec![measured("tcp0", "get", "latency", 8, 0.72, 14.0), fd];
-        let meta = Meta {
-            commit: "abc".into(),
-            cpus: 2,
-            build_s: 1.0,
-            elapsed_s: 2.0,
-            rounds: 5,
-            unix_time: 3,
-        };
-        let md = markdown(&meta, &rows, &[]);
-        // One targeted row (the standard one), missed; the fd row only in its section.
-        assert!(md.contains("0 of 1 targeted rows met, 1 missed"), "{md}");
-        let (before, section) = md
-            .split_once("## Against a baseline with rsm's wait object")
-            .expect("the fd section");
-        assert!(before.contains("| get | latency | 8 B | 14.00 µs"), "{md}");
-        assert!(!before.contains("13.00 µs"), "{md}");
-        assert!(
-            section.contains("| tcp0 | get | latency | 8 B | 13.00 µs"),
-            "{md}"
-        );
-        let js = json(&meta, &rows, &[]);
-        let Value::Arr(items) = js.get("rows") else {
-            panic!("rows")
-        };
-        assert_eq!(items[1].get("baseline_wait").as_str(), Some("fd"));
-        assert_eq!(items[1].get("target"), &Value::Null);
     }
 }
