@@ -104,8 +104,8 @@ impl Tuning {
                 eio_is_lost_peer: false,
                 // As shm's. With a wait fd a waiting reader slowed rxm's progress for the
                 // answer (a round trip of 30-45 µs took 151-300 µs); polling, the round
-                // trip went from 33-35 µs (95-146 µs in some runs) without the read to
-                // 17-18 µs with it, against the baseline's 15.5 µs (3 runs each).
+                // trip went from 98-137 µs (33-35 µs in 2 of 6 runs) without the read to
+                // 17-18 µs with it, against the baseline's 15.5 µs (6 and 4 runs).
                 signal_spin: Duration::from_micros(100),
             },
             // shm: a completion read by the awaiting thread saves the 10-15 µs cross-thread
