@@ -98,9 +98,13 @@ impl NodeState {
 
     pub(crate) fn add_engine(self: &Arc<Self>, e: &Arc<Engine>) {
         let me = Arc::downgrade(self);
+        // Named: the peer wakes its engine of this controller alone. A shm `Wake` that woke
+        // every polling engine also kept a peer's tcp engine polling for its idle window.
+        let controller = e.name().to_string();
         e.set_kick(Box::new(move |node| {
             if let Some(side) = me.upgrade().and_then(|s| s.side().ok().cloned()) {
-                let _ = side.try_send(node, Message::Wake);
+                let controller = controller.clone();
+                let _ = side.try_send(node, Message::Wake { controller });
             }
         }));
         let me = Arc::downgrade(self);
@@ -509,9 +513,9 @@ impl Handler for NodeHandler {
                 }
                 None
             }
-            Message::Wake => {
+            Message::Wake { controller } => {
                 for e in lock(&node.engines).iter().filter_map(Weak::upgrade) {
-                    if e.polls() {
+                    if e.polls() && e.name() == controller {
                         e.nudge();
                     }
                 }

@@ -387,6 +387,55 @@ fn sockets_data_arrives_intact() {
     data_arrives_intact("sockets0");
 }
 
+/// A peer's `Wake` names its controller: shm traffic between two nodes keeps the target's
+/// shm engine awake and leaves its tcp engine, which polls as shm's does, asleep. (A
+/// `Wake` for every polling engine kept that one polling for as long as the traffic ran.)
+#[test]
+fn shm_traffic_leaves_the_targets_tcp_engine_asleep() {
+    let _serial = serial();
+    runtime().block_on(async {
+        let (a, b, a_id) = two_nodes().await;
+        // Opened, idle: only this node has a tcp engine in this process.
+        let _tcp = a.controller("tcp0").await.unwrap();
+        let seg = a
+            .controller("shm0")
+            .await
+            .unwrap()
+            .export(page(), rsm::ExportFlags::empty())
+            .unwrap();
+        let id = seg.publish(0, &[]).await.unwrap();
+        let imp = b
+            .controller("shm0")
+            .await
+            .unwrap()
+            .import(a_id, id, Perm::RDWR)
+            .await
+            .unwrap();
+        imp.put(0, vec![1u8; 8]).await.0.unwrap();
+        // Past the tcp engine's idle window since it started.
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        let before = cpu_of_threads("rsm-tcp0");
+        let t0 = Instant::now();
+        let mut puts = 0u64;
+        while t0.elapsed() < Duration::from_secs(2) {
+            imp.put(0, puts.to_le_bytes().to_vec()).await.0.unwrap();
+            puts += 1;
+        }
+        let used = cpu_of_threads("rsm-tcp0") - before;
+        let mut last = [0u8; 8];
+        seg.read_at(0, &mut last).unwrap();
+        assert_eq!(u64::from_le_bytes(last), puts - 1, "the last put landed");
+        assert!(
+            used < Duration::from_millis(300),
+            "the tcp engine used {used:?} during 2 s of shm puts ({puts})"
+        );
+        imp.disconnect().await.unwrap();
+        seg.destroy().await.unwrap();
+        a.shutdown().await;
+        b.shutdown().await;
+    });
+}
+
 /// Runs a whole scenario in a child with extra environment (such as FI_SHM_DISABLE_CMA=1,
 /// which must be set before libfabric loads in both processes).
 fn in_child(scenario: &str, env: &[(&str, &str)]) {

@@ -596,14 +596,7 @@ fn a_signal_to_a_dead_node_is_unreachable() {
 
 /// CPU time (user + system) of process `pid`, from /proc.
 fn cpu_of(pid: u32) -> Duration {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
-    let after = &stat[stat.rfind(')').unwrap() + 2..];
-    let f: Vec<&str> = after.split_whitespace().collect();
-    // utime and stime are fields 14 and 15 (1-based), 12 and 13 after the name.
-    let ticks: u64 = f[11].parse::<u64>().unwrap() + f[12].parse::<u64>().unwrap();
-    // SAFETY: sysconf has no preconditions.
-    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as u64;
-    Duration::from_millis(ticks * 1000 / hz)
+    common::cpu_in_stat(&format!("/proc/{pid}/stat"))
 }
 
 #[test]

@@ -28,7 +28,7 @@
 //! use rsm::core::wire::{Message, decode, encode};
 //!
 //! let frame = encode(&Message::Heartbeat { seq: 7 })?;
-//! assert_eq!(&frame[..], &[1, 0, 11, 7, 0, 0, 0, 0, 0, 0, 0]);
+//! assert_eq!(&frame[..], &[2, 0, 11, 7, 0, 0, 0, 0, 0, 0, 0]);
 //! assert_eq!(decode(&frame)?, Message::Heartbeat { seq: 7 });
 //! assert!(decode(&frame[..5]).is_err());
 //! # Ok::<(), rsm::core::wire::WireError>(())
@@ -37,7 +37,7 @@
 use bytes::{BufMut, Bytes, BytesMut};
 
 /// The wire version this node speaks; it opens every frame.
-pub const WIRE_VERSION: u16 = 1;
+pub const WIRE_VERSION: u16 = 2;
 /// The largest frame body, in bytes (the side channel's length prefix excluded).
 pub const MAX_FRAME: usize = 64 * 1024;
 /// The longest authentication blob in [`Hello::auth`], in bytes.
@@ -297,8 +297,13 @@ pub enum Message {
         /// The signal flags.
         flags: u32,
     },
-    /// Asks a same-host peer's progress thread to wake up.
-    Wake,
+    /// Asks a peer's progress thread to wake up: a polling engine (shm, tcp) whose peer's
+    /// operations need its progress.
+    Wake {
+        /// The controller whose engine should wake: the sender's engine of the same name
+        /// posted to it (at most [`MAX_CONTROLLER`] bytes).
+        controller: String,
+    },
     /// Liveness, sent periodically on every link.
     Heartbeat {
         /// Counts the heartbeats of the link.
@@ -321,7 +326,7 @@ impl Message {
             Message::Rebind { .. } => "rebind",
             Message::RebindAck { .. } => "rebind ack",
             Message::Signal { .. } => "signal",
-            Message::Wake => "wake",
+            Message::Wake { .. } => "wake",
             Message::Heartbeat { .. } => "heartbeat",
             Message::Goodbye => "goodbye",
         }
@@ -338,7 +343,7 @@ impl Message {
             Message::Rebind { .. } => tag::REBIND,
             Message::RebindAck { .. } => tag::REBIND_ACK,
             Message::Signal { .. } => tag::SIGNAL,
-            Message::Wake => tag::WAKE,
+            Message::Wake { .. } => tag::WAKE,
             Message::Heartbeat { .. } => tag::HEARTBEAT,
             Message::Goodbye => tag::GOODBYE,
         }
@@ -455,7 +460,10 @@ pub fn encode(msg: &Message) -> Result<Bytes, WireError> {
             w.u32(*flags);
         }
         Message::Heartbeat { seq } => w.u64(*seq),
-        Message::Wake | Message::Goodbye => {}
+        Message::Wake { controller } => {
+            w.bytes("wake controller", controller.as_bytes(), 0, MAX_CONTROLLER)?;
+        }
+        Message::Goodbye => {}
     }
     let frame = w.finish();
     if frame.len() > MAX_FRAME {
@@ -580,7 +588,9 @@ pub fn decode(frame: &[u8]) -> Result<Message, WireError> {
             conn_id: r.u64("signal connection id")?,
             flags: r.u32("signal flags")?,
         },
-        tag::WAKE => Message::Wake,
+        tag::WAKE => Message::Wake {
+            controller: r.string("wake controller", MAX_CONTROLLER)?,
+        },
         tag::HEARTBEAT => Message::Heartbeat {
             seq: r.u64("heartbeat sequence")?,
         },
@@ -890,7 +900,9 @@ mod tests {
                 conn_id: 5,
                 flags: 1,
             },
-            Message::Wake,
+            Message::Wake {
+                controller: "shm0".into(),
+            },
             Message::Heartbeat { seq: u64::MAX },
             Message::Goodbye,
         ]
@@ -918,21 +930,21 @@ mod tests {
         .expect("encodes");
         assert_eq!(
             &frame[..],
-            &[1, 0, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0x0D, 0x0C, 0x0B, 0x0A]
+            &[2, 0, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0x0D, 0x0C, 0x0B, 0x0A]
         );
     }
 
     #[test]
     fn another_version_is_refused() {
-        let mut frame = encode(&Message::Wake).expect("encodes").to_vec();
-        frame[0] = 2;
-        assert_eq!(decode(&frame), Err(WireError::Version { got: 2 }));
+        let mut frame = encode(&Message::Goodbye).expect("encodes").to_vec();
+        frame[0] = 1;
+        assert_eq!(decode(&frame), Err(WireError::Version { got: 1 }));
     }
 
     #[test]
     fn an_unknown_tag_is_refused() {
-        assert_eq!(decode(&[1, 0, 0]), Err(WireError::UnknownTag(0)));
-        assert_eq!(decode(&[1, 0, 200]), Err(WireError::UnknownTag(200)));
+        assert_eq!(decode(&[2, 0, 0]), Err(WireError::UnknownTag(0)));
+        assert_eq!(decode(&[2, 0, 200]), Err(WireError::UnknownTag(200)));
     }
 
     #[test]
@@ -993,7 +1005,7 @@ mod tests {
         ));
 
         // Hand-made frame: a hello whose auth claims 257 bytes, and carries them.
-        let mut frame = vec![1, 0, tag::HELLO];
+        let mut frame = vec![2, 0, tag::HELLO];
         frame.extend_from_slice(&[0; 4 + 8 + 1 + 16]);
         frame.extend_from_slice(&257u16.to_le_bytes());
         frame.extend_from_slice(&[0; 257]);
@@ -1037,7 +1049,7 @@ mod tests {
     #[test]
     fn a_length_beyond_the_frame_is_truncation_not_allocation() {
         // A connect request whose groups count is 64 but whose frame ends right after it.
-        let mut frame = vec![1, 0, tag::CONNECT_REQUEST];
+        let mut frame = vec![2, 0, tag::CONNECT_REQUEST];
         frame.extend_from_slice(&[0; 8 + 4]);
         frame.extend_from_slice(&0u16.to_le_bytes());
         frame.extend_from_slice(&[0; 12]);
@@ -1207,7 +1219,7 @@ mod tests {
                 generation
             }),
             any::<(u64, u32)>().prop_map(|(conn_id, flags)| Message::Signal { conn_id, flags }),
-            Just(Message::Wake),
+            "[a-z0-9]{0,8}".prop_map(|controller| Message::Wake { controller }),
             any::<u64>().prop_map(|seq| Message::Heartbeat { seq }),
             Just(Message::Goodbye),
         ]
@@ -1233,7 +1245,7 @@ mod tests {
             tag in 0u8..16,
             body in vec(any::<u8>(), 0..1024),
         ) {
-            let mut frame = vec![1, 0, tag];
+            let mut frame = vec![2, 0, tag];
             frame.extend_from_slice(&body);
             if let Ok(msg) = decode(&frame) {
                 // Whatever decodes re-encodes to the same bytes: the format has one spelling.

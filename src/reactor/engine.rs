@@ -369,6 +369,11 @@ impl Engine {
         Ok(engine)
     }
 
+    /// The controller's name (`shm0`): peers name it in the `Wake` they send.
+    pub(crate) fn name(&self) -> &str {
+        &self.name
+    }
+
     pub(crate) fn endpoint(&self) -> &Arc<Endpoint> {
         &self.ep
     }

@@ -382,9 +382,14 @@ async fn requests_get_their_own_replies() {
 
     // Only a connect request is a request.
     let err =
-        a.sc.request(b.id, Message::Wake)
-            .await
-            .expect_err("not a request");
+        a.sc.request(
+            b.id,
+            Message::Wake {
+                controller: "shm0".into(),
+            },
+        )
+        .await
+        .expect_err("not a request");
     assert_eq!(err.code(), 44);
 }
 
@@ -462,12 +467,31 @@ async fn notices_reach_the_handler_and_replies_come_back() {
 async fn try_send_never_dials() {
     let a = start(&[], fast());
     let b = start(&[], fast());
-    let err = a.sc.try_send(b.id, Message::Wake).expect_err("no link yet");
+    let err =
+        a.sc.try_send(
+            b.id,
+            Message::Wake {
+                controller: "shm0".into(),
+            },
+        )
+        .expect_err("no link yet");
     assert_eq!(err.code(), 39);
     assert!(a.sc.peer(b.id).is_none());
-    a.sc.send(b.id, Message::Wake).await.expect("send dials");
-    a.sc.try_send(b.id, Message::Wake)
-        .expect("now there is a link");
+    a.sc.send(
+        b.id,
+        Message::Wake {
+            controller: "shm0".into(),
+        },
+    )
+    .await
+    .expect("send dials");
+    a.sc.try_send(
+        b.id,
+        Message::Wake {
+            controller: "shm0".into(),
+        },
+    )
+    .expect("now there is a link");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -492,7 +516,7 @@ async fn a_garbage_frame_closes_only_its_link() {
     let fake = random_id();
     let mut raw = raw_peer(b.addr, fake, 5).await;
     assert!(wait_until(Duration::from_secs(2), || b.sc.peer(fake).is_some()).await);
-    write_frame(&mut raw, &[1, 0, 250, 1, 2, 3])
+    write_frame(&mut raw, &[2, 0, 250, 1, 2, 3])
         .await
         .expect("write");
     assert!(closed_within(&mut raw, Duration::from_secs(2)).await);
@@ -613,10 +637,15 @@ async fn unknown_nodes_are_unreachable_within_the_connect_timeout() {
     }
     // Not to itself either.
     assert_eq!(
-        a.sc.send(a.id, Message::Wake)
-            .await
-            .expect_err("self")
-            .code(),
+        a.sc.send(
+            a.id,
+            Message::Wake {
+                controller: "shm0".into()
+            }
+        )
+        .await
+        .expect_err("self")
+        .code(),
         39
     );
     drop(mute);
@@ -628,9 +657,14 @@ async fn a_different_node_at_the_address_is_refused() {
     let claimed = random_id();
     let a = start(&[(claimed, b.addr)], tcp_only());
     let err =
-        a.sc.send(claimed, Message::Wake)
-            .await
-            .expect_err("b is not the node asked for");
+        a.sc.send(
+            claimed,
+            Message::Wake {
+                controller: "shm0".into(),
+            },
+        )
+        .await
+        .expect_err("b is not the node asked for");
     assert_eq!(err.code(), 39);
     let text = err.to_string();
     assert!(

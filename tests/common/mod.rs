@@ -10,6 +10,29 @@ use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
 use std::sync::mpsc;
 use std::time::Duration;
 
+/// CPU time (user and system) that a `/proc/.../stat` file reports: a process's, or a
+/// thread's (`/proc/self/task/TID/stat`).
+pub fn cpu_in_stat(path: &str) -> Duration {
+    let stat = std::fs::read_to_string(path).unwrap();
+    let after = &stat[stat.rfind(')').unwrap() + 2..];
+    let f: Vec<&str> = after.split_whitespace().collect();
+    // utime and stime are fields 14 and 15 (1-based), 12 and 13 after the name.
+    let ticks: u64 = f[11].parse::<u64>().unwrap() + f[12].parse::<u64>().unwrap();
+    // SAFETY: sysconf has no preconditions.
+    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as u64;
+    Duration::from_millis(ticks * 1000 / hz)
+}
+
+/// CPU time of this process's threads named `name` (such as `rsm-tcp0`), summed.
+pub fn cpu_of_threads(name: &str) -> Duration {
+    std::fs::read_dir("/proc/self/task")
+        .unwrap()
+        .filter_map(|t| t.ok())
+        .filter(|t| std::fs::read_to_string(t.path().join("comm")).is_ok_and(|c| c.trim() == name))
+        .map(|t| cpu_in_stat(&t.path().join("stat").to_string_lossy()))
+        .sum()
+}
+
 /// The runtime tests await `rsm` on (it needs none: this is the user's executor).
 pub fn runtime() -> tokio::runtime::Runtime {
     tokio::runtime::Builder::new_multi_thread()
