@@ -128,6 +128,13 @@ fn connect_request(segment_id: u32) -> Message {
 }
 
 /// Short timings, so that the tests run fast.
+/// A message that is neither a request nor a reply.
+fn wake() -> Message {
+    Message::Wake {
+        controller: "shm0".into(),
+    }
+}
+
 fn fast() -> SideChannelConfig {
     SideChannelConfig {
         heartbeat_interval: Duration::from_millis(100),
@@ -381,15 +388,7 @@ async fn requests_get_their_own_replies() {
     }
 
     // Only a connect request is a request.
-    let err =
-        a.sc.request(
-            b.id,
-            Message::Wake {
-                controller: "shm0".into(),
-            },
-        )
-        .await
-        .expect_err("not a request");
+    let err = a.sc.request(b.id, wake()).await.expect_err("not a request");
     assert_eq!(err.code(), 44);
 }
 
@@ -467,31 +466,11 @@ async fn notices_reach_the_handler_and_replies_come_back() {
 async fn try_send_never_dials() {
     let a = start(&[], fast());
     let b = start(&[], fast());
-    let err =
-        a.sc.try_send(
-            b.id,
-            Message::Wake {
-                controller: "shm0".into(),
-            },
-        )
-        .expect_err("no link yet");
+    let err = a.sc.try_send(b.id, wake()).expect_err("no link yet");
     assert_eq!(err.code(), 39);
     assert!(a.sc.peer(b.id).is_none());
-    a.sc.send(
-        b.id,
-        Message::Wake {
-            controller: "shm0".into(),
-        },
-    )
-    .await
-    .expect("send dials");
-    a.sc.try_send(
-        b.id,
-        Message::Wake {
-            controller: "shm0".into(),
-        },
-    )
-    .expect("now there is a link");
+    a.sc.send(b.id, wake()).await.expect("send dials");
+    a.sc.try_send(b.id, wake()).expect("now there is a link");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -636,18 +615,7 @@ async fn unknown_nodes_are_unreachable_within_the_connect_timeout() {
         assert!(!a.sc.probe(node).await);
     }
     // Not to itself either.
-    assert_eq!(
-        a.sc.send(
-            a.id,
-            Message::Wake {
-                controller: "shm0".into()
-            }
-        )
-        .await
-        .expect_err("self")
-        .code(),
-        39
-    );
+    assert_eq!(a.sc.send(a.id, wake()).await.expect_err("self").code(), 39);
     drop(mute);
 }
 
@@ -657,14 +625,9 @@ async fn a_different_node_at_the_address_is_refused() {
     let claimed = random_id();
     let a = start(&[(claimed, b.addr)], tcp_only());
     let err =
-        a.sc.send(
-            claimed,
-            Message::Wake {
-                controller: "shm0".into(),
-            },
-        )
-        .await
-        .expect_err("b is not the node asked for");
+        a.sc.send(claimed, wake())
+            .await
+            .expect_err("b is not the node asked for");
     assert_eq!(err.code(), 39);
     let text = err.to_string();
     assert!(
