@@ -133,6 +133,12 @@ impl Tuning {
     }
 }
 
+#[cfg(test)]
+thread_local! {
+    /// Reads of any engine's queue made by this thread: tests check which thread read.
+    pub(crate) static READS_HERE: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
+}
+
 /// The longest time any provider's engine polls on after its last activity.
 pub(crate) fn longest_idle_window() -> Duration {
     ["tcp", "shm", "sockets"]
@@ -955,6 +961,8 @@ impl Engine {
         let mut total = 0;
         loop {
             entries.clear();
+            #[cfg(test)]
+            READS_HERE.with(|r| r.set(r.get() + 1));
             match self.cq.read(entries) {
                 Ok(0) => return total,
                 Ok(n) => {

@@ -1032,6 +1032,13 @@ enum SpinEnd {
 /// thread run; it is polled again at once): left to the engine at the end of the first
 /// slice, a 1 MiB tcp0 get took 425-510 µs against the baseline's 230-255 µs.
 fn spin_after_yield<O: Send + 'static>(slot: &Slot<O>, mark: u64, slice: u32) -> SpinEnd {
+    // Reaped while it yielded (another operation's spin read the queue for the window):
+    // a read before this check found the queue empty, and the operations a reader had
+    // reaped together each paid one such read (1-2 µs) before their tasks could post
+    // again, 15 in a row for a window of 16 (tcp0 64 KiB puts, docs/performance.md).
+    if slot.done.load(Ordering::Acquire) {
+        return SpinEnd::Done;
+    }
     let budget = slot.engine.inline_spin();
     let crowd = slot.engine.in_flight() > slot.parts();
     let posted_since = slot.engine.posts() != mark;
@@ -1520,6 +1527,101 @@ mod tests {
         drop(memory);
     }
 
+    /// Put number `i` of `len` bytes (each byte `i + 1`) at `i * len`, in four writes and a
+    /// fence, as tcp's puts are.
+    fn fenced_put(
+        engine: &Arc<Engine>,
+        (tracker, dest): (&Arc<Tracker>, ffi::fi_addr_t),
+        i: usize,
+        len: usize,
+    ) -> Op<Vec<u8>> {
+        let offset = (i * len) as u64;
+        let buf = vec![i as u8 + 1; len];
+        let (ptr, n) = Op::source(&buf);
+        let spec = Spec {
+            engine: Arc::clone(engine),
+            tracker: Arc::clone(tracker),
+            dest,
+            dir: Dir::write(Visibility::FencedRead),
+            plan: Op::<Vec<u8>>::contiguous(ptr, n, offset, len / 4),
+            fence: Some(offset + len as u64 - 1),
+            info: OpInfo {
+                op: "put",
+                segment: 1,
+                node: 1,
+                offset,
+            },
+            barrier: None,
+        };
+        Op::new(spec, buf)
+    }
+
+    /// In a tcp window the operation that reads the queue reaps the others' completions: an
+    /// operation reaped that way resolves at its next poll without a read of its own (a
+    /// read first found the queue empty, once for every operation a reader had reaped).
+    #[test]
+    fn a_window_operation_reaped_by_another_resolves_without_a_read() {
+        const LEN: usize = 16 * 1024;
+        let tcp = Tuning::for_kind("tcp");
+        let p = pair("tcp;ofi_rxm", tcp, 2 * LEN, 0xAD);
+        let serving = Engine::start(p.target, "test-target", tcp, 16).expect("the target's engine");
+        let engine =
+            Engine::start(p.initiator, "test-initiator", tcp, 16).expect("the initiator's engine");
+        let target = Arc::clone(&serving);
+        engine.set_kick(Box::new(move |_| target.nudge()));
+        let mut cx = Context::from_waker(Waker::noop());
+        let until_ready = |op: &mut Op<Vec<u8>>, cx: &mut Context<'_>, what: &str| {
+            let deadline = Instant::now() + Duration::from_secs(5);
+            loop {
+                if let Poll::Ready(out) = Pin::new(&mut *op).poll(cx) {
+                    return out;
+                }
+                assert!(Instant::now() < deadline, "{what} within 5 s");
+            }
+        };
+        // rxm connects on the first post: its puts wait for the connection.
+        let mut warm = fenced_put(&engine, (&p.tracker, p.dest), 0, LEN);
+        until_ready(&mut warm, &mut cx, "the first put")
+            .0
+            .expect("the first put");
+        let (mut first, mut second) = (
+            fenced_put(&engine, (&p.tracker, p.dest), 0, LEN),
+            fenced_put(&engine, (&p.tracker, p.dest), 1, LEN),
+        );
+        // Both post and yield; the second, the window's last poster, then reads the queue
+        // until its own put completes, and tcp completes the first put before it.
+        assert!(Pin::new(&mut first).poll(&mut cx).is_pending());
+        assert!(Pin::new(&mut second).poll(&mut cx).is_pending());
+        let (res, buf) = until_ready(&mut second, &mut cx, "the second put");
+        res.expect("the second put");
+        assert!(buf.is_some(), "the second buffer comes back");
+        let reaped = first.slot.as_ref().expect("the first put in flight");
+        assert!(
+            reaped.done.load(Ordering::Acquire),
+            "the first put was reaped"
+        );
+        let reads = super::super::engine::READS_HERE.with(|r| r.get());
+        let Poll::Ready((res, buf)) = Pin::new(&mut first).poll(&mut cx) else {
+            panic!("the reaped put resolves at its next poll");
+        };
+        res.expect("the first put");
+        assert!(buf.is_some(), "the first buffer comes back");
+        assert_eq!(
+            super::super::engine::READS_HERE.with(|r| r.get()),
+            reads,
+            "the reaped put read nothing"
+        );
+        for i in 0..2 {
+            // SAFETY: both puts completed (their fences read the last byte back).
+            let landed = unsafe { std::slice::from_raw_parts(p.memory.as_ptr().add(i * LEN), LEN) };
+            assert!(
+                landed.iter().all(|&b| b == i as u8 + 1),
+                "put {i} landed in full"
+            );
+        }
+        stop_then_release(&engine, &serving, p.mr, p.memory);
+    }
+
     #[test]
     fn a_future_dropped_while_posting_leaves_once_its_posted_parts_complete() {
         let p = pair("shm", Tuning::for_kind("shm"), 8192, 0xAB);
@@ -1611,28 +1713,7 @@ mod tests {
         // window passes, and serving a write brings it no completion.
         let target = Arc::clone(&serving);
         engine.set_kick(Box::new(move |_| target.nudge()));
-        let tracker = Arc::clone(&p.tracker);
-        let put = |i: usize| {
-            let offset = (i * LEN) as u64;
-            let buf = vec![i as u8 + 1; LEN];
-            let (ptr, len) = Op::source(&buf);
-            let spec = Spec {
-                engine: Arc::clone(&engine),
-                tracker: Arc::clone(&tracker),
-                dest: p.dest,
-                dir: Dir::write(Visibility::FencedRead),
-                plan: Op::<Vec<u8>>::contiguous(ptr, len, offset, LEN / 4),
-                fence: Some(offset + LEN as u64 - 1),
-                info: OpInfo {
-                    op: "put",
-                    segment: 1,
-                    node: 1,
-                    offset,
-                },
-                barrier: None,
-            };
-            Op::new(spec, buf)
-        };
+        let put = |i: usize| fenced_put(&engine, (&p.tracker, p.dest), i, LEN);
         let rt = tokio::runtime::Builder::new_current_thread()
             .enable_time()
             .build()
