@@ -120,7 +120,13 @@ impl Tuning {
                 wake_on_post: true,
                 inline_spin: Duration::from_micros(20),
                 window_look: true,
-                window_spin: false,
+                // The poster reads its window's queue, as on tcp. Left to the engine, a shm
+                // put window drained whole (the target copies in order under its region
+                // lock), and the engine's wake-up of the task left the target idle for
+                // 20-30 µs before the next posts: shm0 64 KiB put 0.81 → 0.97-1.00 of the
+                // baseline, putv 0.81 → 0.95, get 0.87 → 0.97 (alternating runs,
+                // docs/performance.md, tenth pass).
+                window_spin: true,
                 eio_is_lost_peer: false,
                 // A signal round trip went from 31-40 µs to 1.8 µs. Longer than a wake-up
                 // (tens of µs here): with 20 µs, once one side parked, the other's read
@@ -616,7 +622,7 @@ impl Engine {
                 && !self.stop.load(Ordering::SeqCst)
                 && self.reaper_active(&mut looks)
             {
-                // On tcp the thread that posts a window reads the queue for it
+                // The thread that posts a window reads the queue for it (tcp, shm)
                 // (`spin_after_yield`); it counts as reaping from its post on. A drain here
                 // now and then (after each deferral, or woken by the fd, which tcp signals
                 // for every post it cannot send at once) took rxm's locks from that thread

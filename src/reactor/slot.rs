@@ -1014,14 +1014,14 @@ enum SpinEnd {
 /// yielded, and spinning for this one would have serialized them (spinning on the first poll
 /// made tcp0 64 KiB bandwidth rows half the baseline's).
 ///
-/// With others in flight (a window) and the engine's `window_spin` (tcp), the operation
+/// With others in flight (a window) and the engine's `window_spin`, the operation
 /// that finds nothing posted since its yield reads the queue for all of them, as a
 /// busy-polling loop over a window does: it stops at the first completion it reaps, so the
 /// task can finish that operation and post the next, and yields to look again. Left to the
 /// engine, the poster, its engine and rxm's progress shared two cores: tcp0 64 KiB getv went
 /// from 0.59-0.61 of the baseline to 0.81-0.88, get from 1.9 to 2.2-3.3 GB/s. On shm the
-/// reading thread contends with the target for the provider's shared queue locks (64 KiB
-/// put 0.97 → 0.70-0.89), so there the engine keeps reading for a window. On tcp the
+/// same reading first cost 64 KiB puts (0.97 → 0.70-0.89, fourth pass); since the engine
+/// stays off the queue for a reader, it gains there too (see `Tuning::for_kind`). The
 /// engine stays off the queue from the window's post on (`Engine::run`): when it read the
 /// queue beside this thread it reaped 90 % of a 1 MiB putv window's completions, and each
 /// cost the task a wake-up (tcp0 1 MiB putv 0.89 → 1.01 of the baseline, 64 KiB put 0.76 →
