@@ -124,8 +124,8 @@ impl Tuning {
                 // put window drained whole (the target copies in order under its region
                 // lock), and the engine's wake-up of the task left the target idle for
                 // 20-30 µs before the next posts: shm0 64 KiB put 0.81 → 0.97-1.00 of the
-                // baseline, putv 0.81 → 0.95, get 0.87 → 0.97 (alternating runs,
-                // docs/performance.md, tenth pass).
+                // baseline, putv 0.81 → 0.95 (alternating runs, docs/performance.md, tenth
+                // pass). Gets, copied inside their post, did not move.
                 window_spin: true,
                 eio_is_lost_peer: false,
                 // A signal round trip went from 31-40 µs to 1.8 µs. Longer than a wake-up
