@@ -481,13 +481,20 @@ fn enumerate(local_ip: IpAddr) -> Result<Vec<Candidate>> {
         }
         seen.push(key);
         let kind = provider_kind(&provider);
+        let info = if provider == RXM_OVER_TCP {
+            match connected_tcp(&entry.domain_name(), local_ip)? {
+                Some(info) => info,
+                None => continue,
+            }
+        } else {
+            match ordered_variant(&provider, &entry.domain_name(), &kind, local_ip)? {
+                Some(ordered) => ordered,
+                None => entry.dup()?,
+            }
+        };
         let unit = units.entry(kind.clone()).or_insert(0);
         let name = format!("{kind}{unit}");
         *unit += 1;
-        let info = match ordered_variant(&provider, &entry.domain_name(), &kind, local_ip)? {
-            Some(ordered) => ordered,
-            None => entry.dup()?,
-        };
         out.push(Candidate {
             name,
             kind,
@@ -498,7 +505,32 @@ fn enumerate(local_ip: IpAddr) -> Result<Vec<Candidate>> {
     Ok(out)
 }
 
-/// On providers whose puts are fenced by a read (tcp, udp), the same domain asked with
+/// The provider fi_getinfo offers RDM over tcp with; tcp controllers use tcp's own
+/// connected endpoints instead (`fabric/connected.rs` says why).
+const RXM_OVER_TCP: &str = "tcp;ofi_rxm";
+
+/// The tcp provider's connected endpoints (`FI_EP_MSG`) on `domain`; `None` (and a
+/// warning) where it offers none with what rsm needs.
+fn connected_tcp(domain: &str, local_ip: IpAddr) -> Result<Option<fabric::Info>> {
+    let mut hints = Hints::rsm_msg()?;
+    hints.provider("tcp")?.domain(domain)?;
+    let list = InfoList::get(&hints, Some(&local_ip.to_string()))?;
+    let found = list
+        .iter()
+        .find(|e| e.provider() == "tcp" && e.is_msg() && e.cq_data_size() >= 4);
+    match found {
+        Some(e) => Ok(Some(e.dup()?)),
+        None => {
+            tracing::warn!(
+                domain,
+                "tcp offers no connected RMA endpoint here; no tcp controller"
+            );
+            Ok(None)
+        }
+    }
+}
+
+/// On providers whose puts are fenced by a read (udp), the same domain asked with
 /// read-after-write ordering, which the fence relies on; `None` (and a warning) where the
 /// provider does not offer it.
 fn ordered_variant(
@@ -703,7 +735,8 @@ mod tests {
         );
         let tcp = list.iter().find(|c| c.name == "tcp0").unwrap();
         assert_eq!(tcp.domain, "lo");
-        assert_eq!(tcp.provider, "tcp;ofi_rxm");
+        // tcp's connected endpoints, not rxm (`fabric/connected.rs`).
+        assert_eq!(tcp.provider, "tcp");
         let p = tcp.provider_attr.as_ref().unwrap();
         assert!(p.mr_key_size >= 4 && p.tx_size > 0 && p.cq_data_size >= 4);
         // What the engine uses: tcp polls (no wait fd, see `Tuning`), sockets sleeps on one.

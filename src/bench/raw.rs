@@ -81,7 +81,12 @@ pub(crate) fn fabric_info_for(name: &str) -> Result<Arc<Info>> {
             .controller(name)
             .detail(format!("present: {}", names.join(", "))));
     };
-    let mut hints = Hints::rsm_rdm()?;
+    // tcp controllers run on tcp's connected endpoints (`fabric/connected.rs`).
+    let mut hints = if c.provider == "tcp" {
+        Hints::rsm_msg()?
+    } else {
+        Hints::rsm_rdm()?
+    };
     hints.provider(&c.provider)?;
     hints.domain(&c.domain)?;
     // shm turns the source node into its region's name (`127.0.0.1:0:0` in /dev/shm), the
@@ -117,8 +122,11 @@ impl RawEndpoint {
         let auto = info.view().data_progress_auto();
         let domain = Domain::open(Fabric::open(info)?)?;
         let cq = CompletionQueue::open(&domain, cq_size, auto || wait.wants_fd())?;
-        let av = AddressVector::open(&domain)?;
-        let ep = Endpoint::open(&domain, Arc::clone(&cq), av)?;
+        let ep = if domain.info().view().is_msg() {
+            Endpoint::open_connected(&domain, Arc::clone(&cq))?
+        } else {
+            Endpoint::open(&domain, Arc::clone(&cq), AddressVector::open(&domain)?)?
+        };
         Ok(RawEndpoint { ep, cq, domain })
     }
 
@@ -398,7 +406,7 @@ impl Baseline {
                 chunk: max_transfer_for(v.max_msg_size()),
             }
         };
-        let addr = raw.ep.av().insert(peer_addr)?;
+        let addr = raw.ep.add_peer(peer_addr)?;
         let stride = round_up(max_size.max(1), crate::sys::limits::page_size());
         let scratch_at = stride
             .checked_mul(slots)

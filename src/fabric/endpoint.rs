@@ -1,22 +1,25 @@
-//! Reliable datagram endpoints and the RMA operations posted on them.
+//! Endpoints and the RMA operations posted on them: a reliable datagram endpoint with its
+//! address vector, or connected endpoints (`connected.rs`) behind the same interface.
 
 use super::{
-    av::AddressVector, close_fid, cq::CompletionQueue, domain::Domain, error::fi_failure, ffi,
+    av::AddressVector, close_fid, connected::Connections, cq::CompletionQueue, domain::Domain,
+    error::fi_failure, ffi,
 };
 use crate::{Error, Result, error::FabricFailure};
 use std::ptr;
-use std::sync::{Arc, RwLock, RwLockReadGuard};
+use std::sync::{Arc, RwLock};
 
 /// Why a post did not go out.
 #[derive(Debug)]
 pub(crate) enum PostError {
-    /// The transmit queue is full (`-FI_EAGAIN`): progress the queue, then retry.
+    /// The transmit queue is full (`-FI_EAGAIN`), or the connection to the peer is being
+    /// made: progress the queue, then retry.
     Again,
     /// The provider refused the operation.
     Failed(FabricFailure),
 }
 
-fn post_result(call: &'static str, ret: isize) -> std::result::Result<(), PostError> {
+pub(super) fn post_result(call: &'static str, ret: isize) -> std::result::Result<(), PostError> {
     match ret {
         0 => Ok(()),
         r if r == -(ffi::FI_EAGAIN as isize) => Err(PostError::Again),
@@ -24,15 +27,25 @@ fn post_result(call: &'static str, ret: isize) -> std::result::Result<(), PostEr
     }
 }
 
-/// An RDM endpoint bound to one completion queue (transmit and receive) and one address
-/// vector. It keeps both, and so its domain, open.
+/// Where posts go.
+enum Transport {
+    /// An RDM endpoint bound to the address vector peers are inserted into.
+    Rdm {
+        fid: *mut ffi::fid_ep,
+        /// Posts hold it shared; `close` holds it exclusively and sets it, so no post can use
+        /// the endpoint during or after its close.
+        closed: RwLock<bool>,
+        av: Arc<AddressVector>,
+    },
+    /// One connected endpoint per peer.
+    Connected(Arc<Connections>),
+}
+
+/// An endpoint bound to one completion queue (transmit and receive). It keeps the queue,
+/// and so its domain, open.
 pub(crate) struct Endpoint {
-    fid: *mut ffi::fid_ep,
-    /// Posts hold it shared; `close` holds it exclusively and sets it, so no post can use
-    /// the endpoint during or after its close.
-    closed: RwLock<bool>,
+    transport: Transport,
     cq: Arc<CompletionQueue>,
-    av: Arc<AddressVector>,
     name: Vec<u8>,
 }
 
@@ -64,69 +77,99 @@ impl Endpoint {
             );
         }
         let mut ep = Endpoint {
-            fid,
-            closed: RwLock::new(false),
+            transport: Transport::Rdm {
+                fid,
+                closed: RwLock::new(false),
+                av,
+            },
             cq,
-            av,
             name: Vec::new(),
         };
-        ep.bind_and_enable()?;
-        ep.name = ep.getname()?;
+        bind_and_enable(fid, &ep.cq, ep.av_of())?;
+        ep.name = getname(fid)?;
         Ok(Arc::new(ep))
     }
 
-    fn bind_and_enable(&mut self) -> Result<()> {
-        let flags = u64::from(ffi::FI_TRANSMIT | ffi::FI_RECV);
-        // SAFETY: the endpoint, queue and vector are alive and belong to one domain.
-        let ret = unsafe { ffi::fi_ep_bind(self.fid, self.cq.as_fid(), flags) };
-        if ret != 0 {
-            return Err(
-                Error::insufficient_resources().fabric(fi_failure("fi_ep_bind(cq)", ret as isize))
-            );
-        }
-        // SAFETY: as above.
-        let ret = unsafe { ffi::fi_ep_bind(self.fid, self.av.as_fid(), 0) };
-        if ret != 0 {
-            return Err(
-                Error::insufficient_resources().fabric(fi_failure("fi_ep_bind(av)", ret as isize))
-            );
-        }
-        // SAFETY: the endpoint is bound and alive.
-        let ret = unsafe { ffi::fi_enable(self.fid) };
-        if ret != 0 {
-            return Err(
-                Error::insufficient_resources().fabric(fi_failure("fi_enable", ret as isize))
-            );
-        }
-        Ok(())
+    /// Opens a passive endpoint that accepts peers, and connects to each peer added with
+    /// [`Endpoint::add_peer`] (`FI_EP_MSG` domains).
+    pub(crate) fn open_connected(
+        domain: &Arc<Domain>,
+        cq: Arc<CompletionQueue>,
+    ) -> Result<Arc<Self>> {
+        let conns = Connections::open(domain, Arc::clone(&cq))?;
+        let name = conns.name().to_vec();
+        Ok(Arc::new(Endpoint {
+            transport: Transport::Connected(conns),
+            cq,
+            name,
+        }))
     }
 
-    fn getname(&self) -> Result<Vec<u8>> {
-        let mut buf = vec![0u8; super::av::MAX_ADDR_LEN];
-        let mut len = buf.len();
-        // SAFETY: buf has len writable bytes; the endpoint is alive and enabled.
-        let ret =
-            unsafe { ffi::fi_getname(&mut (*self.fid).fid, buf.as_mut_ptr().cast(), &mut len) };
-        if ret != 0 || len > buf.len() {
-            return Err(
-                Error::insufficient_resources().fabric(fi_failure("fi_getname", ret as isize))
-            );
+    fn av_of(&self) -> &Arc<AddressVector> {
+        match &self.transport {
+            Transport::Rdm { av, .. } => av,
+            Transport::Connected(_) => unreachable!("only RDM endpoints are bound to a vector"),
         }
-        buf.truncate(len);
-        Ok(buf)
     }
 
-    /// This endpoint's fabric address, to send to peers.
+    /// Makes a peer's fabric address (as its `name` gave it) postable and returns its
+    /// handle: inserted into the address vector, or a connection started to it.
+    pub(crate) fn add_peer(&self, addr: &[u8]) -> Result<ffi::fi_addr_t> {
+        match &self.transport {
+            Transport::Rdm { av, .. } => av.insert(addr),
+            Transport::Connected(c) => c.add_peer(addr),
+        }
+    }
+
+    /// Forgets a peer added before.
+    pub(crate) fn remove_peer(&self, handle: ffi::fi_addr_t) {
+        match &self.transport {
+            Transport::Rdm { av, .. } => av.remove(handle),
+            Transport::Connected(c) => c.remove_peer(handle),
+        }
+    }
+
+    /// Run when a connection to a peer came up or failed (connected endpoints only): posts
+    /// refused with `Again` meanwhile should go again.
+    pub(crate) fn set_on_connection_change(&self, f: super::connected::OnChange) {
+        if let Transport::Connected(c) = &self.transport {
+            c.set_on_change(f);
+        }
+    }
+
+    /// Runs one post on the endpoint that reaches `dest`, unless the endpoint is closed.
+    fn post(
+        &self,
+        dest: ffi::fi_addr_t,
+        call: &'static str,
+        post: impl FnOnce(*mut ffi::fid_ep, ffi::fi_addr_t) -> isize,
+    ) -> std::result::Result<(), PostError> {
+        match &self.transport {
+            Transport::Rdm { fid, closed, .. } => {
+                let g = closed.read().unwrap_or_else(|p| p.into_inner());
+                if *g {
+                    return Err(PostError::Failed(fi_failure(
+                        call,
+                        -(ffi::FI_ESHUTDOWN as isize),
+                    )));
+                }
+                let ret = post(*fid, dest);
+                drop(g);
+                post_result(call, ret)
+            }
+            // A connected endpoint has one peer: the address argument is ignored.
+            Transport::Connected(c) => c.post(dest, call, |ep| post(ep, ffi::FI_ADDR_UNSPEC)),
+        }
+    }
+
+    /// This endpoint's fabric address, to send to peers (the listening address of a
+    /// connected one).
     pub(crate) fn name(&self) -> &[u8] {
         &self.name
     }
 
     pub(crate) fn cq(&self) -> &Arc<CompletionQueue> {
         &self.cq
-    }
-
-    pub(crate) fn av(&self) -> &Arc<AddressVector> {
-        &self.av
     }
 
     /// Posts a write gathered from `iov` (with one descriptor per entry in `desc`) and
@@ -150,15 +193,13 @@ impl Endpoint {
         flags: u64,
         data: u64,
     ) -> std::result::Result<(), PostError> {
-        let msg = rma_msg(iov, desc, dest, rma, context, data);
-        let open = self.open_guard()?;
-        // SAFETY: msg and the arrays it points to live across the call (the provider copies
-        // them); the caller keeps the buffers and context alive until completion; `open`
-        // keeps the endpoint from closing meanwhile.
-        let ret =
-            unsafe { ffi::fi_writemsg(self.fid, &msg, flags | u64::from(ffi::FI_COMPLETION)) };
-        drop(open);
-        post_result("fi_writemsg", ret)
+        self.post(dest, "fi_writemsg", |ep, addr| {
+            let msg = rma_msg(iov, desc, addr, rma, context, data);
+            // SAFETY: msg and the arrays it points to live across the call (the provider
+            // copies them); the caller keeps the buffers and context alive until completion;
+            // `post` keeps the endpoint from closing meanwhile.
+            unsafe { ffi::fi_writemsg(ep, &msg, flags | u64::from(ffi::FI_COMPLETION)) }
+        })
     }
 
     /// Posts a read of the ranges `rma` at `src` into the local ranges `iov`.
@@ -175,13 +216,12 @@ impl Endpoint {
         rma: &[ffi::fi_rma_iov],
         context: *mut ffi::fi_context2,
     ) -> std::result::Result<(), PostError> {
-        let msg = rma_msg(iov, desc, src, rma, context, 0);
-        let open = self.open_guard()?;
-        // SAFETY: as in `writemsg`: the message is copied during the call, the caller keeps
-        // buffers and context alive until completion.
-        let ret = unsafe { ffi::fi_readmsg(self.fid, &msg, u64::from(ffi::FI_COMPLETION)) };
-        drop(open);
-        post_result("fi_readmsg", ret)
+        self.post(src, "fi_readmsg", |ep, addr| {
+            let msg = rma_msg(iov, desc, addr, rma, context, 0);
+            // SAFETY: as in `writemsg`: the message is copied during the call, the caller
+            // keeps buffers and context alive until completion.
+            unsafe { ffi::fi_readmsg(ep, &msg, u64::from(ffi::FI_COMPLETION)) }
+        })
     }
 
     /// Posts a write of `len` bytes from `buf` to `addr`/`key` at `dest`: one range each side
@@ -228,23 +268,11 @@ impl Endpoint {
         key: u64,
         context: *mut ffi::fi_context2,
     ) -> std::result::Result<(), PostError> {
-        let open = self.open_guard()?;
-        // SAFETY: the caller keeps the buffer and context alive until completion; `open`
-        // keeps the endpoint from closing meanwhile.
-        let ret = unsafe {
-            ffi::fi_read(
-                self.fid,
-                buf.cast(),
-                len,
-                desc,
-                src,
-                addr,
-                key,
-                context.cast(),
-            )
-        };
-        drop(open);
-        post_result("fi_read", ret)
+        self.post(src, "fi_read", |ep, peer| {
+            // SAFETY: the caller keeps the buffer and context alive until completion; `post`
+            // keeps the endpoint from closing meanwhile.
+            unsafe { ffi::fi_read(ep, buf.cast(), len, desc, peer, addr, key, context.cast()) }
+        })
     }
 
     /// Posts a small write that carries `data` to the target's queue and needs no buffer or
@@ -257,48 +285,75 @@ impl Endpoint {
         addr: u64,
         key: u64,
     ) -> std::result::Result<(), PostError> {
-        let open = self.open_guard()?;
-        // SAFETY: inject copies the payload before returning; nothing is kept; `open` keeps
-        // the endpoint from closing meanwhile.
-        let ret = unsafe {
-            ffi::fi_inject_writedata(
-                self.fid,
-                payload.as_ptr().cast(),
-                payload.len(),
-                data,
-                dest,
-                addr,
-                key,
-            )
-        };
-        drop(open);
-        post_result("fi_inject_writedata", ret)
-    }
-
-    /// Shared access for one post, or `Failed` once the endpoint is closed.
-    fn open_guard(&self) -> std::result::Result<RwLockReadGuard<'_, bool>, PostError> {
-        let g = self.closed.read().unwrap_or_else(|p| p.into_inner());
-        if *g {
-            return Err(PostError::Failed(fi_failure(
-                "fi_writemsg",
-                -(ffi::FI_ESHUTDOWN as isize),
-            )));
-        }
-        Ok(g)
+        self.post(dest, "fi_inject_writedata", |ep, peer| {
+            // SAFETY: inject copies the payload before returning; nothing is kept; `post`
+            // keeps the endpoint from closing meanwhile.
+            unsafe {
+                ffi::fi_inject_writedata(
+                    ep,
+                    payload.as_ptr().cast(),
+                    payload.len(),
+                    data,
+                    peer,
+                    addr,
+                    key,
+                )
+            }
+        })
     }
 
     /// Closes the endpoint now, with operations possibly still in flight: the provider then
     /// touches none of their buffers any more (which stay leaked, never freed), and releases
-    /// what it holds for the endpoint (shm's region in /dev/shm). Later posts fail.
+    /// what it holds for the endpoint (shm's region in /dev/shm, tcp's connections). Later
+    /// posts fail.
     pub(crate) fn close(&self) {
-        let mut closed = self.closed.write().unwrap_or_else(|p| p.into_inner());
-        if !*closed {
-            *closed = true;
-            // SAFETY: the exclusive guard keeps every post out; the endpoint is live and is
-            // closed once (the flag).
-            unsafe { close_fid(&mut (*self.fid).fid, "endpoint") };
+        match &self.transport {
+            Transport::Rdm { fid, closed, .. } => {
+                let mut closed = closed.write().unwrap_or_else(|p| p.into_inner());
+                if !*closed {
+                    *closed = true;
+                    // SAFETY: the exclusive guard keeps every post out; the endpoint is live
+                    // and is closed once (the flag).
+                    unsafe { close_fid(&mut (**fid).fid, "endpoint") };
+                }
+            }
+            Transport::Connected(c) => c.close(),
         }
     }
+}
+
+fn bind_and_enable(fid: *mut ffi::fid_ep, cq: &CompletionQueue, av: &AddressVector) -> Result<()> {
+    let fail =
+        |call, ret: i32| Error::insufficient_resources().fabric(fi_failure(call, ret as isize));
+    let flags = u64::from(ffi::FI_TRANSMIT | ffi::FI_RECV);
+    // SAFETY: the endpoint, queue and vector are alive and belong to one domain.
+    let ret = unsafe { ffi::fi_ep_bind(fid, cq.as_fid(), flags) };
+    if ret != 0 {
+        return Err(fail("fi_ep_bind(cq)", ret));
+    }
+    // SAFETY: as above.
+    let ret = unsafe { ffi::fi_ep_bind(fid, av.as_fid(), 0) };
+    if ret != 0 {
+        return Err(fail("fi_ep_bind(av)", ret));
+    }
+    // SAFETY: the endpoint is bound and alive.
+    let ret = unsafe { ffi::fi_enable(fid) };
+    if ret != 0 {
+        return Err(fail("fi_enable", ret));
+    }
+    Ok(())
+}
+
+fn getname(fid: *mut ffi::fid_ep) -> Result<Vec<u8>> {
+    let mut buf = vec![0u8; super::av::MAX_ADDR_LEN];
+    let mut len = buf.len();
+    // SAFETY: buf has len writable bytes; the endpoint is alive and enabled.
+    let ret = unsafe { ffi::fi_getname(&mut (*fid).fid, buf.as_mut_ptr().cast(), &mut len) };
+    if ret != 0 || len > buf.len() {
+        return Err(Error::insufficient_resources().fabric(fi_failure("fi_getname", ret as isize)));
+    }
+    buf.truncate(len);
+    Ok(buf)
 }
 
 impl Drop for Endpoint {

@@ -46,6 +46,15 @@ impl Hints {
         Ok(hints)
     }
 
+    /// The same needs on a connected endpoint (`FI_EP_MSG`): the tcp provider's own RMA,
+    /// without rxm's pre-posted receive buffers (see `connected.rs`).
+    pub(crate) fn rsm_msg() -> Result<Self> {
+        let hints = Self::rsm_rdm()?;
+        // SAFETY: ep_attr was allocated by fi_allocinfo and is exclusively ours.
+        unsafe { (*(*hints.ptr).ep_attr).type_ = ffi::fi_ep_type_FI_EP_MSG };
+        Ok(hints)
+    }
+
     /// Restricts the answer to one provider (`tcp;ofi_rxm`, `shm`, ...).
     pub(crate) fn provider(&mut self, name: &str) -> Result<&mut Self> {
         let s = dup_cstr(name)?;
@@ -196,6 +205,14 @@ impl Drop for Info {
 }
 
 impl Info {
+    /// Takes ownership of a description libfabric handed over (a connection request's).
+    ///
+    /// # Safety
+    /// `ptr` must be a valid `fi_info` (one element) that nothing else frees.
+    pub(crate) unsafe fn from_raw(ptr: *mut ffi::fi_info) -> Info {
+        Info { ptr }
+    }
+
     /// The borrowed view of this description.
     pub(crate) fn view(&self) -> InfoRef<'_> {
         // SAFETY: ptr is a valid fi_info owned by self, alive as long as the borrow.
@@ -278,14 +295,23 @@ impl<'a> InfoRef<'a> {
     pub(crate) fn cq_data_size(&self) -> usize {
         self.domain_attr().cq_data_size
     }
+    /// Whether the provider moves data without the application reading its queue. tcp's
+    /// connected endpoints claim `FI_PROGRESS_AUTO` in 1.17 but start no thread: their data
+    /// moves only inside reads of the completion queue (measured: a delivery-complete write
+    /// to a target that stopped reading its queue for 2 s completed 2 s later).
     pub(crate) fn data_progress_auto(&self) -> bool {
         self.domain_attr().data_progress == ffi::fi_progress_FI_PROGRESS_AUTO
+            && !(self.is_msg() && self.provider() == "tcp")
     }
     pub(crate) fn max_msg_size(&self) -> usize {
         self.ep_attr().max_msg_size
     }
     pub(crate) fn is_rdm(&self) -> bool {
         self.ep_attr().type_ == ffi::fi_ep_type_FI_EP_RDM
+    }
+    /// A connection-oriented endpoint (`FI_EP_MSG`): peers are connected, not addressed.
+    pub(crate) fn is_msg(&self) -> bool {
+        self.ep_attr().type_ == ffi::fi_ep_type_FI_EP_MSG
     }
     pub(crate) fn inject_size(&self) -> usize {
         self.tx_attr().inject_size

@@ -10,9 +10,11 @@
 //! until the completion arrives.
 
 pub(crate) mod av;
+pub(crate) mod connected;
 pub(crate) mod cq;
 pub(crate) mod domain;
 pub(crate) mod endpoint;
+pub(crate) mod eq;
 pub(crate) mod error;
 pub(crate) mod info;
 pub(crate) mod mr;

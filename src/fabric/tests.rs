@@ -6,8 +6,13 @@ use crate::fabric::endpoint::PostError;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+/// A domain of `provider`; `tcp` alone is tcp's connected endpoints (`FI_EP_MSG`).
 fn open_domain(provider: &str) -> Arc<Domain> {
-    let mut hints = Hints::rsm_rdm().unwrap();
+    let mut hints = if provider == "tcp" {
+        Hints::rsm_msg().unwrap()
+    } else {
+        Hints::rsm_rdm().unwrap()
+    };
     hints.provider(provider).unwrap();
     let list = InfoList::get(&hints, Some("127.0.0.1")).unwrap();
     let info = Arc::new(list.iter().next().expect("provider present").dup().unwrap());
@@ -21,8 +26,12 @@ struct Side {
 
 fn side(domain: &Arc<Domain>) -> Side {
     let cq = CompletionQueue::open(domain, 64, true).unwrap();
-    let av = AddressVector::open(domain).unwrap();
-    let ep = Endpoint::open(domain, Arc::clone(&cq), av).unwrap();
+    let ep = if domain.info().view().is_msg() {
+        Endpoint::open_connected(domain, Arc::clone(&cq)).unwrap()
+    } else {
+        let av = AddressVector::open(domain).unwrap();
+        Endpoint::open(domain, Arc::clone(&cq), av).unwrap()
+    };
     Side { ep, cq }
 }
 
@@ -56,7 +65,7 @@ fn progress(queues: &[&Arc<CompletionQueue>]) {
 fn round_trip(provider: &str) {
     let domain = open_domain(provider);
     let (a, b) = (side(&domain), side(&domain));
-    let b_addr = a.ep.av().insert(b.ep.name()).unwrap();
+    let b_addr = a.ep.add_peer(b.ep.name()).unwrap();
 
     let target = vec![0u8; 4096].into_boxed_slice();
     let access = MrAccess::REMOTE_READ.union(MrAccess::REMOTE_WRITE);
@@ -155,6 +164,11 @@ fn rma_round_trip_on_tcp() {
 }
 
 #[test]
+fn rma_round_trip_on_tcp_connected_endpoints() {
+    round_trip("tcp");
+}
+
+#[test]
 fn rma_round_trip_on_shm() {
     round_trip("shm");
 }
@@ -186,4 +200,176 @@ fn wait_objects_follow_the_provider() {
             .wait(),
         WaitKind::Poll
     );
+}
+
+/// A registered 4 KiB target on `side`'s domain, and the address peers add offsets to.
+struct Target {
+    mr: MemoryRegion,
+    base: u64,
+    _memory: Box<[u8]>,
+}
+
+fn target(domain: &Arc<Domain>, key: u64) -> Target {
+    let memory = vec![0u8; 4096].into_boxed_slice();
+    let access = MrAccess::REMOTE_READ.union(MrAccess::REMOTE_WRITE);
+    // SAFETY: the memory is a field after `mr`, so it outlives the registration.
+    let mr = unsafe { MemoryRegion::register(domain, memory.as_ptr(), memory.len(), access, key) }
+        .unwrap();
+    let base = if domain.info().view().mr_mode() & ffi::FI_MR_VIRT_ADDR as i32 != 0 {
+        mr.addr() as u64
+    } else {
+        0
+    };
+    Target {
+        mr,
+        base,
+        _memory: memory,
+    }
+}
+
+/// Posts an 8-byte delivery-complete write, going again while the connection is made
+/// (progressing `queues`); `Err` with the failure of a refused post.
+fn post_write(
+    from: &Side,
+    dest: ffi::fi_addr_t,
+    addr: u64,
+    key: u64,
+    src: &[u8; 8],
+    ctx: *mut ffi::fi_context2,
+    queues: &[&Arc<CompletionQueue>],
+) -> Result<(), crate::error::FabricFailure> {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        // SAFETY: src and ctx outlive the completion the callers wait for.
+        let r = unsafe {
+            from.ep.write(
+                src.as_ptr(),
+                8,
+                std::ptr::null_mut(),
+                dest,
+                addr,
+                key,
+                ctx,
+                ffi::FI_DELIVERY_COMPLETE as u64,
+                0,
+            )
+        };
+        match r {
+            Ok(()) => return Ok(()),
+            Err(PostError::Again) => {
+                assert!(Instant::now() < deadline, "still connecting after 10 s");
+                progress(queues);
+                std::thread::sleep(Duration::from_micros(50));
+            }
+            Err(PostError::Failed(f)) => return Err(f),
+        }
+    }
+}
+
+#[test]
+fn a_connected_delivery_complete_write_waits_for_the_target() {
+    let domain = open_domain("tcp");
+    let (a, b) = (side(&domain), side(&domain));
+    let t = target(&domain, 0xD0);
+    let dest = a.ep.add_peer(b.ep.name()).unwrap();
+    let src = *b"8 bytes!";
+    let mut ctx = Box::new(ffi::fi_context2::default());
+    let ctx_ptr: *mut ffi::fi_context2 = &mut *ctx;
+    // Connected (the first write), then a second one while the target reads nothing.
+    post_write(&a, dest, t.base, t.mr.key(), &src, ctx_ptr, &[&a.cq, &b.cq]).unwrap();
+    wait_for(ctx_ptr as usize, &[&a.cq, &b.cq]).unwrap();
+    post_write(&a, dest, t.base + 8, t.mr.key(), &src, ctx_ptr, &[&a.cq]).unwrap();
+    let until = Instant::now() + Duration::from_millis(300);
+    let mut got = Vec::new();
+    while Instant::now() < until {
+        let _ = a.cq.read(&mut got);
+    }
+    assert!(
+        got.iter().all(|e| e.context != ctx_ptr as usize),
+        "the write completed while the target read nothing"
+    );
+    wait_for(ctx_ptr as usize, &[&a.cq, &b.cq]).unwrap();
+    // SAFETY: both writes completed; nothing writes the target now.
+    let landed = unsafe { std::ptr::read_volatile(t._memory.as_ptr().add(8).cast::<[u8; 8]>()) };
+    assert_eq!(&landed, b"8 bytes!");
+}
+
+#[test]
+fn a_connection_closed_by_a_bad_key_is_made_again_by_the_next_post() {
+    let domain = open_domain("tcp");
+    let (a, b) = (side(&domain), side(&domain));
+    let t = target(&domain, 0xD1);
+    let dest = a.ep.add_peer(b.ep.name()).unwrap();
+    let queues = [&a.cq, &b.cq];
+    let src = *b"first...";
+    let mut ctx = Box::new(ffi::fi_context2::default());
+    let ctx_ptr: *mut ffi::fi_context2 = &mut *ctx;
+    post_write(&a, dest, t.base, t.mr.key(), &src, ctx_ptr, &queues).unwrap();
+    wait_for(ctx_ptr as usize, &queues).unwrap();
+
+    // A key the target does not know: tcp closes the connection, and the write fails.
+    post_write(&a, dest, t.base, t.mr.key() + 1, &src, ctx_ptr, &queues).unwrap();
+    let err = wait_for(ctx_ptr as usize, &queues).expect_err("a write under an unknown key");
+    assert!(!err.is_empty());
+
+    // The next post connects again and lands.
+    let src = *b"second..";
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        match post_write(&a, dest, t.base + 16, t.mr.key(), &src, ctx_ptr, &queues) {
+            // An error: posted on the old connection before its shutdown reached the manager.
+            Ok(()) => {
+                if wait_for(ctx_ptr as usize, &queues).is_ok() {
+                    break;
+                }
+            }
+            Err(f) => panic!("reconnect refused: {f}"),
+        }
+        assert!(Instant::now() < deadline, "no new connection within 10 s");
+    }
+    // SAFETY: the write completed; nothing writes the target now.
+    let landed = unsafe { std::ptr::read_volatile(t._memory.as_ptr().add(16).cast::<[u8; 8]>()) };
+    assert_eq!(&landed, b"second..");
+}
+
+#[test]
+fn posts_to_a_peer_that_is_gone_fail_and_do_not_hang() {
+    let domain = open_domain("tcp");
+    let a = side(&domain);
+    let gone = side(&domain);
+    let addr = gone.ep.name().to_vec();
+    gone.ep.close();
+    drop(gone);
+    let dest = a.ep.add_peer(&addr).unwrap();
+    let src = *b"nobody..";
+    let mut ctx = Box::new(ffi::fi_context2::default());
+    let ctx_ptr: *mut ffi::fi_context2 = &mut *ctx;
+    let started = Instant::now();
+    // The connect is refused: the posts waiting for it fail, and so does the next one, at
+    // once, for a while.
+    let f = post_write(&a, dest, 0, 1, &src, ctx_ptr, &[&a.cq]).expect_err("nobody listens");
+    assert_eq!(f.errno, ffi::FI_ECONNREFUSED as i32, "{f}");
+    assert!(started.elapsed() < Duration::from_secs(5));
+    let again = post_write(&a, dest, 0, 1, &src, ctx_ptr, &[&a.cq]).expect_err("still refused");
+    assert_eq!(again.errno, ffi::FI_ECONNREFUSED as i32);
+
+    // After the retry delay, a post tries again (and is refused again).
+    std::thread::sleep(super::connected::RETRY_AFTER + Duration::from_millis(100));
+    let third = post_write(&a, dest, 0, 1, &src, ctx_ptr, &[&a.cq]).expect_err("refused");
+    assert_eq!(third.errno, ffi::FI_ECONNREFUSED as i32);
+}
+
+#[test]
+fn connected_endpoints_bound_peer_addresses_and_fail_after_close() {
+    let domain = open_domain("tcp");
+    let a = side(&domain);
+    assert_eq!(a.ep.add_peer(&[]).unwrap_err().code(), 16);
+    assert_eq!(a.ep.add_peer(&[0u8; 4096]).unwrap_err().code(), 16);
+    let b = side(&domain);
+    let dest = a.ep.add_peer(b.ep.name()).unwrap();
+    a.ep.close();
+    let src = [0u8; 8];
+    let mut ctx = Box::new(ffi::fi_context2::default());
+    let f = post_write(&a, dest, 0, 1, &src, &mut *ctx, &[&a.cq]).expect_err("closed");
+    assert_eq!(f.errno, ffi::FI_ESHUTDOWN as i32);
 }

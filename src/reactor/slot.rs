@@ -1479,8 +1479,7 @@ mod tests {
         };
         let (initiator, target) = (endpoint(), endpoint());
         let dest = initiator
-            .av()
-            .insert(target.name())
+            .add_peer(target.name())
             .expect("the target's address");
         let memory = vec![0u8; len].into_boxed_slice();
         let access = MrAccess::REMOTE_READ.union(MrAccess::REMOTE_WRITE);
