@@ -12,7 +12,7 @@
 //!   MB/s (10^6 bytes per second), operations per second, and `median_us` = time / operations.
 //! - **put** is a write that completes when its data is visible at the target (rsm's
 //!   implicit barrier). The baseline does what rsm does on the provider: a write with
-//!   `FI_DELIVERY_COMPLETE` on shm and sockets; on tcp;ofi_rxm and udp;ofi_rxd, whose
+//!   `FI_DELIVERY_COMPLETE` on shm, sockets and tcp's connected endpoints; on udp;ofi_rxd, whose
 //!   delivery-complete writes complete once the bytes are in the socket, a plain write then
 //!   a one-byte read of its last byte, done when both completed. **get** is a read.
 //! - **putv** / **getv** move 16 entries of `size / 16` bytes, contiguous in the local buffer

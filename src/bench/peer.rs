@@ -197,7 +197,7 @@ fn serve(
         }
         if cmd == Command::Progress {
             reply(out, "ok")?;
-            // Busy-poll until the next command: shm and tcp;ofi_rxm place remote writes and
+            // Busy-poll until the next command: shm and tcp place remote writes and
             // answer reads only while the target reads its queue. Providers with progress
             // threads of their own (sockets) need no poller, and are slowed by one.
             let spin = raw.filter(|r| echo.is_some() || !r.raw.auto_progress());

@@ -292,7 +292,7 @@ pub(crate) struct Remote {
 /// a put or get, batches of ranges through `fi_writemsg`/`fi_readmsg` for a putv or getv.
 /// A put (or putv) has rsm's completion semantics: where the provider's
 /// `FI_DELIVERY_COMPLETE` is real (shm, sockets) every write carries that flag; where it is
-/// not (tcp;ofi_rxm, udp;ofi_rxd: see [`visibility_for`]) the writes go without it, then
+/// not (udp;ofi_rxd: see [`visibility_for`]) the writes go without it, then
 /// one one-byte read of the last byte written (the fence), and the operation is done only
 /// when all of its posts have completed.
 pub(crate) struct Baseline {

@@ -22,9 +22,9 @@
 //!
 //! Order (decision 18): a signal posted after a put *that resolved* arrives after the put's
 //! data is visible, on every path, because a put resolves only once its data is visible at
-//! the target (delivery-complete on shm and sockets; on tcp the fence read behind the write).
-//! A put still in flight when the signal is posted (not awaited yet) has no such promise: on
-//! tcp;ofi_rxm the doorbell write usually follows it on the same connection, but a put waiting
+//! the target (delivery-complete on shm, sockets and tcp; on udp the fence read behind the
+//! write). A put still in flight when the signal is posted (not awaited yet) has no such
+//! promise: on tcp the doorbell write usually follows it on the same connection, but a put waiting
 //! for a place in the transmit queue, split in pieces, or retried after `-FI_EAGAIN` may be
 //! overtaken, and the side channel is another connection altogether.
 

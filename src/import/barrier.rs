@@ -152,7 +152,7 @@ impl ImportSegment {
     }
 
     /// A one-byte read that completes only after every write posted before it was placed
-    /// (tcp;ofi_rxm orders reads after writes, `FI_ORDER_RMA_RAW`).
+    /// (udp;ofi_rxd is asked to order reads after writes, `FI_ORDER_RMA_RAW`).
     async fn fence(&self, op: &'static str) -> Result<()> {
         let inner = &self.inner;
         let Some((engine, _)) = inner.fabric() else {

@@ -8,13 +8,14 @@
 //!   of tokio's `AsyncFd` (an fd still readable after `fi_trywait`) cannot lose a wake-up
 //!   here. While operations are in flight it may spin briefly first (not on sockets, whose
 //!   own progress threads starve when the application spins on 2 cores).
-//! - no wait fd (tcp;ofi_rxm, shm, udp): poll the queue while operations are in flight and
+//! - no wait fd (tcp, shm, udp): poll the queue while operations are in flight and
 //!   for a short window after the last activity, then sleep on the eventfd. Local posts wake
 //!   it; a peer whose operations need this node's progress sends `Wake` over the side
 //!   channel.
 //!
-//! Every open controller has an engine, also one that expects nothing: shm and
-//! tcp;ofi_rxm place remote writes and reads only while the target reads its queue.
+//! Every open controller has an engine, also one that expects nothing: shm and tcp place
+//! remote writes and reads only while the target reads its queue (tcp's connected
+//! endpoints claim automatic progress in 1.17 but have no thread for it).
 
 use crate::error::FabricFailure;
 use crate::fabric::endpoint::PostError;
@@ -78,6 +79,11 @@ impl Tuning {
                 eio_is_lost_peer: true,
                 signal_spin: Duration::ZERO,
             },
+            // The figures below were measured on tcp;ofi_rxm. On tcp's connected endpoints
+            // (`fabric/connected.rs`) the same tuning was measured again against the
+            // baseline: 8-byte put and get 0.96-0.98, 64 KiB to 1 MiB bandwidth 0.87-1.07
+            // (docs/performance.md, "Connected tcp endpoints").
+            //
             // The awaiting thread reads rxm's queue (and so drives rxm) while the engine
             // stays off the queue (`DEFER_TO_REAPER`): an 8-byte get went from 37 to 17-20
             // µs, a put (write and fence read) from 60 to 23-30 µs (`rsm bench`,

@@ -12,8 +12,9 @@
 //!
 //! An operation is a [`Plan`] of data parts (pieces of one contiguous buffer, or batches of
 //! a scatter/gather vector) and, for a write that must be visible where the provider does not
-//! deliver `FI_DELIVERY_COMPLETE` (tcp;ofi_rxm completes such a write once the bytes are in
-//! the socket, measured with a stopped target), a fence: a one-byte read of the last byte
+//! deliver `FI_DELIVERY_COMPLETE` (udp;ofi_rxd, and tcp;ofi_rxm before tcp moved to its
+//! connected endpoints, complete such a write once the bytes are in the socket, measured
+//! with a stopped target), a fence: a one-byte read of the last byte
 //! written, whose answer cannot come back before the write was placed.
 //!
 //! Posting is driven by whoever holds the slot: the awaiting future, or, in explicit barrier
@@ -672,7 +673,7 @@ fn post_error(f: FabricFailure, eio_is_lost_peer: bool) -> Error {
     }
 }
 
-/// Whether a failure means the peer is gone. tcp;ofi_rxm cancels an access under a key
+/// Whether a failure means the peer is gone. tcp (as tcp;ofi_rxm did) cancels an access under a key
 /// the target does not know with `ECANCELED` and provider errno `ENOENT` (measured): that
 /// is a failed access, not a lost peer.
 fn connection_lost(f: &FabricFailure, eio_is_lost_peer: bool) -> bool {

@@ -1,6 +1,7 @@
-//! A failure that means either of two things. tcp;ofi_rxm fails an access under a key the
-//! target does not know, and every access in flight to a process that died, the same way:
-//! `ECANCELED` with provider errno `ENOENT` (measured). The first is a failed access
+//! A failure that means either of two things. tcp (its connected endpoints, as tcp;ofi_rxm
+//! before) fails an access under a key the target does not know, and every access in flight
+//! to a process that died, the same way: `ECANCELED` with provider errno `ENOENT`
+//! (measured; the target closes the connection on a bad key). The first is a failed access
 //! (`RSMERR_BARRIER_FAILURE`), the second a lost exporter (`RSMERR_CONN_ABORTED`, decision
 //! 19). Only the side channel tells them apart, and it learns of a death a little after the
 //! provider: an awaiting thread that reads its own completions saw the cancel first and

@@ -47,14 +47,10 @@ pub const OPS: &[(&str, &[usize])] = &[
 
 pub const MODES: &[&str] = &["latency", "bandwidth"];
 
-/// The controllers the memory figure is measured on; the extra environment of each run
-/// (the tuned tcp0 run shows how much of the figure is rxm's receive buffers).
-pub const MEMORY_RUNS: &[(&str, &[(&str, &str)])] = &[
-    ("tcp0", &[]),
-    ("tcp0", &[("FI_OFI_RXM_MSG_RX_SIZE", "128")]),
-    ("shm0", &[]),
-    ("sockets0", &[]),
-];
+/// The controllers the memory figure is measured on, and the extra environment of each
+/// run (none since tcp left rxm, whose receive pool only environment variables sized).
+pub const MEMORY_RUNS: &[(&str, &[(&str, &str)])] =
+    &[("tcp0", &[]), ("shm0", &[]), ("sockets0", &[])];
 
 /// Interleaved rounds per row (`rsm bench --rounds`, which splits the row's samples over
 /// them, so the whole set takes about 90 s of measuring here whatever the count): with 5,

@@ -434,9 +434,6 @@ pub fn markdown(meta: &Meta, rows: &[Row], memory: &[Memory]) -> String {
             }
         }
     }
-    if let Some(note) = memory_note(memory) {
-        let _ = writeln!(md, "\n{note}");
-    }
 
     let mut controllers: Vec<&str> = Vec::new();
     for r in rows {
@@ -472,44 +469,6 @@ fn table_header(md: &mut String, with_controller: bool) {
         "{c}| op | mode | size | rsm | baseline | ratio | target | met | note |"
     );
     let _ = writeln!(md, "{dash}|---|---|---|---|---|---|---|---|---|");
-}
-
-/// What the tuned tcp0 run says about the default one's figure.
-fn memory_note(memory: &[Memory]) -> Option<String> {
-    let figure = |tuned: bool| {
-        memory.iter().find_map(|m| {
-            (m.controller == "tcp0" && m.env.is_empty() != tuned)
-                .then(|| m.result.as_ref().ok())
-                .flatten()
-                .and_then(|v| {
-                    Some((
-                        v.get("rss_beyond_segments_mib").as_f64()?,
-                        v.get("stages").get("start").get("rss_kib").as_f64()?,
-                        v.get("stages").get("node").get("rss_kib").as_f64()?,
-                    ))
-                })
-        })
-    };
-    let (default, start, node) = figure(false)?;
-    let (tuned, ..) = figure(true)?;
-    if default < 64.0 {
-        return None;
-    }
-    Some(format!(
-        "Where tcp0's memory goes: opening the node and its tcp0 controller alone takes \
-         {:.1} MiB (start → node up), while 1,000 published segments and 1,000 connections \
-         add only a few MiB. The bulk is ofi_rxm's shared receive context: at endpoint open \
-         rxm pre-posts RXM_MSG_SRX_SIZE = 4096 bounce buffers of FI_OFI_RXM_BUFFER_SIZE = \
-         16 KiB (64 MiB). With FI_OFI_RXM_MSG_RX_SIZE=128 the figure is {tuned:.1} MiB \
-         instead of {default:.1} MiB (FI_OFI_RXM_USE_SRX=0 or FI_OFI_RXM_BUFFER_SIZE=4096 \
-         give about the same). rsm moves no messages through rxm: puts, gets and vectors \
-         are RMA, and a signal's fi_inject_writedata reaches the target as a tcp remote-CQ-data \
-         write that takes no posted receive (tcpx_op_write in 1.17), so a small pool costs \
-         it nothing. In 1.17 only those variables size the pool (no fi_getinfo hint reaches \
-         it, see docs/performance.md), and the library never sets environment variables: \
-         the README's \"Memory on tcp\" documents them for applications.",
-        (node - start) / 1024.0
-    ))
 }
 
 /// The JSON report: every row with its figures, target and verdict, and the memory runs.
