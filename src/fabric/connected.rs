@@ -242,9 +242,7 @@ impl Connections {
     /// The address comes from the network: its length is bounded here and the provider
     /// parses it in its own format (a `sockaddr` on tcp).
     pub(crate) fn add_peer(&self, addr: &[u8]) -> Result<ffi::fi_addr_t> {
-        if addr.is_empty() || addr.len() > super::av::MAX_ADDR_LEN {
-            return Err(Error::bad_addr().detail(format!("fabric address of {} bytes", addr.len())));
-        }
+        check_sockaddr(addr)?;
         let mut links = self.links.write().unwrap_or_else(|p| p.into_inner());
         if links.closed {
             return Err(Error::bad_ctlr_hndl().detail("the controller is closed"));
@@ -277,10 +275,31 @@ impl Connections {
     }
 
     fn connect(&self, addr: &[u8]) -> Result<Link> {
+        check_sockaddr(addr)?;
+        let mut storage: libc::sockaddr_storage =
+            // SAFETY: sockaddr_storage is plain old data; all zeroes is a valid value.
+            unsafe { std::mem::zeroed() };
+        // SAFETY: check_sockaddr bounded addr to one sockaddr_in or sockaddr_in6, both
+        // smaller than sockaddr_storage; the two do not overlap.
+        unsafe {
+            ptr::copy_nonoverlapping(
+                addr.as_ptr(),
+                (&mut storage as *mut libc::sockaddr_storage).cast::<u8>(),
+                addr.len(),
+            )
+        };
         let ep = MsgEp::open(&self.domain, self.domain.info(), &self.cq, &self.eq)?;
-        // SAFETY: the endpoint is enabled; addr holds addr.len() bytes of the peer's name,
-        // which the provider copies; no connection data.
-        let ret = unsafe { ffi::fi_connect(ep.fid, addr.as_ptr().cast(), ptr::null(), 0) };
+        // SAFETY: the endpoint is enabled; storage holds one aligned socket address of the
+        // length its family says (check_sockaddr), which the provider copies; no
+        // connection data.
+        let ret = unsafe {
+            ffi::fi_connect(
+                ep.fid,
+                (&storage as *const libc::sockaddr_storage).cast(),
+                ptr::null(),
+                0,
+            )
+        };
         if ret != 0 {
             return Err(Error::remote_node_unreachable()
                 .detail("the provider refused to connect to the peer's fabric address")
@@ -495,6 +514,33 @@ impl Connections {
             .unwrap_or_else(|p| p.into_inner())
             .clear();
     }
+}
+
+/// A peer's listening address, as its `fi_getname` gave it: the tcp provider reads as many
+/// bytes as the family in the first two says, so the length must match that family. The
+/// bytes come from the network.
+fn check_sockaddr(addr: &[u8]) -> Result<()> {
+    let bad = |why: &str| Err(Error::bad_addr().detail(format!("fabric address: {why}")));
+    let Some(family) = addr.get(..2) else {
+        return bad("shorter than a socket address family");
+    };
+    let family = libc::sa_family_t::from_ne_bytes([family[0], family[1]]);
+    let want = match i32::from(family) {
+        libc::AF_INET => std::mem::size_of::<libc::sockaddr_in>(),
+        libc::AF_INET6 => std::mem::size_of::<libc::sockaddr_in6>(),
+        _ => {
+            return bad(&format!(
+                "socket address family {family} is neither IPv4 nor IPv6"
+            ));
+        }
+    };
+    if addr.len() != want {
+        return bad(&format!(
+            "{} bytes for a family whose addresses have {want}",
+            addr.len()
+        ));
+    }
+    Ok(())
 }
 
 impl Drop for Connections {

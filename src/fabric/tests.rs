@@ -365,6 +365,17 @@ fn connected_endpoints_bound_peer_addresses_and_fail_after_close() {
     let a = side(&domain);
     assert_eq!(a.ep.add_peer(&[]).unwrap_err().code(), 16);
     assert_eq!(a.ep.add_peer(&[0u8; 4096]).unwrap_err().code(), 16);
+    // The provider reads as many bytes as the family says: a short IPv6 address, or a
+    // family tcp does not speak, is refused before it gets them.
+    let mut short_v6 = [0u8; 16];
+    short_v6[..2].copy_from_slice(&(libc::AF_INET6 as libc::sa_family_t).to_ne_bytes());
+    assert_eq!(a.ep.add_peer(&short_v6).unwrap_err().code(), 16);
+    let mut unix = [0u8; 16];
+    unix[..2].copy_from_slice(&(libc::AF_UNIX as libc::sa_family_t).to_ne_bytes());
+    assert_eq!(a.ep.add_peer(&unix).unwrap_err().code(), 16);
+    let mut long_v4 = a.ep.name().to_vec();
+    long_v4.push(0);
+    assert_eq!(a.ep.add_peer(&long_v4).unwrap_err().code(), 16);
     let b = side(&domain);
     let dest = a.ep.add_peer(b.ep.name()).unwrap();
     a.ep.close();
