@@ -40,8 +40,10 @@ pub(crate) const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 /// After a failed connect, posts to that peer fail at once for this long; the next one then
 /// tries again (the peer may have come back).
 pub(crate) const RETRY_AFTER: Duration = Duration::from_secs(1);
-/// The manager's longest sleep: it also wakes for every connection event and at close.
-const MANAGER_TICK: Duration = Duration::from_secs(1);
+/// The manager's longest sleep, a safety net only: the event queue's wait object wakes it
+/// for every connection event and at close (the fabric tests pass as fast with 60 s), and
+/// an idle node should not wake.
+const MANAGER_TICK: Duration = Duration::from_secs(30);
 
 /// One connected endpoint, closed when dropped.
 struct MsgEp {
@@ -438,7 +440,8 @@ impl Connections {
                 Ok(Event::Notify | Event::Timeout) => {}
                 Err(failure) => {
                     tracing::warn!(%failure, "event queue failed; connections stay as they are");
-                    std::thread::sleep(MANAGER_TICK);
+                    // Not MANAGER_TICK: a close waits for this thread.
+                    std::thread::sleep(Duration::from_millis(200));
                 }
             }
         }
