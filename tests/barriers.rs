@@ -145,6 +145,25 @@ fn remote_failure_is_barrier_failure(ctrl: &str) {
     s.rt.block_on(s.node.shutdown());
 }
 
+/// On tcp the target answers an access under a key it does not know by closing the
+/// connection between the two processes: the importer's next operation makes it again, so
+/// a signal after the failed put still reaches the exporter.
+#[cfg(feature = "fault-injection")]
+#[test]
+fn tcp_a_failed_access_leaves_the_exporter_reachable() {
+    let _serial = serial();
+    let mut s = setup("tcp0", SEG);
+    s.rt.block_on(s.imp.put(0, vec![1u8; 4096])).0.unwrap();
+    assert_eq!(s.peer.ask("break"), "ok");
+    let (res, _) = s.rt.block_on(s.imp.put(0, vec![2u8; 4096]));
+    assert_eq!(res.unwrap_err().name(), "RSMERR_BARRIER_FAILURE");
+    s.rt.block_on(s.imp.signal(rsm::SignalFlags::empty()))
+        .expect("a signal over a new connection");
+    assert_eq!(s.peer.ask("wait 5000"), "signalled");
+    s.peer.kill();
+    s.rt.block_on(s.node.shutdown());
+}
+
 #[test]
 fn tcp_thousand_puts_visible_at_close() {
     thousand_puts_visible_at_close("tcp0");
