@@ -266,12 +266,19 @@ fn post_write(
     }
 }
 
-#[test]
-fn a_connected_delivery_complete_write_waits_for_the_target() {
+/// Two connected tcp endpoints of one domain, `a` with `b` added as a peer, and a target
+/// registered under `key`.
+fn connected_pair(key: u64) -> (Side, Side, Target, ffi::fi_addr_t) {
     let domain = open_domain("tcp");
     let (a, b) = (side(&domain), side(&domain));
-    let t = target(&domain, 0xD0);
+    let t = target(&domain, key);
     let dest = a.ep.add_peer(b.ep.name()).unwrap();
+    (a, b, t, dest)
+}
+
+#[test]
+fn a_connected_delivery_complete_write_waits_for_the_target() {
+    let (a, b, t, dest) = connected_pair(0xD0);
     let src = *b"8 bytes!";
     let mut ctx = Box::new(ffi::fi_context2::default());
     let ctx_ptr: *mut ffi::fi_context2 = &mut *ctx;
@@ -296,10 +303,7 @@ fn a_connected_delivery_complete_write_waits_for_the_target() {
 
 #[test]
 fn a_connection_closed_by_a_bad_key_is_made_again_by_the_next_post() {
-    let domain = open_domain("tcp");
-    let (a, b) = (side(&domain), side(&domain));
-    let t = target(&domain, 0xD1);
-    let dest = a.ep.add_peer(b.ep.name()).unwrap();
+    let (a, b, t, dest) = connected_pair(0xD1);
     let queues = [&a.cq, &b.cq];
     let src = *b"first...";
     let mut ctx = Box::new(ffi::fi_context2::default());
