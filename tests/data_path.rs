@@ -436,6 +436,57 @@ fn shm_traffic_leaves_the_targets_tcp_engine_asleep() {
     });
 }
 
+/// tcp's connected endpoints on IPv6: nodes listening on ::1 open tcp0 on that address,
+/// and a put, a get and a signal cross between them.
+#[test]
+fn tcp_connects_over_ipv6_loopback() {
+    let _serial = serial();
+    runtime().block_on(async {
+        let a_id = fresh_node_id();
+        let on_v6 = |id| {
+            rsm::Node::builder()
+                .ignore_environment()
+                .id(id)
+                .listen("[::1]:0".parse().unwrap())
+                .start()
+        };
+        let a = match on_v6(a_id).await {
+            Ok(node) => node,
+            // ::1 may be missing where IPv6 is off: then only the bind fails.
+            Err(e) => return assert_eq!(e.code(), 31, "{e}"),
+        };
+        let b = on_v6(a_id + 1).await.expect("a second node on ::1");
+        let ctrl = a.controller("tcp0").await.unwrap();
+        assert!(
+            ctrl.info().address.starts_with("[::1]"),
+            "{:?}",
+            ctrl.info()
+        );
+        let seg = ctrl.export(page(), rsm::ExportFlags::empty()).unwrap();
+        let id = seg.publish(0, &[]).await.unwrap();
+        let imp = b
+            .controller("tcp0")
+            .await
+            .unwrap()
+            .import(a_id, id, Perm::RDWR)
+            .await
+            .unwrap();
+        imp.put(8, b"over ::1".to_vec()).await.0.unwrap();
+        let mut landed = [0u8; 8];
+        seg.read_at(8, &mut landed).unwrap();
+        assert_eq!(&landed, b"over ::1");
+        let (res, back) = imp.get(8, vec![0u8; 8]).await;
+        res.unwrap();
+        assert_eq!(back.as_deref(), Some(&b"over ::1"[..]));
+        imp.signal(rsm::SignalFlags::empty()).await.unwrap();
+        seg.wait_signal(Some(Duration::from_secs(5))).await.unwrap();
+        imp.disconnect().await.unwrap();
+        seg.destroy().await.unwrap();
+        a.shutdown().await;
+        b.shutdown().await;
+    });
+}
+
 /// Runs a whole scenario in a child with extra environment (such as FI_SHM_DISABLE_CMA=1,
 /// which must be set before libfabric loads in both processes).
 fn in_child(scenario: &str, env: &[(&str, &str)]) {
