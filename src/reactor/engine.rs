@@ -81,8 +81,10 @@ impl Tuning {
             },
             // The figures below were measured on tcp;ofi_rxm. On tcp's connected endpoints
             // (`fabric/connected.rs`) the same tuning was measured again against the
-            // baseline: 8-byte put and get 0.96-0.98, 64 KiB to 1 MiB bandwidth 0.87-1.07
-            // (docs/performance.md, "Connected tcp endpoints").
+            // baseline in two reports: 8-byte put and get 0.87-0.99, 64 KiB to 1 MiB
+            // bandwidth 0.85-1.14 (docs/performance.md, eleventh pass). Looking at the
+            // queue after each post of a window (`window_look`, as shm does) did not help:
+            // 64 KiB put 0.77-0.80 against 0.74-1.46 without it (3 alternating pairs).
             //
             // The awaiting thread reads rxm's queue (and so drives rxm) while the engine
             // stays off the queue (`DEFER_TO_REAPER`): an 8-byte get went from 37 to 17-20
