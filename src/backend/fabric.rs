@@ -47,15 +47,7 @@ impl FabricBackend {
         } else {
             Endpoint::open(&domain, cq, AddressVector::open(&domain)?)?
         };
-        let engine = Engine::start(Arc::clone(&ep), name, tuning, tx)?;
-        // Posts refused while their connection was being made go again once it is up (or
-        // fail, if it failed).
-        let weak = Arc::downgrade(&engine);
-        ep.set_on_connection_change(Box::new(move || {
-            if let Some(engine) = weak.upgrade() {
-                engine.nudge();
-            }
-        }));
+        let engine = Engine::start(ep, name, tuning, tx)?;
         let key_size = v.mr_key_size();
         let key_mask = if key_size >= 8 {
             u64::MAX

@@ -368,7 +368,10 @@ fn answer_rings(
     while owed > 0 {
         match t.raw.ep.inject_writedata(&[0u8; 8], 1, dest, base, key) {
             Ok(()) => owed -= 1,
-            Err(crate::fabric::endpoint::PostError::Again) => {
+            Err(
+                crate::fabric::endpoint::PostError::Again
+                | crate::fabric::endpoint::PostError::Connecting { .. },
+            ) => {
                 if t.progress(scratch).is_ok() {
                     owed += scratch.iter().filter(|e| e.has_remote_data()).count();
                 }

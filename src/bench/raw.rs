@@ -630,7 +630,7 @@ impl Baseline {
         self.outstanding[slot] = 1;
         match self.post_part(op, slot, 0) {
             Ok(()) => {}
-            Err(PostError::Again) => {
+            Err(PostError::Again | PostError::Connecting { .. }) => {
                 self.outstanding[slot] = 0;
                 return Ok(false);
             }
@@ -641,7 +641,7 @@ impl Baseline {
             loop {
                 match self.post_part(op, slot, part) {
                     Ok(()) => break,
-                    Err(PostError::Again) => {
+                    Err(PostError::Again | PostError::Connecting { .. }) => {
                         self.poll(op, done)?;
                         if since.elapsed() > STALL {
                             return Err(stalled(op, "the transmit queue stayed full"));

@@ -313,6 +313,7 @@ async fn ring(
                 engine.progress_after_inject();
                 return Ok(());
             }
+            Err(PostError::Connecting { epoch }) => engine.connection_changed(epoch).await,
             Err(PostError::Again) => {
                 // shm's first contact needs the target's progress too.
                 engine.note_target(node);

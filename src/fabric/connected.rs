@@ -30,7 +30,7 @@ use super::{
 use crate::{Error, Result, error::FabricFailure};
 use std::collections::HashMap;
 use std::ptr;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, RwLock};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -143,6 +143,8 @@ pub(crate) struct Connections {
     /// Endpoints peers connected to, by fid, until they shut down.
     accepted: Mutex<HashMap<usize, MsgEp>>,
     on_change: OnceLock<OnChange>,
+    /// Incremented under `links`' write lock at every change of an outgoing connection.
+    epoch: AtomicU64,
     stop: AtomicBool,
     manager: Mutex<Option<JoinHandle<()>>>,
     cq: Arc<CompletionQueue>,
@@ -183,6 +185,7 @@ impl Connections {
             links: RwLock::new(Links::default()),
             accepted: Mutex::new(HashMap::new()),
             on_change: OnceLock::new(),
+            epoch: AtomicU64::new(0),
             stop: AtomicBool::new(false),
             manager: Mutex::new(None),
             cq,
@@ -240,6 +243,18 @@ impl Connections {
         }
     }
 
+    /// How many times an outgoing connection changed state.
+    pub(crate) fn epoch(&self) -> u64 {
+        self.epoch.load(Ordering::SeqCst)
+    }
+
+    /// Posts to a connection being made wait for the next change (read under `links`).
+    fn connecting(&self) -> PostError {
+        PostError::Connecting {
+            epoch: self.epoch(),
+        }
+    }
+
     /// Starts connecting to the peer listening at `addr` and returns its handle for posts.
     /// The address comes from the network: its length is bounded here and the provider
     /// parses it in its own format (a `sockaddr` on tcp).
@@ -255,6 +270,8 @@ impl Connections {
             addr: addr.to_vec(),
             link,
         };
+        // The manager sleeps until the earliest connect deadline: let it see this one.
+        self.eq.notify();
         let index = match links.peers.iter().position(Option::is_none) {
             Some(i) => {
                 links.peers[i] = Some(peer);
@@ -327,7 +344,7 @@ impl Connections {
             match Self::peer_of(&links, dest, call)?.link {
                 Link::Up(ref ep) => return post_result(call, post(ep.fid)),
                 Link::Connecting { since, .. } if since.elapsed() < CONNECT_TIMEOUT => {
-                    return Err(PostError::Again);
+                    return Err(self.connecting());
                 }
                 Link::Refused { at, ref failure } if at.elapsed() < RETRY_AFTER => {
                     return Err(PostError::Failed(failure.clone()));
@@ -374,15 +391,13 @@ impl Connections {
             // Another post got here first.
             Link::Up(_) => return Err(PostError::Again),
             Link::Connecting { since, .. } if since.elapsed() < CONNECT_TIMEOUT => {
-                return Err(PostError::Again);
+                return Err(self.connecting());
             }
             Link::Connecting { .. } => {
-                let failure = fi_failure("connect", -(ffi::FI_ETIMEDOUT as isize));
-                tracing::debug!(%failure, "connect timed out");
-                peer.link = Link::Refused {
-                    at: Instant::now(),
-                    failure: failure.clone(),
-                };
+                let failure = timed_out(&mut peer.link);
+                self.epoch.fetch_add(1, Ordering::SeqCst);
+                drop(links);
+                self.changed();
                 return Err(PostError::Failed(failure));
             }
             Link::Refused { at, ref failure } if at.elapsed() < RETRY_AFTER => {
@@ -393,7 +408,8 @@ impl Connections {
         match self.connect(&addr) {
             Ok(link) => {
                 peer.link = link;
-                Err(PostError::Again)
+                self.eq.notify();
+                Err(self.connecting())
             }
             Err(e) => {
                 let failure = e
@@ -412,7 +428,8 @@ impl Connections {
     /// The connection manager: accepts peers, and moves outgoing connections along.
     fn manage(self: Arc<Self>) {
         while !self.stop.load(Ordering::SeqCst) {
-            match self.eq.wait(MANAGER_TICK) {
+            let wait = self.expire_connects();
+            match self.eq.wait(wait) {
                 Ok(Event::ConnReq { info }) => self.accept(&info),
                 Ok(Event::Connected { fid }) => self.outgoing(fid, |link| {
                     if let Link::Connecting { ep, .. } = std::mem::replace(link, Link::Down) {
@@ -447,6 +464,37 @@ impl Connections {
         }
     }
 
+    /// Fails the connects that took longer than [`CONNECT_TIMEOUT`] (their waiting posts
+    /// then fail with `FI_ETIMEDOUT`) and returns how long the manager may sleep: until the
+    /// next connect's deadline, else [`MANAGER_TICK`].
+    fn expire_connects(&self) -> Duration {
+        let now = Instant::now();
+        let mut next = MANAGER_TICK;
+        let mut expired = false;
+        {
+            let mut links = self.links.write().unwrap_or_else(|p| p.into_inner());
+            for peer in links.peers.iter_mut().flatten() {
+                if let Link::Connecting { since, .. } = peer.link {
+                    let deadline = since + CONNECT_TIMEOUT;
+                    if deadline <= now {
+                        timed_out(&mut peer.link);
+                        expired = true;
+                    } else {
+                        next = next.min(deadline - now);
+                    }
+                }
+            }
+            if expired {
+                self.epoch.fetch_add(1, Ordering::SeqCst);
+            }
+        }
+        if expired {
+            self.changed();
+        }
+        // fi_eq_sread counts in whole milliseconds: never wake just before the deadline.
+        next + Duration::from_millis(1)
+    }
+
     /// Applies `f` to the outgoing connection whose endpoint is `fid`, then tells the
     /// reactor (posts waiting for it go again, or fail).
     fn outgoing(&self, fid: usize, f: impl FnOnce(&mut Link)) {
@@ -460,6 +508,7 @@ impl Connections {
                 Some(peer) => f(&mut peer.link),
                 None => return,
             }
+            self.epoch.fetch_add(1, Ordering::SeqCst);
         }
         self.changed();
     }
@@ -517,6 +566,18 @@ impl Connections {
             .unwrap_or_else(|p| p.into_inner())
             .clear();
     }
+}
+
+/// Gives up a connect that took too long: the link fails its posts with `FI_ETIMEDOUT` for
+/// [`RETRY_AFTER`] (its endpoint closes here).
+fn timed_out(link: &mut Link) -> FabricFailure {
+    let failure = fi_failure("connect", -(ffi::FI_ETIMEDOUT as isize));
+    tracing::debug!(%failure, "connect timed out");
+    *link = Link::Refused {
+        at: Instant::now(),
+        failure: failure.clone(),
+    };
+    failure
 }
 
 /// A peer's listening address, as its `fi_getname` gave it: the tcp provider reads as many

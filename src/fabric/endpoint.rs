@@ -12,9 +12,13 @@ use std::sync::{Arc, RwLock};
 /// Why a post did not go out.
 #[derive(Debug)]
 pub(crate) enum PostError {
-    /// The transmit queue is full (`-FI_EAGAIN`), or the connection to the peer is being
-    /// made: progress the queue, then retry.
+    /// The transmit queue is full (`-FI_EAGAIN`): progress the queue, then retry.
     Again,
+    /// The connection to the peer is being made: retry once
+    /// [`Endpoint::connection_epoch`] moved past `epoch` (the endpoint's connection-change
+    /// hook runs then). Spinning meanwhile would burn a core for as long as a connect to an
+    /// unreachable host takes.
+    Connecting { epoch: u64 },
     /// The provider refused the operation.
     Failed(FabricFailure),
 }
@@ -134,6 +138,15 @@ impl Endpoint {
     pub(crate) fn set_on_connection_change(&self, f: super::connected::OnChange) {
         if let Transport::Connected(c) = &self.transport {
             c.set_on_change(f);
+        }
+    }
+
+    /// Counts the changes of this endpoint's connections (always 0 on an RDM endpoint): a
+    /// post refused with [`PostError::Connecting`] goes again once it moved.
+    pub(crate) fn connection_epoch(&self) -> u64 {
+        match &self.transport {
+            Transport::Rdm { .. } => 0,
+            Transport::Connected(c) => c.epoch(),
         }
     }
 

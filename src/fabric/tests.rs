@@ -107,7 +107,7 @@ fn round_trip(provider: &str) {
         };
         match r {
             Ok(()) => break,
-            Err(PostError::Again) => progress(&[&a.cq, &b.cq]),
+            Err(PostError::Again | PostError::Connecting { .. }) => progress(&[&a.cq, &b.cq]),
             Err(PostError::Failed(f)) => panic!("{provider}: {f}"),
         }
     }
@@ -133,7 +133,7 @@ fn round_trip(provider: &str) {
         };
         match r {
             Ok(()) => break,
-            Err(PostError::Again) => progress(&[&a.cq, &b.cq]),
+            Err(PostError::Again | PostError::Connecting { .. }) => progress(&[&a.cq, &b.cq]),
             Err(PostError::Failed(f)) => panic!("{provider}: {f}"),
         }
     }
@@ -256,7 +256,7 @@ fn post_write(
         };
         match r {
             Ok(()) => return Ok(()),
-            Err(PostError::Again) => {
+            Err(PostError::Again | PostError::Connecting { .. }) => {
                 assert!(Instant::now() < deadline, "still connecting after 10 s");
                 progress(queues);
                 std::thread::sleep(Duration::from_micros(50));

@@ -167,6 +167,9 @@ pub(crate) enum PostOutcome {
     Posted,
     /// The transmit queue is full: wait for space and retry.
     Again,
+    /// The connection to the peer is being made: retry after the next change past this
+    /// epoch ([`Engine::wait_for_connection`]).
+    Connecting(u64),
     Failed(FabricFailure),
     /// The engine was stopped (the node shut down).
     Closed,
@@ -192,6 +195,9 @@ pub(crate) struct Engine {
     tx_limit: usize,
     inflight: AtomicUsize,
     tx_waiters: Mutex<Vec<Waker>>,
+    /// Posts waiting for a connection to a peer to be made (connected endpoints): woken
+    /// when the endpoint's connections change, not by the engine's loop.
+    conn_waiters: Mutex<Vec<Waker>>,
     wake: WakeFd,
     sleeping: AtomicBool,
     stop: AtomicBool,
@@ -358,6 +364,7 @@ impl Engine {
             tx_limit: tx_limit.max(1),
             inflight: AtomicUsize::new(0),
             tx_waiters: Mutex::new(Vec::new()),
+            conn_waiters: Mutex::new(Vec::new()),
             wake,
             sleeping: AtomicBool::new(false),
             stop: AtomicBool::new(false),
@@ -375,6 +382,14 @@ impl Engine {
             last_node: AtomicU64::new(u64::MAX),
             last_noted: AtomicU64::new(0),
         });
+        // Posts refused while their connection was being made go again once it is up (or
+        // fail, if it failed).
+        let weak = Arc::downgrade(&engine);
+        engine.ep.set_on_connection_change(Box::new(move || {
+            if let Some(engine) = weak.upgrade() {
+                engine.wake_conn_waiters();
+            }
+        }));
         let e = Arc::clone(&engine);
         let exited = Arc::clone(&engine.exited);
         std::thread::Builder::new()
@@ -550,6 +565,38 @@ impl Engine {
         self.wake.wake();
     }
 
+    /// Parks a post refused with [`PostOutcome::Connecting`] until the endpoint's
+    /// connections change past `epoch` (at once if they already did).
+    pub(crate) fn wait_for_connection(&self, waker: &Waker, epoch: u64) {
+        self.conn_waiters
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push(waker.clone());
+        // After the push: a change that came before it is seen here, one after it wakes
+        // the waker.
+        if self.ep.connection_epoch() != epoch || self.stop.load(Ordering::SeqCst) {
+            self.wake_conn_waiters();
+        }
+    }
+
+    /// The endpoint's connections changed (or the engine stops): posts waiting for them
+    /// go again.
+    pub(crate) fn wake_conn_waiters(&self) {
+        let waiters =
+            std::mem::take(&mut *self.conn_waiters.lock().unwrap_or_else(|p| p.into_inner()));
+        for w in waiters {
+            w.wake();
+        }
+    }
+
+    /// Resolves once the endpoint's connections changed past `epoch`.
+    pub(crate) fn connection_changed(&self, epoch: u64) -> ConnectionChanged<'_> {
+        ConnectionChanged {
+            engine: self,
+            epoch,
+        }
+    }
+
     /// Wakes the thread if it sleeps and this provider wants progress after a post (a post
     /// that took no place in the queue: a signal's inject).
     pub(crate) fn poke(&self) {
@@ -578,6 +625,8 @@ impl Engine {
     pub(crate) fn stop(&self) {
         self.stop.store(true, Ordering::SeqCst);
         self.wake.wake();
+        // Posts waiting for a connection go again, and find the engine stopped.
+        self.wake_conn_waiters();
     }
 
     /// Posts a write gathered from `iov` into the ranges `rma` at `dest`.
@@ -1035,6 +1084,29 @@ fn outcome(res: std::result::Result<(), PostError>) -> PostOutcome {
     match res {
         Ok(()) => PostOutcome::Posted,
         Err(PostError::Again) => PostOutcome::Again,
+        Err(PostError::Connecting { epoch }) => PostOutcome::Connecting(epoch),
         Err(PostError::Failed(f)) => PostOutcome::Failed(f),
+    }
+}
+
+/// The future of [`Engine::connection_changed`].
+pub(crate) struct ConnectionChanged<'a> {
+    engine: &'a Engine,
+    epoch: u64,
+}
+
+impl std::future::Future for ConnectionChanged<'_> {
+    type Output = ();
+
+    fn poll(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<()> {
+        let e = self.engine;
+        if e.ep.connection_epoch() != self.epoch || e.stop.load(Ordering::SeqCst) {
+            return std::task::Poll::Ready(());
+        }
+        e.wait_for_connection(cx.waker(), self.epoch);
+        std::task::Poll::Pending
     }
 }

@@ -819,6 +819,10 @@ fn post_part<O: Send + 'static>(
             engine.wait_for_space(cx.waker());
             Poll::Pending
         }
+        PostOutcome::Connecting(epoch) => {
+            engine.wait_for_connection(cx.waker(), epoch);
+            Poll::Pending
+        }
         PostOutcome::Failed(f) => Poll::Ready(Err(slot
             .info
             .annotate(post_error(f, engine.eio_is_lost_peer()), slot.len))),
@@ -1461,7 +1465,13 @@ mod tests {
     /// Opens the queues with the wait object the engine's `tuning` asks for, as
     /// `FabricBackend::open` does.
     fn pair(provider: &str, tuning: Tuning, len: usize, key: u64) -> Pair {
-        let mut hints = Hints::rsm_rdm().expect("hints");
+        // `tcp` alone: tcp's connected endpoints, as tcp controllers open them.
+        let connected = provider == "tcp";
+        let mut hints = if connected {
+            Hints::rsm_msg().expect("hints")
+        } else {
+            Hints::rsm_rdm().expect("hints")
+        };
         hints.provider(provider).expect("the provider");
         let list = InfoList::get(&hints, Some("127.0.0.1")).expect("fi_getinfo");
         let info = Arc::new(
@@ -1475,6 +1485,9 @@ mod tests {
         let endpoint = || {
             let cq =
                 CompletionQueue::open(&domain, 64, tuning.wait_fd).expect("a completion queue");
+            if connected {
+                return Endpoint::open_connected(&domain, cq).expect("an endpoint");
+            }
             let av = AddressVector::open(&domain).expect("an address vector");
             Endpoint::open(&domain, cq, av).expect("an endpoint")
         };
@@ -1741,6 +1754,140 @@ mod tests {
                 "put {i} landed in full"
             );
         }
+        stop_then_release(&engine, &serving, p.mr, p.memory);
+    }
+
+    /// A waker that counts its wakes: a post that spun would be woken again and again.
+    struct CountingWaker(AtomicUsize);
+
+    impl std::task::Wake for CountingWaker {
+        fn wake(self: Arc<Self>) {
+            self.0.fetch_add(1, Ordering::SeqCst);
+        }
+    }
+
+    /// An 8-byte delivery-complete put at `offset`, as tcp's connected endpoints post it.
+    fn plain_put(
+        engine: &Arc<Engine>,
+        (tracker, dest): (&Arc<Tracker>, ffi::fi_addr_t),
+        offset: u64,
+        data: &[u8; 8],
+    ) -> Op<Vec<u8>> {
+        let buf = data.to_vec();
+        let (ptr, n) = Op::source(&buf);
+        let spec = Spec {
+            engine: Arc::clone(engine),
+            tracker: Arc::clone(tracker),
+            dest,
+            dir: Dir::write(Visibility::DeliveryComplete),
+            plan: Op::<Vec<u8>>::contiguous(ptr, n, offset, 8),
+            fence: None,
+            info: OpInfo {
+                op: "put",
+                segment: 1,
+                node: 1,
+                offset,
+            },
+            barrier: None,
+        };
+        Op::new(spec, buf)
+    }
+
+    /// A put to a peer whose connection is being made parks until the connection manager
+    /// reports it (a few wakes, not a spin), then goes and lands.
+    #[test]
+    fn a_put_waits_for_its_connection_without_spinning() {
+        let tcp = Tuning::for_kind("tcp");
+        let p = pair("tcp", tcp, 4096, 0xAE);
+        // A connection of its own, started just now: the first poll finds it being made.
+        let dest = p.initiator.add_peer(p.target.name()).expect("the target");
+        let engine = Engine::start(Arc::clone(&p.initiator), "test-initiator", tcp, 16)
+            .expect("the initiator's engine");
+        let serving =
+            Engine::start(Arc::clone(&p.target), "test-target", tcp, 16).expect("the target");
+        let wakes = Arc::new(CountingWaker(AtomicUsize::new(0)));
+        let waker = Waker::from(Arc::clone(&wakes));
+        let mut cx = Context::from_waker(&waker);
+        let mut op = plain_put(&engine, (&p.tracker, dest), 8, b"waited!!");
+        assert!(Pin::new(&mut op).poll(&mut cx).is_pending());
+        wait_until("the connection's wake", || {
+            wakes.0.load(Ordering::SeqCst) > 0
+        });
+        let deadline = Instant::now() + Duration::from_secs(5);
+        let (res, _) = loop {
+            if let Poll::Ready(out) = Pin::new(&mut op).poll(&mut cx) {
+                break out;
+            }
+            assert!(Instant::now() < deadline, "the put within 5 s");
+            std::thread::sleep(Duration::from_micros(200));
+        };
+        res.expect("the put after its connection");
+        assert!(
+            wakes.0.load(Ordering::SeqCst) < 50,
+            "woken {} times",
+            wakes.0.load(Ordering::SeqCst)
+        );
+        // SAFETY: the delivery-complete put completed; nothing writes the memory now.
+        let landed = unsafe { std::ptr::read_volatile(p.memory.as_ptr().add(8).cast::<[u8; 8]>()) };
+        assert_eq!(&landed, b"waited!!");
+        drop(op);
+        stop_then_release(&engine, &serving, p.mr, p.memory);
+    }
+
+    /// A peer that accepts the TCP connection but never answers libfabric's handshake: the
+    /// put parks without being woken, and fails with `RSMERR_CONN_ABORTED` once the connect
+    /// timed out (at or after `CONNECT_TIMEOUT`, within 2 s of it).
+    #[test]
+    fn a_put_to_a_peer_that_never_answers_fails_when_its_connect_times_out() {
+        use crate::fabric::connected::CONNECT_TIMEOUT;
+        let tcp = Tuning::for_kind("tcp");
+        let p = pair("tcp", tcp, 4096, 0xAF);
+        let silent = std::net::TcpListener::bind("127.0.0.1:0").expect("a listener");
+        let std::net::SocketAddr::V4(at) = silent.local_addr().expect("its address") else {
+            unreachable!("bound to an IPv4 address")
+        };
+        let mut addr = vec![0u8; std::mem::size_of::<libc::sockaddr_in>()];
+        addr[..2].copy_from_slice(&(libc::AF_INET as libc::sa_family_t).to_ne_bytes());
+        addr[2..4].copy_from_slice(&at.port().to_be_bytes());
+        addr[4..8].copy_from_slice(&at.ip().octets());
+        let started = Instant::now();
+        let dest = p.initiator.add_peer(&addr).expect("a well-formed address");
+        let engine = Engine::start(Arc::clone(&p.initiator), "test-initiator", tcp, 16)
+            .expect("the initiator's engine");
+        let serving =
+            Engine::start(Arc::clone(&p.target), "test-target", tcp, 16).expect("the target");
+        let wakes = Arc::new(CountingWaker(AtomicUsize::new(0)));
+        let waker = Waker::from(Arc::clone(&wakes));
+        let mut cx = Context::from_waker(&waker);
+        let mut op = plain_put(&engine, (&p.tracker, dest), 0, b"nobody..");
+        assert!(Pin::new(&mut op).poll(&mut cx).is_pending());
+        std::thread::sleep(Duration::from_millis(300));
+        // At most the one wake of the pair's own connection coming up (every change wakes
+        // every waiter); a spin would be thousands.
+        let woken = wakes.0.load(Ordering::SeqCst);
+        assert!(woken <= 1, "parked, not spinning: woken {woken} times");
+        let deadline = started + CONNECT_TIMEOUT + Duration::from_secs(2);
+        let (res, _) = loop {
+            if wakes.0.load(Ordering::SeqCst) > 0 {
+                if let Poll::Ready(out) = Pin::new(&mut op).poll(&mut cx) {
+                    break out;
+                }
+            }
+            assert!(
+                Instant::now() < deadline,
+                "the connect timed out within 2 s of its time"
+            );
+            std::thread::sleep(Duration::from_millis(10));
+        };
+        assert!(
+            started.elapsed() >= CONNECT_TIMEOUT,
+            "{:?}",
+            started.elapsed()
+        );
+        let err = res.expect_err("no connection");
+        assert_eq!(err.name(), "RSMERR_CONN_ABORTED", "{err}");
+        drop(op);
+        drop(silent);
         stop_then_release(&engine, &serving, p.mr, p.memory);
     }
 }

@@ -55,7 +55,7 @@ impl Baseline {
                     .inject_writedata(&[0u8; 8], 1, r.addr, r.base, r.key)
                 {
                     Ok(()) => break,
-                    Err(PostError::Again) => {
+                    Err(PostError::Again | PostError::Connecting { .. }) => {
                         self.comps.clear();
                         let _ = self.raw.cq.read(&mut self.comps);
                     }
