@@ -12,10 +12,11 @@
 //!
 //! Connections are made as rxm makes them: lazily. [`Connections::add_peer`] starts a
 //! connect and returns at once; a post to a peer whose connection is not up yet is refused
-//! with `FI_EAGAIN`, and the reactor posts again when the manager reports the connection (the
-//! `on_change` hook). A connection the provider shuts down (the peer closed, or it failed an
-//! access under a key the target does not know, which tcp answers by closing the
-//! connection) is made again by the next post to that peer.
+//! with [`PostError::Connecting`], and the reactor parks it until the manager reports a
+//! change (the `on_change` hook, after the epoch moved). A connection the provider shuts
+//! down (the peer closed, or it failed an access under a key the target does not know,
+//! which tcp answers by closing the connection) is made again by the next post to that
+//! peer.
 
 use super::{
     close_fid,
