@@ -1540,24 +1540,25 @@ mod tests {
         drop(memory);
     }
 
-    /// Put number `i` of `len` bytes (each byte `i + 1`) at `i * len`, in four writes and a
-    /// fence, as tcp's puts are.
-    fn fenced_put(
+    /// A put of `buf` at `offset` in pieces of `piece` bytes, made visible as `visibility`
+    /// says (a fence read of its last byte for `FencedRead`).
+    fn put_op(
         engine: &Arc<Engine>,
         (tracker, dest): (&Arc<Tracker>, ffi::fi_addr_t),
-        i: usize,
-        len: usize,
+        offset: u64,
+        buf: Vec<u8>,
+        piece: usize,
+        visibility: Visibility,
     ) -> Op<Vec<u8>> {
-        let offset = (i * len) as u64;
-        let buf = vec![i as u8 + 1; len];
         let (ptr, n) = Op::source(&buf);
+        let fenced = matches!(visibility, Visibility::FencedRead);
         let spec = Spec {
             engine: Arc::clone(engine),
             tracker: Arc::clone(tracker),
             dest,
-            dir: Dir::write(Visibility::FencedRead),
-            plan: Op::<Vec<u8>>::contiguous(ptr, n, offset, len / 4),
-            fence: Some(offset + len as u64 - 1),
+            dir: Dir::write(visibility),
+            plan: Op::<Vec<u8>>::contiguous(ptr, n, offset, piece),
+            fence: fenced.then(|| offset + n as u64 - 1),
             info: OpInfo {
                 op: "put",
                 segment: 1,
@@ -1567,6 +1568,25 @@ mod tests {
             barrier: None,
         };
         Op::new(spec, buf)
+    }
+
+    /// Put number `i` of `len` bytes (each byte `i + 1`) at `i * len`, in four writes and a
+    /// fence, as rxm's puts were.
+    fn fenced_put(
+        engine: &Arc<Engine>,
+        at: (&Arc<Tracker>, ffi::fi_addr_t),
+        i: usize,
+        len: usize,
+    ) -> Op<Vec<u8>> {
+        let buf = vec![i as u8 + 1; len];
+        put_op(
+            engine,
+            at,
+            (i * len) as u64,
+            buf,
+            len / 4,
+            Visibility::FencedRead,
+        )
     }
 
     /// In a tcp window another thread or operation reads the queue and reaps the others'
@@ -1769,47 +1789,67 @@ mod tests {
     /// An 8-byte delivery-complete put at `offset`, as tcp's connected endpoints post it.
     fn plain_put(
         engine: &Arc<Engine>,
-        (tracker, dest): (&Arc<Tracker>, ffi::fi_addr_t),
+        at: (&Arc<Tracker>, ffi::fi_addr_t),
         offset: u64,
         data: &[u8; 8],
     ) -> Op<Vec<u8>> {
-        let buf = data.to_vec();
-        let (ptr, n) = Op::source(&buf);
-        let spec = Spec {
-            engine: Arc::clone(engine),
-            tracker: Arc::clone(tracker),
-            dest,
-            dir: Dir::write(Visibility::DeliveryComplete),
-            plan: Op::<Vec<u8>>::contiguous(ptr, n, offset, 8),
-            fence: None,
-            info: OpInfo {
-                op: "put",
-                segment: 1,
-                node: 1,
-                offset,
-            },
-            barrier: None,
-        };
-        Op::new(spec, buf)
+        put_op(
+            engine,
+            at,
+            offset,
+            data.to_vec(),
+            8,
+            Visibility::DeliveryComplete,
+        )
     }
 
-    /// A put to a peer whose connection is being made parks until the connection manager
-    /// reports it (a few wakes, not a spin), then goes and lands.
-    #[test]
-    fn a_put_waits_for_its_connection_without_spinning() {
+    /// Both engines of a connected pair, and an 8-byte put to `dest` polled once (pending:
+    /// its connection is being made) with a waker that counts its wakes.
+    struct Parked {
+        engine: Arc<Engine>,
+        serving: Arc<Engine>,
+        wakes: Arc<CountingWaker>,
+        waker: Waker,
+        op: Op<Vec<u8>>,
+    }
+
+    /// Adds `peer` to the pair's initiator (a connection of its own, started just now: the
+    /// first poll finds it being made) and parks a put to it.
+    fn parked_put(p: &Pair, peer: &[u8], offset: u64, data: &[u8; 8]) -> Parked {
+        let dest = p.initiator.add_peer(peer).expect("a well-formed address");
         let tcp = Tuning::for_kind("tcp");
-        let p = pair("tcp", tcp, 4096, 0xAE);
-        // A connection of its own, started just now: the first poll finds it being made.
-        let dest = p.initiator.add_peer(p.target.name()).expect("the target");
         let engine = Engine::start(Arc::clone(&p.initiator), "test-initiator", tcp, 16)
             .expect("the initiator's engine");
         let serving =
             Engine::start(Arc::clone(&p.target), "test-target", tcp, 16).expect("the target");
         let wakes = Arc::new(CountingWaker(AtomicUsize::new(0)));
         let waker = Waker::from(Arc::clone(&wakes));
+        let mut op = plain_put(&engine, (&p.tracker, dest), offset, data);
         let mut cx = Context::from_waker(&waker);
-        let mut op = plain_put(&engine, (&p.tracker, dest), 8, b"waited!!");
         assert!(Pin::new(&mut op).poll(&mut cx).is_pending());
+        Parked {
+            engine,
+            serving,
+            wakes,
+            waker,
+            op,
+        }
+    }
+
+    /// A put to a peer whose connection is being made parks until the connection manager
+    /// reports it (a few wakes, not a spin), then goes and lands.
+    #[test]
+    fn a_put_waits_for_its_connection_without_spinning() {
+        let p = pair("tcp", Tuning::for_kind("tcp"), 4096, 0xAE);
+        let target = p.target.name().to_vec();
+        let Parked {
+            engine,
+            serving,
+            wakes,
+            waker,
+            mut op,
+        } = parked_put(&p, &target, 8, b"waited!!");
+        let mut cx = Context::from_waker(&waker);
         wait_until("the connection's wake", || {
             wakes.0.load(Ordering::SeqCst) > 0
         });
@@ -1840,8 +1880,7 @@ mod tests {
     #[test]
     fn a_put_to_a_peer_that_never_answers_fails_when_its_connect_times_out() {
         use crate::fabric::connected::CONNECT_TIMEOUT;
-        let tcp = Tuning::for_kind("tcp");
-        let p = pair("tcp", tcp, 4096, 0xAF);
+        let p = pair("tcp", Tuning::for_kind("tcp"), 4096, 0xAF);
         let silent = std::net::TcpListener::bind("127.0.0.1:0").expect("a listener");
         let std::net::SocketAddr::V4(at) = silent.local_addr().expect("its address") else {
             unreachable!("bound to an IPv4 address")
@@ -1851,16 +1890,9 @@ mod tests {
         addr[2..4].copy_from_slice(&at.port().to_be_bytes());
         addr[4..8].copy_from_slice(&at.ip().octets());
         let started = Instant::now();
-        let dest = p.initiator.add_peer(&addr).expect("a well-formed address");
-        let engine = Engine::start(Arc::clone(&p.initiator), "test-initiator", tcp, 16)
-            .expect("the initiator's engine");
-        let serving =
-            Engine::start(Arc::clone(&p.target), "test-target", tcp, 16).expect("the target");
-        let wakes = Arc::new(CountingWaker(AtomicUsize::new(0)));
-        let waker = Waker::from(Arc::clone(&wakes));
-        let mut cx = Context::from_waker(&waker);
-        let mut op = plain_put(&engine, (&p.tracker, dest), 0, b"nobody..");
-        assert!(Pin::new(&mut op).poll(&mut cx).is_pending());
+        let parked = parked_put(&p, &addr, 0, b"nobody..");
+        let (wakes, mut op) = (parked.wakes, parked.op);
+        let mut cx = Context::from_waker(&parked.waker);
         std::thread::sleep(Duration::from_millis(300));
         // At most the one wake of the pair's own connection coming up (every change wakes
         // every waiter); a spin would be thousands.
@@ -1888,6 +1920,6 @@ mod tests {
         assert_eq!(err.name(), "RSMERR_CONN_ABORTED", "{err}");
         drop(op);
         drop(silent);
-        stop_then_release(&engine, &serving, p.mr, p.memory);
+        stop_then_release(&parked.engine, &parked.serving, p.mr, p.memory);
     }
 }
