@@ -512,8 +512,8 @@ const RXM_OVER_TCP: &str = "tcp;ofi_rxm";
 /// The tcp provider's connected endpoints (`FI_EP_MSG`) on `domain`; `None` (and a
 /// warning) where it offers none with what rsm needs.
 fn connected_tcp(domain: &str, local_ip: IpAddr) -> Result<Option<fabric::Info>> {
-    let mut hints = Hints::rsm_msg()?;
-    hints.provider("tcp")?.domain(domain)?;
+    let mut hints = Hints::for_provider("tcp")?;
+    hints.domain(domain)?;
     let list = InfoList::get(&hints, Some(&local_ip.to_string()))?;
     let found = list
         .iter()

@@ -1,9 +1,7 @@
 //! A libfabric controller's resources: domain, endpoint, address vector, progress engine,
 //! and the per-domain registration keys.
 
-use crate::fabric::{
-    AddressVector, CompletionQueue, Domain, Endpoint, MemoryRegion, MrAccess, ffi,
-};
+use crate::fabric::{CompletionQueue, Domain, Endpoint, MemoryRegion, MrAccess, ffi};
 use crate::reactor::engine::{Engine, Tuning};
 use crate::reactor::slot::Visibility;
 use crate::{Error, Result};
@@ -42,11 +40,7 @@ impl FabricBackend {
         let tx = v.tx_size().max(16);
         let tuning = Tuning::for_kind(kind);
         let cq = CompletionQueue::open(&domain, tx * 2, tuning.wait_fd)?;
-        let ep = if v.is_msg() {
-            Endpoint::open_connected(&domain, cq)?
-        } else {
-            Endpoint::open(&domain, cq, AddressVector::open(&domain)?)?
-        };
+        let ep = Endpoint::open_for(&domain, cq)?;
         let engine = Engine::start(ep, name, tuning, tx)?;
         let key_size = v.mr_key_size();
         let key_mask = if key_size >= 8 {

@@ -14,8 +14,8 @@ use crate::backend::fabric::{max_transfer_for, sg_limits_for, visibility_for};
 use crate::core::ctlrname::ControllerName;
 use crate::fabric::endpoint::PostError;
 use crate::fabric::{
-    AddressVector, CompletionQueue, CqEntry, CqReadError, Domain, Endpoint, Fabric, Hints, Info,
-    InfoList, MemoryRegion, MrAccess, WaitKind, ffi,
+    CompletionQueue, CqEntry, CqReadError, Domain, Endpoint, Fabric, Hints, Info, InfoList,
+    MemoryRegion, MrAccess, WaitKind, ffi,
 };
 use crate::reactor::slot::{MAX_IOV, Visibility};
 use crate::sys::mem::Mapping;
@@ -81,13 +81,7 @@ pub(crate) fn fabric_info_for(name: &str) -> Result<Arc<Info>> {
             .controller(name)
             .detail(format!("present: {}", names.join(", "))));
     };
-    // tcp controllers run on tcp's connected endpoints (`fabric/connected.rs`).
-    let mut hints = if c.provider == "tcp" {
-        Hints::rsm_msg()?
-    } else {
-        Hints::rsm_rdm()?
-    };
-    hints.provider(&c.provider)?;
+    let mut hints = Hints::for_provider(&c.provider)?;
     hints.domain(&c.domain)?;
     // shm turns the source node into its region's name (`127.0.0.1:0:0` in /dev/shm), the
     // same in every process, so the second endpoint on the host fails with EBUSY: it is
@@ -122,11 +116,7 @@ impl RawEndpoint {
         let auto = info.view().data_progress_auto();
         let domain = Domain::open(Fabric::open(info)?)?;
         let cq = CompletionQueue::open(&domain, cq_size, auto || wait.wants_fd())?;
-        let ep = if domain.info().view().is_msg() {
-            Endpoint::open_connected(&domain, Arc::clone(&cq))?
-        } else {
-            Endpoint::open(&domain, Arc::clone(&cq), AddressVector::open(&domain)?)?
-        };
+        let ep = Endpoint::open_for(&domain, Arc::clone(&cq))?;
         Ok(RawEndpoint { ep, cq, domain })
     }
 

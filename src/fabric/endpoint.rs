@@ -109,6 +109,16 @@ impl Endpoint {
         }))
     }
 
+    /// Opens what the domain's description asks for: connected endpoints on an
+    /// `FI_EP_MSG` domain, else an RDM endpoint with an address vector of its own.
+    pub(crate) fn open_for(domain: &Arc<Domain>, cq: Arc<CompletionQueue>) -> Result<Arc<Self>> {
+        if domain.info().view().is_msg() {
+            Self::open_connected(domain, cq)
+        } else {
+            Self::open(domain, cq, AddressVector::open(domain)?)
+        }
+    }
+
     fn av_of(&self) -> &Arc<AddressVector> {
         match &self.transport {
             Transport::Rdm { av, .. } => av,

@@ -55,6 +55,18 @@ impl Hints {
         Ok(hints)
     }
 
+    /// The hints for a controller's provider: tcp's connected endpoints for `tcp`, a
+    /// reliable datagram endpoint for the others; restricted to that provider.
+    pub(crate) fn for_provider(name: &str) -> Result<Self> {
+        let mut hints = if name == "tcp" {
+            Self::rsm_msg()?
+        } else {
+            Self::rsm_rdm()?
+        };
+        hints.provider(name)?;
+        Ok(hints)
+    }
+
     /// Restricts the answer to one provider (`tcp;ofi_rxm`, `shm`, ...).
     pub(crate) fn provider(&mut self, name: &str) -> Result<&mut Self> {
         let s = dup_cstr(name)?;

@@ -8,12 +8,7 @@ use std::time::{Duration, Instant};
 
 /// A domain of `provider`; `tcp` alone is tcp's connected endpoints (`FI_EP_MSG`).
 fn open_domain(provider: &str) -> Arc<Domain> {
-    let mut hints = if provider == "tcp" {
-        Hints::rsm_msg().unwrap()
-    } else {
-        Hints::rsm_rdm().unwrap()
-    };
-    hints.provider(provider).unwrap();
+    let hints = Hints::for_provider(provider).unwrap();
     let list = InfoList::get(&hints, Some("127.0.0.1")).unwrap();
     let info = Arc::new(list.iter().next().expect("provider present").dup().unwrap());
     Domain::open(Fabric::open(info).unwrap()).unwrap()
@@ -26,12 +21,7 @@ struct Side {
 
 fn side(domain: &Arc<Domain>) -> Side {
     let cq = CompletionQueue::open(domain, 64, true).unwrap();
-    let ep = if domain.info().view().is_msg() {
-        Endpoint::open_connected(domain, Arc::clone(&cq)).unwrap()
-    } else {
-        let av = AddressVector::open(domain).unwrap();
-        Endpoint::open(domain, Arc::clone(&cq), av).unwrap()
-    };
+    let ep = Endpoint::open_for(domain, Arc::clone(&cq)).unwrap();
     Side { ep, cq }
 }
 

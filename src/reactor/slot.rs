@@ -1420,8 +1420,7 @@ impl<B: Send + 'static> Future for Op<B> {
 mod tests {
     use super::*;
     use crate::fabric::{
-        AddressVector, CompletionQueue, Domain, Endpoint, Fabric, Hints, InfoList, MemoryRegion,
-        MrAccess,
+        CompletionQueue, Domain, Endpoint, Fabric, Hints, InfoList, MemoryRegion, MrAccess,
     };
     use crate::reactor::engine::Tuning;
     use crate::reactor::tracker::View;
@@ -1466,13 +1465,7 @@ mod tests {
     /// `FabricBackend::open` does.
     fn pair(provider: &str, tuning: Tuning, len: usize, key: u64) -> Pair {
         // `tcp` alone: tcp's connected endpoints, as tcp controllers open them.
-        let connected = provider == "tcp";
-        let mut hints = if connected {
-            Hints::rsm_msg().expect("hints")
-        } else {
-            Hints::rsm_rdm().expect("hints")
-        };
-        hints.provider(provider).expect("the provider");
+        let hints = Hints::for_provider(provider).expect("hints");
         let list = InfoList::get(&hints, Some("127.0.0.1")).expect("fi_getinfo");
         let info = Arc::new(
             list.iter()
@@ -1485,11 +1478,7 @@ mod tests {
         let endpoint = || {
             let cq =
                 CompletionQueue::open(&domain, 64, tuning.wait_fd).expect("a completion queue");
-            if connected {
-                return Endpoint::open_connected(&domain, cq).expect("an endpoint");
-            }
-            let av = AddressVector::open(&domain).expect("an address vector");
-            Endpoint::open(&domain, cq, av).expect("an endpoint")
+            Endpoint::open_for(&domain, cq).expect("an endpoint")
         };
         let (initiator, target) = (endpoint(), endpoint());
         let dest = initiator
