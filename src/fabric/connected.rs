@@ -257,10 +257,9 @@ impl Connections {
     }
 
     /// Starts connecting to the peer listening at `addr` and returns its handle for posts.
-    /// The address comes from the network: its length is bounded here and the provider
-    /// parses it in its own format (a `sockaddr` on tcp).
+    /// The address comes from the network: `connect` checks it is one socket address
+    /// before the provider sees it.
     pub(crate) fn add_peer(&self, addr: &[u8]) -> Result<ffi::fi_addr_t> {
-        check_sockaddr(addr)?;
         let mut links = self.links.write().unwrap_or_else(|p| p.into_inner());
         if links.closed {
             return Err(Error::bad_ctlr_hndl().detail("the controller is closed"));

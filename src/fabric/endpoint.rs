@@ -80,6 +80,8 @@ impl Endpoint {
                 Error::insufficient_resources().fabric(fi_failure("fi_endpoint", ret as isize))
             );
         }
+        let bound_to = Arc::clone(&av);
+        // Built first, so that a failure below closes the endpoint (its Drop).
         let mut ep = Endpoint {
             transport: Transport::Rdm {
                 fid,
@@ -89,7 +91,7 @@ impl Endpoint {
             cq,
             name: Vec::new(),
         };
-        bind_and_enable(fid, &ep.cq, ep.av_of())?;
+        bind_and_enable(fid, &ep.cq, &bound_to)?;
         ep.name = getname(fid)?;
         Ok(Arc::new(ep))
     }
@@ -116,13 +118,6 @@ impl Endpoint {
             Self::open_connected(domain, cq)
         } else {
             Self::open(domain, cq, AddressVector::open(domain)?)
-        }
-    }
-
-    fn av_of(&self) -> &Arc<AddressVector> {
-        match &self.transport {
-            Transport::Rdm { av, .. } => av,
-            Transport::Connected(_) => unreachable!("only RDM endpoints are bound to a vector"),
         }
     }
 

@@ -104,7 +104,11 @@ impl EventQueue {
         let entry = unsafe { &*buf.0.as_ptr().cast::<ffi::fi_eq_cm_entry>() };
         let fid = entry.fid as usize;
         Ok(match event {
-            ffi::FI_CONNREQ => ConnReqInfo(entry.info).into_event(),
+            ffi::FI_CONNREQ if !entry.info.is_null() => Event::ConnReq {
+                // SAFETY: the provider hands a request's fi_info to its reader, who frees
+                // it; it is taken once, here.
+                info: unsafe { super::Info::from_raw(entry.info) },
+            },
             ffi::FI_CONNECTED => Event::Connected { fid },
             ffi::FI_SHUTDOWN => Event::Shutdown { fid },
             _ => Event::Timeout,
@@ -142,21 +146,6 @@ impl EventQueue {
         if n < 0 {
             tracing::debug!(error = %super::strerror(-(n as i32)), "fi_eq_write failed");
         }
-    }
-}
-
-/// The `info` of a connection request, owned from here on (freed with `fi_freeinfo`).
-struct ConnReqInfo(*mut ffi::fi_info);
-
-impl ConnReqInfo {
-    fn into_event(self) -> Event {
-        if self.0.is_null() {
-            return Event::Timeout;
-        }
-        // SAFETY: the provider hands the request's fi_info to the reader, who frees it; it is
-        // taken once, here.
-        let info = unsafe { super::Info::from_raw(self.0) };
-        Event::ConnReq { info }
     }
 }
 
