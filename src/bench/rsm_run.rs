@@ -239,17 +239,26 @@ async fn stream<T: Moved>(
                 taken.set(taken.get() + 1);
                 // On an error the other lanes are dropped: rsm keeps the buffers of their
                 // operations until the provider is done with them.
-                let (res, back) = T::one(init, op, buf).await;
+                let ((res, back), pended) = noting_pending(T::one(init, op, buf)).await;
                 buf = returned(res, back)?;
                 let n = done.get() + 1;
                 done.set(n);
                 if n % 256 == 0 || n == total {
                     (tick.borrow_mut())(n);
                 }
-                // The other lanes go next, so the buffers take turns as the baseline's
-                // slots do: where an operation completes inside its first poll (shm's
-                // copies), one lane would otherwise run them all on one cache-hot buffer.
-                crate::reactor::yield_now().await;
+                // Where an operation completes inside its first poll (shm's copies), the
+                // other lanes go next, so the buffers take turns as the baseline's slots
+                // do: one lane would otherwise run them all on one cache-hot buffer.
+                // Not after an operation that waited: its completion came from a read of
+                // the queue, and the yield put a turn of the executor between it and the
+                // next post, in which the window's reader found the queue empty and ran
+                // the provider's progress (a `poll` of its sockets) before the freed lanes
+                // had posted. In tcp0 64 KiB put windows that was 0.35-0.46 `poll` calls
+                // per operation, against 0.09-0.13 without the yield and 0.07-0.09 in the
+                // baseline's loop (docs/performance.md, twelfth pass).
+                if !pended {
+                    crate::reactor::yield_now().await;
+                }
             }
             Ok::<_, BenchError>(buf)
         }
@@ -262,6 +271,19 @@ async fn stream<T: Moved>(
     }
     bufs.extend(back);
     Ok(())
+}
+
+/// Awaits `fut`, and says whether it returned `Pending` on the way.
+async fn noting_pending<F: Future>(fut: F) -> (F::Output, bool) {
+    let mut fut = std::pin::pin!(fut);
+    let mut pended = false;
+    let out = std::future::poll_fn(|cx| {
+        let p = fut.as_mut().poll(cx);
+        pended |= p.is_pending();
+        p
+    })
+    .await;
+    (out, pended)
 }
 
 /// A row in explicit barrier mode: a latency sample is one round of one put, a bandwidth
