@@ -163,6 +163,24 @@ impl RowSpec {
     }
 }
 
+/// The two sides of a row.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Side {
+    Rsm,
+    Baseline,
+}
+
+/// Which side measures first in `round`: rsm in even rounds, the baseline in odd ones, so
+/// that whatever the first measurement of a round pays (the side that ran last left its
+/// threads asleep or its buffers out of the cache) is not paid by one side only.
+fn side_order(round: usize) -> [Side; 2] {
+    if round % 2 == 0 {
+        [Side::Rsm, Side::Baseline]
+    } else {
+        [Side::Baseline, Side::Rsm]
+    }
+}
+
 fn seed_for(row: usize, side: u64) -> u64 {
     0x5253_4D42_454E_4300 ^ ((row as u64) << 8) ^ side
 }
@@ -351,47 +369,56 @@ async fn bench(args: &BenchArgs, progress: &mut Progress) -> Result<Vec<Row>, Be
             rsm_rounds: Vec::new(),
             baseline_rounds: Vec::new(),
         };
-        // rsm, baseline, rsm, baseline, ...: a disturbance lands in one round of one side,
-        // and the medians below leave it out.
+        // rsm, baseline, baseline, rsm, rsm, ...: a disturbance lands in one round of one
+        // side, and the medians below leave it out; and neither side always goes first
+        // (see `side_order`).
         for round in 0..rounds {
             progress.row(&args.controller, args.op, size, mode);
             if rounds > 1 {
                 progress.round(round + 1, rounds);
             }
-            if let Some(init) = &rsm {
-                let seed = seed_for(i, 1) ^ round_salt(round);
-                let (s, ok) = rsm_row(
-                    init,
-                    &mut peer,
-                    &spec,
-                    seed,
-                    progress,
-                    args.corrupt_for_test,
-                )
-                .await?;
-                row.rsm_rounds.push(s);
-                row.rsm_verified = Some(row.rsm_verified.unwrap_or(true) && ok);
-            }
-            let seed = seed_for(i, 2) ^ round_salt(round);
-            let measured = if let Some(m) = &memcpy {
-                Some(m.row(&spec, seed, progress))
-            } else if let Some(b) = &mut bell {
-                Some(b.row(&mut peer, &spec, progress)?)
-            } else if let Some(b) = &mut baseline {
-                Some(baseline_row(
-                    b,
-                    &mut peer,
-                    &spec,
-                    seed,
-                    progress,
-                    args.corrupt_for_test,
-                )?)
-            } else {
-                None
-            };
-            if let Some((s, ok)) = measured {
-                row.baseline_rounds.push(s);
-                row.baseline_verified = Some(row.baseline_verified.unwrap_or(true) && ok);
+            for side in side_order(round) {
+                match side {
+                    Side::Rsm => {
+                        let Some(init) = &rsm else { continue };
+                        let seed = seed_for(i, 1) ^ round_salt(round);
+                        let (s, ok) = rsm_row(
+                            init,
+                            &mut peer,
+                            &spec,
+                            seed,
+                            progress,
+                            args.corrupt_for_test,
+                        )
+                        .await?;
+                        row.rsm_rounds.push(s);
+                        row.rsm_verified = Some(row.rsm_verified.unwrap_or(true) && ok);
+                    }
+                    Side::Baseline => {
+                        let seed = seed_for(i, 2) ^ round_salt(round);
+                        let measured = if let Some(m) = &memcpy {
+                            Some(m.row(&spec, seed, progress))
+                        } else if let Some(b) = &mut bell {
+                            Some(b.row(&mut peer, &spec, progress)?)
+                        } else if let Some(b) = &mut baseline {
+                            Some(baseline_row(
+                                b,
+                                &mut peer,
+                                &spec,
+                                seed,
+                                progress,
+                                args.corrupt_for_test,
+                            )?)
+                        } else {
+                            None
+                        };
+                        if let Some((s, ok)) = measured {
+                            row.baseline_rounds.push(s);
+                            row.baseline_verified =
+                                Some(row.baseline_verified.unwrap_or(true) && ok);
+                        }
+                    }
+                }
             }
         }
         row.rsm = Summary::median_of(&row.rsm_rounds);

@@ -239,7 +239,16 @@ async fn stream<T: Moved>(
                 taken.set(taken.get() + 1);
                 // On an error the other lanes are dropped: rsm keeps the buffers of their
                 // operations until the provider is done with them.
-                let ((res, back), pended) = noting_pending(T::one(init, op, buf)).await;
+                // Pinned here, not passed to a helper: a vector's future is hundreds of
+                // bytes, and each move of it showed up as `memmove` in a shm0 getv row.
+                let mut fut = std::pin::pin!(T::one(init, op, buf));
+                let mut pended = false;
+                let (res, back) = std::future::poll_fn(|cx| {
+                    let p = fut.as_mut().poll(cx);
+                    pended |= p.is_pending();
+                    p
+                })
+                .await;
                 buf = returned(res, back)?;
                 let n = done.get() + 1;
                 done.set(n);
@@ -271,19 +280,6 @@ async fn stream<T: Moved>(
     }
     bufs.extend(back);
     Ok(())
-}
-
-/// Awaits `fut`, and says whether it returned `Pending` on the way.
-async fn noting_pending<F: Future>(fut: F) -> (F::Output, bool) {
-    let mut fut = std::pin::pin!(fut);
-    let mut pended = false;
-    let out = std::future::poll_fn(|cx| {
-        let p = fut.as_mut().poll(cx);
-        pended |= p.is_pending();
-        p
-    })
-    .await;
-    (out, pended)
 }
 
 /// A row in explicit barrier mode: a latency sample is one round of one put, a bandwidth
