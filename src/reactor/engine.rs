@@ -295,50 +295,72 @@ fn yield_and_time() -> (bool, Instant) {
 /// was a quarter of a target engine's loop.
 const CLOCK_EVERY: u64 = 16;
 
+/// A point on an engine thread's own clock: nanoseconds since its [`Looks`] began. A plain
+/// integer: `Instant`'s difference (a checked `timespec` subtraction) took 1 % of a shm
+/// target engine's loop, which asks how long ago something was two or three times a look.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Stamp(u64);
+
 /// The engine thread's own state between its looks at the queue: on its stack, so a look
 /// costs no atomic read-modify-write, and the clock is read once every [`CLOCK_EVERY`]
 /// looks (and after every yield and sleep).
 struct Looks {
     turns: u64,
+    /// Where the thread's [`Stamp`]s count from.
+    base: Instant,
     /// The time at the last clock read.
-    now: Instant,
+    now: Stamp,
     /// The engine's last yield let another thread run: it shares its core with a busy
     /// thread (the thread awaiting the operations it serves, on a 2-core machine).
     core_shared: bool,
     /// The value of [`Engine::reaps`] at the last look, and when the engine saw it move.
     reaps_seen: u64,
-    reaps_moved_at: Option<Instant>,
+    reaps_moved_at: Option<Stamp>,
 }
 
 impl Looks {
     fn new() -> Looks {
         Looks {
             turns: 0,
-            now: Instant::now(),
+            base: Instant::now(),
+            now: Stamp(0),
             core_shared: false,
             reaps_seen: 0,
             reaps_moved_at: None,
         }
     }
 
+    /// `t` on this thread's clock.
+    fn stamp(&self, t: Instant) -> Stamp {
+        Stamp(u64::try_from(t.saturating_duration_since(self.base).as_nanos()).unwrap_or(u64::MAX))
+    }
+
+    /// Reads the clock (after a sleep or a yield, and every [`CLOCK_EVERY`] looks).
+    fn read_clock(&mut self) {
+        self.now = self.stamp(Instant::now());
+    }
+
     /// One more look at the queue.
     fn count(&mut self) {
         self.turns = self.turns.wrapping_add(1);
         if self.turns % CLOCK_EVERY == 0 {
-            self.now = Instant::now();
+            self.read_clock();
         }
     }
 
-    /// Time since `t`, by the last clock read.
-    fn since(&self, t: Instant) -> Duration {
-        self.now.saturating_duration_since(t)
+    /// Whether less than `d` passed since `t`, by the last clock read. In nanoseconds: a
+    /// `Duration` made to compare cost a division per question.
+    fn within(&self, t: Stamp, d: Duration) -> bool {
+        self.now.0.saturating_sub(t.0) < u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
     }
 
     /// Yields the CPU every `every` idle looks at the queue, or after every look while the
     /// last yield let another thread run (see [`yield_shared`]).
     fn maybe_yield(&mut self, every: u64) {
         if self.core_shared || self.turns % every == 0 {
-            (self.core_shared, self.now) = yield_and_time();
+            let (shared, after) = yield_and_time();
+            self.core_shared = shared;
+            self.now = self.stamp(after);
         }
     }
 }
@@ -745,7 +767,7 @@ impl Engine {
     fn idle_fd(
         &self,
         fd: std::os::fd::RawFd,
-        (last_work, last_reaped): (Instant, Instant),
+        (last_work, last_reaped): (Stamp, Stamp),
         looks: &mut Looks,
     ) -> bool {
         // Also with nothing in flight: between a spinning thread's operations the engine
@@ -767,7 +789,7 @@ impl Engine {
             // put bandwidth profile, docs/performance.md.
             _ => Duration::ZERO,
         };
-        if looks.since(last_work) < window {
+        if looks.within(last_work, window) {
             // Spinning keeps a busy target or initiator off the sleep/wake path (tens of µs
             // on a shared VM). Data arriving counts as activity: a target gets no completion
             // for the writes and reads it serves. Once nothing was reaped for the spin's
@@ -786,7 +808,7 @@ impl Engine {
             // pairs), put 0.91 → 0.92, 64 KiB put bandwidth 0.92 → 0.94; signals unchanged.
             if looks.turns % FD_LOOK_EVERY == 0
                 && readable_now(fd)
-                && (looks.since(last_reaped) < window || !self.cq.trywait())
+                && (looks.within(last_reaped, window) || !self.cq.trywait())
             {
                 return true;
             }
@@ -806,7 +828,7 @@ impl Engine {
             self.wake.drain();
         }
         self.sleeping.store(false, Ordering::SeqCst);
-        looks.now = Instant::now();
+        looks.read_clock();
         true
     }
 
@@ -822,13 +844,13 @@ impl Engine {
             self.wake.drain();
         }
         self.deferring.store(false, Ordering::SeqCst);
-        looks.now = Instant::now();
+        looks.read_clock();
     }
 
     /// One idle step without a wait fd; returns whether it slept (and was woken).
-    fn idle_poll(&self, last_work: Instant, looks: &mut Looks) -> bool {
+    fn idle_poll(&self, last_work: Stamp, looks: &mut Looks) -> bool {
         let busy = self.inflight.load(Ordering::SeqCst) > 0;
-        if busy && looks.since(last_work) >= KICK_EVERY {
+        if busy && !looks.within(last_work, KICK_EVERY) {
             self.kick_stalled();
         }
         // Also when not busy: see `idle_fd`.
@@ -840,7 +862,7 @@ impl Engine {
             self.defer_to_reaper(looks);
             return false;
         }
-        if busy || looks.since(last_work) < self.tuning.idle_window {
+        if busy || looks.within(last_work, self.tuning.idle_window) {
             // A target serves its peers' operations from this loop: a `sched_yield` per
             // look at the queue (0.3-0.5 µs) was most of the gap to a busy-polling target
             // in an 8-byte shm put. Yielding every few looks still lets the threads that
@@ -858,7 +880,7 @@ impl Engine {
             self.wake.drain();
         }
         self.sleeping.store(false, Ordering::SeqCst);
-        looks.now = Instant::now();
+        looks.read_clock();
         true
     }
 
@@ -974,7 +996,7 @@ impl Engine {
         }
         looks
             .reaps_moved_at
-            .is_some_and(|at| looks.since(at) < DEFER_TO_REAPER)
+            .is_some_and(|at| looks.within(at, DEFER_TO_REAPER))
     }
 
     /// After a post that has no completion to wait for (a signal's inject, which rxm may
