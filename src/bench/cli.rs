@@ -217,9 +217,10 @@ pub struct BenchArgs {
     /// with `--peer` must be started with the same value).
     #[arg(long, value_enum, default_value_t = BaselineWait::None)]
     pub baseline_wait: BaselineWait,
-    /// Measure each row this many times, rsm and baseline alternating (rsm, baseline, rsm,
-    /// ...), the row's samples split over the rounds; figures and ratio are the medians over
-    /// the rounds, so one disturbed round does not flip the ratio.
+    /// Measure each row this many times, rsm and baseline alternating, each going first in
+    /// every other round (rsm, baseline, baseline, rsm, ...), the row's samples split over the
+    /// rounds; figures and ratio are the medians over the rounds, so one disturbed round does
+    /// not flip the ratio.
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=100))]
     pub rounds: u32,
     /// Measure only the plain libfabric baseline (no rsm node): a harness self-test.

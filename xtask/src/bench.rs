@@ -11,7 +11,7 @@
 //! row keeps rsm's figure and says why it has no baseline.
 //!
 //! Every run measures each row in [`ROUNDS`] interleaved rounds (`rsm bench --rounds`: rsm,
-//! baseline, rsm, ...); the report's figures are the medians over the rounds, and each
+//! baseline, baseline, rsm, ...); the report's figures are the medians over the rounds, and each
 //! row's note gives the spread of the round ratios.
 //!
 //! Bounded: every child gets at most [`JOB_TIMEOUT`], and runs that would start after

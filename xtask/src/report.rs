@@ -338,7 +338,8 @@ pub fn markdown(meta: &Meta, rows: &[Row], memory: &[Memory]) -> String {
         let _ = writeln!(
             md,
             "Every figure is the median of {} interleaved rounds: each row ran rsm, baseline, \
-             rsm, baseline, ... between the same two processes, each round with its own \
+             baseline, rsm, rsm, ... (each side first in every other round) between the same \
+             two processes, each round with its own \
              warm-up and an equal share of the row's samples (latency: the median of the \
              rounds' medians and of their p99s; bandwidth: of their MB/s and time per \
              operation), and the ratio is that of \
