@@ -635,6 +635,25 @@ mod tests {
     }
 
     #[test]
+    fn rounds_alternate_which_side_goes_first() {
+        let firsts: Vec<Side> = (0..5).map(|r| side_order(r)[0]).collect();
+        assert_eq!(
+            firsts,
+            [
+                Side::Rsm,
+                Side::Baseline,
+                Side::Rsm,
+                Side::Baseline,
+                Side::Rsm
+            ]
+        );
+        for r in 0..5 {
+            let [a, b] = side_order(r);
+            assert_ne!(a, b, "round {r} measures both sides");
+        }
+    }
+
+    #[test]
     fn seeds_differ_per_row_side_and_direction() {
         let all = [
             seed_for(0, 1),

@@ -1132,3 +1132,43 @@ impl std::future::Future for ConnectionChanged<'_> {
         std::task::Poll::Pending
     }
 }
+
+#[cfg(test)]
+mod looks_tests {
+    use super::*;
+
+    #[test]
+    fn within_counts_from_the_last_clock_read() {
+        let mut looks = Looks::new();
+        let base = looks.base;
+        looks.now = looks.stamp(base + Duration::from_millis(10));
+        let at = |ms| looks.stamp(base + Duration::from_millis(ms));
+        assert!(looks.within(at(9), Duration::from_millis(2)));
+        assert!(!looks.within(at(8), Duration::from_millis(2)));
+        assert!(!looks.within(at(7), Duration::from_millis(2)));
+        // A stamp after the last clock read (taken since by another path) is within any
+        // window, as `saturating_duration_since` made it.
+        assert!(looks.within(at(12), Duration::from_nanos(1)));
+        // Before the base: clamped to it.
+        if let Some(before) = base.checked_sub(Duration::from_millis(1)) {
+            assert_eq!(looks.stamp(before), Stamp(0));
+        }
+    }
+
+    #[test]
+    fn the_clock_is_read_every_few_looks_only() {
+        let mut looks = Looks::new();
+        looks.now = Stamp(0);
+        for _ in 1..CLOCK_EVERY {
+            looks.count();
+        }
+        assert_eq!(
+            looks.now,
+            Stamp(0),
+            "no clock read before the {CLOCK_EVERY}th look"
+        );
+        std::thread::sleep(Duration::from_millis(2));
+        looks.count();
+        assert!(looks.now.0 >= 2_000_000, "read at the {CLOCK_EVERY}th look");
+    }
+}
