@@ -38,9 +38,9 @@
 //!   doorbell (a word and an eventfd each way) costs on top of the cache-line transfers.
 //! - **`--rounds R`** measures each row R times, rsm and baseline alternating, each going
 //!   first in every other round (rsm, baseline, baseline, rsm, ...; same peer process, each
-//!   round with its own warm-up and seeds). The
-//!   row's sample count is split over the rounds (rounded up; at least 100 samples or the
-//!   window per round), so R rounds take about the time of one. Each side's figures are the medians over its rounds (latency:
+//!   round with its own warm-up and seeds). The row's sample count is split over the
+//!   rounds (rounded up; at least 100 samples or the window per round), so R rounds take
+//!   about the time of one. Each side's figures are the medians over its rounds (latency:
 //!   of the rounds' medians and of their p99s; bandwidth: of their MB/s and time per
 //!   operation), the ratio is taken from those medians, and a row is verified only if every
 //!   round verified. A neighbour taking a core for a moment then disturbs one round of one
