@@ -445,12 +445,16 @@ impl ImportSegment {
             return fail(e, entries);
         }
         // The valid entries are the ones before the first invalid one: entry i is valid[i].
-        let mut valid = Vec::with_capacity(count);
+        let mut valid: Vec<Piece> = Vec::with_capacity(count);
         let mut invalid = None;
+        let mut bytes = 0usize;
         for (i, e) in entries.iter_mut().enumerate() {
             let buf = buffer(&mut e.local);
             match self.entry_piece(e, buf) {
-                Ok(p) => valid.push(p),
+                Ok(p) => {
+                    bytes += p.len;
+                    valid.push(p);
+                }
                 Err(e) => {
                     let detail = e.context().detail.clone().unwrap_or_default();
                     invalid = Some((i, ctx(e).detail(format!("entry {i}: {detail}"))));
@@ -458,7 +462,7 @@ impl ImportSegment {
                 }
             }
         }
-        if valid.iter().all(|p| p.len == 0) {
+        if bytes == 0 {
             // Nothing to move: the outcome is the validation's.
             return SgOp {
                 op: Some(Op::done(entries)),
@@ -473,7 +477,7 @@ impl ImportSegment {
             return self.vector_loopback(way, entries, valid, invalid, flags);
         };
         let (iov_max, rma_max) = backend.sg_limits();
-        let batches = batch(valid, iov_max, rma_max, backend.max_transfer());
+        let batches = batch(valid, bytes, iov_max, rma_max, backend.max_transfer());
         let plan = Plan::Batches(batches);
         let dir = match way {
             Way::Put => Dir::write(backend.visibility()),
@@ -491,67 +495,109 @@ impl ImportSegment {
     }
 }
 
-/// Groups the valid pieces (entry i is `valid[i]`) into batches: at most `iov_max` local
-/// ranges and `rma_max` remote ranges (pieces that follow each other in the segment share
-/// one) and `chunk` bytes each. A piece larger than `chunk` is split, an empty one skipped;
-/// otherwise the pieces go out as they are, in the list they came in.
-fn batch(valid: Vec<Piece>, iov_max: usize, rma_max: usize, chunk: usize) -> Batches {
-    let (iov_max, rma_max, chunk) = (iov_max.max(1), rma_max.max(1), chunk.max(1));
-    let (pieces, entries) = if valid.iter().all(|p| p.len > 0 && p.len <= chunk) {
-        (valid, None)
-    } else {
-        let (mut pieces, mut entries) = (Vec::new(), Vec::new());
-        for (entry, p) in valid.iter().enumerate() {
-            let mut done = 0;
-            while done < p.len {
-                let len = (p.len - done).min(chunk);
-                pieces.push(Piece {
-                    ptr: p.ptr.wrapping_add(done),
-                    len,
-                    desc: p.desc,
-                    offset: p.offset + done as u64,
-                });
-                entries.push(entry);
-                done += len;
-            }
+/// Groups the valid pieces (entry i is `valid[i]`, `bytes` their sum) into batches: at
+/// most `iov_max` local ranges and `rma_max` remote ranges (pieces that follow each other in
+/// the segment share one) and `chunk` bytes each. A piece larger than `chunk` is split, an
+/// empty one skipped; otherwise the pieces go out as they are, in the list they came in.
+fn batch(valid: Vec<Piece>, bytes: usize, iov_max: usize, rma_max: usize, chunk: usize) -> Batches {
+    let mut cut = Cutter::new(iov_max, rma_max, chunk, valid.len());
+    if valid.iter().all(|p| p.len > 0 && p.len <= cut.chunk) {
+        for (j, p) in valid.iter().enumerate() {
+            cut.push(p, j, j);
         }
-        (pieces, Some(entries))
-    };
-    let entry_of = |j: usize| {
-        entries
-            .as_ref()
-            .map_or(j, |e| e.get(j).copied().unwrap_or(0))
-    };
-    let mut spans = Vec::with_capacity(pieces.len().div_ceil(iov_max));
-    // The batch being filled: its first piece, remote ranges and bytes.
-    let (mut start, mut rma, mut bytes) = (0, 0, 0usize);
-    for (j, p) in pieces.iter().enumerate() {
-        let touches = j > start && {
-            let q = &pieces[j - 1];
-            q.offset + q.len as u64 == p.offset
-        };
-        let fits = j - start < iov_max
-            && rma + usize::from(!touches) <= rma_max
-            && bytes.saturating_add(p.len) <= chunk;
-        if j > start && !fits {
-            spans.push(Span {
+        return cut.finish(valid, bytes);
+    }
+    let mut pieces: Vec<Piece> = Vec::with_capacity(valid.len());
+    for (entry, p) in valid.iter().enumerate() {
+        let mut done = 0;
+        while done < p.len {
+            let len = (p.len - done).min(cut.chunk);
+            let q = Piece {
+                ptr: p.ptr.wrapping_add(done),
+                len,
+                desc: p.desc,
+                offset: p.offset + done as u64,
+            };
+            cut.push(&q, pieces.len(), entry);
+            pieces.push(q);
+            done += len;
+        }
+    }
+    cut.finish(pieces, bytes)
+}
+
+/// Cuts pieces into batches as they come, in order (see [`batch`]): a batch ends where
+/// the next piece would take it past `iov_max` local ranges, `rma_max` remote ranges or
+/// `chunk` bytes.
+struct Cutter {
+    iov_max: usize,
+    rma_max: usize,
+    chunk: usize,
+    spans: Vec<Span>,
+    /// The batch being filled: its first piece and that piece's entry, its remote ranges
+    /// and bytes.
+    start: usize,
+    start_entry: usize,
+    rma: usize,
+    bytes: usize,
+    /// Where the last piece ends in the segment.
+    end: u64,
+}
+
+impl Cutter {
+    fn new(iov_max: usize, rma_max: usize, chunk: usize, pieces: usize) -> Cutter {
+        let iov_max = iov_max.max(1);
+        Cutter {
+            iov_max,
+            rma_max: rma_max.max(1),
+            chunk: chunk.max(1),
+            spans: Vec::with_capacity(pieces.div_ceil(iov_max)),
+            start: 0,
+            start_entry: 0,
+            rma: 0,
+            bytes: 0,
+            end: 0,
+        }
+    }
+
+    /// Piece `j` (of at most `chunk` bytes, none empty), of vector entry `entry`.
+    #[inline(always)]
+    fn push(&mut self, p: &Piece, j: usize, entry: usize) {
+        let touches = j > self.start && self.end == p.offset;
+        let fits = j - self.start < self.iov_max
+            && self.rma + usize::from(!touches) <= self.rma_max
+            && self.bytes.saturating_add(p.len) <= self.chunk;
+        if j > self.start && !fits {
+            self.spans.push(Span {
                 end: j,
-                first_entry: entry_of(start),
+                first_entry: self.start_entry,
             });
-            (start, rma, bytes) = (j, 0, 0);
+            (self.start, self.rma, self.bytes) = (j, 0, 0);
         }
-        if j == start || !touches {
-            rma += 1;
+        if j == self.start {
+            self.start_entry = entry;
         }
-        bytes += p.len;
+        if j == self.start || !touches {
+            self.rma += 1;
+        }
+        self.bytes += p.len;
+        self.end = p.offset + p.len as u64;
     }
-    if start < pieces.len() {
-        spans.push(Span {
-            end: pieces.len(),
-            first_entry: entry_of(start),
-        });
+
+    /// The batches of `pieces`, every one of them pushed; `bytes` is their sum.
+    fn finish(mut self, pieces: Vec<Piece>, bytes: usize) -> Batches {
+        if self.start < pieces.len() {
+            self.spans.push(Span {
+                end: pieces.len(),
+                first_entry: self.start_entry,
+            });
+        }
+        Batches {
+            pieces,
+            spans: self.spans,
+            bytes,
+        }
     }
-    Batches { pieces, spans }
 }
 
 #[cfg(test)]
@@ -567,6 +613,15 @@ mod tests {
         }
     }
 
+    /// `batch` over `valid`, checking the bytes it was told come back whole.
+    fn batched(valid: Vec<Piece>, iov_max: usize, rma_max: usize, chunk: usize) -> Batches {
+        let bytes = valid.iter().map(|p| p.len).sum();
+        let b = batch(valid, bytes, iov_max, rma_max, chunk);
+        assert_eq!(b.pieces.iter().map(|p| p.len).sum::<usize>(), bytes);
+        assert_eq!(b.bytes, bytes);
+        b
+    }
+
     fn lens(b: &Batches) -> Vec<Vec<usize>> {
         (0..b.len())
             .map(|i| b.batch(i).iter().map(|p| p.len).collect())
@@ -580,18 +635,18 @@ mod tests {
     #[test]
     fn batches_respect_iov_and_rma_limits() {
         let valid: Vec<_> = (0..16).map(|i| piece(i as u64 * 100, 10)).collect();
-        let b = batch(valid.clone(), 4, 4, usize::MAX);
+        let b = batched(valid.clone(), 4, 4, usize::MAX);
         assert_eq!(b.len(), 4);
         assert!((0..4).all(|i| b.batch(i).len() == 4));
         assert_eq!(firsts(&b), [0, 4, 8, 12]);
         assert_eq!(b.batch(1)[0].offset, 400);
         assert!(b.batch(4).is_empty(), "no batch past the end");
         // One remote range per post (shm's fast path): a batch per entry unless they touch.
-        let b = batch(valid, 4, 1, usize::MAX);
+        let b = batched(valid, 4, 1, usize::MAX);
         assert_eq!(b.len(), 16);
         assert_eq!(firsts(&b), (0..16).collect::<Vec<_>>());
         let touching: Vec<_> = (0..16).map(|i| piece(i as u64 * 10, 10)).collect();
-        let b = batch(touching, 4, 1, usize::MAX);
+        let b = batched(touching, 4, 1, usize::MAX);
         assert_eq!(b.len(), 4, "contiguous remote ranges merge into one");
         assert_eq!(firsts(&b), [0, 4, 8, 12]);
     }
@@ -601,7 +656,7 @@ mod tests {
         // 0..10 and 10..20 touch (one range), 50..60 does not: 2 ranges fit rma_max 2, the
         // next non-touching piece starts a new batch.
         let valid = vec![piece(0, 10), piece(10, 10), piece(50, 10), piece(100, 10)];
-        let b = batch(valid, 16, 2, usize::MAX);
+        let b = batched(valid, 16, 2, usize::MAX);
         assert_eq!(lens(&b), vec![vec![10, 10, 10], vec![10]]);
         assert_eq!(firsts(&b), [0, 3]);
     }
@@ -609,7 +664,7 @@ mod tests {
     #[test]
     fn long_pieces_split_at_the_chunk() {
         let valid = vec![piece(0, 25), piece(1000, 5)];
-        let b = batch(valid, 4, 4, 10);
+        let b = batched(valid, 4, 4, 10);
         assert_eq!(lens(&b), vec![vec![10], vec![10], vec![5, 5]]);
         assert_eq!(firsts(&b), [0, 0, 0]);
         assert_eq!(b.batch(1)[0].offset, 10);
@@ -618,7 +673,7 @@ mod tests {
     #[test]
     fn empty_pieces_are_skipped_and_entries_keep_their_numbers() {
         let valid = vec![piece(0, 0), piece(100, 10), piece(200, 0), piece(300, 10)];
-        let b = batch(valid, 1, 1, usize::MAX);
+        let b = batched(valid, 1, 1, usize::MAX);
         assert_eq!(lens(&b), vec![vec![10], vec![10]]);
         assert_eq!(firsts(&b), [1, 3]);
     }
@@ -626,7 +681,7 @@ mod tests {
     #[test]
     fn bytes_per_batch_stay_within_the_chunk() {
         let valid: Vec<_> = (0..6).map(|i| piece(i as u64 * 4, 4)).collect();
-        let b = batch(valid, 16, 16, 10);
+        let b = batched(valid, 16, 16, 10);
         assert_eq!(lens(&b), vec![vec![4, 4], vec![4, 4], vec![4, 4]]);
         assert_eq!(firsts(&b), [0, 2, 4]);
     }

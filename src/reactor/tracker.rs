@@ -200,10 +200,17 @@ impl Tracker {
     }
 
     /// The error new operations fail with, once the connection was torn down.
+    #[inline]
     pub(crate) fn aborted(&self) -> Option<Error> {
         if !self.is_aborted() {
             return None;
         }
+        self.abort_error()
+    }
+
+    /// The abort's error, copied (out of line: asked on every post, needed after an abort).
+    #[cold]
+    fn abort_error(&self) -> Option<Error> {
         self.lock().aborted.as_ref().map(super::slot::clone_error)
     }
 
