@@ -105,7 +105,8 @@ fn present(requirement: &Requirement) -> bool {
     }
 }
 
-fn install(packages: &[&str]) -> Result<(), Failure> {
+/// Installs `packages` with apt-get (as root; otherwise says how to).
+pub(crate) fn install(packages: &[&str]) -> Result<(), Failure> {
     let list = packages.join(" ");
     if !on_path("apt-get") {
         return Err(Failure::new(format!(

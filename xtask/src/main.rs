@@ -16,6 +16,7 @@ mod deps;
 mod dpkg;
 mod failure;
 mod json;
+mod profile;
 mod report;
 mod steps;
 mod uid;
@@ -33,6 +34,10 @@ commands:
   demo    setup, then build and run the rsm binary's demo commands
   bench   setup, then build rsm in release mode, run the standard benchmark set and
           write target/bench/report.md and report.json
+  profile [CONTROLLER OP SIZE [MODE]]
+          instructions per operation by function, rsm against the baseline, under
+          callgrind (installs valgrind if missing): the rows the last bench report
+          missed, or the one named; writes target/bench/profile.md
   help    print this message
 ";
 
@@ -45,6 +50,9 @@ fn main() -> ExitCode {
     let command = match args.as_slice() {
         [] => return usage_error("no command given"),
         [command] => command,
+        [command, rest @ ..] if command == "profile" => {
+            return finish(deps::ensure().and_then(|()| profile::run(rest)));
+        }
         [_, extra, ..] => {
             return usage_error(&format!(
                 "unexpected argument `{}`",
@@ -58,6 +66,7 @@ fn main() -> ExitCode {
         Some("test") => deps::ensure().and_then(|()| steps::run_all(steps::TEST)),
         Some("demo") => deps::ensure().and_then(|()| steps::run_all(steps::DEMO)),
         Some("bench") => deps::ensure().and_then(|()| bench::run()),
+        Some("profile") => deps::ensure().and_then(|()| profile::run(&[])),
         Some("help" | "-h" | "--help") => {
             print!("{USAGE}");
             return ExitCode::SUCCESS;
@@ -67,6 +76,10 @@ fn main() -> ExitCode {
         }
     };
 
+    finish(result)
+}
+
+fn finish(result: Result<(), failure::Failure>) -> ExitCode {
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(failure) => {
