@@ -19,6 +19,13 @@ use std::task::{Context, Poll};
 /// `RSM_MAX_SGIOREQS`: the most entries one vector holds.
 pub const MAX_SGIOREQS: usize = 16;
 
+const NO_PIECE: Piece = Piece {
+    ptr: std::ptr::null_mut(),
+    len: 0,
+    desc: std::ptr::null_mut(),
+    offset: 0,
+};
+
 /// The local side of a scatter/gather entry: a registered handle, or a buffer the operation
 /// owns until it completes.
 #[derive(Debug)]
@@ -445,23 +452,29 @@ impl ImportSegment {
             return fail(e, entries);
         }
         // The valid entries are the ones before the first invalid one: entry i is valid[i].
-        let mut valid: Vec<Piece> = Vec::with_capacity(count);
+        // They are gathered on the stack (at most MAX_SGIOREQS, checked above), where no
+        // push can need to grow: with `Vec::push` in it the loop kept its values on the
+        // stack, 74 instructions an entry (callgrind).
+        let mut gathered = [NO_PIECE; MAX_SGIOREQS];
+        let mut n = 0;
         let mut invalid = None;
         let mut bytes = 0usize;
-        for (i, e) in entries.iter_mut().enumerate() {
+        for (e, slot) in entries.iter_mut().zip(gathered.iter_mut()) {
             let buf = buffer(&mut e.local);
             match self.entry_piece(e, buf) {
                 Ok(p) => {
                     bytes += p.len;
-                    valid.push(p);
+                    *slot = p;
+                    n += 1;
                 }
                 Err(e) => {
                     let detail = e.context().detail.clone().unwrap_or_default();
-                    invalid = Some((i, ctx(e).detail(format!("entry {i}: {detail}"))));
+                    invalid = Some((n, ctx(e).detail(format!("entry {n}: {detail}"))));
                     break;
                 }
             }
         }
+        let valid = gathered[..n].to_vec();
         if bytes == 0 {
             // Nothing to move: the outcome is the validation's.
             return SgOp {
