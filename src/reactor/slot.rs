@@ -281,33 +281,6 @@ pub(crate) struct Slot<O> {
     more: Box<[ProxyCell<O>]>,
 }
 
-/// Names every field of a slot, so that one added to `Slot` fails to compile until it is
-/// also written in place by [`Op::new`].
-#[allow(dead_code)]
-fn every_field_is_written<O>(s: &Slot<O>) {
-    let Slot {
-        header: _,
-        state: _,
-        pending: _,
-        done: _,
-        posting: _,
-        engine: _,
-        tracker: _,
-        epoch: _,
-        dest: _,
-        dir: _,
-        plan: _,
-        data_parts: _,
-        fence: _,
-        len: _,
-        info: _,
-        barrier: _,
-        handed: _,
-        second: _,
-        more: _,
-    } = s;
-}
-
 /// Where a part after the first keeps its context: written by the poster (under the
 /// posting lock) before the post, read by its completion.
 type ProxyCell<O> = UnsafeCell<MaybeUninit<PartProxy<O>>>;
@@ -1277,7 +1250,7 @@ impl<B: Send + 'static> Op<B> {
         // SAFETY: `p` points into the new allocation, which nothing else reaches yet, and
         // is aligned for a Slot. Every field is written below, once, except `second`: an
         // `UnsafeCell<MaybeUninit<_>>`, for which any bytes are a value (written when part
-        // 1 is posted). `every_field_is_written` keeps this list complete.
+        // 1 is posted). The pattern after `assume_init` keeps this list complete.
         unsafe {
             (&raw mut (*p).header).write(SlotHeader::new(complete_slot::<B>));
             (&raw mut (*p).state).write(Mutex::new(State {
@@ -1313,6 +1286,29 @@ impl<B: Send + 'static> Op<B> {
         }
         // SAFETY: every field was written above (`second` needs none).
         let slot = unsafe { place.assume_init() };
+        // Names every field: one added to `Slot` fails to compile here until it is written
+        // above too.
+        let Slot {
+            header: _,
+            state: _,
+            pending: _,
+            done: _,
+            posting: _,
+            engine: _,
+            tracker: _,
+            epoch: _,
+            dest: _,
+            dir: _,
+            plan: _,
+            data_parts: _,
+            fence: _,
+            len: _,
+            info: _,
+            barrier: _,
+            handed: _,
+            second: _,
+            more: _,
+        } = &*slot;
         Op {
             slot: Some(slot),
             spin: Spin::Unposted,
