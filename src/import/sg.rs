@@ -513,7 +513,19 @@ impl ImportSegment {
 /// the segment share one) and `chunk` bytes each. A piece larger than `chunk` is split, an
 /// empty one skipped; otherwise the pieces go out as they are, in the list they came in.
 fn batch(valid: Vec<Piece>, bytes: usize, iov_max: usize, rma_max: usize, chunk: usize) -> Batches {
-    let mut cut = Cutter::new(iov_max, rma_max, chunk, valid.len());
+    let cut = Cutter::new(iov_max, rma_max, chunk, valid.len());
+    // When a batch of `iov_max` pieces can never pass `rma_max` remote ranges, and the whole
+    // vector fits one chunk, the rules cut after every `iov_max` pieces: no need to look at
+    // each (the look was 900 of a 16-entry getv's instructions, callgrind; a test holds both
+    // ways to the same batches).
+    if cut.rma_max >= cut.iov_max && bytes <= cut.chunk && valid.iter().all(|p| p.len > 0) {
+        return cut.every_iov_max(valid, bytes);
+    }
+    cut_each(cut, valid, bytes)
+}
+
+/// [`batch`], piece by piece.
+fn cut_each(mut cut: Cutter, valid: Vec<Piece>, bytes: usize) -> Batches {
     if valid.iter().all(|p| p.len > 0 && p.len <= cut.chunk) {
         for (j, p) in valid.iter().enumerate() {
             cut.push(p, j, j);
@@ -595,6 +607,25 @@ impl Cutter {
         }
         self.bytes += p.len;
         self.end = p.offset + p.len as u64;
+    }
+
+    /// The batches of `pieces` (none empty, `bytes` in all, within one chunk), `iov_max` of
+    /// them a batch, when no batch can pass `rma_max` remote ranges.
+    fn every_iov_max(mut self, pieces: Vec<Piece>, bytes: usize) -> Batches {
+        let mut start = 0;
+        while start < pieces.len() {
+            let end = pieces.len().min(start + self.iov_max);
+            self.spans.push(Span {
+                end,
+                first_entry: start,
+            });
+            start = end;
+        }
+        Batches {
+            pieces,
+            spans: self.spans,
+            bytes,
+        }
     }
 
     /// The batches of `pieces`, every one of them pushed; `bytes` is their sum.
@@ -689,6 +720,47 @@ mod tests {
         let b = batched(valid, 1, 1, usize::MAX);
         assert_eq!(lens(&b), vec![vec![10], vec![10]]);
         assert_eq!(firsts(&b), [1, 3]);
+    }
+
+    #[test]
+    fn cutting_every_iov_max_pieces_agrees_with_looking_at_each() {
+        // A small deterministic generator (xorshift): many vectors, touching or not, within
+        // the short way's conditions; both ways must cut the same batches.
+        let mut x: u64 = 0x9E37_79B9_7F4A_7C15;
+        let mut next = |m: u64| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x % m
+        };
+        let mut short_way = 0;
+        for _ in 0..2_000 {
+            let n = 1 + next(16) as usize;
+            let mut at = 0u64;
+            let valid: Vec<_> = (0..n)
+                .map(|_| {
+                    let len = 1 + next(100) as usize;
+                    at += next(2) * next(50);
+                    let p = piece(at, len);
+                    at += len as u64;
+                    p
+                })
+                .collect();
+            let bytes: usize = valid.iter().map(|p| p.len).sum();
+            let iov_max = 1 + next(16) as usize;
+            let rma_max = 1 + next(16) as usize;
+            let chunk = bytes + next(3) as usize * 50;
+            let fast = batch(valid.clone(), bytes, iov_max, rma_max, chunk);
+            let each = cut_each(Cutter::new(iov_max, rma_max, chunk, n), valid, bytes);
+            assert_eq!(
+                lens(&fast),
+                lens(&each),
+                "{n} pieces, {iov_max} {rma_max} {chunk}"
+            );
+            assert_eq!(firsts(&fast), firsts(&each));
+            short_way += usize::from(rma_max >= iov_max);
+        }
+        assert!(short_way > 500, "the short way ran {short_way} times");
     }
 
     #[test]
