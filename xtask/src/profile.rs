@@ -249,16 +249,15 @@ fn ensure_valgrind() -> Result<(), Failure> {
     }
 }
 
-/// Self instructions by function.
-type Costs = Vec<(String, f64)>;
+/// Self instructions per operation by function: rsm's and the baseline's.
+type Costs = Vec<(String, f64, f64)>;
 
 /// One row's costs per operation.
 #[derive(Debug, Default)]
 pub struct Profile {
     pub rsm_total: f64,
     pub baseline_total: f64,
-    pub rsm: Costs,
-    pub baseline: Costs,
+    pub by_function: Costs,
 }
 
 fn profile_row(rsm: &Path, row: &Row, out_dir: &Path) -> Result<Profile, Failure> {
@@ -405,21 +404,18 @@ pub fn per_op(rsm: (&Run, &Run), both: (&Run, &Run), ops: f64) -> Profile {
         .iter()
         .flat_map(|r| r.by_function.keys())
         .collect();
-    let mut rsm_costs = Vec::new();
-    let mut base_costs = Vec::new();
+    let mut by_function = Vec::new();
     for name in names {
         let r = diff(rsm, name) / ops;
         let b = diff(both, name) / ops - r;
-        rsm_costs.push((name.clone(), r));
-        base_costs.push((name.clone(), b));
+        by_function.push((name.clone(), r, b));
     }
     let rsm_total = (rsm.1.total as f64 - rsm.0.total as f64) / ops;
     let both_total = (both.1.total as f64 - both.0.total as f64) / ops;
     Profile {
         rsm_total,
         baseline_total: both_total - rsm_total,
-        rsm: rsm_costs,
-        baseline: base_costs,
+        by_function,
     }
 }
 
@@ -443,16 +439,10 @@ impl Profile {
             self.rsm_total,
             self.baseline_total
         );
-        let base = |name: &str| {
-            self.baseline
-                .iter()
-                .find(|(n, _)| n == name)
-                .map_or(0.0, |(_, v)| *v)
-        };
         let mut rows: Vec<(&str, f64, f64)> = self
-            .rsm
+            .by_function
             .iter()
-            .map(|(n, r)| (n.as_str(), *r, base(n)))
+            .map(|(n, r, b)| (n.as_str(), *r, *b))
             .filter(|(_, r, b)| r.abs() >= 1.0 || b.abs() >= 1.0)
             .collect();
         rows.sort_by(|a, b| (b.1 - b.2).total_cmp(&(a.1 - a.2)));
@@ -531,11 +521,13 @@ Ir                 file:function
         let p = per_op((&rsm.0, &rsm.1), (&both.0, &both.1), 20.0);
         assert_eq!(p.rsm_total, 10.0);
         assert_eq!(p.baseline_total, 4.0);
-        let get = |c: &Costs, f: &str| c.iter().find(|(n, _)| n == f).map(|(_, v)| *v);
-        assert_eq!(get(&p.rsm, "op"), Some(10.0));
-        assert_eq!(get(&p.rsm, "init"), Some(0.0));
-        assert_eq!(get(&p.baseline, "raw"), Some(4.0));
-        assert_eq!(get(&p.baseline, "op"), Some(0.0));
+        let find = |f: &str| p.by_function.iter().find(|(n, _, _)| n == f);
+        let rsm = |f: &str| find(f).map(|(_, r, _)| *r);
+        let baseline = |f: &str| find(f).map(|(_, _, b)| *b);
+        assert_eq!(rsm("op"), Some(10.0));
+        assert_eq!(rsm("init"), Some(0.0));
+        assert_eq!(baseline("raw"), Some(4.0));
+        assert_eq!(baseline("op"), Some(0.0));
         let md = p.markdown(&Row {
             controller: "shm0".into(),
             op: "get".into(),
