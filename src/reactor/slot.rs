@@ -4,7 +4,7 @@
 //! The slot is an `Arc`. When its first part goes out, posting hands the provider one strong
 //! count (`Arc::into_raw`, the first part's context pointer), and whoever brings the slot's
 //! count of unfinished parts to zero takes it back. The other parts' contexts live in the
-//! slot itself (the second inline, the rest in one array made with the slot), so a part
+//! slot itself (parts 1 to 3 inline, the rest in one array made with the slot), so a part
 //! costs no allocation and no reference count of its own. The future holds another count
 //! and only waits. Dropping or leaking the future therefore never frees what the provider
 //! may still touch: the provider's count keeps the slot, its buffers and its endpoint alive
@@ -103,13 +103,24 @@ pub(crate) struct Piece {
 /// The pieces of a scatter/gather vector in posting order, cut into batches of one post
 /// each. One list for all batches: a vector of 16 entries in 4 batches cost six allocations
 /// as a list of batches, most of rsm's own share of a shm0 64 KiB getv.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub(crate) struct Batches {
     pub(crate) pieces: Vec<Piece>,
-    /// One per batch, in order.
-    pub(crate) spans: Vec<Span>,
+    /// Where the batches end.
+    pub(crate) cut: Cut,
     /// The pieces' bytes, summed while they were cut.
     pub(crate) bytes: usize,
+}
+
+/// How a vector's pieces are cut into batches.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Cut {
+    /// After every `n` pieces (at least 1), the last batch taking what is left; piece `j` is
+    /// entry `j`. Nothing to allocate: the list of spans was one of a 16-entry getv's four
+    /// allocations (130 of its instructions in malloc and free, callgrind).
+    Every(usize),
+    /// One span per batch, in order.
+    Spans(Vec<Span>),
 }
 
 /// Where a batch's pieces end (exclusive; it starts where the previous one ends), and the
@@ -123,17 +134,37 @@ pub(crate) struct Span {
 impl Batches {
     /// How many batches (posts).
     pub(crate) fn len(&self) -> usize {
-        self.spans.len()
+        match &self.cut {
+            Cut::Every(n) => self.pieces.len().div_ceil((*n).max(1)),
+            Cut::Spans(spans) => spans.len(),
+        }
     }
 
     /// The pieces of batch `i` (none past the end).
     pub(crate) fn batch(&self, i: usize) -> &[Piece] {
-        let start = match i.checked_sub(1) {
-            Some(prev) => self.spans.get(prev).map_or(usize::MAX, |s| s.end),
-            None => 0,
+        let (start, end) = match &self.cut {
+            Cut::Every(n) => {
+                let start = i.saturating_mul(*n);
+                (start, start.saturating_add(*n).min(self.pieces.len()))
+            }
+            Cut::Spans(spans) => {
+                let start = match i.checked_sub(1) {
+                    Some(prev) => spans.get(prev).map_or(usize::MAX, |s| s.end),
+                    None => 0,
+                };
+                (start, spans.get(i).map_or(0, |s| s.end))
+            }
         };
-        let end = self.spans.get(i).map_or(0, |s| s.end);
         self.pieces.get(start..end).unwrap_or(&[])
+    }
+
+    /// The first vector entry of batch `i` (0 past the end).
+    pub(crate) fn first_entry(&self, i: usize) -> usize {
+        match &self.cut {
+            Cut::Every(n) if i < self.len() => i * n,
+            Cut::Every(_) => 0,
+            Cut::Spans(spans) => spans.get(i).map_or(0, |s| s.first_entry),
+        }
     }
 }
 
@@ -164,7 +195,7 @@ impl Plan {
     fn first_entry(&self, part: usize) -> usize {
         match self {
             Plan::Contiguous { .. } => 0,
-            Plan::Batches(b) => b.spans.get(part).map_or(0, |s| s.first_entry),
+            Plan::Batches(b) => b.first_entry(part),
         }
     }
 
@@ -275,11 +306,16 @@ pub(crate) struct Slot<O> {
     /// The provider holds the strong count handed over with part 0; the release that
     /// brings `pending` to zero takes it back.
     handed: AtomicBool,
-    /// Part 1's context (a put's fence, a vector's second batch), written when it is posted.
-    second: ProxyCell<O>,
-    /// The contexts of parts 2 and later; empty (no allocation) for most operations.
+    /// The contexts of parts 1 to 3 (a put's fence, a vector's next batches: a 16-entry
+    /// vector takes 4 posts on shm), each written when its part is posted. Inline: an array
+    /// made for parts 2 and 3 was one of a shm0 getv's four allocations.
+    near: [ProxyCell<O>; NEAR_PARTS],
+    /// The contexts of parts 4 and later; empty (no allocation) for most operations.
     more: Box<[ProxyCell<O>]>,
 }
+
+/// Parts after the first whose contexts the slot holds inline.
+const NEAR_PARTS: usize = 3;
 
 /// Where a part after the first keeps its context: written by the poster (under the
 /// posting lock) before the post, read by its completion.
@@ -361,8 +397,8 @@ impl<O: Send + 'static> Slot<O> {
 
     /// The context cell of part `index` (at least 1).
     fn proxy(&self, index: usize) -> *mut PartProxy<O> {
-        let cell = match index.checked_sub(2) {
-            None => &self.second,
+        let cell = match index.checked_sub(1 + NEAR_PARTS) {
+            None => &self.near[index - 1],
             Some(i) => &self.more[i],
         };
         cell.get().cast()
@@ -926,26 +962,48 @@ impl Part<'_> {
                 (1, 1)
             }
             Part::Batch(pieces) => {
-                let mut m = 0;
-                for (n, p) in pieces.iter().enumerate() {
-                    iov[n] = libc::iovec {
+                let n = pieces.len();
+                // Sliced once (a batch never has more pieces than the arrays have room, see
+                // `post_part`), so the loop indexes nothing it must check.
+                let (iov, desc) = (&mut iov[..n], &mut desc[..n]);
+                let Some((first, rest)) = pieces.split_first() else {
+                    return (0, 0);
+                };
+                let Some((open, done)) = rma.split_first_mut() else {
+                    return (0, 0);
+                };
+                *open = ffi::fi_rma_iov {
+                    addr: base + first.offset,
+                    len: first.len,
+                    key,
+                };
+                // The remote range being extended, and where it ends.
+                let (mut cur, mut end, mut m) = (open, base + first.offset + first.len as u64, 1);
+                let mut later = done.iter_mut();
+                for ((p, v), d) in pieces.iter().zip(iov.iter_mut()).zip(desc.iter_mut()) {
+                    *v = libc::iovec {
                         iov_base: p.ptr.cast(),
                         iov_len: p.len,
                     };
-                    desc[n] = p.desc;
+                    *d = p.desc;
+                }
+                for p in rest {
                     let addr = base + p.offset;
-                    if m > 0 && rma[m - 1].addr + rma[m - 1].len as u64 == addr {
-                        rma[m - 1].len += p.len;
+                    if addr == end {
+                        cur.len += p.len;
                     } else {
-                        rma[m] = ffi::fi_rma_iov {
+                        let Some(next) = later.next() else { break };
+                        *next = ffi::fi_rma_iov {
                             addr,
                             len: p.len,
                             key,
                         };
+                        cur = next;
                         m += 1;
                     }
+                    end = addr + p.len as u64;
                 }
-                (pieces.len(), m)
+                (n, m)
             }
         }
     }
@@ -1235,7 +1293,7 @@ impl<B: Send + 'static> Op<B> {
         let len = spec.plan.bytes();
         let data_parts = spec.plan.data_parts();
         let parts = data_parts + usize::from(spec.fence.is_some());
-        let more = (2..parts)
+        let more = (1 + NEAR_PARTS..parts)
             .map(|_| UnsafeCell::new(MaybeUninit::uninit()))
             .collect();
         // Written where it lives: `Arc::new` built the 584-byte slot on the stack and copied
@@ -1248,9 +1306,9 @@ impl<B: Send + 'static> Op<B> {
         };
         let p = uninit.as_mut_ptr();
         // SAFETY: `p` points into the new allocation, which nothing else reaches yet, and
-        // is aligned for a Slot. Every field is written below, once, except `second`: an
-        // `UnsafeCell<MaybeUninit<_>>`, for which any bytes are a value (written when part
-        // 1 is posted). The pattern after `assume_init` keeps this list complete.
+        // is aligned for a Slot. Every field is written below, once, except `near`: cells of
+        // `UnsafeCell<MaybeUninit<_>>`, for which any bytes are a value (each written when
+        // its part is posted). The pattern after `assume_init` keeps this list complete.
         unsafe {
             (&raw mut (*p).header).write(SlotHeader::new(complete_slot::<B>));
             (&raw mut (*p).state).write(Mutex::new(State {
@@ -1284,7 +1342,7 @@ impl<B: Send + 'static> Op<B> {
             (&raw mut (*p).handed).write(AtomicBool::new(false));
             (&raw mut (*p).more).write(more);
         }
-        // SAFETY: every field was written above (`second` needs none).
+        // SAFETY: every field was written above (`near` needs none).
         let slot = unsafe { place.assume_init() };
         // Names every field: one added to `Slot` fails to compile here until it is written
         // above too.
@@ -1306,7 +1364,7 @@ impl<B: Send + 'static> Op<B> {
             info: _,
             barrier: _,
             handed: _,
-            second: _,
+            near: _,
             more: _,
         } = &*slot;
         Op {
@@ -1490,6 +1548,63 @@ mod tests {
     use crate::reactor::engine::Tuning;
     use crate::reactor::tracker::View;
     use std::time::{Duration, Instant};
+
+    #[test]
+    fn a_batch_fills_its_ranges_merging_pieces_that_touch_in_the_segment() {
+        let mut local = [0u8; 64];
+        let base_ptr = local.as_mut_ptr();
+        let at = |i: usize| base_ptr.wrapping_add(i);
+        let desc = 0x5usize as *mut libc::c_void;
+        let piece = |ptr, len, offset| Piece {
+            ptr,
+            len,
+            desc,
+            offset,
+        };
+        // 0..8 and 8..12 touch; 20..24 does not; 24..32 touches it.
+        let pieces = [
+            piece(at(0), 8, 0),
+            piece(at(16), 4, 8),
+            piece(at(8), 4, 20),
+            piece(at(32), 8, 24),
+        ];
+        let mut iov = [EMPTY_IOV; 4];
+        let mut descs = [std::ptr::null_mut(); 4];
+        let mut rma = [EMPTY_RMA; 4];
+        let (n, m) = Part::Batch(&pieces).ranges(1000, 7, &mut iov, &mut descs, &mut rma);
+        assert_eq!((n, m), (4, 2));
+        let locals: Vec<_> = iov
+            .iter()
+            .map(|v| (v.iov_base as usize, v.iov_len))
+            .collect();
+        let want: Vec<_> = pieces.iter().map(|p| (p.ptr as usize, p.len)).collect();
+        assert_eq!(locals, want);
+        assert!(descs.iter().all(|&d| d == desc));
+        let remote: Vec<_> = rma[..m].iter().map(|r| (r.addr, r.len, r.key)).collect();
+        assert_eq!(remote, [(1000, 12, 7), (1020, 12, 7)]);
+        // None touch: a range each.
+        let apart = [piece(at(0), 4, 40), piece(at(4), 4, 0)];
+        let (n, m) = Part::Batch(&apart).ranges(0, 1, &mut iov, &mut descs, &mut rma);
+        assert_eq!((n, m), (2, 2));
+        assert_eq!(
+            (rma[0].addr, rma[0].len, rma[1].addr, rma[1].len),
+            (40, 4, 0, 4)
+        );
+        // A chunk of a contiguous piece: its own offset in the buffer and the segment.
+        let whole = piece(at(0), 64, 100);
+        let chunk = Part::Chunk {
+            piece: &whole,
+            chunk: 24,
+            index: 2,
+        };
+        let (n, m) = chunk.ranges(1000, 3, &mut iov, &mut descs, &mut rma);
+        assert_eq!((n, m), (1, 1));
+        assert_eq!(
+            (iov[0].iov_base as usize, iov[0].iov_len),
+            (at(48) as usize, 16)
+        );
+        assert_eq!((rma[0].addr, rma[0].len, rma[0].key), (1148, 16, 3));
+    }
 
     /// A buffer that counts its drops.
     struct Counted {
