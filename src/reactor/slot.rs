@@ -306,12 +306,13 @@ pub(crate) struct Slot<O> {
     /// The provider holds the strong count handed over with part 0; the release that
     /// brings `pending` to zero takes it back.
     handed: AtomicBool,
-    /// The contexts of parts 1 to 3 (a put's fence, a vector's next batches: a 16-entry
-    /// vector takes 4 posts on shm), each written when its part is posted. Inline: an array
-    /// made for parts 2 and 3 was one of a shm0 getv's four allocations.
-    near: [ProxyCell<O>; NEAR_PARTS],
     /// The contexts of parts 4 and later; empty (no allocation) for most operations.
     more: Box<[ProxyCell<O>]>,
+    /// The contexts of parts 1 to 3 (a put's fence, a vector's next batches: a 16-entry
+    /// vector takes 4 posts on shm), each written when its part is posted. Inline: an array
+    /// made for parts 2 and 3 was one of a shm0 getv's four allocations. Last, so an
+    /// operation of one part touches none of their lines.
+    near: [ProxyCell<O>; NEAR_PARTS],
 }
 
 /// Parts after the first whose contexts the slot holds inline.
@@ -1364,8 +1365,8 @@ impl<B: Send + 'static> Op<B> {
             info: _,
             barrier: _,
             handed: _,
-            near: _,
             more: _,
+            near: _,
         } = &*slot;
         Op {
             slot: Some(slot),
