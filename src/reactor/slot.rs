@@ -965,12 +965,12 @@ impl Part<'_> {
             Part::Batch(pieces) => {
                 let n = pieces.len();
                 // Sliced once (a batch never has more pieces than the arrays have room, see
-                // `post_part`), so the loop indexes nothing it must check.
-                let (iov, desc) = (&mut iov[..n], &mut desc[..n]);
-                let Some((first, rest)) = pieces.split_first() else {
-                    return (0, 0);
-                };
-                let Some((open, done)) = rma.split_first_mut() else {
+                // `post_part`), so the loops index nothing they must check; there are never
+                // more remote ranges than pieces.
+                let (iov, desc, rma) = (&mut iov[..n], &mut desc[..n], &mut rma[..n]);
+                let (Some((first, rest)), Some((open, done))) =
+                    (pieces.split_first(), rma.split_first_mut())
+                else {
                     return (0, 0);
                 };
                 *open = ffi::fi_rma_iov {
@@ -993,6 +993,7 @@ impl Part<'_> {
                     if addr == end {
                         cur.len += p.len;
                     } else {
+                        // Always some: `done` has a range for every piece after the first.
                         let Some(next) = later.next() else { break };
                         *next = ffi::fi_rma_iov {
                             addr,
