@@ -150,20 +150,18 @@ impl Row {
     /// of `pairs`. Verified only if every pair verified. Pairs without a ratio are left out;
     /// `None` when none has one.
     pub fn median_pair(pairs: Vec<Row>) -> Option<Row> {
-        let ratio = |r: &Row| r.figures().2;
         let all_verified = pairs.iter().all(|r| match r.status {
             Status::Measured { verified, .. } => verified,
             _ => true,
         });
-        let ratios: Vec<f64> = pairs.iter().filter_map(ratio).collect();
-        let mut measured: Vec<Row> = pairs.into_iter().filter(|r| ratio(r).is_some()).collect();
-        measured.sort_by(|a, b| {
-            ratio(a)
-                .partial_cmp(&ratio(b))
-                .unwrap_or(std::cmp::Ordering::Equal)
-        });
+        let mut measured: Vec<(f64, Row)> = pairs
+            .into_iter()
+            .filter_map(|r| Some((r.figures().2?, r)))
+            .collect();
+        let ratios: Vec<f64> = measured.iter().map(|(x, _)| *x).collect();
+        measured.sort_by(|a, b| a.0.total_cmp(&b.0));
         let mid = measured.len().checked_sub(1)? / 2;
-        let mut row = measured.swap_remove(mid);
+        let (_, mut row) = measured.swap_remove(mid);
         if let Status::Measured {
             verified,
             pair_ratios,
@@ -531,6 +529,13 @@ fn table_header(md: &mut String, with_controller: bool) {
     let _ = writeln!(md, "{dash}|---|---|---|---|---|---|---|---|---|");
 }
 
+/// Ratios as a JSON array; null for a row not measured.
+fn ratios(list: Option<&[f64]>) -> Value {
+    list.map_or(Value::Null, |l| {
+        Value::Arr(l.iter().map(|&x| Value::Num(x)).collect())
+    })
+}
+
 /// The JSON report: every row with its figures, target and verdict, and the memory runs.
 pub fn json(meta: &Meta, rows: &[Row], memory: &[Memory]) -> Value {
     let opt = |x: Option<f64>| x.map_or(Value::Null, Value::Num);
@@ -544,9 +549,18 @@ pub fn json(meta: &Meta, rows: &[Row], memory: &[Memory]) -> Value {
                 Status::Failed(_) => ("failed", r.status_text()),
                 Status::Skipped(_) => ("skipped", r.status_text()),
             };
-            let verified = match &r.status {
-                Status::Measured { verified, .. } => Value::Bool(*verified),
-                _ => Value::Null,
+            let (verified, rounds, pairs) = match &r.status {
+                Status::Measured {
+                    verified,
+                    round_ratios,
+                    pair_ratios,
+                    ..
+                } => (
+                    Value::Bool(*verified),
+                    Some(&round_ratios[..]),
+                    Some(&pair_ratios[..]),
+                ),
+                _ => (Value::Null, None, None),
             };
             Value::Obj(vec![
                 ("controller".into(), Value::Str(r.controller.clone())),
@@ -562,24 +576,8 @@ pub fn json(meta: &Meta, rows: &[Row], memory: &[Memory]) -> Value {
                     opt(base.and_then(|f| f.headline(&r.mode))),
                 ),
                 ("ratio".into(), opt(ratio)),
-                (
-                    "round_ratios".into(),
-                    match &r.status {
-                        Status::Measured { round_ratios, .. } => {
-                            Value::Arr(round_ratios.iter().map(|&x| Value::Num(x)).collect())
-                        }
-                        _ => Value::Null,
-                    },
-                ),
-                (
-                    "pair_ratios".into(),
-                    match &r.status {
-                        Status::Measured { pair_ratios, .. } => {
-                            Value::Arr(pair_ratios.iter().map(|&x| Value::Num(x)).collect())
-                        }
-                        _ => Value::Null,
-                    },
-                ),
+                ("round_ratios".into(), ratios(rounds)),
+                ("pair_ratios".into(), ratios(pairs)),
                 (
                     "target".into(),
                     r.target.map_or(Value::Null, |t| Value::Str(t.text())),
