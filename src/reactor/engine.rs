@@ -55,6 +55,10 @@ pub(crate) struct Tuning {
     /// With a window in flight, the awaiting thread reads the queue for all of it while
     /// completions keep coming (see `spin_after_yield`).
     pub(crate) window_spin: bool,
+    /// How many spins of `inline_spin` in a row that reap nothing a window's reader takes
+    /// before it leaves the queue to the engine (see `spin_after_yield`); a completion
+    /// reaped starts the count again.
+    pub(crate) window_slices: u32,
     /// The provider reports a lost peer as `EIO` (sockets, measured); elsewhere `EIO` is a
     /// failed remote access (shm's answer to a copy that faulted at the target).
     pub(crate) eio_is_lost_peer: bool,
@@ -76,6 +80,7 @@ impl Tuning {
                 inline_spin: Duration::ZERO,
                 window_look: false,
                 window_spin: false,
+                window_slices: 0,
                 eio_is_lost_peer: true,
                 signal_spin: Duration::ZERO,
             },
@@ -109,6 +114,11 @@ impl Tuning {
                 inline_spin: Duration::from_micros(100),
                 window_look: false,
                 window_spin: true,
+                // One spin (100 µs) without a completion, then the engine: in windows of
+                // 100,000 operations of 64 KiB and 1 MiB, readers left 2-54 times, and ten
+                // spins changed nothing 8 alternating pairs could tell (docs/performance.md,
+                // fifteenth pass).
+                window_slices: 0,
                 eio_is_lost_peer: false,
                 // As shm's. With a wait fd a waiting reader slowed rxm's progress for the
                 // answer (a round trip of 30-45 µs took 151-300 µs); polling, the round
@@ -135,6 +145,15 @@ impl Tuning {
                 // baseline, putv 0.81 → 0.95 (alternating runs, docs/performance.md, tenth
                 // pass). Gets, copied inside their post, did not move.
                 window_spin: true,
+                // A reader that left after one spin (20 µs) without a completion woke the
+                // engine, which then took a core from the target and from the reader on 2
+                // cores; the target's next stall was longer, and the reader left again.
+                // Runs of shm0 64 KiB puts took 8.2-9.0 µs each with 7,000-17,000 such
+                // leaves per 100,000 puts, 6.9 µs with 191. With ten spins nobody left, and
+                // puts took 6.8-7.1 µs. Against the baseline, alternating pairs: 64 KiB put
+                // 0.905 → 0.968 (20 pairs), putv 0.930 → 0.950 (16), 1 MiB unchanged
+                // (docs/performance.md, fifteenth pass).
+                window_slices: 10,
                 eio_is_lost_peer: false,
                 // A signal round trip went from 31-40 µs to 1.8 µs. Longer than a wake-up
                 // (tens of µs here): with 20 µs, once one side parked, the other's read
@@ -1030,6 +1049,10 @@ impl Engine {
 
     pub(crate) fn window_spin(&self) -> bool {
         self.tuning.window_spin
+    }
+
+    pub(crate) fn window_slices(&self) -> u32 {
+        self.tuning.window_slices
     }
 
     /// How long the thread awaiting a just-posted operation may read the queue itself before
