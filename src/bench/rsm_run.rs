@@ -13,6 +13,7 @@ use futures::StreamExt;
 use futures::future::Either;
 use futures::stream::FuturesUnordered;
 use std::cell::{Cell, RefCell};
+use std::collections::VecDeque;
 use std::future::Future;
 use std::pin::Pin;
 use std::time::Instant;
@@ -222,6 +223,22 @@ async fn window<T: Moved>(
 /// of the initiator's time outside the kernel's copies in a shm0 64 KiB getv row; polling
 /// every slot on each wake instead cost a poll of every operation per completion where
 /// completions come from the target (putv on shm) (docs/performance.md).
+///
+/// The buffers wait in one queue, oldest first, as the baseline's free slots do: a lane
+/// takes the oldest for each operation and puts it back at the end. Where operations
+/// complete inside their first poll (shm's copies) one lane then runs them all, the
+/// buffers in turn, with no turn of the executor between one operation and the next. A
+/// lane that kept its own buffer had to yield to the others after each such operation
+/// (one lane would otherwise run them all on one cache-hot buffer), and the yield, a wake
+/// and a poll through `FuturesUnordered`, cost the initiating thread 250-290 instructions
+/// an operation: a shm0 get of 4 KiB ran 2,678 then, 2,388 now, a getv of 64 KiB 7,294
+/// then, 7,041 now (`cargo xtask profile`, docs/performance.md, fifteenth pass). A lane never
+/// yields after an operation that waited either: its completion came from a read of the
+/// queue, and a yield put a turn of the executor between it and the next post, in which
+/// the window's reader found the queue empty and ran the provider's progress (a `poll` of
+/// its sockets) before the freed lanes had posted. In tcp0 64 KiB put windows that was
+/// 0.35-0.46 `poll` calls per operation, against 0.09-0.13 without the yield and 0.07-0.09
+/// in the baseline's loop (docs/performance.md, twelfth pass).
 async fn stream<T: Moved>(
     init: &RsmInitiator,
     op: Op,
@@ -232,54 +249,45 @@ async fn stream<T: Moved>(
     let taken = Cell::new(0usize);
     let done = Cell::new(0usize);
     let tick = RefCell::new(tick);
-    let lane = |mut buf: T| {
-        let (taken, done, tick) = (&taken, &done, &tick);
+    let lanes = bufs.len().min(total);
+    // Every lane holds at most one buffer at a time and there are no more lanes than
+    // buffers, so a lane always finds one here.
+    let free: RefCell<VecDeque<T>> = RefCell::new(bufs.drain(..).collect());
+    let lane = || {
+        let (taken, done, tick, free) = (&taken, &done, &tick, &free);
         async move {
             while taken.get() < total {
+                let Some(buf) = free.borrow_mut().pop_front() else {
+                    break;
+                };
                 taken.set(taken.get() + 1);
                 // On an error the other lanes are dropped: rsm keeps the buffers of their
                 // operations until the provider is done with them.
                 // Pinned here, not passed to a helper: a vector's future is hundreds of
                 // bytes, and each move of it showed up as `memmove` in a shm0 getv row.
-                let mut fut = std::pin::pin!(T::one(init, op, buf));
-                let mut pended = false;
-                let (res, back) = std::future::poll_fn(|cx| {
-                    let p = fut.as_mut().poll(cx);
-                    pended |= p.is_pending();
-                    p
-                })
-                .await;
-                buf = returned(res, back)?;
+                let fut = std::pin::pin!(T::one(init, op, buf));
+                let (res, back) = fut.await;
+                free.borrow_mut().push_back(returned(res, back)?);
                 let n = done.get() + 1;
                 done.set(n);
                 if n % 256 == 0 || n == total {
                     (tick.borrow_mut())(n);
                 }
-                // Where an operation completes inside its first poll (shm's copies), the
-                // other lanes go next, so the buffers take turns as the baseline's slots
-                // do: one lane would otherwise run them all on one cache-hot buffer.
-                // Not after an operation that waited: its completion came from a read of
-                // the queue, and the yield put a turn of the executor between it and the
-                // next post, in which the window's reader found the queue empty and ran
-                // the provider's progress (a `poll` of its sockets) before the freed lanes
-                // had posted. In tcp0 64 KiB put windows that was 0.35-0.46 `poll` calls
-                // per operation, against 0.09-0.13 without the yield and 0.07-0.09 in the
-                // baseline's loop (docs/performance.md, twelfth pass).
-                if !pended {
-                    crate::reactor::yield_now().await;
-                }
             }
-            Ok::<_, BenchError>(buf)
+            Ok::<_, BenchError>(())
         }
     };
-    let lanes = bufs.len().min(total);
-    let mut running: FuturesUnordered<_> = bufs.drain(bufs.len() - lanes..).map(lane).collect();
-    let mut back = Vec::with_capacity(lanes);
-    while let Some(buf) = running.next().await {
-        back.push(buf?);
+    let mut running: FuturesUnordered<_> = (0..lanes).map(|_| lane()).collect();
+    let mut result = Ok(());
+    while let Some(r) = running.next().await {
+        if let Err(e) = r {
+            result = Err(e);
+            break;
+        }
     }
-    bufs.extend(back);
-    Ok(())
+    drop(running);
+    bufs.extend(free.into_inner());
+    result
 }
 
 /// A row in explicit barrier mode: a latency sample is one round of one put, a bandwidth
