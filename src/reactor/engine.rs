@@ -55,9 +55,9 @@ pub(crate) struct Tuning {
     /// With a window in flight, the awaiting thread reads the queue for all of it while
     /// completions keep coming (see `spin_after_yield`).
     pub(crate) window_spin: bool,
-    /// How many spins of `inline_spin` in a row that reap nothing a window's reader takes
-    /// before it leaves the queue to the engine (see `spin_after_yield`); a completion
-    /// reaped starts the count again.
+    /// How many more spins of `inline_spin` in a row without progress a window's reader
+    /// takes before it leaves the queue to the engine (see `spin_after_yield`); progress (a
+    /// completion reaped, another operation posted) starts the count again.
     pub(crate) window_slices: u32,
     /// The provider reports a lost peer as `EIO` (sockets, measured); elsewhere `EIO` is a
     /// failed remote access (shm's answer to a copy that faulted at the target).

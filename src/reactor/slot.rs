@@ -1124,9 +1124,9 @@ enum SpinEnd {
 /// more slices of it, yielding to the task's scheduler between them (other tasks of its
 /// thread run; it is polled again at once): left to the engine at the end of the first
 /// slice, a 1 MiB tcp0 get took 425-510 µs against the baseline's 230-255 µs. A window's
-/// reader spins for up to the engine's `window_slices` slices in a row that reap nothing
-/// (see `Tuning::window_slices`): the engine it calls back when it leaves takes a core
-/// from the target on 2 cores, which then stalls again.
+/// reader spins for up to the engine's `window_slices` more slices in a row without
+/// progress (see `Tuning::window_slices`): the engine it calls back when it leaves takes
+/// a core from the target on 2 cores, which then stalls again.
 fn spin_after_yield<O: Send + 'static>(slot: &Slot<O>, mark: u64, slice: u32) -> SpinEnd {
     // Reaped while it yielded (another operation's spin read the queue for the window):
     // a read before this check found the queue empty, and the operations a reader had
