@@ -88,6 +88,14 @@ impl Target {
             Target::MicrosBelow(us) => format!("< {us} µs/op"),
         }
     }
+
+    /// The least ratio the target asks for, if it asks for one.
+    fn min_ratio(self) -> Option<f64> {
+        match self {
+            Target::RatioAtLeast(r) => Some(r),
+            Target::MicrosBelow(_) => None,
+        }
+    }
 }
 
 /// The target of a row, if it has one.
@@ -191,7 +199,8 @@ impl Row {
                 let r = ratio?;
                 (r < min).then(|| {
                     format!(
-                        "ratio {r:.2} is {:.0}% short of {min}",
+                        "ratio {} is {:.1}% short of {min}",
+                        ratio_text(r, Some(min)),
                         (1.0 - r / min) * 100.0
                     )
                 })
@@ -321,6 +330,19 @@ fn met_text(m: Option<bool>) -> &'static str {
     }
 }
 
+/// A ratio to two decimals, or to three where two would round a miss of `min` up to it
+/// (0.946 against 0.95 read "0.95", "NO", "0% short").
+fn ratio_text(ratio: f64, min: Option<f64>) -> String {
+    match min {
+        Some(min)
+            if ratio < min && format!("{ratio:.2}").parse::<f64>().is_ok_and(|r| r >= min) =>
+        {
+            format!("{ratio:.3}")
+        }
+        _ => format!("{ratio:.2}"),
+    }
+}
+
 fn row_line(r: &Row, with_controller: bool) -> String {
     let (rsm, base, ratio) = r.figures();
     let mut s = String::from("|");
@@ -335,7 +357,10 @@ fn row_line(r: &Row, with_controller: bool) -> String {
         human_size(r.size),
         fig_text(rsm, &r.mode),
         fig_text(base, &r.mode),
-        ratio.map_or("-".into(), |x| format!("{x:.2}")),
+        ratio.map_or("-".into(), |x| ratio_text(
+            x,
+            r.target.and_then(Target::min_ratio)
+        )),
         r.target.map_or("-".into(), Target::text),
         met_text(r.met()),
         r.status_text()
@@ -700,11 +725,37 @@ mod tests {
     }
 
     #[test]
+    fn a_miss_that_rounds_to_its_target_shows_three_decimals() {
+        let r = measured("shm0", "putv", "bandwidth", 64 << 10, 0.9463, 10.0);
+        assert_eq!(r.met(), Some(false));
+        assert_eq!(
+            r.shortfall().as_deref(),
+            Some("ratio 0.946 is 0.4% short of 0.95")
+        );
+        let line = row_line(&r, true);
+        assert!(line.contains("| 0.946 | ratio ≥ 0.95 | **NO** |"), "{line}");
+        // A met row, and a miss that two decimals already show, keep two.
+        let met = row_line(
+            &measured("shm0", "putv", "bandwidth", 64 << 10, 0.9512, 10.0),
+            true,
+        );
+        assert!(met.contains("| 0.95 | ratio ≥ 0.95 | yes |"), "{met}");
+        let far = measured("shm0", "getv", "bandwidth", 64 << 10, 0.9093, 10.0);
+        assert!(row_line(&far, true).contains("| 0.91 | ratio ≥ 0.95 | **NO** |"));
+        assert_eq!(
+            far.shortfall().as_deref(),
+            Some("ratio 0.91 is 4.3% short of 0.95")
+        );
+    }
+
+    #[test]
     fn met_and_shortfall() {
         let r = measured("tcp0", "put", "latency", 8, 0.7, 20.0);
         assert_eq!(r.met(), Some(false));
         assert!(
-            r.shortfall().unwrap().contains("9% short"),
+            r.shortfall()
+                .unwrap()
+                .contains("ratio 0.70 is 9.1% short of 0.77"),
             "{:?}",
             r.shortfall()
         );
