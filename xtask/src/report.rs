@@ -334,11 +334,7 @@ fn met_text(m: Option<bool>) -> &'static str {
 /// (0.946 against 0.95 read "0.95", "NO", "0% short").
 fn ratio_text(ratio: f64, min: Option<f64>) -> String {
     match min {
-        Some(min)
-            if ratio < min && format!("{ratio:.2}").parse::<f64>().is_ok_and(|r| r >= min) =>
-        {
-            format!("{ratio:.3}")
-        }
+        Some(min) if ratio < min && (ratio * 100.0).round() / 100.0 >= min => format!("{ratio:.3}"),
         _ => format!("{ratio:.2}"),
     }
 }
