@@ -115,9 +115,10 @@ impl Tuning {
                 window_look: false,
                 window_spin: true,
                 // One spin (100 µs) without a completion, then the engine: in windows of
-                // 100,000 operations of 64 KiB and 1 MiB, readers left 2-54 times, and ten
-                // spins changed nothing 8 alternating pairs could tell (docs/performance.md,
-                // fifteenth pass).
+                // 100,000 operations of 64 KiB and 1 MiB, readers left 2-54 times. Ten
+                // spins changed nothing 8 alternating pairs could tell (fifteenth pass), and
+                // on tcp0 64 KiB gets they made it worse: 12 pairs 1.112 → 0.946, rsm's fast
+                // rounds 11 → 4 of 60 (docs/performance.md, sixteenth pass).
                 window_slices: 0,
                 eio_is_lost_peer: false,
                 // As shm's. With a wait fd a waiting reader slowed rxm's progress for the
