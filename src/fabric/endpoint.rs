@@ -51,6 +51,8 @@ pub(crate) struct Endpoint {
     transport: Transport,
     cq: Arc<CompletionQueue>,
     name: Vec<u8>,
+    /// See [`Endpoint::uses_op_context`].
+    op_context: bool,
 }
 
 // SAFETY: the domain is FI_THREAD_SAFE, so posting from several threads is allowed.
@@ -90,6 +92,7 @@ impl Endpoint {
             },
             cq,
             name: Vec::new(),
+            op_context: domain.info().view().uses_op_context(),
         };
         bind_and_enable(fid, &ep.cq, &bound_to)?;
         ep.name = getname(fid)?;
@@ -108,6 +111,7 @@ impl Endpoint {
             transport: Transport::Connected(conns),
             cq,
             name,
+            op_context: domain.info().view().uses_op_context(),
         }))
     }
 
@@ -184,6 +188,13 @@ impl Endpoint {
     /// connected one).
     pub(crate) fn name(&self) -> &[u8] {
         &self.name
+    }
+
+    /// Whether the provider uses the memory of an operation's context (`FI_CONTEXT` or
+    /// `FI_CONTEXT2` mode): each posted operation then needs a `fi_context2` of its own,
+    /// otherwise the context is only a value handed back in its completion.
+    pub(crate) fn uses_op_context(&self) -> bool {
+        self.op_context
     }
 
     pub(crate) fn cq(&self) -> &Arc<CompletionQueue> {

@@ -295,6 +295,12 @@ impl<'a> InfoRef<'a> {
     pub(crate) fn caps(&self) -> u64 {
         self.raw.caps
     }
+    /// Whether the provider uses the memory of each operation's context (`FI_CONTEXT` or
+    /// `FI_CONTEXT2` in the mode it answered with); otherwise a context is only a value it
+    /// hands back in the completion.
+    pub(crate) fn uses_op_context(&self) -> bool {
+        self.raw.mode & (ffi::FI_CONTEXT | ffi::FI_CONTEXT2) != 0
+    }
     pub(crate) fn mr_mode(&self) -> i32 {
         self.domain_attr().mr_mode
     }

@@ -173,6 +173,13 @@ thread_local! {
     pub(crate) static READS_HERE: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
 }
 
+#[cfg(test)]
+thread_local! {
+    /// Engines started by this thread give every part a context of its own, as for a
+    /// provider that uses their memory: tests of that path on shm and tcp, which do not.
+    pub(crate) static FULL_CONTEXTS: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
 /// The longest time any provider's engine polls on after its last activity.
 pub(crate) fn longest_idle_window() -> Duration {
     ["tcp", "shm", "sockets"]
@@ -250,6 +257,9 @@ pub(crate) struct Engine {
     last_noted: AtomicU64,
     /// Parts posted so far (see `spin_after_yield`).
     posts: AtomicU64,
+    /// The provider keeps state in each operation's context (see
+    /// [`Engine::tagged_parts`]).
+    op_context: bool,
 }
 
 impl std::fmt::Debug for Engine {
@@ -398,7 +408,12 @@ impl Engine {
     ) -> Result<Arc<Engine>> {
         let wake = WakeFd::new()
             .map_err(|e| Error::insufficient_resources().detail(format!("eventfd: {e}")))?;
+        #[cfg(not(test))]
+        let op_context = ep.uses_op_context();
+        #[cfg(test)]
+        let op_context = ep.uses_op_context() || FULL_CONTEXTS.with(|f| f.get());
         let engine = Arc::new(Engine {
+            op_context,
             cq: Arc::clone(ep.cq()),
             ep,
             name: name.to_string(),
@@ -447,6 +462,12 @@ impl Engine {
     }
 
     /// The controller's name (`shm0`): peers name it in the `Wake` they send.
+    /// Whether the parts of an operation after its first may share its context, told
+    /// apart by a tag in the context pointer: the provider only hands the pointer back.
+    pub(crate) fn tagged_parts(&self) -> bool {
+        !self.op_context
+    }
+
     pub(crate) fn name(&self) -> &str {
         &self.name
     }

@@ -3,9 +3,11 @@
 //!
 //! The slot is an `Arc`. When its first part goes out, posting hands the provider one strong
 //! count (`Arc::into_raw`, the first part's context pointer), and whoever brings the slot's
-//! count of unfinished parts to zero takes it back. The other parts' contexts live in the
-//! slot itself (parts 1 to 3 inline, the rest in one array made with the slot), so a part
-//! costs no allocation and no reference count of its own. The future holds another count
+//! count of unfinished parts to zero takes it back. The other parts share the slot's
+//! context, their index tagged onto its pointer, where the provider uses no context memory
+//! (shm, tcp); elsewhere their contexts live in the slot itself (parts 1 to 3 inline, the
+//! rest in one array made with the slot). Either way a part costs no allocation and no
+//! reference count of its own. The future holds another count
 //! and only waits. Dropping or leaking the future therefore never frees what the provider
 //! may still touch: the provider's count keeps the slot, its buffers and its endpoint alive
 //! until the last completion arrives, and if it never arrives they are leaked, never freed.
@@ -231,14 +233,30 @@ pub(crate) struct Spec {
 /// The type-erased head of every posted part: the context the provider gets, and how to
 /// complete the part it heads. `repr(C)` with `ctx` first, so the context pointer is the
 /// header pointer.
+///
+/// Where the provider only hands the context pointer back (no `FI_CONTEXT` mode: shm and
+/// tcp), parts 1 to [`MAX_TAG`] of a slot are posted with the slot's own header pointer
+/// plus their index: headers are 8-aligned, so the low bits tell the part, and the part
+/// writes no context of its own. A 16-entry shm getv posts 4 parts, whose 3 proxies were
+/// 288 bytes written and read back per operation.
 #[repr(C)]
 pub(crate) struct SlotHeader {
     ctx: UnsafeCell<ffi::fi_context2>,
-    complete: unsafe fn(*const SlotHeader, std::result::Result<(), FabricFailure>),
+    complete: CompleteFn,
 }
 
+/// Completes part `tag` (0 for a proxy, which knows its own index) of the object a header
+/// heads.
+type CompleteFn = unsafe fn(*const SlotHeader, usize, std::result::Result<(), FabricFailure>);
+
+/// The bits of a context pointer that carry a part's index (see [`SlotHeader`]).
+const TAG_BITS: usize = 7;
+/// The last part a tag can name.
+const MAX_TAG: usize = TAG_BITS;
+const _: () = assert!(std::mem::align_of::<SlotHeader>() > TAG_BITS);
+
 impl SlotHeader {
-    fn new(complete: unsafe fn(*const SlotHeader, std::result::Result<(), FabricFailure>)) -> Self {
+    fn new(complete: CompleteFn) -> Self {
         SlotHeader {
             ctx: UnsafeCell::new(ffi::fi_context2::default()),
             complete,
@@ -251,10 +269,11 @@ impl SlotHeader {
     /// `ctx` must be a context pointer this module posted whose completion has not been
     /// delivered yet; it is consumed.
     pub(crate) unsafe fn complete(ctx: usize, outcome: std::result::Result<(), FabricFailure>) {
-        let h = ctx as *const SlotHeader;
-        // SAFETY: per the contract, h points to a live header (the provider's count keeps
-        // it alive), whose `complete` matches the object it heads.
-        unsafe { ((*h).complete)(h, outcome) }
+        let h = (ctx & !TAG_BITS) as *const SlotHeader;
+        // SAFETY: per the contract, h (the pointer without its tag) points to a live header
+        // (the provider's count keeps it alive), whose `complete` matches the object it
+        // heads and takes the tag it was posted with.
+        unsafe { ((*h).complete)(h, ctx & TAG_BITS, outcome) }
     }
 }
 
@@ -263,8 +282,10 @@ struct State<O> {
     result: Option<Result<()>>,
     /// A result was decided (the future may have taken it since).
     settled: bool,
-    /// The earliest failed part and its failure, kept until the last part completes.
-    failure: Option<(usize, FabricFailure)>,
+    /// The earliest failed part and its failure, kept until the last part completes. Boxed:
+    /// inline it was 64 of the state's 160 bytes, a cache line every operation writes for
+    /// a path few take.
+    failure: Option<Box<(usize, FabricFailure)>>,
     /// The first vector entry of the earliest part that failed or was never posted.
     failed_entry: Option<usize>,
     /// Every posted part has completed: the buffer is free to go back.
@@ -306,6 +327,8 @@ pub(crate) struct Slot<O> {
     /// The provider holds the strong count handed over with part 0; the release that
     /// brings `pending` to zero takes it back.
     handed: AtomicBool,
+    /// The byte a fence part reads into (an operation has at most one fence).
+    scratch: UnsafeCell<[u8; 8]>,
     /// The contexts of parts 4 and later; empty (no allocation) for most operations.
     more: Box<[ProxyCell<O>]>,
     /// The contexts of parts 1 to 3 (a put's fence, a vector's next batches: a 16-entry
@@ -332,22 +355,22 @@ struct Posting {
     key: u64,
 }
 
-// SAFETY: the context cells are written only by the provider between post and completion
-// and read by nobody in Rust; a proxy cell is written by its poster under the posting lock
-// before its post and read by its completion after it; the plan's pointers are only handed
-// to the provider, and point into buffers the slot owns; everything else is behind a Mutex,
-// atomic or immutable.
+// SAFETY: the context cells and the fence's scratch bytes are written only by the provider
+// between post and completion and read by nobody in Rust; a proxy cell is written by its
+// poster under the posting lock before its post and read by its completion after it; the
+// plan's pointers are only handed to the provider, and point into buffers the slot owns;
+// everything else is behind a Mutex, atomic or immutable.
 unsafe impl<O: Send> Sync for Slot<O> {}
 // SAFETY: as above.
 unsafe impl<O: Send> Send for Slot<O> {}
 
-/// A part after the first (a further chunk or batch, or the fence of a put): its own
-/// context, its index, and the bytes a fence reads into. It lives in its slot, which the
-/// provider's count keeps alive until every posted part completed.
+/// A part after the first (a further chunk or batch, or the fence of a put) that needs a
+/// context of its own (the provider uses its memory, or the part is past [`MAX_TAG`]): the
+/// context and the part's index. It lives in its slot, which the provider's count keeps
+/// alive until every posted part completed.
 #[repr(C)]
 struct PartProxy<O> {
     header: SlotHeader,
-    scratch: UnsafeCell<[u8; 8]>,
     index: usize,
     slot: *const Slot<O>,
 }
@@ -381,7 +404,7 @@ impl<O: Send + 'static> Slot<O> {
 
     /// The result once every part completed, from the failures they reported.
     fn final_result(&self, st: &mut State<O>) -> Result<()> {
-        match st.failure.take() {
+        match st.failure.take().map(|b| *b) {
             None => Ok(()),
             Some((part, f)) => {
                 let entry = self.plan.first_entry(part.min(self.data_parts));
@@ -416,8 +439,8 @@ impl<O: Send + 'static> Slot<O> {
         self.engine.op_done();
         if let Err(f) = outcome {
             let mut st = self.lock();
-            if st.failure.as_ref().is_none_or(|(i, _)| index < *i) {
-                st.failure = Some((index, f));
+            if st.failure.as_ref().is_none_or(|b| index < b.0) {
+                st.failure = Some(Box::new((index, f)));
             }
         }
         self.release_one()
@@ -659,18 +682,20 @@ impl<O: Send + 'static> Slot<O> {
 
 unsafe fn complete_slot<O: Send + 'static>(
     h: *const SlotHeader,
+    tag: usize,
     outcome: std::result::Result<(), FabricFailure>,
 ) {
     let slot = h.cast::<Slot<O>>();
-    // SAFETY: h is the header of a slot (its first field, repr(C)) whose part 0 went out;
-    // the provider's count keeps the slot alive until this part's release, which hands the
-    // count back here if it was the last, to drop after the call.
-    let back = unsafe { (*slot).part_done(0, outcome) };
+    // SAFETY: h is the header of a slot (its first field, repr(C)) whose part `tag` (0, or
+    // a tagged part) went out; the provider's count keeps the slot alive until this part's
+    // release, which hands the count back here if it was the last, to drop after the call.
+    let back = unsafe { (*slot).part_done(tag, outcome) };
     drop(back);
 }
 
 unsafe fn complete_proxy<O: Send + 'static>(
     h: *const SlotHeader,
+    _tag: usize,
     outcome: std::result::Result<(), FabricFailure>,
 ) {
     let proxy = h.cast::<PartProxy<O>>();
@@ -782,6 +807,8 @@ fn post_part<O: Send + 'static>(
     slot.pending.fetch_add(1, Ordering::Relaxed);
     let handed = if index == 0 {
         Handed::Slot(Arc::into_raw(Arc::clone(slot)))
+    } else if index <= MAX_TAG && engine.tagged_parts() {
+        Handed::Tagged(index)
     } else {
         let p = slot.proxy(index);
         // SAFETY: the cell is the slot's and part `index`'s alone; the caller holds the
@@ -790,7 +817,6 @@ fn post_part<O: Send + 'static>(
         unsafe {
             p.write(PartProxy {
                 header: SlotHeader::new(complete_proxy::<O>),
-                scratch: UnsafeCell::new([0; 8]),
                 index,
                 slot: Arc::as_ptr(slot),
             })
@@ -803,6 +829,14 @@ fn post_part<O: Send + 'static>(
         Handed::Slot(p) => unsafe { (*p).header.ctx.get() },
         // SAFETY: the proxy just written into the slot, likewise headed by its context.
         Handed::Proxy(p) => unsafe { (*p).header.ctx.get() },
+        // The slot's header pointer with the part's index in its low bits: never
+        // dereferenced as a context, the provider (which uses no context memory) only hands
+        // it back. `wrapping_add` keeps the pointer's provenance.
+        Handed::Tagged(i) => Arc::as_ptr(slot)
+            .cast::<u8>()
+            .cast_mut()
+            .wrapping_add(i)
+            .cast(),
     };
     let post = || -> PostOutcome {
         if index < slot.data_parts {
@@ -828,12 +862,12 @@ fn post_part<O: Send + 'static>(
                 }
             };
         }
-        let (Handed::Proxy(p), Some(at)) = (&handed, slot.fence) else {
+        let (Handed::Proxy(_) | Handed::Tagged(_), Some(at)) = (&handed, slot.fence) else {
             unreachable_fence()
         };
-        // SAFETY: the proxy's scratch bytes and context are in the slot, which the provider's
-        // count keeps in place until the completion.
-        let scratch = unsafe { (**p).scratch.get().cast::<u8>() };
+        // The slot's scratch bytes (and the part's context) stay in place until the
+        // completion: the provider's count keeps the slot.
+        let scratch = slot.scratch.get().cast::<u8>();
         let iov = [libc::iovec {
             iov_base: scratch.cast(),
             iov_len: 1,
@@ -1211,6 +1245,8 @@ fn spin_after_yield<O: Send + 'static>(slot: &Slot<O>, mark: u64, slice: u32) ->
 enum Handed<O: Send + 'static> {
     Slot(*const Slot<O>),
     Proxy(*mut PartProxy<O>),
+    /// A part after the first that shares the slot's context (see [`SlotHeader`]).
+    Tagged(usize),
 }
 
 impl<O: Send + 'static> Handed<O> {
@@ -1221,7 +1257,7 @@ impl<O: Send + 'static> Handed<O> {
             // SAFETY: from Arc::into_raw in post_part, not handed to the provider.
             Handed::Slot(p) => drop(unsafe { Arc::from_raw(p) }),
             // The proxy's cell belongs to the slot: nothing to give back.
-            Handed::Proxy(_) => {}
+            Handed::Proxy(_) | Handed::Tagged(_) => {}
         }
     }
 }
@@ -1353,6 +1389,7 @@ impl<B: Send + 'static> Op<B> {
             (&raw mut (*p).info).write(spec.info);
             (&raw mut (*p).barrier).write(spec.barrier);
             (&raw mut (*p).handed).write(AtomicBool::new(false));
+            (&raw mut (*p).scratch).write(UnsafeCell::new([0; 8]));
             (&raw mut (*p).more).write(more);
         }
         // SAFETY: every field was written above (`near` needs none).
@@ -1377,6 +1414,7 @@ impl<B: Send + 'static> Op<B> {
             info: _,
             barrier: _,
             handed: _,
+            scratch: _,
             more: _,
             near: _,
         } = &*slot;
@@ -1774,6 +1812,135 @@ mod tests {
             len / 4,
             Visibility::FencedRead,
         )
+    }
+
+    /// Every part of an operation completes it once, however its context was given: tagged
+    /// onto the slot's (parts 1 to `MAX_TAG` where the provider uses no context memory), in
+    /// proxies past them, or a proxy each where the provider (here: made to act as one)
+    /// asks for contexts. Puts of 12 parts and a fence read land every byte, then gets
+    /// of 12 parts read them back.
+    #[test]
+    fn parts_complete_through_tagged_contexts_and_proxies_alike() {
+        const PIECE: usize = 512;
+        const PARTS: usize = 12;
+        const LEN: usize = PIECE * PARTS;
+        for full in [false, true] {
+            let shm = Tuning::for_kind("shm");
+            let p = pair("shm", shm, 2 * LEN, 0xB0);
+            crate::reactor::engine::FULL_CONTEXTS.with(|f| f.set(full));
+            let engine = Engine::start(Arc::clone(&p.initiator), "test-initiator", shm, 64)
+                .expect("the initiator's engine");
+            let serving = Engine::start(Arc::clone(&p.target), "test-target", shm, 16)
+                .expect("the target's engine");
+            crate::reactor::engine::FULL_CONTEXTS.with(|f| f.set(false));
+            assert_eq!(engine.tagged_parts(), !full);
+            let at = (&p.tracker, p.dest);
+            let block = |op| futures::executor::block_on(op);
+            let data: Vec<u8> = (0..LEN).map(|i| (i % 251) as u8).collect();
+            let put = put_op(&engine, at, 0, data.clone(), PIECE, Visibility::FencedRead);
+            let (res, _) = block(put);
+            res.expect("the fenced put of 13 parts");
+            let put = put_op(
+                &engine,
+                at,
+                LEN as u64,
+                data.clone(),
+                PIECE,
+                Visibility::DeliveryComplete,
+            );
+            let (res, _) = block(put);
+            res.expect("the put of 12 parts");
+            for offset in [0, LEN as u64] {
+                let mut back = vec![0u8; LEN];
+                let (ptr, n) = Op::sink(&mut back);
+                let spec = Spec {
+                    engine: Arc::clone(&engine),
+                    tracker: Arc::clone(&p.tracker),
+                    dest: p.dest,
+                    dir: Dir::Read,
+                    plan: Op::<Vec<u8>>::contiguous(ptr, n, offset, PIECE),
+                    fence: None,
+                    info: OpInfo {
+                        op: "get",
+                        segment: 1,
+                        node: 1,
+                        offset,
+                    },
+                    barrier: None,
+                };
+                let (res, buf) = block(Op::new(spec, back));
+                res.expect("the get of 12 parts");
+                assert!(
+                    buf.expect("the buffer comes back") == data,
+                    "every byte read back at {offset}"
+                );
+            }
+            assert_eq!(p.tracker.in_flight(), 0, "nothing left in flight");
+            assert_eq!(engine.in_flight(), 0, "every part released its place");
+            stop_then_release(&engine, &serving, p.mr, p.memory);
+        }
+    }
+
+    /// A failed part names its own place, whichever way its context was given: in a vector
+    /// of one piece a part, the first entry not transferred is the first that lies past the
+    /// registered memory, a tagged part (5) or a proxy past `MAX_TAG` (9). On tcp, whose
+    /// target refuses such an access: on shm such a read had not completed after 60 s (rsm
+    /// checks every range against the segment before it posts, so only a test can ask).
+    #[test]
+    fn a_failed_part_reports_its_own_entry_through_tags_and_proxies() {
+        const PIECE: usize = 256;
+        const ENTRIES: usize = 12;
+        for (full, bad) in [(false, 5), (false, 9), (true, 5)] {
+            let tcp = Tuning::for_kind("tcp");
+            let p = pair("tcp", tcp, ENTRIES * PIECE, 0xB1);
+            crate::reactor::engine::FULL_CONTEXTS.with(|f| f.set(full));
+            let engine = Engine::start(Arc::clone(&p.initiator), "test-initiator", tcp, 64)
+                .expect("the initiator's engine");
+            let serving = Engine::start(Arc::clone(&p.target), "test-target", tcp, 16)
+                .expect("the target's engine");
+            crate::reactor::engine::FULL_CONTEXTS.with(|f| f.set(false));
+            let mut local = vec![0u8; ENTRIES * PIECE];
+            let base = local.as_mut_ptr();
+            // From entry `bad` on, the pieces lie far past the registered memory.
+            let pieces = (0..ENTRIES)
+                .map(|i| Piece {
+                    ptr: base.wrapping_add(i * PIECE),
+                    len: PIECE,
+                    desc: std::ptr::null_mut(),
+                    offset: if i < bad {
+                        i * PIECE
+                    } else {
+                        (1 << 30) + i * PIECE
+                    } as u64,
+                })
+                .collect();
+            let spec = Spec {
+                engine: Arc::clone(&engine),
+                tracker: Arc::clone(&p.tracker),
+                dest: p.dest,
+                dir: Dir::Read,
+                plan: Plan::Batches(Batches {
+                    pieces,
+                    cut: Cut::Every(1),
+                    bytes: ENTRIES * PIECE,
+                }),
+                fence: None,
+                info: OpInfo {
+                    op: "getv",
+                    segment: 1,
+                    node: 1,
+                    offset: 0,
+                },
+                barrier: None,
+            };
+            let mut op = Op::new(spec, local);
+            let outcome =
+                futures::executor::block_on(std::future::poll_fn(|cx| op.poll_outcome(cx)));
+            assert!(outcome.result.is_err(), "entry {bad} lies past the memory");
+            assert_eq!(outcome.failed_entry, Some(bad), "full contexts: {full}");
+            assert_eq!(p.tracker.in_flight(), 0, "nothing left in flight");
+            stop_then_release(&engine, &serving, p.mr, p.memory);
+        }
     }
 
     /// In a tcp window another thread or operation reads the queue and reaps the others'
