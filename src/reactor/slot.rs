@@ -7,10 +7,10 @@
 //! context, their index tagged onto its pointer, where the provider uses no context memory
 //! (shm, tcp); elsewhere their contexts live in the slot itself (parts 1 to 3 inline, the
 //! rest in one array made with the slot). Either way a part costs no allocation and no
-//! reference count of its own. The future holds another count
-//! and only waits. Dropping or leaking the future therefore never frees what the provider
-//! may still touch: the provider's count keeps the slot, its buffers and its endpoint alive
-//! until the last completion arrives, and if it never arrives they are leaked, never freed.
+//! reference count of its own. The future holds another count and only waits. Dropping or
+//! leaking the future therefore never frees what the provider may still touch: the
+//! provider's count keeps the slot, its buffers and its endpoint alive until the last
+//! completion arrives, and if it never arrives they are leaked, never freed.
 //!
 //! An operation is a [`Plan`] of data parts (pieces of one contiguous buffer, or batches of
 //! a scatter/gather vector) and, for a write that must be visible where the provider does not
