@@ -1814,6 +1814,19 @@ mod tests {
         )
     }
 
+    /// The initiator's and the target's engines of `p`, tuned for `kind`; with `full`, the
+    /// initiator's gives every part a context of its own.
+    fn engines(p: &Pair, kind: &str, full: bool) -> (Arc<Engine>, Arc<Engine>) {
+        let tuning = Tuning::for_kind(kind);
+        crate::reactor::engine::FULL_CONTEXTS.with(|f| f.set(full));
+        let engine = Engine::start(Arc::clone(&p.initiator), "test-initiator", tuning, 64)
+            .expect("the initiator's engine");
+        crate::reactor::engine::FULL_CONTEXTS.with(|f| f.set(false));
+        let serving = Engine::start(Arc::clone(&p.target), "test-target", tuning, 16)
+            .expect("the target's engine");
+        (engine, serving)
+    }
+
     /// Every part of an operation completes it once, however its context was given: tagged
     /// onto the slot's (parts 1 to `MAX_TAG` where the provider uses no context memory), in
     /// proxies past them, or a proxy each where the provider (here: made to act as one)
@@ -1825,14 +1838,8 @@ mod tests {
         const PARTS: usize = 12;
         const LEN: usize = PIECE * PARTS;
         for full in [false, true] {
-            let shm = Tuning::for_kind("shm");
-            let p = pair("shm", shm, 2 * LEN, 0xB0);
-            crate::reactor::engine::FULL_CONTEXTS.with(|f| f.set(full));
-            let engine = Engine::start(Arc::clone(&p.initiator), "test-initiator", shm, 64)
-                .expect("the initiator's engine");
-            let serving = Engine::start(Arc::clone(&p.target), "test-target", shm, 16)
-                .expect("the target's engine");
-            crate::reactor::engine::FULL_CONTEXTS.with(|f| f.set(false));
+            let p = pair("shm", Tuning::for_kind("shm"), 2 * LEN, 0xB0);
+            let (engine, serving) = engines(&p, "shm", full);
             assert_eq!(engine.tagged_parts(), !full);
             let at = (&p.tracker, p.dest);
             let block = |op| futures::executor::block_on(op);
@@ -1891,14 +1898,8 @@ mod tests {
         const PIECE: usize = 256;
         const ENTRIES: usize = 12;
         for (full, bad) in [(false, 5), (false, 9), (true, 5)] {
-            let tcp = Tuning::for_kind("tcp");
-            let p = pair("tcp", tcp, ENTRIES * PIECE, 0xB1);
-            crate::reactor::engine::FULL_CONTEXTS.with(|f| f.set(full));
-            let engine = Engine::start(Arc::clone(&p.initiator), "test-initiator", tcp, 64)
-                .expect("the initiator's engine");
-            let serving = Engine::start(Arc::clone(&p.target), "test-target", tcp, 16)
-                .expect("the target's engine");
-            crate::reactor::engine::FULL_CONTEXTS.with(|f| f.set(false));
+            let p = pair("tcp", Tuning::for_kind("tcp"), ENTRIES * PIECE, 0xB1);
+            let (engine, serving) = engines(&p, "tcp", full);
             let mut local = vec![0u8; ENTRIES * PIECE];
             let base = local.as_mut_ptr();
             // From entry `bad` on, the pieces lie far past the registered memory.
