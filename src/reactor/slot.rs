@@ -1891,8 +1891,10 @@ mod tests {
     /// A failed part names its own place, whichever way its context was given: in a vector
     /// of one piece a part, the first entry not transferred is the first that lies past the
     /// registered memory, a tagged part (5) or a proxy past `MAX_TAG` (9). On tcp, whose
-    /// target refuses such an access: on shm such a read had not completed after 60 s (rsm
-    /// checks every range against the segment before it posts, so only a test can ask).
+    /// target refuses such an access: shm reports a read that far past the target's memory
+    /// as an error completion without its context (`EIO`, measured), so no operation learns
+    /// of it. rsm checks every range against the segment before it posts, so only a test
+    /// can ask.
     #[test]
     fn a_failed_part_reports_its_own_entry_through_tags_and_proxies() {
         const PIECE: usize = 256;
