@@ -163,10 +163,12 @@ fn bench_peer_refuses_an_unreachable_address() {
 #[test]
 fn memory_figure_of_an_exporter_with_importer_processes() {
     let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
-    for controller in ["tcp0", "shm0"] {
+    // tcp0 measures a second of idling too; shm0 none.
+    for (controller, idle_secs) in [("tcp0", 1), ("shm0", 0)] {
         let out = rsm()
             .args(["bench-memory", "--controller", controller])
             .args(["--segments", "24", "--importers", "3", "--json"])
+            .args(["--idle-secs", &idle_secs.to_string()])
             .output()
             .expect("run rsm bench-memory");
         let stderr = String::from_utf8_lossy(&out.stderr);
@@ -186,5 +188,21 @@ fn memory_figure_of_an_exporter_with_importer_processes() {
         }
         assert!(r["rss_beyond_segments_mib"].as_f64().is_some());
         assert!(r["met"].is_boolean());
+        let idle = &r["idle"];
+        if idle_secs == 0 {
+            assert!(idle.is_null(), "{r}");
+            continue;
+        }
+        // The span is a sleep: at or after its time, within 2 s more.
+        let secs = idle["seconds"].as_f64().unwrap();
+        assert!((1.0..3.0).contains(&secs), "{r}");
+        assert_eq!(idle["importer_ms"].as_array().map(Vec::len), Some(3), "{r}");
+        let exporter_ms = idle["exporter_ms"].as_f64().unwrap();
+        assert!(
+            exporter_ms >= 0.0 && exporter_ms <= secs * 1000.0 * 2.0,
+            "{r}"
+        );
+        assert!(idle["met"].is_boolean(), "{r}");
+        assert_eq!(idle["target_pct_of_core"], 1.0, "{r}");
     }
 }

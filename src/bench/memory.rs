@@ -13,9 +13,14 @@
 //!
 //! The figure the target is about is `VmRSS` after the connections minus the segments'
 //! bytes: everything the exporter process holds beyond the memory it exports.
+//!
+//! Then, with every connection still open and each importer awaiting a signal that does
+//! not come, nothing happens for `--idle-secs`: the CPU time each process uses meanwhile is
+//! the idle figure (issue 8's "no CPU while idle").
 
 use super::BenchError;
 use super::cli::parse_size;
+use crate::sys::cputime::process_cpu;
 use crate::sys::memstat::MemStat;
 use crate::{ExportFlags, ExportSegment, Node, Perm};
 use clap::Args;
@@ -32,6 +37,9 @@ const READY_TIMEOUT: Duration = Duration::from_secs(120);
 const QUIT_GRACE: Duration = Duration::from_secs(10);
 /// Connects one importer runs at once.
 const CONNECTS_IN_FLIGHT: usize = 8;
+/// The idle target: at most this share of one core per process, in percent. Not nothing:
+/// the side channel's heartbeats and the timers behind them run while idle too.
+const IDLE_TARGET_PCT: f64 = 1.0;
 
 /// The arguments of `rsm bench-memory`.
 #[derive(Debug, Clone, Args)]
@@ -51,6 +59,10 @@ pub struct MemoryArgs {
     /// The target: MiB resident beyond the segments.
     #[arg(long, default_value_t = 64)]
     pub target_mib: u64,
+    /// Seconds of nothing happening, connected, over which each process's CPU time is
+    /// measured (0: no idle figure).
+    #[arg(long, default_value_t = 5, value_parser = clap::value_parser!(u64).range(0..=600))]
+    pub idle_secs: u64,
     /// One JSON object instead of text.
     #[arg(long)]
     pub json: bool,
@@ -174,6 +186,20 @@ fn print_text(r: &Value) {
         if r["met"] == true { "met" } else { "MISSED" },
         r["growth_connected_mib"],
     );
+    let idle = &r["idle"];
+    if !idle.is_null() {
+        let _ = writeln!(
+            out,
+            "idle for {} s: exporter {} ms of CPU, importers {} ms; busiest {} % of a core, \
+             target < {} %: {}",
+            idle["seconds"],
+            idle["exporter_ms"],
+            idle["importer_ms"],
+            idle["busiest_pct_of_core"],
+            idle["target_pct_of_core"],
+            if idle["met"] == true { "met" } else { "MISSED" },
+        );
+    }
 }
 
 async fn measure(args: &MemoryArgs) -> Result<Value, BenchError> {
@@ -251,6 +277,11 @@ async fn exporter(
             wrong[0]
         );
     }
+    let idle = if args.idle_secs > 0 {
+        idle_cpu(&importers, Duration::from_secs(args.idle_secs)).await?
+    } else {
+        Value::Null
+    };
     importers.quit();
     for (_, seg) in segs {
         let _ = seg.destroy().await;
@@ -282,6 +313,51 @@ async fn exporter(
         "met": beyond < args.target_mib as f64,
         "verified": wrong.is_empty() && connections == args.segments as u64,
         "setup_s": (setup_s * 10.0).round() / 10.0,
+        "idle": idle,
+    }))
+}
+
+/// The CPU time the exporter (this process) and each importer use over `span` in which
+/// nothing happens: every connection open, each importer awaiting a signal.
+async fn idle_cpu(importers: &Importers, span: Duration) -> Result<Value, BenchError> {
+    let read = |pid: Option<u32>| {
+        process_cpu(pid).map_err(|e| {
+            BenchError::Peer(format!(
+                "cannot read the CPU time of process {}: {e}",
+                pid.unwrap_or_else(std::process::id)
+            ))
+        })
+    };
+    let pids = importers.pids();
+    let t = Instant::now();
+    let exporter0 = read(None)?;
+    let importers0 = pids
+        .iter()
+        .map(|&p| read(Some(p)))
+        .collect::<Result<Vec<_>, _>>()?;
+    tokio::time::sleep(span).await;
+    let exporter1 = read(None)?;
+    let importers1 = pids
+        .iter()
+        .map(|&p| read(Some(p)))
+        .collect::<Result<Vec<_>, _>>()?;
+    let secs = t.elapsed().as_secs_f64();
+    let ms = |a: Duration, b: Duration| b.saturating_sub(a).as_secs_f64() * 1000.0;
+    let exporter_ms = ms(exporter0, exporter1);
+    let importer_ms: Vec<f64> = importers0
+        .iter()
+        .zip(&importers1)
+        .map(|(&a, &b)| ms(a, b))
+        .collect();
+    let busiest = importer_ms.iter().copied().fold(exporter_ms, f64::max);
+    let pct = busiest / (secs * 1000.0) * 100.0;
+    Ok(json!({
+        "seconds": (secs * 100.0).round() / 100.0,
+        "exporter_ms": exporter_ms,
+        "importer_ms": importer_ms,
+        "busiest_pct_of_core": (pct * 1000.0).round() / 1000.0,
+        "target_pct_of_core": IDLE_TARGET_PCT,
+        "met": pct < IDLE_TARGET_PCT,
     }))
 }
 
@@ -334,6 +410,11 @@ impl Importers {
             })
             .map_err(|e| BenchError::Peer(format!("cannot start a reader thread: {e}")))?;
         Ok(())
+    }
+
+    /// The importers' process ids.
+    fn pids(&self) -> Vec<u32> {
+        self.children.iter().map(|(c, _, _)| c.id()).collect()
     }
 
     /// Waits for every importer's `ready <n>`; returns the connections in all.
@@ -449,6 +530,13 @@ async fn connect_and_wait(args: &MemoryImporterArgs, node: &Node) -> Result<(), 
             .and_then(|()| out.flush())
             .map_err(|e| BenchError::Peer(format!("cannot answer: {e}")))?;
     }
+    // A wait for a signal that never comes, so that the idle figure covers a pending wait
+    // (it must sleep, not spin) besides the open connections.
+    let waiting = live.first().cloned().map(|imp| {
+        tokio::spawn(async move {
+            let _ = imp.wait_signal(None).await;
+        })
+    });
     // Wait for `quit` or the end of input without holding a runtime thread.
     let _ = tokio::task::spawn_blocking(|| {
         for line in std::io::stdin().lock().lines() {
@@ -460,6 +548,10 @@ async fn connect_and_wait(args: &MemoryImporterArgs, node: &Node) -> Result<(), 
         }
     })
     .await;
+    if let Some(w) = waiting {
+        w.abort();
+        let _ = w.await;
+    }
     for imp in live {
         let _ = imp.disconnect().await;
     }

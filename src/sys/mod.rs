@@ -1,9 +1,10 @@
-//! The few OS calls `rsm` makes outside libfabric, in one small place: system limits, a coarse
+//! The few OS calls `rsm` makes outside libfabric, in one small place: system limits, CPU time, a coarse
 //! clock, segment memory, the eventfd and poll that progress threads sleep on, and the loopback controller's
 //! shared memory, descriptor passing and cross-memory attach.
 
 pub(crate) mod clock;
 pub(crate) mod cma;
+pub(crate) mod cputime;
 pub(crate) mod creds;
 pub(crate) mod eventfd;
 #[cfg(feature = "fault-injection")]

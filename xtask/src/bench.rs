@@ -554,8 +554,12 @@ fn run_memory(
         });
     let shown = match &result {
         Ok(v) => format!(
-            "{} MiB beyond the segments",
+            "{} MiB beyond the segments; idle, the busiest process used {} % of a core",
             v.get("rss_beyond_segments_mib")
+                .as_f64()
+                .unwrap_or(f64::NAN),
+            v.get("idle")
+                .get("busiest_pct_of_core")
                 .as_f64()
                 .unwrap_or(f64::NAN)
         ),

@@ -513,6 +513,7 @@ pub fn markdown(meta: &Meta, rows: &[Row], memory: &[Memory]) -> String {
             }
         }
     }
+    idle_section(&mut md, memory);
 
     let mut controllers: Vec<&str> = Vec::new();
     for r in rows {
@@ -535,6 +536,69 @@ pub fn markdown(meta: &Meta, rows: &[Row], memory: &[Memory]) -> String {
         }
     }
     md
+}
+
+/// The idle figures of the memory runs: CPU time over a span with nothing to do.
+fn idle_section(md: &mut String, memory: &[Memory]) {
+    let _ = writeln!(md, "\n## Idle\n");
+    let _ = writeln!(
+        md,
+        "After the memory figures, with every connection still open and each importer \
+         awaiting a signal that does not come, nothing happens for a few seconds: the CPU \
+         time (user and system, all threads) each process uses meanwhile. The kernel counts \
+         it in ticks of 10 ms. Target: no CPU while idle, taken as under 1 % of one core for \
+         the busiest process.\n"
+    );
+    let _ = writeln!(
+        md,
+        "| controller | environment | connections | seconds | exporter | importers | busiest | met |"
+    );
+    let _ = writeln!(md, "|---|---|---|---|---|---|---|---|");
+    for m in memory {
+        let idle = m.result.as_ref().map(|v| (v, v.get("idle")));
+        match idle {
+            Ok((v, idle)) if !matches!(idle, Value::Null) => {
+                let n = |k: &str| idle.get(k).as_f64().unwrap_or(f64::NAN);
+                let importers = match idle.get("importer_ms") {
+                    Value::Arr(a) => a
+                        .iter()
+                        .map(|x| format!("{:.0}", x.as_f64().unwrap_or(f64::NAN)))
+                        .collect::<Vec<_>>()
+                        .join(", "),
+                    _ => "-".into(),
+                };
+                let _ = writeln!(
+                    md,
+                    "| {} | {} | {} | {:.1} | {:.0} ms | {importers} ms | {:.2} % of a core | {} |",
+                    m.controller,
+                    mem_env(m),
+                    v.get("connections")
+                        .as_f64()
+                        .map_or("-".into(), |x| format!("{x}")),
+                    n("seconds"),
+                    n("exporter_ms"),
+                    n("busiest_pct_of_core"),
+                    met_text(idle.get("met").as_bool()),
+                );
+            }
+            Ok(_) => {
+                let _ = writeln!(
+                    md,
+                    "| {} | {} | - | - | - | - | not measured | - |",
+                    m.controller,
+                    mem_env(m)
+                );
+            }
+            Err(e) => {
+                let _ = writeln!(
+                    md,
+                    "| {} | {} | - | - | - | - | failed: {e} | - |",
+                    m.controller,
+                    mem_env(m)
+                );
+            }
+        }
+    }
 }
 
 fn table_header(md: &mut String, with_controller: bool) {
@@ -797,12 +861,26 @@ mod tests {
             pairs: 1,
             unix_time: 3,
         };
-        let memory = vec![Memory {
-            controller: "tcp0".into(),
-            env: vec![],
-            result: Err("boom".into()),
-        }];
+        let idle = r#"{"connections":1000,"met":true,"idle":{"seconds":5.01,"exporter_ms":10.0,"importer_ms":[0.0,20.0],"busiest_pct_of_core":0.399,"met":true}}"#;
+        let memory = vec![
+            Memory {
+                controller: "tcp0".into(),
+                env: vec![],
+                result: Err("boom".into()),
+            },
+            Memory {
+                controller: "shm0".into(),
+                env: vec![],
+                result: Ok(crate::json::parse(idle).unwrap()),
+            },
+        ];
         let md = markdown(&meta, &rows, &memory);
+        assert!(
+            md.contains(
+                "| shm0 | default | 1000 | 5.0 | 10 ms | 0, 20 ms | 0.40 % of a core | yes |"
+            ),
+            "{md}"
+        );
         assert!(
             md.contains("| tcp0 | put | latency | 8 B | 20.00 µs"),
             "{md}"
