@@ -503,14 +503,7 @@ pub fn markdown(meta: &Meta, rows: &[Row], memory: &[Memory]) -> String {
                     met_text(v.get("met").as_bool()),
                 );
             }
-            Err(e) => {
-                let _ = writeln!(
-                    md,
-                    "| {} | {} | - | - | - | - | - | - | - | failed: {e} | - |",
-                    m.controller,
-                    mem_env(m)
-                );
-            }
+            Err(e) => unmeasured_row(&mut md, m, 7, &format!("failed: {e}")),
         }
     }
     idle_section(&mut md, memory);
@@ -581,24 +574,21 @@ fn idle_section(md: &mut String, memory: &[Memory]) {
                     met_text(idle.get("met").as_bool()),
                 );
             }
-            Ok(_) => {
-                let _ = writeln!(
-                    md,
-                    "| {} | {} | - | - | - | - | not measured | - |",
-                    m.controller,
-                    mem_env(m)
-                );
-            }
-            Err(e) => {
-                let _ = writeln!(
-                    md,
-                    "| {} | {} | - | - | - | - | failed: {e} | - |",
-                    m.controller,
-                    mem_env(m)
-                );
-            }
+            Ok(_) => unmeasured_row(md, m, 4, "not measured"),
+            Err(e) => unmeasured_row(md, m, 4, &format!("failed: {e}")),
         }
     }
+}
+
+/// A memory run's row without figures: `blanks` empty cells, then why, then no verdict.
+fn unmeasured_row(md: &mut String, m: &Memory, blanks: usize, why: &str) {
+    let _ = writeln!(
+        md,
+        "| {} | {} |{} {why} | - |",
+        m.controller,
+        mem_env(m),
+        " - |".repeat(blanks)
+    );
 }
 
 fn table_header(md: &mut String, with_controller: bool) {
@@ -887,7 +877,14 @@ mod tests {
         );
         assert!(md.contains("not available yet: rsm bench has no `--op putv` yet"));
         assert!(md.contains("0 of 1 targeted rows met, 1 missed"));
-        assert!(md.contains("failed: boom"));
+        assert!(
+            md.contains("| tcp0 | default | - | - | - | - | - | - | - | failed: boom | - |"),
+            "{md}"
+        );
+        assert!(
+            md.contains("| tcp0 | default | - | - | - | - | failed: boom | - |"),
+            "{md}"
+        );
         assert!(md.contains("median of 3 interleaved rounds"), "{md}");
         assert!(md.contains("round ratios 0.63..0.77"), "{md}");
         assert_eq!(spread(&[1.0]), None);
