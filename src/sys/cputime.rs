@@ -1,5 +1,5 @@
 //! The CPU time a process has used, from `/proc/<pid>/stat`, for `rsm bench-memory`'s idle
-//! figure (a process's own threads and those of its children it does not wait for alike).
+//! figure: all its threads, those that ended included; not its children.
 
 use std::io;
 use std::time::Duration;

@@ -1,6 +1,7 @@
-//! The few OS calls `rsm` makes outside libfabric, in one small place: system limits, CPU time, a coarse
+//! The few OS calls `rsm` makes outside libfabric, in one small place: system limits, a coarse
 //! clock, segment memory, the eventfd and poll that progress threads sleep on, and the loopback controller's
-//! shared memory, descriptor passing and cross-memory attach.
+//! shared memory, descriptor passing and cross-memory attach; and for the benchmarks, a
+//! process's memory and CPU time.
 
 pub(crate) mod clock;
 pub(crate) mod cma;
