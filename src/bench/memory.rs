@@ -329,18 +329,18 @@ async fn idle_cpu(importers: &Importers, span: Duration) -> Result<Value, BenchE
         })
     };
     let pids = importers.pids();
+    // The exporter's time, then each importer's.
+    let snapshot = || -> Result<(Duration, Vec<Duration>), BenchError> {
+        let importers = pids
+            .iter()
+            .map(|&p| read(Some(p)))
+            .collect::<Result<_, _>>()?;
+        Ok((read(None)?, importers))
+    };
     let t = Instant::now();
-    let exporter0 = read(None)?;
-    let importers0 = pids
-        .iter()
-        .map(|&p| read(Some(p)))
-        .collect::<Result<Vec<_>, _>>()?;
+    let (exporter0, importers0) = snapshot()?;
     tokio::time::sleep(span).await;
-    let exporter1 = read(None)?;
-    let importers1 = pids
-        .iter()
-        .map(|&p| read(Some(p)))
-        .collect::<Result<Vec<_>, _>>()?;
+    let (exporter1, importers1) = snapshot()?;
     let secs = t.elapsed().as_secs_f64();
     let ms = |a: Duration, b: Duration| b.saturating_sub(a).as_secs_f64() * 1000.0;
     let exporter_ms = ms(exporter0, exporter1);
