@@ -1,4 +1,4 @@
-//! The access check of a connect request (`rsm::core::access::check`): the umask-derived
+//! The access check of a connect request (`rsm::test_util::access::check`): the umask-derived
 //! mode of an empty list, a short list, and the largest list allowed with the requester
 //! named last.
 
@@ -6,7 +6,7 @@
 #![allow(missing_docs)]
 
 use criterion::{BenchmarkId, Criterion, criterion_group, criterion_main};
-use rsm::core::access::{Creator, MAX_ACL_ENTRIES, Requester, check};
+use rsm::test_util::access::{Creator, MAX_ACL_ENTRIES, Requester, check};
 use rsm::{Access, Perm};
 use std::hint::black_box;
 

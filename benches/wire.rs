@@ -1,4 +1,4 @@
-//! Encoding and decoding side-channel messages (`rsm::core::wire`): the hello every link
+//! Encoding and decoding side-channel messages (`rsm::test_util::wire`): the hello every link
 //! starts with, a connect request and its grant, and the heartbeat every link sends.
 
 // criterion's macros define undocumented public functions.
@@ -6,7 +6,7 @@
 
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
 use rsm::ByteOrder;
-use rsm::core::wire::{
+use rsm::test_util::wire::{
     ConnectGrant, ConnectReply, ConnectRequest, Doorbell, Hello, Message, decode, encode,
 };
 use std::hint::black_box;

@@ -21,7 +21,6 @@ use crate::local::LocalMemory;
 use crate::perm::{ExportFlags, Perm};
 use crate::state::NodeState;
 use crate::{Error, Result, sys};
-use serde::Serialize;
 use std::collections::HashMap;
 use std::net::IpAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -38,7 +37,8 @@ pub const RSM_DAS64: u32 = 8;
 
 /// A controller's attributes (`rsmapi_controller_attr_t`), from the provider's and the
 /// system's real limits.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize))]
 pub struct ControllerAttr {
     /// The put/get widths (`RSM_DAS*` bits) that move in one access of the interconnect.
     pub direct_access_sizes: u32,
@@ -61,7 +61,8 @@ pub struct ControllerAttr {
 }
 
 /// What the provider behind a libfabric controller offers, for `rsm info`.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize))]
 pub struct ProviderAttr {
     /// Memory-registration modes the provider requires (`FI_MR_*` names).
     pub mr_mode: Vec<&'static str>,
@@ -86,7 +87,8 @@ pub struct ProviderAttr {
 }
 
 /// A controller as `rsm info` lists it.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize))]
 pub struct ControllerInfo {
     /// The name to pass to [`crate::Node::controller`], such as `tcp0`.
     pub name: String,
@@ -644,7 +646,11 @@ fn mr_mode_names(mode: i32) -> Vec<&'static str> {
 
 /// Opens the candidate's fabric and domain and reads its real limits.
 fn describe(c: &Candidate, local_ip: IpAddr) -> Result<(ControllerInfo, Arc<Domain>)> {
-    let with_ctx = |e: Error| e.op("get_controller").controller(c.name.clone());
+    let with_ctx = |e: crate::fabric::Error| {
+        Error::from(e)
+            .op("get_controller")
+            .controller(c.name.clone())
+    };
     let fab = Fabric::open(Arc::clone(&c.info)).map_err(with_ctx)?;
     let domain = Domain::open(fab).map_err(with_ctx)?;
     let v = c.info.view();

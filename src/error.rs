@@ -19,32 +19,7 @@ use std::fmt;
 /// The result type of every fallible `rsm` call.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
-/// A libfabric call that failed, as the provider reported it.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct FabricFailure {
-    /// The libfabric function, such as `fi_mr_reg`.
-    pub call: &'static str,
-    /// The (positive) libfabric errno, such as `FI_ENOKEY` (266).
-    pub errno: i32,
-    /// The provider-specific errno, where the provider gave one (completion errors).
-    pub prov_errno: Option<i32>,
-    /// `fi_strerror` of `errno`, or the provider's own text (`fi_cq_strerror`).
-    pub message: String,
-}
-
-impl fmt::Display for FabricFailure {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(
-            f,
-            "{} failed: {} (errno {}",
-            self.call, self.message, self.errno
-        )?;
-        if let Some(p) = self.prov_errno {
-            write!(f, ", provider errno {p}")?;
-        }
-        f.write_str(")")
-    }
-}
+pub use rsm_fabric::FabricFailure;
 
 /// Where an error happened: each field is set where it applies.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -277,6 +252,33 @@ impl Error {
     /// The libfabric failure behind this error, if any.
     pub fn fabric_failure(&self) -> Option<&FabricFailure> {
         self.context().fabric.as_ref()
+    }
+}
+
+impl From<rsm_fabric::Error> for Error {
+    /// Maps a failure of the libfabric wrappers to its RSMAPI code, keeping what it says.
+    fn from(e: rsm_fabric::Error) -> Self {
+        use rsm_fabric::ErrorKind;
+        let mut out = match e.kind() {
+            ErrorKind::InsufficientMem => Error::insufficient_mem(),
+            ErrorKind::BadAddr => Error::bad_addr(),
+            ErrorKind::Closed => Error::bad_ctlr_hndl(),
+            ErrorKind::Unreachable => Error::remote_node_unreachable(),
+            _ => Error::insufficient_resources(),
+        };
+        if let Some(op) = e.operation() {
+            out = out.op(op);
+        }
+        if let Some(d) = e.detail_text() {
+            out = out.detail(d);
+        }
+        if let Some(l) = e.length_involved() {
+            out = out.length(l);
+        }
+        if let Some(f) = e.fabric_failure() {
+            out = out.fabric(f.clone());
+        }
+        out
     }
 }
 

@@ -13,17 +13,16 @@
 //! imported, written and read.
 #![doc = include_str!("model.md")]
 #![doc = include_str!("rsmapi_table.md")]
+#![warn(unreachable_pub)]
+// Without `test-util`, the few internals only `rsm::test_util` reaches are unused.
+#![cfg_attr(not(feature = "test-util"), allow(unreachable_pub, dead_code))]
 
 pub mod error;
 
-pub mod core;
-pub(crate) mod fabric;
+mod core;
+pub(crate) use rsm_fabric as fabric;
 pub(crate) mod sys;
 
-#[doc(hidden)]
-pub mod bench;
-#[doc(hidden)]
-pub mod demo;
 pub(crate) mod reactor;
 pub(crate) mod sidechannel;
 
@@ -40,9 +39,30 @@ pub mod perm;
 pub mod shared_memory;
 pub mod topology;
 
+#[cfg(feature = "test-util")]
+pub mod test_util;
+
 pub use controller::{Controller, ControllerAttr, ControllerInfo};
 pub use core::segid::{SegmentIdRange, get_segmentid_range};
 pub use core::wire::ByteOrder;
+
+/// The segment-id ranges RSMAPI reserves (docs/rsmapi.md §3.6). Ids a caller chooses lie in
+/// `0x400000`-`0x7FFFFFFF`; publish given id 0 hands one out from `RSM_USER_APP_ID_BASE` up
+/// (DESIGN.md, decision 8).
+///
+/// ```
+/// use rsm::segid_ranges::{RSM_USER_APP_ID_BASE, RSM_USER_APP_ID_END};
+///
+/// assert_eq!((RSM_USER_APP_ID_BASE, RSM_USER_APP_ID_END), (0x80000000, 0xFFFFFFFF));
+/// ```
+pub mod segid_ranges {
+    pub use crate::core::segid::{
+        RSM_CLUSTER_TRANSPORT_ID_BASE, RSM_CLUSTER_TRANSPORT_ID_END, RSM_DLPI_ID_BASE,
+        RSM_DLPI_ID_END, RSM_DRIVER_PRIVATE_ID_BASE, RSM_DRIVER_PRIVATE_ID_END, RSM_HPC_ID_BASE,
+        RSM_HPC_ID_END, RSM_OPS_ID_BASE, RSM_OPS_ID_END, RSM_RSMLIB_ID_BASE, RSM_RSMLIB_ID_END,
+        RSM_USER_APP_ID_BASE, RSM_USER_APP_ID_END,
+    };
+}
 pub use error::{Error, Result};
 pub use events::{EventStream, Lagged, PollFd, SegmentEvent, SignalFlags};
 pub use export::{ExportSegment, SegmentMemory};

@@ -3,7 +3,6 @@
 
 use crate::Result;
 use crate::controller::ControllerRegistry;
-use serde::Serialize;
 use std::collections::BTreeMap;
 use std::net::{IpAddr, SocketAddr};
 
@@ -11,8 +10,9 @@ use std::net::{IpAddr, SocketAddr};
 pub const RSM_CONNECTION_ACTIVE: u32 = 3;
 
 /// The state of the path to a remote node.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "snake_case")]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize))]
+#[cfg_attr(feature = "serde", serde(rename_all = "snake_case"))]
 #[non_exhaustive]
 pub enum ConnectionState {
     /// Answered on the side channel (`RSM_CONNECTION_ACTIVE`).
@@ -20,7 +20,8 @@ pub enum ConnectionState {
 }
 
 /// A remote controller reachable from a local one (`rsm_remote_cntlr_t`).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize))]
 pub struct RemoteController {
     /// The remote node id.
     pub node: u32,
@@ -33,7 +34,8 @@ pub struct RemoteController {
 }
 
 /// A local controller and what it reaches (`rsm_connections_t`).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize))]
 pub struct ControllerConnections {
     /// The local controller's name.
     pub controller: String,
@@ -57,7 +59,8 @@ pub struct ControllerConnections {
 /// })?;
 /// # Ok(()) }
 /// ```
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize))]
 pub struct Topology {
     /// The local node id.
     pub local_node: u32,

@@ -6,7 +6,7 @@ use std::path::Path;
 use std::process::Command;
 
 use rsm::SegmentIdRange;
-use rsm::core::segid::{DEFAULT_SEGMENTID_FILE, SEGMENTID_FILE_ENV, get_segmentid_range_from};
+use rsm::test_util::segid::{DEFAULT_SEGMENTID_FILE, SEGMENTID_FILE_ENV, get_segmentid_range_from};
 
 /// Set in a child process: which check the re-executed test should run.
 const CHILD_MODE_ENV: &str = "RSM_SEGID_TEST_CHILD";
@@ -117,14 +117,14 @@ fn non_utf8_is_bad_conf_with_line() {
 #[test]
 fn oversized_file_is_bad_conf() {
     let mut contents = GOOD.as_bytes().to_vec();
-    contents.resize(rsm::core::segid::MAX_FILE_BYTES + 1, b'\n');
+    contents.resize(rsm::test_util::segid::MAX_FILE_BYTES + 1, b'\n');
     let file = write_file(&contents);
     let e = lookup_err(file.path(), "SUNWfoo");
     assert_eq!(e.code(), 44);
     assert!(e.to_string().contains("larger than 1048576 bytes"), "{e}");
 
     // Exactly at the limit is still read.
-    contents.truncate(rsm::core::segid::MAX_FILE_BYTES);
+    contents.truncate(rsm::test_util::segid::MAX_FILE_BYTES);
     let file = write_file(&contents);
     assert_eq!(
         get_segmentid_range_from(file.path(), "SUNWfoo")

@@ -129,10 +129,11 @@ impl FabricBackend {
                 {
                     last = Some(e)
                 }
-                Err(e) => return Err(e.controller(self.name.clone())),
+                Err(e) => return Err(registration_error(e).controller(self.name.clone())),
             }
         }
         Err(last
+            .map(registration_error)
             .unwrap_or_else(Error::insufficient_resources)
             .controller(self.name.clone()))
     }
@@ -170,7 +171,7 @@ impl FabricBackend {
             Ok(fi) => fi,
             Err(e) => {
                 refused.insert(addr.to_vec());
-                return Err(e);
+                return Err(e.into());
             }
         };
         peers.insert(addr.to_vec(), (fi, 1));
@@ -189,31 +190,21 @@ impl FabricBackend {
     }
 }
 
-/// rxd over udp (and tcp;ofi_rxm, which tcp controllers no longer use) complete a
-/// `FI_DELIVERY_COMPLETE` write once the bytes left for the socket: measured with a stopped
-/// target, whose memory had none of them. shm, sockets and tcp's connected endpoints deliver
-/// what they promise (tcp: measured with a target stopped for 2 s).
-pub(crate) fn visibility_for(kind: &str) -> Visibility {
-    match kind {
-        "udp" => Visibility::FencedRead,
-        _ => Visibility::DeliveryComplete,
+pub(crate) use crate::fabric::policy::{max_transfer_for, sg_limits_for, visibility_for};
+
+/// A failed registration as an `rsm` error; memory the provider could not lock says which
+/// limit to raise.
+pub(crate) fn registration_error(e: crate::fabric::Error) -> Error {
+    let out_of_memory = e.kind() == crate::fabric::ErrorKind::InsufficientMem;
+    let err = Error::from(e);
+    match crate::sys::limits::memlock_limit() {
+        Some(l) if out_of_memory => err.detail(format!(
+            "the provider could not lock the memory: the memlock limit is {l} bytes; raise it \
+             (ulimit -l, or LimitMEMLOCK)"
+        )),
+        _ if out_of_memory => err.detail("the provider could not register the memory"),
+        _ => err,
     }
-}
-
-/// Scatter/gather batches: as many ranges as the provider takes per post (at most 16).
-/// Also on shm, where more than one remote range per post leaves the single-range fast path:
-/// 16 entries with gaps between their remote ranges were still faster with 4 ranges per
-/// post than with one (shm0, median putv of 16 x 64 B: 86 µs against 127 µs; 16 x 4 KiB:
-/// 22 µs against 149 µs; 16 x 16 KiB: 37 µs against 81 µs; release build, loaded machine).
-pub(crate) fn sg_limits_for(_kind: &str, iov_limit: usize, rma_iov_limit: usize) -> (usize, usize) {
-    let cap = crate::reactor::slot::MAX_IOV;
-    (iov_limit.clamp(1, cap), rma_iov_limit.clamp(1, cap))
-}
-
-/// Segments may be larger than one message of the provider (verbs allows 2 GiB), so longer
-/// operations go out in pieces of at most `max_msg_size`.
-pub(crate) fn max_transfer_for(max_msg_size: usize) -> usize {
-    max_msg_size.max(1)
 }
 
 impl Drop for FabricBackend {

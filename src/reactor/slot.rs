@@ -38,8 +38,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::task::{Context, Poll, Waker};
 
-/// The most local (and remote) ranges one post carries; providers here allow 4 to 8.
-pub(crate) const MAX_IOV: usize = 16;
+pub(crate) use crate::fabric::policy::{MAX_IOV, Visibility};
 
 /// [`Slot::epoch`] of an operation the tracker does not count.
 const NOT_COUNTED: u64 = u64::MAX;
@@ -61,15 +60,6 @@ impl OpInfo {
             .offset(self.offset)
             .length(len as u64)
     }
-}
-
-/// How a put makes its data visible at the target before it resolves.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Visibility {
-    /// The provider's `FI_DELIVERY_COMPLETE`.
-    DeliveryComplete,
-    /// The write, then a read of its last byte.
-    FencedRead,
 }
 
 /// The direction of an operation, and for writes the completion flags.

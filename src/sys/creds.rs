@@ -12,7 +12,7 @@ pub(crate) fn current() -> (u32, u32, Vec<u32>) {
 }
 
 /// The caller's process id.
-pub(crate) fn pid() -> u32 {
+pub fn pid() -> u32 {
     rustix::process::getpid().as_raw_nonzero().get() as u32
 }
 

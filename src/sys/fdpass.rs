@@ -15,7 +15,7 @@ pub(crate) const MAX_FDS: usize = 4;
 
 /// Sends `data` with `fds` attached (non-blocking socket: `WouldBlock` when full). Returns
 /// the bytes sent; the descriptors travel with the first byte.
-pub(crate) fn send_with_fds(
+pub fn send_with_fds(
     sock: BorrowedFd<'_>,
     data: &[u8],
     fds: &[BorrowedFd<'_>],
@@ -35,10 +35,7 @@ pub(crate) fn send_with_fds(
 
 /// Receives into `buf` with up to [`MAX_FDS`] descriptors (`CLOEXEC`). More descriptors
 /// than that, or a truncated control message, is `EMSGSIZE` (and what arrived is closed).
-pub(crate) fn recv_with_fds(
-    sock: BorrowedFd<'_>,
-    buf: &mut [u8],
-) -> io::Result<(usize, Vec<OwnedFd>)> {
+pub fn recv_with_fds(sock: BorrowedFd<'_>, buf: &mut [u8]) -> io::Result<(usize, Vec<OwnedFd>)> {
     let mut space = [MaybeUninit::uninit(); rustix::cmsg_space!(ScmRights(MAX_FDS))];
     let mut control = RecvAncillaryBuffer::new(&mut space);
     let msg = recvmsg(

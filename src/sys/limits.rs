@@ -3,7 +3,7 @@
 use rustix::process::{Resource, getrlimit};
 
 /// The system page size in bytes.
-pub(crate) fn page_size() -> usize {
+pub fn page_size() -> usize {
     rustix::param::page_size()
 }
 

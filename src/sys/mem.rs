@@ -7,7 +7,7 @@ use std::ptr::NonNull;
 
 /// A private anonymous mapping of whole pages. The memory is only ever reached through raw
 /// pointers: remote writers change it underneath, so no Rust reference is formed over it.
-pub(crate) struct Mapping {
+pub struct Mapping {
     ptr: NonNull<u8>,
     len: usize,
 }
@@ -22,7 +22,7 @@ unsafe impl Sync for Mapping {}
 
 impl Mapping {
     /// Maps `len` bytes (a multiple of the page size, not zero), zeroed.
-    pub(crate) fn new(len: usize) -> Result<Self> {
+    pub fn new(len: usize) -> Result<Self> {
         let page = super::limits::page_size();
         if len == 0 || len % page != 0 {
             return Err(Error::bad_length().length(len as u64).detail(format!(
@@ -55,16 +55,23 @@ impl Mapping {
         Ok(m)
     }
 
-    pub(crate) fn as_ptr(&self) -> *mut u8 {
+    /// The start of the memory.
+    pub fn as_ptr(&self) -> *mut u8 {
         self.ptr.as_ptr()
     }
 
-    pub(crate) fn len(&self) -> usize {
+    /// The length in bytes.
+    pub fn len(&self) -> usize {
         self.len
     }
 
+    /// Whether the memory is empty (a mapping never is).
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
     /// Copies `src` into the mapping at `offset`, which the caller has bounds-checked.
-    pub(crate) fn write_at(&self, offset: usize, src: &[u8]) {
+    pub fn write_at(&self, offset: usize, src: &[u8]) {
         debug_assert!(
             offset
                 .checked_add(src.len())
@@ -78,7 +85,7 @@ impl Mapping {
     }
 
     /// Copies from the mapping at `offset` into `dst`, which the caller has bounds-checked.
-    pub(crate) fn read_at(&self, offset: usize, dst: &mut [u8]) {
+    pub fn read_at(&self, offset: usize, dst: &mut [u8]) {
         debug_assert!(
             offset
                 .checked_add(dst.len())

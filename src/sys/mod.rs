@@ -1,11 +1,9 @@
 //! The few OS calls `rsm` makes outside libfabric, in one small place: system limits, a coarse
 //! clock, segment memory, the eventfd and poll that progress threads sleep on, and the loopback controller's
-//! shared memory, descriptor passing and cross-memory attach; and for the benchmarks, a
-//! process's memory and CPU time.
+//! shared memory, descriptor passing and cross-memory attach.
 
 pub(crate) mod clock;
 pub(crate) mod cma;
-pub(crate) mod cputime;
 pub(crate) mod creds;
 pub(crate) mod eventfd;
 #[cfg(feature = "fault-injection")]
@@ -13,6 +11,5 @@ pub(crate) mod fault;
 pub(crate) mod fdpass;
 pub(crate) mod limits;
 pub(crate) mod mem;
-pub(crate) mod memstat;
 pub(crate) mod shm;
 pub(crate) mod wake;

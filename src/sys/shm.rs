@@ -15,7 +15,7 @@ use std::ptr::NonNull;
 /// Creates a memfd of `len` bytes, sealed against shrinking, growing and further sealing
 /// before anyone else sees it: an importer's mapping can then never lose its pages under it
 /// (`SIGBUS`), and the exporter cannot be made to lose them either.
-pub(crate) fn sealed_memfd(name: &str, len: u64) -> io::Result<OwnedFd> {
+pub fn sealed_memfd(name: &str, len: u64) -> io::Result<OwnedFd> {
     let fd = memfd_create(name, MemfdFlags::CLOEXEC | MemfdFlags::ALLOW_SEALING)?;
     ftruncate(&fd, len)?;
     fcntl_add_seals(&fd, SealFlags::SHRINK | SealFlags::GROW | SealFlags::SEAL)?;
@@ -31,7 +31,7 @@ pub(crate) fn reopen_read_only(fd: BorrowedFd<'_>) -> io::Result<OwnedFd> {
 
 /// The size of a memfd another process sent, if it is sealed against shrinking (so mapping
 /// it can never fault with `SIGBUS`); `None` for anything else.
-pub(crate) fn sealed_size(fd: BorrowedFd<'_>) -> Option<u64> {
+pub fn sealed_size(fd: BorrowedFd<'_>) -> Option<u64> {
     let seals = rustix::fs::fcntl_get_seals(fd).ok()?;
     if !seals.contains(SealFlags::SHRINK) {
         return None;
@@ -60,7 +60,7 @@ fn prot(writable: bool) -> ProtFlags {
 
 /// A shared mapping of (part of) a memfd, unmapped on drop. Only reached through raw
 /// pointers: other processes change it underneath (design §5).
-pub(crate) struct SharedMap {
+pub struct SharedMap {
     ptr: NonNull<u8>,
     len: usize,
     writable: bool,
@@ -76,7 +76,7 @@ impl SharedMap {
     /// Maps `len` bytes of `fd` from `offset` (a multiple of the page size), shared,
     /// readable and, if `writable`, writable. With `at`, exactly there, failing with
     /// `EEXIST` when anything is mapped in the range (`MAP_FIXED_NOREPLACE`).
-    pub(crate) fn map(
+    pub fn map(
         fd: BorrowedFd<'_>,
         offset: u64,
         len: usize,
@@ -103,16 +103,23 @@ impl SharedMap {
         Ok(map)
     }
 
-    pub(crate) fn as_ptr(&self) -> *mut u8 {
+    /// The start of the memory.
+    pub fn as_ptr(&self) -> *mut u8 {
         self.ptr.as_ptr()
     }
 
-    pub(crate) fn len(&self) -> usize {
+    /// The length in bytes.
+    pub fn len(&self) -> usize {
         self.len
     }
 
+    /// Whether the memory is empty (a mapping never is).
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
     /// Keeps the mapping out of `fork` children (segment memory never is shared with them).
-    pub(crate) fn dont_fork(&self) {
+    pub fn dont_fork(&self) {
         // SAFETY: the range is exactly this mapping; the advice changes no contents.
         let res = unsafe { madvise(self.ptr.as_ptr().cast(), self.len, Advice::LinuxDontFork) };
         if let Err(e) = res {
@@ -122,7 +129,7 @@ impl SharedMap {
 
     /// Maps `fd` from `offset` over this very range (a rebind): other threads see either the
     /// old or the new pages, never a hole.
-    pub(crate) fn remap(&self, fd: BorrowedFd<'_>, offset: u64) -> io::Result<()> {
+    pub fn remap(&self, fd: BorrowedFd<'_>, offset: u64) -> io::Result<()> {
         // SAFETY: the range is this value's own mapping, which no Rust reference covers;
         // MAP_FIXED replaces it atomically with pages of the same size and protection.
         let p = unsafe {
@@ -143,7 +150,7 @@ impl SharedMap {
     /// pages of the same protection that reach no one (the original's trash page, so stray
     /// accesses through a user's pointer neither fault nor reach the exporter); without, pages
     /// that fault on any access.
-    pub(crate) fn retire(&self, accessible: bool) -> io::Result<()> {
+    pub fn retire(&self, accessible: bool) -> io::Result<()> {
         let prot = if accessible {
             prot(self.writable)
         } else {

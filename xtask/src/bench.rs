@@ -149,7 +149,7 @@ pub fn run() -> Result<(), Failure> {
     eprintln!("xtask: == build ==");
     let mut build = Command::new(&cargo);
     build
-        .args(["build", "--release", "--bin", "rsm"])
+        .args(["build", "--release", "-p", "rsm-cli", "--bin", "rsm"])
         .current_dir(&root);
     run_echoed(&mut build, "building rsm")?;
     let build_s = started.elapsed().as_secs_f64();

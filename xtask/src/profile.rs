@@ -112,7 +112,7 @@ pub fn run(args: &[OsString]) -> Result<(), Failure> {
     flags.push_str("--cfg rustix_use_libc");
     let mut build = Command::new(&cargo);
     build
-        .args(["build", "--release", "--bin", "rsm"])
+        .args(["build", "--release", "-p", "rsm-cli", "--bin", "rsm"])
         .env("RUSTFLAGS", flags)
         .env("CARGO_TARGET_DIR", &profile_dir)
         .current_dir(&root);

@@ -58,12 +58,30 @@ pub const TEST: &[Step] = &[
 pub const DEMO: &[Step] = &[
     Step {
         name: "rsm info",
-        cargo_args: &["run", "--release", "--bin", "rsm", "--", "info"],
+        cargo_args: &[
+            "run",
+            "--release",
+            "-p",
+            "rsm-cli",
+            "--bin",
+            "rsm",
+            "--",
+            "info",
+        ],
         env: &[LOOPBACK_FABRIC],
     },
     Step {
         name: "rsm demo",
-        cargo_args: &["run", "--release", "--bin", "rsm", "--", "demo"],
+        cargo_args: &[
+            "run",
+            "--release",
+            "-p",
+            "rsm-cli",
+            "--bin",
+            "rsm",
+            "--",
+            "demo",
+        ],
         env: &[LOOPBACK_FABRIC],
     },
 ];

@@ -1,0 +1,375 @@
+//! The arguments of `rsm bench` and of the hidden `rsm bench-peer`, as clap derives that the
+//! `rsm` binary embeds.
+
+use clap::{Args, ValueEnum};
+use std::fmt;
+use std::str::FromStr;
+
+/// The remote operation measured.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub(crate) enum Op {
+    /// Write local bytes into the peer's memory (delivery-complete: visible at the target).
+    Put,
+    /// Read the peer's memory into a local buffer.
+    Get,
+    /// A gathering put of 16 entries of `size / 16` bytes (scatter/gather, spec §4.5).
+    Putv,
+    /// A scattering get of 16 entries of `size / 16` bytes.
+    Getv,
+    /// Signal round trip: post to the peer's segment, which answers with a signal; the
+    /// baseline is a plain `fi_inject_writedata` answered the same way (on loopback: a word
+    /// in a page shared with the peer), both sides busy-polling. Sizes are ignored (one row,
+    /// 8 B: the doorbell write).
+    Signal,
+}
+
+impl Op {
+    /// The name used in output: `put`, `get`, `putv` or `getv`.
+    pub(crate) fn as_str(self) -> &'static str {
+        match self {
+            Op::Put => "put",
+            Op::Get => "get",
+            Op::Putv => "putv",
+            Op::Getv => "getv",
+            Op::Signal => "signal",
+        }
+    }
+
+    /// Whether the operation writes the peer's memory.
+    pub(crate) fn writes(self) -> bool {
+        matches!(self, Op::Put | Op::Putv)
+    }
+
+    /// Whether the operation is a scatter/gather vector.
+    pub(crate) fn is_vector(self) -> bool {
+        matches!(self, Op::Putv | Op::Getv)
+    }
+}
+
+/// How rsm's puts are completed in a run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub(crate) enum BarrierArg {
+    /// Each put resolves when its data is visible (the default barrier mode).
+    Implicit,
+    /// Explicit barrier mode: each latency sample is open, put, close; in bandwidth mode a
+    /// window of puts is posted and closed by one barrier.
+    Explicit,
+}
+
+/// The wait object of the baseline's completion queues.
+#[derive(
+    Debug, Clone, Copy, Default, PartialEq, Eq, ValueEnum, serde::Serialize, serde::Deserialize,
+)]
+#[serde(rename_all = "lowercase")]
+pub(crate) enum BaselineWait {
+    /// None: the queues are busy-polled, as fabtests' are (the default).
+    #[default]
+    None,
+    /// An fd wait object (`FI_WAIT_FD`), as rsm's queues have on sockets so that their
+    /// engines can sleep while idle; still busy-polled. Measures what the wait object alone
+    /// costs the provider (on tcp;ofi_rxm its sockets join an epoll set, which is why rsm's
+    /// tcp queues have none).
+    Fd,
+}
+
+impl BaselineWait {
+    /// The name used in output: `none` or `fd`.
+    pub(crate) fn as_str(self) -> &'static str {
+        match self {
+            BaselineWait::None => "none",
+            BaselineWait::Fd => "fd",
+        }
+    }
+
+    /// Whether the queues ask for an fd wait object.
+    pub(crate) fn wants_fd(self) -> bool {
+        self == BaselineWait::Fd
+    }
+}
+
+impl fmt::Display for Op {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// What is measured.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub(crate) enum Mode {
+    /// One awaited operation in flight: median and p99 of each operation's time.
+    Latency,
+    /// A window of operations in flight: MB/s and operations per second.
+    Bandwidth,
+}
+
+impl Mode {
+    /// The name used in output: `latency` or `bandwidth`.
+    pub(crate) fn as_str(self) -> &'static str {
+        match self {
+            Mode::Latency => "latency",
+            Mode::Bandwidth => "bandwidth",
+        }
+    }
+}
+
+impl fmt::Display for Mode {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// A comma-separated list of transfer sizes: `8,4096,65536` or `8,4K,64K,1M` (binary units:
+/// `K`/`KiB` = 1024, `M`/`MiB`, `G`/`GiB`; an optional trailing `B`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct SizeList(pub Vec<usize>);
+
+/// The largest transfer size accepted (1 GiB).
+pub(crate) const MAX_SIZE: usize = 1 << 30;
+
+/// Parses one size such as `8`, `4K`, `64KiB`, `1M` or `1MB` (binary units).
+pub(crate) fn parse_size(s: &str) -> Result<usize, String> {
+    let t = s.trim();
+    let split = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
+    let (digits, unit) = t.split_at(split);
+    if digits.is_empty() {
+        return Err(format!("{s:?} is not a size (such as 8, 4K, 64K or 1M)"));
+    }
+    let n: usize = digits
+        .parse()
+        .map_err(|_| format!("{s:?}: the number is too large"))?;
+    let mult: usize = match unit.trim().to_ascii_lowercase().as_str() {
+        "" | "b" => 1,
+        "k" | "kb" | "kib" => 1 << 10,
+        "m" | "mb" | "mib" => 1 << 20,
+        "g" | "gb" | "gib" => 1 << 30,
+        other => return Err(format!("{s:?}: unknown unit {other:?} (use K, M or G)")),
+    };
+    let size = n
+        .checked_mul(mult)
+        .ok_or_else(|| format!("{s:?}: the size is too large"))?;
+    if size == 0 {
+        return Err(format!("{s:?}: sizes start at 1 byte"));
+    }
+    if size > MAX_SIZE {
+        return Err(format!("{s:?}: sizes are at most 1 GiB"));
+    }
+    Ok(size)
+}
+
+impl FromStr for SizeList {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, String> {
+        let sizes = s
+            .split(',')
+            .filter(|p| !p.trim().is_empty())
+            .map(parse_size)
+            .collect::<Result<Vec<_>, _>>()?;
+        if sizes.is_empty() {
+            return Err("give at least one size, such as 8,4K,64K,1M".into());
+        }
+        Ok(SizeList(sizes))
+    }
+}
+
+impl fmt::Display for SizeList {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let parts: Vec<String> = self.0.iter().map(usize::to_string).collect();
+        f.write_str(&parts.join(","))
+    }
+}
+
+/// `rsm bench`: measures put or get between this process and a peer process it starts.
+#[derive(Debug, Clone, Args)]
+pub(crate) struct BenchArgs {
+    /// The controller to measure, such as tcp0 or shm0 (see `rsm info`).
+    #[arg(long)]
+    pub(crate) controller: String,
+    /// The operation: put (delivery-complete write) or get (read).
+    #[arg(long, value_enum)]
+    pub(crate) op: Op,
+    /// Transfer sizes, comma-separated; K, M and G are binary units (8,4K,64K,1M).
+    #[arg(long, default_value = "8,4096,65536,1048576")]
+    pub(crate) sizes: SizeList,
+    /// latency: one awaited operation in flight; bandwidth: a window of them.
+    #[arg(long, value_enum, default_value_t = Mode::Latency)]
+    pub(crate) mode: Mode,
+    /// The barrier mode of rsm's puts (the baseline is unchanged).
+    #[arg(long, value_enum, default_value_t = BarrierArg::Implicit)]
+    pub(crate) barrier: BarrierArg,
+    /// Operations in flight in bandwidth mode.
+    #[arg(long, default_value_t = 16, value_parser = clap::value_parser!(u32).range(1..=4096))]
+    pub(crate) window: u32,
+    /// Timed operations per row, at least (latency rows take at least 1000 samples,
+    /// bandwidth rows at least the window and more for small sizes).
+    #[arg(long, default_value_t = 1000, value_parser = clap::value_parser!(u64).range(1..=100_000_000))]
+    pub(crate) iters: u64,
+    /// Also measure the same operations with plain libfabric calls (busy polling, as
+    /// fabtests does) and report the ratio: above 1 means rsm is better.
+    #[arg(long)]
+    pub(crate) baseline: bool,
+    /// The wait object of the baseline's completion queues, on both sides (the peer started
+    /// with `--peer` must be started with the same value).
+    #[arg(long, value_enum, default_value_t = BaselineWait::None)]
+    pub(crate) baseline_wait: BaselineWait,
+    /// Measure each row this many times, rsm and baseline alternating, each going first in
+    /// every other round (rsm, baseline, baseline, rsm, ...), the row's samples split over the
+    /// rounds; figures and ratio are the medians over the rounds, so one disturbed round does
+    /// not flip the ratio.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=100))]
+    pub(crate) rounds: u32,
+    /// Measure only the plain libfabric baseline (no rsm node): a harness self-test.
+    #[arg(long, hide = true)]
+    pub(crate) baseline_only: bool,
+    /// Test hook: corrupt one byte after each run, so that verification must fail.
+    #[arg(long, hide = true)]
+    pub(crate) corrupt_for_test: bool,
+    /// One JSON object per line and row instead of a table.
+    #[arg(long)]
+    pub(crate) json: bool,
+    /// Run against a peer started by hand with `rsm bench-peer --serve ADDR` (on this or
+    /// another host) instead of starting one; its controller and size must cover the run.
+    #[arg(long, value_name = "ADDR")]
+    pub(crate) peer: Option<std::net::SocketAddr>,
+}
+
+/// `rsm bench-peer` (hidden): the target process `rsm bench` starts and talks to over its
+/// standard input and output.
+#[derive(Debug, Clone, Args)]
+pub(crate) struct PeerArgs {
+    /// The controller, as given to `rsm bench`.
+    #[arg(long)]
+    pub(crate) controller: String,
+    /// Bytes to register (raw baseline) and export (rsm); K, M and G accepted.
+    #[arg(long, value_parser = parse_size)]
+    pub(crate) max_size: usize,
+    /// Do not start an rsm node (baseline-only runs).
+    #[arg(long)]
+    pub(crate) no_rsm: bool,
+    /// The wait object of the baseline's completion queue (see `rsm bench --baseline-wait`).
+    #[arg(long, value_enum, default_value_t = BaselineWait::None)]
+    pub(crate) baseline_wait: BaselineWait,
+    /// Serve `rsm bench --peer` runs on this TCP address (one at a time) instead of
+    /// standard input and output; prints the bound address on standard output.
+    #[arg(long, value_name = "ADDR")]
+    pub(crate) serve: Option<std::net::SocketAddr>,
+    /// The side-channel address of this peer's rsm node (a routable one for runs from
+    /// another host; default: loopback).
+    #[arg(long, value_name = "ADDR")]
+    pub(crate) node_listen: Option<std::net::SocketAddr>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    #[derive(Parser)]
+    struct Cli {
+        #[command(flatten)]
+        bench: BenchArgs,
+    }
+
+    #[test]
+    fn sizes_accept_plain_numbers_and_binary_units() {
+        assert_eq!(
+            "8,4096,65536,1048576".parse::<SizeList>().unwrap().0,
+            vec![8, 4096, 65536, 1 << 20]
+        );
+        assert_eq!(
+            "8,4K,64K,1M".parse::<SizeList>().unwrap().0,
+            vec![8, 4096, 65536, 1 << 20]
+        );
+        assert_eq!(
+            " 1k , 2KiB,3MB,1G ,".parse::<SizeList>().unwrap().0,
+            vec![1024, 2048, 3 << 20, 1 << 30]
+        );
+        assert_eq!(parse_size("16B").unwrap(), 16);
+        for bad in [
+            "",
+            "0",
+            "K",
+            "4X",
+            "-1",
+            "2G",
+            "99999999999999999999999",
+            "1.5M",
+        ] {
+            assert!(parse_size(bad).is_err(), "{bad:?} accepted");
+        }
+        assert!("".parse::<SizeList>().is_err());
+        assert!(",,".parse::<SizeList>().is_err());
+        assert!("8,0".parse::<SizeList>().is_err());
+    }
+
+    #[test]
+    fn bench_arguments_and_defaults() {
+        let cli = Cli::try_parse_from(["x", "--controller", "tcp0", "--op", "put"]).unwrap();
+        let b = cli.bench;
+        assert_eq!(b.controller, "tcp0");
+        assert_eq!(b.op, Op::Put);
+        assert_eq!(b.mode, Mode::Latency);
+        assert_eq!(b.sizes.0, vec![8, 4096, 65536, 1 << 20]);
+        assert_eq!((b.window, b.iters, b.rounds), (16, 1000, 1));
+        assert!(!b.baseline && !b.baseline_only && !b.json);
+
+        let cli = Cli::try_parse_from([
+            "x",
+            "--controller",
+            "shm0",
+            "--op",
+            "get",
+            "--sizes",
+            "8,4K,64K,1M",
+            "--mode",
+            "bandwidth",
+            "--window",
+            "4",
+            "--iters",
+            "50",
+            "--baseline",
+            "--json",
+            "--rounds",
+            "5",
+        ])
+        .unwrap();
+        let b = cli.bench;
+        assert_eq!(
+            (b.op, b.mode, b.window, b.iters, b.rounds),
+            (Op::Get, Mode::Bandwidth, 4, 50, 5)
+        );
+        assert_eq!(b.sizes.to_string(), "8,4096,65536,1048576");
+        assert!(b.baseline && b.json);
+        assert_eq!(b.peer, None);
+        let cli = Cli::try_parse_from([
+            "x",
+            "--controller",
+            "tcp0",
+            "--op",
+            "put",
+            "--peer",
+            "127.0.0.1:7500",
+        ])
+        .unwrap();
+        assert_eq!(cli.bench.peer, Some("127.0.0.1:7500".parse().unwrap()));
+
+        for bad in [
+            &["x", "--controller", "tcp0"][..],
+            &["x", "--controller", "tcp0", "--op", "swap"],
+            &["x", "--controller", "tcp0", "--op", "put", "--window", "0"],
+            &[
+                "x",
+                "--controller",
+                "tcp0",
+                "--op",
+                "put",
+                "--sizes",
+                "8,banana",
+            ],
+            &["x", "--controller", "tcp0", "--op", "put", "--mode", "fast"],
+            &["x", "--controller", "tcp0", "--op", "put", "--rounds", "0"],
+        ] {
+            assert!(Cli::try_parse_from(bad).is_err(), "{bad:?} accepted");
+        }
+    }
+}

@@ -1,0 +1,98 @@
+//! Address vectors: peers' fabric addresses turned into `fi_addr_t`.
+
+use super::{close_fid, domain::Domain, error::fi_failure, ffi};
+use crate::{Error, Result};
+use std::ptr;
+use std::sync::Arc;
+
+/// An address vector (`fi_av_open`, `FI_AV_TABLE`).
+pub struct AddressVector {
+    fid: *mut ffi::fid_av,
+    _domain: Arc<Domain>,
+}
+
+// SAFETY: the domain is FI_THREAD_SAFE.
+unsafe impl Send for AddressVector {}
+// SAFETY: as above.
+unsafe impl Sync for AddressVector {}
+
+/// Longest fabric address accepted from a peer; real ones are 16-128 bytes.
+pub const MAX_ADDR_LEN: usize = 512;
+
+impl AddressVector {
+    pub fn open(domain: &Arc<Domain>) -> Result<Arc<Self>> {
+        let mut attr = ffi::fi_av_attr {
+            type_: ffi::fi_av_type_FI_AV_TABLE,
+            ..Default::default()
+        };
+        let mut fid = ptr::null_mut();
+        // SAFETY: the domain is alive, attr is valid, fid receives the new object.
+        let ret = unsafe { ffi::fi_av_open(domain.as_ptr(), &mut attr, &mut fid, ptr::null_mut()) };
+        if ret != 0 {
+            return Err(
+                Error::insufficient_resources().fabric(fi_failure("fi_av_open", ret as isize))
+            );
+        }
+        Ok(Arc::new(AddressVector {
+            fid,
+            _domain: Arc::clone(domain),
+        }))
+    }
+
+    pub fn as_fid(&self) -> *mut ffi::fid {
+        // SAFETY: the vector is alive; a field projection.
+        unsafe { &mut (*self.fid).fid }
+    }
+
+    /// Inserts one address (as `fi_getname` gave it on the peer) and returns its handle.
+    /// Addresses come from the network: the length is bounded here and the provider parses
+    /// the bytes in its own format.
+    pub fn insert(&self, addr: &[u8]) -> Result<ffi::fi_addr_t> {
+        if addr.is_empty() || addr.len() > MAX_ADDR_LEN {
+            return Err(Error::bad_addr().detail(format!("fabric address of {} bytes", addr.len())));
+        }
+        let mut out: ffi::fi_addr_t = ffi::FI_ADDR_NOTAVAIL;
+        // SAFETY: addr points to addr.len() readable bytes holding one address; out receives
+        // one fi_addr_t.
+        let n = unsafe {
+            ffi::fi_av_insert(
+                self.fid,
+                addr.as_ptr().cast(),
+                1,
+                &mut out,
+                0,
+                ptr::null_mut(),
+            )
+        };
+        if n != 1 || out == ffi::FI_ADDR_NOTAVAIL {
+            return Err(Error::remote_node_unreachable()
+                .detail("the provider refused the peer's fabric address")
+                .fabric(fi_failure(
+                    "fi_av_insert",
+                    if n < 0 {
+                        n as isize
+                    } else {
+                        -(ffi::FI_EINVAL as isize)
+                    },
+                )));
+        }
+        Ok(out)
+    }
+
+    /// Removes an address inserted before.
+    pub fn remove(&self, addr: ffi::fi_addr_t) {
+        let mut a = addr;
+        // SAFETY: the vector is alive; a holds one address from `insert`.
+        let ret = unsafe { ffi::fi_av_remove(self.fid, &mut a, 1, 0) };
+        if ret != 0 {
+            tracing::debug!(error = %super::strerror(-ret), "fi_av_remove failed");
+        }
+    }
+}
+
+impl Drop for AddressVector {
+    fn drop(&mut self) {
+        // SAFETY: endpoints bound to this vector hold an Arc to it, so none is alive.
+        unsafe { close_fid(self.as_fid(), "address vector") };
+    }
+}

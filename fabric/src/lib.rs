@@ -1,0 +1,52 @@
+//! The only code that uses libfabric: safe RAII wrappers over `rsm-libfabric-sys`.
+//!
+//! Synchronous and runtime-agnostic: it exposes the completion queue's wait fd and
+//! non-blocking calls; the reactor drives them. Objects hold `Arc`s to what they depend on, so
+//! they close in dependency order (registrations and endpoints before their domain, the
+//! domain before its fabric) whatever order the owners drop them in.
+//!
+//! Every `unsafe` block says why it holds. The data-path calls (`fi_write`, `fi_read`, ...)
+//! are `unsafe fn`s here: their callers (operation slots) must keep buffers and contexts alive
+//! until the completion arrives.
+
+pub mod av;
+pub mod connected;
+pub mod cq;
+pub mod domain;
+pub mod endpoint;
+pub mod eq;
+pub mod error;
+pub mod info;
+pub mod mr;
+pub mod policy;
+pub mod post;
+
+pub use self::{
+    av::AddressVector,
+    cq::{CompletionQueue, CqEntry, CqReadError, READ_BATCH, WaitKind},
+    domain::{Domain, Fabric},
+    endpoint::Endpoint,
+    error::{Error, ErrorKind, FabricFailure, Result, strerror},
+    info::{Hints, Info, InfoList},
+    mr::{MemoryRegion, MrAccess},
+    post::PostError,
+};
+
+pub use libfabric_sys as ffi;
+
+/// Closes a libfabric object; used by the `Drop`s. A close that fails leaks the object (a
+/// leak, never a use after free) and is logged.
+///
+/// # Safety
+/// `fid` must be a live libfabric object that nothing uses any more.
+pub unsafe fn close_fid(fid: *mut ffi::fid, what: &'static str) {
+    // SAFETY: the caller guarantees `fid` is live and unused; fi_close dispatches through the
+    // object's own ops table.
+    let ret = unsafe { ffi::fi_close(fid) };
+    if ret != 0 {
+        tracing::warn!(object = what, error = %strerror(-ret), "fi_close failed; leaking the object");
+    }
+}
+
+#[cfg(test)]
+mod tests;
