@@ -3,13 +3,22 @@
 
 pub(crate) mod barrier;
 pub(crate) mod buf;
+mod context;
+mod drive;
 pub(crate) mod engine;
+mod failure;
+mod looks;
+mod op;
+mod plan;
+mod post;
 pub(crate) mod slot;
+mod spin;
 pub(crate) mod tracker;
+mod tuning;
 pub(crate) mod verdict;
 
 pub use buf::{IoBuf, IoBufMut};
-pub use slot::Op;
+pub use op::Op;
 
 use std::future::Future;
 use std::pin::Pin;
