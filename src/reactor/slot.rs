@@ -148,7 +148,7 @@ unsafe impl<O: Send> Sync for Slot<O> {}
 unsafe impl<O: Send> Send for Slot<O> {}
 
 /// A part after the first (a further chunk or batch, or the fence of a put) that needs a
-/// context of its own (the provider uses its memory, or the part is past [`MAX_TAG`]): the
+/// context of its own (the provider uses its memory, or the part is past `MAX_TAG`): the
 /// context and the part's index. It lives in its slot, which the provider's count keeps
 /// alive until every posted part completed.
 #[repr(C)]
