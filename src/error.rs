@@ -282,6 +282,19 @@ impl From<rsm_fabric::Error> for Error {
     }
 }
 
+/// A copy of `e`'s kind, detail and libfabric failure (errors are not `Clone`: they may
+/// carry large context). What an abort or a barrier's failure hands to each operation.
+pub(crate) fn clone_error(e: &Error) -> Error {
+    let mut out = Error::from_code(e.code()).unwrap_or_else(Error::conn_aborted);
+    if let Some(d) = &e.context().detail {
+        out = out.detail(d.clone());
+    }
+    if let Some(f) = e.fabric_failure() {
+        out = out.fabric(f.clone());
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

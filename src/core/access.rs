@@ -17,7 +17,7 @@
 //!    list grants, like anyone (decision 15). The granted permission is the request.
 //!
 //! ```
-//! use rsm::core::access::{Creator, Requester, check, validate_acl};
+//! use rsm::test_util::access::{Creator, Requester, check, validate_acl};
 //! use rsm::{Access, Perm};
 //!
 //! // Node 2 exports with owner rw, group r, nothing for others.
@@ -58,7 +58,7 @@ pub const DEFAULT_UMASK: u32 = 0o022;
 ///
 /// ```
 /// use rsm::Access;
-/// use rsm::core::access::validate_acl;
+/// use rsm::test_util::access::validate_acl;
 ///
 /// assert!(validate_acl(&[]).is_ok());
 /// assert!(validate_acl(&[Access::new(u32::MAX, 0o666)]).is_ok());
@@ -94,7 +94,7 @@ pub fn validate_acl(acl: &[Access]) -> Result<()> {
 /// The mode an empty access list gives every node: `0666 & (0777 & !umask)`.
 ///
 /// ```
-/// use rsm::core::access::default_mode;
+/// use rsm::test_util::access::default_mode;
 /// assert_eq!(default_mode(0o022), 0o644);
 /// assert_eq!(default_mode(0o077), 0o600);
 /// assert_eq!(default_mode(0), 0o666);
@@ -107,7 +107,7 @@ pub const fn default_mode(umask: u32) -> u32 {
 ///
 /// ```
 /// use rsm::Access;
-/// use rsm::core::access::entry_for;
+/// use rsm::test_util::access::entry_for;
 ///
 /// let acl = [Access::new(4, 0o600), Access::new(4, 0o666)];
 /// assert_eq!(entry_for(&acl, 4), Some(Access::new(4, 0o600)));
@@ -146,7 +146,7 @@ pub struct Requester<'a> {
 /// The permission class an importer falls in (spec §6.2 step 6).
 ///
 /// ```
-/// use rsm::core::access::{Class, Creator, Requester};
+/// use rsm::test_util::access::{Class, Creator, Requester};
 ///
 /// let creator = Creator { uid: 0, gid: 10, umask: 0o022 };
 /// let who = |uid, gid, groups: &'static [u32]| Requester { node: 1, uid, gid, groups };
@@ -199,7 +199,7 @@ impl Class {
 ///
 /// ```
 /// use rsm::Access;
-/// use rsm::core::access::{Creator, mode_for};
+/// use rsm::test_util::access::{Creator, mode_for};
 ///
 /// let creator = Creator { uid: 0, gid: 0, umask: 0o027 };
 /// assert_eq!(mode_for(&[], &creator, 9)?, 0o640);
@@ -227,7 +227,7 @@ pub fn mode_for(acl: &[Access], creator: &Creator, node: u32) -> Result<u32> {
 /// `Perm::NONE` is always granted to a node the list names (every later access then fails).
 ///
 /// ```
-/// use rsm::core::access::{Creator, Requester, check};
+/// use rsm::test_util::access::{Creator, Requester, check};
 /// use rsm::{Access, Perm};
 ///
 /// let creator = Creator { uid: 1000, gid: 100, umask: 0o022 };

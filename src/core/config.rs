@@ -15,7 +15,7 @@
 //! `RSM_PEERS: entry "2=foo": invalid address "foo"`.
 //!
 //! ```
-//! use rsm::core::config::{from_env, from_toml, resolve};
+//! use rsm::test_util::config::{from_env, from_toml, resolve};
 //!
 //! let file = from_toml("node_id = 2\n[peers]\n1 = \"127.0.0.1:7401\"\n", "rsm.toml")?;
 //! let env = from_env(|name| (name == "RSM_LISTEN").then(|| "127.0.0.1:7402".to_string()))?;
@@ -100,7 +100,7 @@ impl Default for NodeConfig {
 /// Where a setting came from; errors name it.
 ///
 /// ```
-/// use rsm::core::config::Origin;
+/// use rsm::test_util::config::Origin;
 ///
 /// assert_eq!(Origin::File("/etc/rsm/rsm.toml".into()).to_string(), "/etc/rsm/rsm.toml");
 /// assert_eq!(Origin::Environment.to_string(), "environment");
@@ -183,7 +183,7 @@ struct Sourced<T> {
 /// refuses even after several layers were merged.
 ///
 /// ```
-/// use rsm::core::config::{Origin, PartialConfig};
+/// use rsm::test_util::config::{Origin, PartialConfig};
 ///
 /// let mut file = PartialConfig::new(Origin::File("rsm.toml".into()));
 /// file.set_node_id(2).insert_peer(3, "127.0.0.1:7403".parse()?);
@@ -210,7 +210,7 @@ impl PartialConfig {
     /// An empty layer whose settings will come from `origin`.
     ///
     /// ```
-    /// use rsm::core::config::{Origin, PartialConfig};
+    /// use rsm::test_util::config::{Origin, PartialConfig};
     ///
     /// let layer = PartialConfig::new(Origin::Builder);
     /// assert!(layer.is_empty());
@@ -229,7 +229,7 @@ impl PartialConfig {
     /// The source this layer's own settings come from.
     ///
     /// ```
-    /// use rsm::core::config::{Origin, PartialConfig};
+    /// use rsm::test_util::config::{Origin, PartialConfig};
     ///
     /// assert_eq!(PartialConfig::new(Origin::Environment).origin(), &Origin::Environment);
     /// ```
@@ -240,7 +240,7 @@ impl PartialConfig {
     /// Whether this layer sets nothing.
     ///
     /// ```
-    /// use rsm::core::config::from_env;
+    /// use rsm::test_util::config::from_env;
     ///
     /// assert!(from_env(|_| None)?.is_empty());
     /// # Ok::<(), rsm::Error>(())
@@ -255,7 +255,7 @@ impl PartialConfig {
     /// The node id, if this layer sets one.
     ///
     /// ```
-    /// use rsm::core::config::{Origin, PartialConfig};
+    /// use rsm::test_util::config::{Origin, PartialConfig};
     ///
     /// let mut layer = PartialConfig::new(Origin::Builder);
     /// assert_eq!(layer.node_id(), None);
@@ -269,7 +269,7 @@ impl PartialConfig {
     /// The listen address, if this layer sets one.
     ///
     /// ```
-    /// use rsm::core::config::{Origin, PartialConfig};
+    /// use rsm::test_util::config::{Origin, PartialConfig};
     ///
     /// let mut layer = PartialConfig::new(Origin::Builder);
     /// layer.set_listen("[::1]:7401".parse()?);
@@ -283,7 +283,7 @@ impl PartialConfig {
     /// The peers this layer names (a copy).
     ///
     /// ```
-    /// use rsm::core::config::{Origin, PartialConfig};
+    /// use rsm::test_util::config::{Origin, PartialConfig};
     ///
     /// let mut layer = PartialConfig::new(Origin::Builder);
     /// layer.insert_peer(2, "127.0.0.1:7402".parse()?);
@@ -297,7 +297,7 @@ impl PartialConfig {
     /// The non-loopback opt-in, if this layer sets it.
     ///
     /// ```
-    /// use rsm::core::config::{Origin, PartialConfig};
+    /// use rsm::test_util::config::{Origin, PartialConfig};
     ///
     /// let mut layer = PartialConfig::new(Origin::Builder);
     /// layer.set_allow_non_loopback(true);
@@ -310,7 +310,7 @@ impl PartialConfig {
     /// Sets the node id.
     ///
     /// ```
-    /// use rsm::core::config::{Origin, PartialConfig, resolve};
+    /// use rsm::test_util::config::{Origin, PartialConfig, resolve};
     ///
     /// let mut layer = PartialConfig::new(Origin::Builder);
     /// layer.set_node_id(9);
@@ -325,7 +325,7 @@ impl PartialConfig {
     /// Sets the listen address.
     ///
     /// ```
-    /// use rsm::core::config::{Origin, PartialConfig, resolve};
+    /// use rsm::test_util::config::{Origin, PartialConfig, resolve};
     ///
     /// let mut layer = PartialConfig::new(Origin::Builder);
     /// layer.set_listen("127.0.0.5:7401".parse()?);
@@ -340,7 +340,7 @@ impl PartialConfig {
     /// Adds a peer, or replaces the address of a peer this layer already names.
     ///
     /// ```
-    /// use rsm::core::config::{Origin, PartialConfig};
+    /// use rsm::test_util::config::{Origin, PartialConfig};
     ///
     /// let mut layer = PartialConfig::new(Origin::Builder);
     /// layer.insert_peer(2, "127.0.0.1:1".parse()?).insert_peer(2, "127.0.0.1:2".parse()?);
@@ -358,7 +358,7 @@ impl PartialConfig {
     /// listen beyond the host, never a file or a variable.
     ///
     /// ```
-    /// use rsm::core::config::{Origin, PartialConfig, resolve};
+    /// use rsm::test_util::config::{Origin, PartialConfig, resolve};
     ///
     /// let mut env = PartialConfig::new(Origin::Environment);
     /// env.set_allow_non_loopback(true);
@@ -373,7 +373,7 @@ impl PartialConfig {
     /// peers replace or join these peers entry by entry. Settings keep their origin.
     ///
     /// ```
-    /// use rsm::core::config::{from_toml, Origin, PartialConfig};
+    /// use rsm::test_util::config::{from_toml, Origin, PartialConfig};
     ///
     /// let mut merged = from_toml("node_id = 2\nlisten = \"127.0.0.1:7402\"", "rsm.toml")?;
     /// let mut builder = PartialConfig::new(Origin::Builder);
@@ -454,7 +454,7 @@ struct RawFile {
 /// text over [`MAX_FILE_BYTES`] or a table of more than [`MAX_PEERS`] peers.
 ///
 /// ```
-/// use rsm::core::config::from_toml;
+/// use rsm::test_util::config::from_toml;
 ///
 /// let text = "node_id = 1\nlisten = \"127.0.0.1:7401\"\n[peers]\n2 = \"127.0.0.1:7402\"\n";
 /// let layer = from_toml(text, "/etc/rsm/rsm.toml")?;
@@ -582,7 +582,7 @@ fn too_many_peers(label: &str, count: usize) -> Error {
 /// and a trailing comma are tolerated, a node named twice is refused.
 ///
 /// ```
-/// use rsm::core::config::from_env;
+/// use rsm::test_util::config::from_env;
 ///
 /// let layer = from_env(|name| match name {
 ///     "RSM_NODE_ID" => Some("3".to_string()),
@@ -649,7 +649,7 @@ fn parse_env_peers(text: &str) -> Result<Vec<(u32, SocketAddr)>> {
 /// - more than [`MAX_PEERS`] peers in all.
 ///
 /// ```
-/// use rsm::core::config::{from_toml, resolve, Origin, PartialConfig};
+/// use rsm::test_util::config::{from_toml, resolve, Origin, PartialConfig};
 ///
 /// let file = from_toml("listen = \"192.0.2.2:7401\"", "rsm.toml")?;
 /// let err = resolve(&[file.clone()]).unwrap_err();

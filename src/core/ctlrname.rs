@@ -31,7 +31,7 @@ impl ControllerName {
     /// trailing digits are the unit, and a missing or empty name means `loopback`.
     ///
     /// ```
-    /// use rsm::core::ctlrname::ControllerName;
+    /// use rsm::test_util::ctlrname::ControllerName;
     /// assert_eq!(ControllerName::parse(Some("TCP0")).unwrap(),
     ///            ControllerName::Unit { kind: "tcp".into(), unit: 0 });
     /// assert_eq!(ControllerName::parse(Some("loopback3")).unwrap(), ControllerName::Loopback);

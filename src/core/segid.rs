@@ -6,7 +6,7 @@
 //! which read the file; [`parse_segmentid_file`] and [`lookup`] work on its text.
 //!
 //! ```
-//! use rsm::core::segid::{check_publish_id, lookup};
+//! use rsm::test_util::segid::{check_publish_id, lookup};
 //!
 //! let text = "#keyword  appid    baseid    length\nreserved  SUNWfoo  0x600000  1000\n";
 //! let range = lookup(text, "example", "sunwfoo")?;
@@ -75,7 +75,7 @@ const OP: &str = "get_segmentid_range";
 /// non-empty and lies within [`APP_ID_MIN`]`..=`[`APP_ID_MAX`].
 ///
 /// ```
-/// use rsm::core::segid::{SegmentIdRange, parse_segmentid_file};
+/// use rsm::test_util::segid::{SegmentIdRange, parse_segmentid_file};
 ///
 /// let entries = parse_segmentid_file("reserved SUNWfoo 0x600000 1000", "example")?;
 /// let expected = SegmentIdRange { appid: "SUNWfoo".into(), base: 0x600000, length: 1000 };
@@ -124,7 +124,7 @@ impl SegmentIdRange {
 /// leaves `0x400000`-`0x7FFFFFFF`; also for a text larger than [`MAX_FILE_BYTES`].
 ///
 /// ```
-/// use rsm::core::segid::parse_segmentid_file;
+/// use rsm::test_util::segid::parse_segmentid_file;
 ///
 /// let text = "\n# HPC jobs\nRESERVE  mpi  400000  64  # 64 ids\nreserved\tdb\t0X7FFF0000\t65536\n";
 /// let entries = parse_segmentid_file(text, "example")?;
@@ -161,7 +161,7 @@ pub fn parse_segmentid_file(text: &str, source: &str) -> Result<Vec<SegmentIdRan
 /// entry matches.
 ///
 /// ```
-/// use rsm::core::segid::lookup;
+/// use rsm::test_util::segid::lookup;
 ///
 /// let text = "reserved SUNWfoo 0x600000 1000\nreserved sunwFOO 0x700000 10\n";
 /// assert_eq!(lookup(text, "example", "SUNWFOO")?.base, 0x600000);
@@ -185,7 +185,7 @@ pub fn lookup(text: &str, source: &str, appid: &str) -> Result<SegmentIdRange> {
 /// empty, else [`DEFAULT_SEGMENTID_FILE`].
 ///
 /// ```
-/// use rsm::core::segid::{DEFAULT_SEGMENTID_FILE, SEGMENTID_FILE_ENV, segmentid_file_path};
+/// use rsm::test_util::segid::{DEFAULT_SEGMENTID_FILE, SEGMENTID_FILE_ENV, segmentid_file_path};
 ///
 /// if std::env::var_os(SEGMENTID_FILE_ENV).is_none() {
 ///     assert_eq!(segmentid_file_path(), std::path::Path::new(DEFAULT_SEGMENTID_FILE));
@@ -230,7 +230,7 @@ pub fn get_segmentid_range(appid: &str) -> Result<SegmentIdRange> {
 ///
 /// ```
 /// use std::io::Write;
-/// use rsm::core::segid::get_segmentid_range_from;
+/// use rsm::test_util::segid::get_segmentid_range_from;
 ///
 /// let mut file = tempfile::NamedTempFile::new()?;
 /// writeln!(file, "reserved SUNWfoo 0x600000 1000")?;
@@ -267,7 +267,7 @@ pub fn get_segmentid_range_from(path: &Path, appid: &str) -> Result<SegmentIdRan
 /// `RSMERR_RESERVED_SEGID` (23) with the id as the context's segment for any other id.
 ///
 /// ```
-/// use rsm::core::segid::check_publish_id;
+/// use rsm::test_util::segid::check_publish_id;
 ///
 /// assert!(check_publish_id(0).is_ok());
 /// assert!(check_publish_id(0x400000).is_ok() && check_publish_id(0x7FFFFFFF).is_ok());

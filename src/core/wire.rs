@@ -25,13 +25,13 @@
 //! whole link.
 //!
 //! ```
-//! use rsm::core::wire::{Message, decode, encode};
+//! use rsm::test_util::wire::{Message, decode, encode};
 //!
 //! let frame = encode(&Message::Heartbeat { seq: 7 })?;
 //! assert_eq!(&frame[..], &[2, 0, 11, 7, 0, 0, 0, 0, 0, 0, 0]);
 //! assert_eq!(decode(&frame)?, Message::Heartbeat { seq: 7 });
 //! assert!(decode(&frame[..5]).is_err());
-//! # Ok::<(), rsm::core::wire::WireError>(())
+//! # Ok::<(), rsm::test_util::wire::WireError>(())
 //! ```
 
 use bytes::{BufMut, Bytes, BytesMut};

@@ -1,8 +1,9 @@
-//! The operations an explicit barrier covers (design §7): how many are unsettled, the first
+//! The operations an explicit barrier covers (DESIGN.md §7): how many are unsettled, the first
 //! failure among them, and the means to post what the transmit queue did not take yet.
 
-use super::slot::{Drive, clone_error};
+use super::drive::Drive;
 use crate::Error;
+use crate::error::clone_error;
 use std::future::poll_fn;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::task::{Poll, Waker};

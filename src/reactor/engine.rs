@@ -1,6 +1,6 @@
 //! The progress engine of one fabric controller: the only reader of its completion queue,
 //! on a thread `rsm` owns, so progress never depends on the user's tasks being scheduled
-//! (design §6).
+//! (DESIGN.md §6).
 //!
 //! How it waits depends on the provider ([`Tuning::wait_fd`]):
 //! - a wait fd (sockets): drain the queue until empty, `fi_trywait`, then sleep in `poll` on
@@ -17,10 +17,11 @@
 //! remote writes and reads only while the target reads its queue (tcp's connected
 //! endpoints claim automatic progress in 1.17 but have no thread for it).
 
+use super::context::SlotHeader;
+use super::looks::{Looks, Stamp};
 use crate::error::FabricFailure;
 use crate::fabric::endpoint::PostError;
 use crate::fabric::{CompletionQueue, CqEntry, CqReadError, Endpoint, READ_BATCH, WaitKind, ffi};
-use crate::reactor::slot::SlotHeader;
 use crate::sys::wake::{Waker as WakeFd, readable_now};
 use crate::{Error, Result};
 use std::collections::HashMap;
@@ -29,143 +30,8 @@ use std::sync::{Arc, Mutex};
 use std::task::Waker;
 use std::time::{Duration, Instant};
 
-/// How an engine spins and sleeps; chosen per provider, tuned by measurement (`rsm bench`).
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct Tuning {
-    /// Ask the queue for an fd wait object (`FI_WAIT_FD`) and sleep on it while idle;
-    /// without one (or where the provider has none, as shm) the engine polls and peers
-    /// wake it over the side channel.
-    pub(crate) wait_fd: bool,
-    /// With a wait fd: how long to spin on the queue while operations are in flight before
-    /// sleeping in `poll`. Zero disables spinning.
-    pub(crate) busy_spin: Duration,
-    /// How long to keep polling after the last activity before sleeping, with nothing of
-    /// its own in flight: the engine may be the target of a peer's operations.
-    pub(crate) idle_window: Duration,
-    /// Wake a sleeping engine when an operation is posted, so it spins for the completion
-    /// instead of waiting for the fd.
-    pub(crate) wake_on_post: bool,
-    /// How long the thread that awaits a just-posted operation reads the queue itself
-    /// before it returns `Pending`: a completion it reads needs no cross-thread wake-up,
-    /// which costs 10-15 µs here.
-    pub(crate) inline_spin: Duration,
-    /// After posting one of a window of operations, the posting thread looks at the queue
-    /// once (see `inline_progress`).
-    pub(crate) window_look: bool,
-    /// With a window in flight, the awaiting thread reads the queue for all of it while
-    /// completions keep coming (see `spin_after_yield`).
-    pub(crate) window_spin: bool,
-    /// How many more spins of `inline_spin` in a row without progress a window's reader
-    /// takes before it leaves the queue to the engine (see `spin_after_yield`); progress (a
-    /// completion reaped, another operation posted) starts the count again.
-    pub(crate) window_slices: u32,
-    /// The provider reports a lost peer as `EIO` (sockets, measured); elsewhere `EIO` is a
-    /// failed remote access (shm's answer to a copy that faulted at the target).
-    pub(crate) eio_is_lost_peer: bool,
-    /// How long a signal wait reads the queue itself before its task parks (see
-    /// `events::hub`).
-    pub(crate) signal_spin: Duration,
-}
-
-impl Tuning {
-    /// The tuning for a provider type (`tcp`, `shm`, `sockets`, ...).
-    pub(crate) fn for_kind(kind: &str) -> Tuning {
-        match kind {
-            // sockets' own progress threads need the CPU: never spin.
-            "sockets" => Tuning {
-                wait_fd: true,
-                busy_spin: Duration::ZERO,
-                idle_window: Duration::ZERO,
-                wake_on_post: false,
-                inline_spin: Duration::ZERO,
-                window_look: false,
-                window_spin: false,
-                window_slices: 0,
-                eio_is_lost_peer: true,
-                signal_spin: Duration::ZERO,
-            },
-            // The figures below were measured on tcp;ofi_rxm. On tcp's connected endpoints
-            // (`fabric/connected.rs`) the same tuning was measured again against the
-            // baseline in two reports: 8-byte put and get 0.87-0.99, 64 KiB to 1 MiB
-            // bandwidth 0.85-1.14 (docs/performance.md, eleventh pass). Looking at the
-            // queue after each post of a window (`window_look`, as shm does) did not help:
-            // 64 KiB put 0.77-0.80 against 0.74-1.46 without it (3 alternating pairs).
-            //
-            // The awaiting thread reads rxm's queue (and so drives rxm) while the engine
-            // stays off the queue (`DEFER_TO_REAPER`): an 8-byte get went from 37 to 17-20
-            // µs, a put (write and fence read) from 60 to 23-30 µs (`rsm bench`,
-            // docs/performance.md). Without the engine's deferral both threads spun on
-            // rxm and the inline spin was 2-3 times slower than none.
-            //
-            // No wait fd: with one on rsm's queue, rxm gives its tcp queue one too, and the
-            // tcp provider then progresses through an epoll set (`epoll_wait` and
-            // `epoll_ctl` per pending send) instead of `poll`. The same wait object cost
-            // the busy-polling baseline 1.8 µs of its 9.2 µs 8-byte get, and 20-26 % of
-            // its 64 KiB put bandwidth in 2 of 3 pairs. Polling as on shm (peers wake a
-            // sleeping engine over the side channel), alternating runs against the
-            // baseline: 8-byte get 0.78 → 0.86, put 0.78 → 0.87 (4 pairs each);
-            // bandwidth unchanged within the noise (docs/performance.md, ninth pass).
-            "tcp" => Tuning {
-                wait_fd: false,
-                busy_spin: Duration::ZERO,
-                // As shm's: four kick periods.
-                idle_window: Duration::from_millis(20),
-                wake_on_post: true,
-                inline_spin: Duration::from_micros(100),
-                window_look: false,
-                window_spin: true,
-                // One spin (100 µs) without a completion, then the engine: in windows of
-                // 100,000 operations of 64 KiB and 1 MiB, readers left 2-54 times. Ten
-                // spins changed nothing 8 alternating pairs could tell (fifteenth pass), and
-                // on tcp0 64 KiB gets they made it worse: 12 pairs 1.112 → 0.946, rsm's fast
-                // rounds 11 → 4 of 60 (docs/performance.md, sixteenth pass).
-                window_slices: 0,
-                eio_is_lost_peer: false,
-                // As shm's. With a wait fd a waiting reader slowed rxm's progress for the
-                // answer (a round trip of 30-45 µs took 151-300 µs); polling, the round
-                // trip went from 98-137 µs (33-35 µs in 2 of 6 runs) without the read to
-                // 17-18 µs with it, against the baseline's 15.5 µs (6 and 4 runs).
-                signal_spin: Duration::from_micros(100),
-            },
-            // shm: a completion read by the awaiting thread saves the 10-15 µs cross-thread
-            // wake-up; an 8-byte get went from 15 µs to 3.4 µs (measured with `rsm bench`).
-            _ => Tuning {
-                // Where the provider has one (verbs, efa); shm answers `ENOSYS`.
-                wait_fd: true,
-                busy_spin: Duration::from_micros(200),
-                // Four kick periods: a target serving a peer's transfer sees no completions
-                // of its own, only the peer's kicks keep it awake.
-                idle_window: Duration::from_millis(20),
-                wake_on_post: true,
-                inline_spin: Duration::from_micros(20),
-                window_look: true,
-                // The poster reads its window's queue, as on tcp. Left to the engine, a shm
-                // put window drained whole (the target copies in order under its region
-                // lock), and the engine's wake-up of the task left the target idle for
-                // 20-30 µs before the next posts: shm0 64 KiB put 0.81 → 0.97-1.00 of the
-                // baseline, putv 0.81 → 0.95 (alternating runs, docs/performance.md, tenth
-                // pass). Gets, copied inside their post, did not move.
-                window_spin: true,
-                // A reader that left after one spin (20 µs) without a completion woke the
-                // engine, which then took a core from the target and from the reader on 2
-                // cores; the target's next stall was longer, and the reader left again.
-                // Runs of shm0 64 KiB puts took 8.2-9.0 µs each with 7,000-17,000 such
-                // leaves per 100,000 puts, 6.9 µs with 191. With ten spins nobody left, and
-                // puts took 6.8-7.1 µs. Against the baseline, alternating pairs: 64 KiB put
-                // 0.905 → 0.968 (20 pairs), putv 0.930 → 0.950 (16), 1 MiB unchanged
-                // (docs/performance.md, fifteenth pass).
-                window_slices: 10,
-                eio_is_lost_peer: false,
-                // A signal round trip went from 31-40 µs to 1.8 µs. Longer than a wake-up
-                // (tens of µs here): with 20 µs, once one side parked, the other's read
-                // ended before the answer came, and whole runs stayed at 55-87 µs (5 of
-                // 12); with 100 µs a late answer is still read, and every run took 1.9 µs
-                // (6 of 6).
-                signal_spin: Duration::from_micros(100),
-            },
-        }
-    }
-}
+// The tuning keeps its path here for the rest of the crate.
+pub(crate) use super::tuning::{Tuning, longest_idle_window};
 
 #[cfg(test)]
 thread_local! {
@@ -178,15 +44,6 @@ thread_local! {
     /// Engines started by this thread give every part a context of its own, as for a
     /// provider that uses their memory: tests of that path on shm and tcp, which do not.
     pub(crate) static FULL_CONTEXTS: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
-}
-
-/// The longest time any provider's engine polls on after its last activity.
-pub(crate) fn longest_idle_window() -> Duration {
-    ["tcp", "shm", "sockets"]
-        .into_iter()
-        .map(|k| Tuning::for_kind(k).idle_window)
-        .max()
-        .unwrap_or(Duration::ZERO)
 }
 
 /// What became of a post.
@@ -299,101 +156,6 @@ const YIELD_EVERY: u64 = 16;
 /// of a shm target engine's loop, and rsm's 8-byte shm0 put cost 530 cycles more than the
 /// baseline's with 256 against 640 with 16 (4 runs each, cycle counter).
 const POLL_YIELD_EVERY: u64 = 256;
-
-/// A `sched_yield` that takes this long let another thread run (alone on its core it
-/// returns in under a microsecond here).
-const SHARED_CORE: Duration = Duration::from_micros(3);
-
-/// Yields the CPU; returns whether another thread ran meanwhile. Two threads that spin
-/// and yield on one core while the other core idles stay together for whole benchmark
-/// rounds (the scheduler keeps cache-hot threads where they are): each then yields after
-/// every look instead of every few, so the one with work gets the core sooner.
-pub(crate) fn yield_shared() -> bool {
-    yield_and_time().0
-}
-
-/// [`yield_shared`], with the time the yield returned.
-fn yield_and_time() -> (bool, Instant) {
-    let before = Instant::now();
-    std::thread::yield_now();
-    let after = Instant::now();
-    (after.duration_since(before) >= SHARED_CORE, after)
-}
-
-/// Looks between a clock read: the engine's windows are 200 µs and up, a look without a
-/// yield takes well under a microsecond, and a precise clock read (34 ns here) per look
-/// was a quarter of a target engine's loop.
-const CLOCK_EVERY: u64 = 16;
-
-/// A point on an engine thread's own clock: nanoseconds since its [`Looks`] began. A plain
-/// integer: `Instant`'s difference (a checked `timespec` subtraction) took 1 % of a shm
-/// target engine's loop, which asks how long ago something was two or three times a look.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-struct Stamp(u64);
-
-/// The engine thread's own state between its looks at the queue: on its stack, so a look
-/// costs no atomic read-modify-write, and the clock is read once every [`CLOCK_EVERY`]
-/// looks (and after every yield and sleep).
-struct Looks {
-    turns: u64,
-    /// Where the thread's [`Stamp`]s count from.
-    base: Instant,
-    /// The time at the last clock read.
-    now: Stamp,
-    /// The engine's last yield let another thread run: it shares its core with a busy
-    /// thread (the thread awaiting the operations it serves, on a 2-core machine).
-    core_shared: bool,
-    /// The value of [`Engine::reaps`] at the last look, and when the engine saw it move.
-    reaps_seen: u64,
-    reaps_moved_at: Option<Stamp>,
-}
-
-impl Looks {
-    fn new() -> Looks {
-        Looks {
-            turns: 0,
-            base: Instant::now(),
-            now: Stamp(0),
-            core_shared: false,
-            reaps_seen: 0,
-            reaps_moved_at: None,
-        }
-    }
-
-    /// `t` on this thread's clock.
-    fn stamp(&self, t: Instant) -> Stamp {
-        Stamp(u64::try_from(t.saturating_duration_since(self.base).as_nanos()).unwrap_or(u64::MAX))
-    }
-
-    /// Reads the clock (after a sleep or a yield, and every [`CLOCK_EVERY`] looks).
-    fn read_clock(&mut self) {
-        self.now = self.stamp(Instant::now());
-    }
-
-    /// One more look at the queue.
-    fn count(&mut self) {
-        self.turns = self.turns.wrapping_add(1);
-        if self.turns % CLOCK_EVERY == 0 {
-            self.read_clock();
-        }
-    }
-
-    /// Whether less than `d` passed since `t`, by the last clock read. In nanoseconds: a
-    /// `Duration` made to compare cost a division per question.
-    fn within(&self, t: Stamp, d: Duration) -> bool {
-        self.now.0.saturating_sub(t.0) < u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
-    }
-
-    /// Yields the CPU every `every` idle looks at the queue, or after every look while the
-    /// last yield let another thread run (see [`yield_shared`]).
-    fn maybe_yield(&mut self, every: u64) {
-        if self.core_shared || self.turns % every == 0 {
-            let (shared, after) = yield_and_time();
-            self.core_shared = shared;
-            self.now = self.stamp(after);
-        }
-    }
-}
 
 /// How long a stopping engine waits for in-flight operations before it leaks them.
 const DRAIN_ON_STOP: Duration = Duration::from_secs(5);
@@ -825,9 +587,8 @@ impl Engine {
             // spin for its completion.
             1..=SPIN_UP_TO => self.tuning.busy_spin,
             // A window in flight: completions keep coming and each makes the fd readable, so
-            // sleep on it. Spinning here (a poll and a sched_yield per turn) took a core
-            // from the user's posting thread and the local target on 2 cores: tcp0 64 KiB
-            // put bandwidth profile, docs/performance.md.
+            // sleep on it; spinning here would take a core from the posting thread and the
+            // local target on 2 cores.
             _ => Duration::ZERO,
         };
         if looks.within(last_work, window) {
@@ -897,9 +658,8 @@ impl Engine {
         // Also when not busy: see `idle_fd`.
         if self.reaper_active(looks) {
             // The thread awaiting an operation reads the queue itself: spinning here too
-            // took a core from it and from the target on 2 cores, and made shm0 8-byte
-            // puts take 30 µs now and then instead of 2 (docs/performance.md). Not
-            // `sleeping`: posts need not wake us, their thread reaps, or calls us back.
+            // would take a core from it and from the target on 2 cores. Not `sleeping`:
+            // posts need not wake us, their thread reaps, or calls us back.
             self.defer_to_reaper(looks);
             return false;
         }
@@ -1175,45 +935,5 @@ impl std::future::Future for ConnectionChanged<'_> {
         }
         e.wait_for_connection(cx.waker(), self.epoch);
         std::task::Poll::Pending
-    }
-}
-
-#[cfg(test)]
-mod looks_tests {
-    use super::*;
-
-    #[test]
-    fn within_counts_from_the_last_clock_read() {
-        let mut looks = Looks::new();
-        let base = looks.base;
-        looks.now = looks.stamp(base + Duration::from_millis(10));
-        let at = |ms| looks.stamp(base + Duration::from_millis(ms));
-        assert!(looks.within(at(9), Duration::from_millis(2)));
-        assert!(!looks.within(at(8), Duration::from_millis(2)));
-        assert!(!looks.within(at(7), Duration::from_millis(2)));
-        // A stamp after the last clock read (taken since by another path) is within any
-        // window, as `saturating_duration_since` made it.
-        assert!(looks.within(at(12), Duration::from_nanos(1)));
-        // Before the base: clamped to it.
-        if let Some(before) = base.checked_sub(Duration::from_millis(1)) {
-            assert_eq!(looks.stamp(before), Stamp(0));
-        }
-    }
-
-    #[test]
-    fn the_clock_is_read_every_few_looks_only() {
-        let mut looks = Looks::new();
-        looks.now = Stamp(0);
-        for _ in 1..CLOCK_EVERY {
-            looks.count();
-        }
-        assert_eq!(
-            looks.now,
-            Stamp(0),
-            "no clock read before the {CLOCK_EVERY}th look"
-        );
-        std::thread::sleep(Duration::from_millis(2));
-        looks.count();
-        assert!(looks.now.0 >= 2_000_000, "read at the {CLOCK_EVERY}th look");
     }
 }

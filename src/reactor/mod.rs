@@ -1,15 +1,31 @@
 //! Drives completions: per controller one progress engine that reads its completion queue
 //! and completes operation slots, which own their buffers until the provider is done.
+//!
+//! From the bottom up: what an operation moves (`plan`), the context handed to the provider
+//! (`context`), what its failures mean (`failure`), posting as a barrier sees it (`drive`),
+//! buffers (`buf`), the engine's tuning and clock (`tuning`, `looks`), the connection's
+//! operations (`tracker`, `verdict`, `barrier`); the progress `engine`; the slot that owns an
+//! operation (`slot`); its posting and its spin policy (`post`, `spin`); and its future
+//! (`op`). No file imports one above it.
 
 pub(crate) mod barrier;
 pub(crate) mod buf;
+mod context;
+mod drive;
 pub(crate) mod engine;
+mod failure;
+mod looks;
+mod op;
+mod plan;
+mod post;
 pub(crate) mod slot;
+mod spin;
 pub(crate) mod tracker;
+mod tuning;
 pub(crate) mod verdict;
 
 pub use buf::{IoBuf, IoBufMut};
-pub use slot::Op;
+pub use op::Op;
 
 use std::future::Future;
 use std::pin::Pin;

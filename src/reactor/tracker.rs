@@ -1,7 +1,7 @@
 //! The in-flight operations of one connection, so a forced disconnect can fail them at once
-//! (decision 19), a revoke can wait for them (design §4) and a rebind can wait for those
-//! posted with the old registration; and the connection's current view of the exporter's
-//! registration, which a rebind swaps (design §4).
+//! (DESIGN.md, decision 19), a revoke can wait for them (DESIGN.md §4) and a rebind can wait
+//! for those posted with the old registration; and the connection's current view of the
+//! exporter's registration, which a rebind swaps (DESIGN.md §4).
 //!
 //! An operation costs the tracker two atomic additions: it is counted in the current
 //! *epoch* (the number of rebinds applied here) when its first part is posted, and
@@ -165,7 +165,7 @@ impl Tracker {
     pub(crate) fn park(&self, id: u64, slot: Weak<dyn Abort>) -> Option<Error> {
         let mut g = self.lock();
         g.parked.insert(id, slot);
-        g.aborted.as_ref().map(super::slot::clone_error)
+        g.aborted.as_ref().map(crate::error::clone_error)
     }
 
     /// Drops the registration of a parked operation the provider is done with.
@@ -211,7 +211,7 @@ impl Tracker {
     /// The abort's error, copied (out of line: asked on every post, needed after an abort).
     #[cold]
     fn abort_error(&self) -> Option<Error> {
-        self.lock().aborted.as_ref().map(super::slot::clone_error)
+        self.lock().aborted.as_ref().map(crate::error::clone_error)
     }
 
     /// Whether the connection was torn down (one load, for spinning threads).

@@ -2,8 +2,8 @@
 //! before) fails an access under a key the target does not know, and every access in flight
 //! to a process that died, the same way: `ECANCELED` with provider errno `ENOENT`
 //! (measured; the target closes the connection on a bad key). The first is a failed access
-//! (`RSMERR_BARRIER_FAILURE`), the second a lost exporter (`RSMERR_CONN_ABORTED`, decision
-//! 19). Only the side channel tells them apart, and it learns of a death a little after the
+//! (`RSMERR_BARRIER_FAILURE`), the second a lost exporter (`RSMERR_CONN_ABORTED`,
+//! DESIGN.md, decision 19). Only the side channel tells them apart, and it learns of a death a little after the
 //! provider: an awaiting thread that reads its own completions saw the cancel first and
 //! called a killed exporter a failed access. So such a failure waits up to [`VERDICT_WAIT`]
 //! for the connection's tracker to be aborted before it is reported.

@@ -1,0 +1,267 @@
+//! The future of one put or get, [`Op`]: it drives its slot's posting, reads the queue for
+//! its completion as the spin policy says, and hands back the result and, once the provider
+//! is done with it, the buffer (DESIGN.md §5).
+
+use super::buf::{IoBuf, IoBufMut};
+use super::drive::Drive;
+use super::plan::{Piece, Plan};
+use super::slot::{Outcome, Slot, Spec};
+use super::spin::{Spin, SpinEnd, look_after_post, spin_after_yield};
+use super::verdict;
+use crate::{Error, Result};
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll, Waker};
+
+/// The future of one put or get: resolves to the result and, once the provider is done with
+/// it, the buffer.
+///
+/// In explicit barrier mode the operation is posted when it is created and the future is
+/// only a handle: awaiting it is optional, the barrier's close waits for it.
+///
+/// # Cancel safety
+/// Dropping it stops the waiting, not the transfer: a posted operation still completes
+/// (remote memory access cannot be recalled), and its buffer is released only then.
+#[must_use = "an operation does nothing until awaited (in implicit barrier mode)"]
+pub struct Op<B: Send + 'static> {
+    slot: Option<Arc<Slot<B>>>,
+    /// Where the awaiting thread is in its turn at reading the completion queue.
+    spin: Spin,
+    ready: Option<(Result<()>, Option<B>)>,
+    /// An ambiguous failure waiting for the side channel's verdict.
+    verdict: Option<Box<Held<B>>>,
+}
+
+/// An outcome held back until its verdict, with the slot for the error's context.
+type Held<B> = (Outcome<B>, verdict::AbortWithin, Arc<Slot<B>>);
+
+impl<B: Send + 'static> Unpin for Op<B> {}
+
+impl<B: Send + 'static> Drop for Op<B> {
+    fn drop(&mut self) {
+        // A future dropped between its post and its spin leaves the operation to the
+        // engine, which may sleep since the post did not wake it.
+        if let Some(slot) = &self.slot {
+            if slot.barrier.is_none() {
+                slot.abandon();
+            }
+            slot.unattended();
+        }
+    }
+}
+
+impl<B: Send + 'static> std::fmt::Debug for Op<B> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Op")
+            .field("pending", &self.slot.is_some())
+            .finish()
+    }
+}
+
+impl<B: Send + 'static> Op<B> {
+    /// An operation that fails before anything is posted; the buffer comes straight back.
+    pub(crate) fn failed(err: Error, buf: B) -> Self {
+        Op {
+            slot: None,
+            spin: Spin::Unposted,
+            verdict: None,
+            ready: Some((Err(err), Some(buf))),
+        }
+    }
+
+    /// An operation with nothing to move: succeeds at once.
+    pub(crate) fn done(buf: B) -> Self {
+        Op {
+            slot: None,
+            spin: Spin::Unposted,
+            verdict: None,
+            ready: Some((Ok(()), Some(buf))),
+        }
+    }
+
+    /// An operation that owns `buf` and moves what `spec.plan` (whose pointers lie in
+    /// `buf`) says.
+    pub(crate) fn new(spec: Spec, buf: B) -> Self {
+        match Slot::new(spec, buf) {
+            Ok(slot) => Op {
+                slot: Some(slot),
+                spin: Spin::Unposted,
+                verdict: None,
+                ready: None,
+            },
+            Err(buf) => Op::failed(Error::insufficient_resources(), buf),
+        }
+    }
+
+    /// A plan over the whole of one buffer: `ptr`/`len` at segment `offset`.
+    pub(crate) fn contiguous(ptr: *mut u8, len: usize, offset: u64, chunk: usize) -> Plan {
+        Plan::Contiguous {
+            piece: Piece {
+                ptr,
+                len,
+                desc: std::ptr::null_mut(),
+                offset,
+            },
+            chunk: chunk.max(1),
+        }
+    }
+
+    /// The buffer's storage, for writing from.
+    pub(crate) fn source(buf: &B) -> (*mut u8, usize)
+    where
+        B: IoBuf,
+    {
+        (buf.stable_ptr() as *mut u8, buf.bytes_len())
+    }
+
+    /// The buffer's storage, for reading into.
+    pub(crate) fn sink(buf: &mut B) -> (*mut u8, usize)
+    where
+        B: IoBufMut,
+    {
+        (buf.stable_mut_ptr(), buf.bytes_len())
+    }
+
+    /// Posts at once as much as the transmit queue takes (explicit barrier mode); what does
+    /// not fit is posted by the next poll or by the barrier.
+    pub(crate) fn post_now(&self) {
+        if let Some(slot) = &self.slot {
+            let mut cx = Context::from_waker(Waker::noop());
+            let _ = slot.post_pending(&mut cx);
+            slot.unattended();
+        }
+    }
+
+    /// The slot, for a barrier to drive.
+    pub(crate) fn driver(&self) -> Option<Arc<dyn Drive>> {
+        self.slot.as_ref().map(|s| Arc::clone(s) as Arc<dyn Drive>)
+    }
+
+    /// Polls for the whole outcome (vectors need the failed entry too).
+    pub(crate) fn poll_outcome(&mut self, cx: &mut Context<'_>) -> Poll<Outcome<B>> {
+        if self.verdict.is_some() {
+            return self.poll_verdict(cx);
+        }
+        if let Some((result, buf)) = self.ready.take() {
+            return Poll::Ready(Outcome {
+                failed_entry: result.is_err().then_some(0),
+                result,
+                buf,
+            });
+        }
+        let Some(slot) = self.slot.as_ref() else {
+            return Poll::Ready(Outcome {
+                result: Err(Error::bad_seg_hndl().detail("operation polled after completion")),
+                buf: None,
+                failed_entry: None,
+            });
+        };
+        if slot.post_pending(cx).is_pending() {
+            return Poll::Pending;
+        }
+        match self.spin {
+            Spin::Unposted => {
+                self.spin = Spin::Left;
+                if look_after_post(slot) {
+                    // Let whatever else this task has to post go first (see
+                    // `spin_after_yield`); the wake brings this poll back at once.
+                    self.spin = Spin::Yielded {
+                        mark: slot.engine.posts(),
+                        slice: 0,
+                    };
+                    cx.waker().wake_by_ref();
+                    return Poll::Pending;
+                }
+            }
+            Spin::Yielded { mark, slice } => {
+                self.spin = Spin::Left;
+                let next = match spin_after_yield(slot, mark, slice) {
+                    SpinEnd::Again => Some(0),
+                    SpinEnd::Longer => Some(slice.saturating_add(1)),
+                    SpinEnd::Done | SpinEnd::Left => None,
+                };
+                if let Some(slice) = next {
+                    self.spin = Spin::Yielded {
+                        mark: slot.engine.posts(),
+                        slice,
+                    };
+                    cx.waker().wake_by_ref();
+                    return Poll::Pending;
+                }
+            }
+            Spin::Left => {}
+        }
+        let mut st = slot.lock();
+        if let Some(result) = st.result.take() {
+            let buf = if st.provider_done {
+                st.buf.take()
+            } else {
+                None
+            };
+            let failed_entry = st.failed_entry;
+            drop(st);
+            let Some(slot) = self.slot.take() else {
+                return Poll::Pending;
+            };
+            let outcome = Outcome {
+                result,
+                buf,
+                failed_entry,
+            };
+            if outcome.result.as_ref().is_err_and(verdict::ambiguous) {
+                let wait = verdict::abort_within(&slot.tracker);
+                self.verdict = Some(Box::new((outcome, wait, slot)));
+                return self.poll_verdict(cx);
+            }
+            return Poll::Ready(outcome);
+        }
+        if st.parked.is_none() && !st.provider_done {
+            // Nobody spins for it from here: register it for an abort, then look again.
+            drop(st);
+            slot.park();
+            st = slot.lock();
+            if st.result.is_some() {
+                drop(st);
+                return self.poll_outcome(cx);
+            }
+        }
+        st.waker = Some(cx.waker().clone());
+        Poll::Pending
+    }
+
+    /// An ambiguous failure waits for the side channel's verdict (`reactor::verdict`): a
+    /// lost exporter turns it into the abort's `RSMERR_CONN_ABORTED`.
+    fn poll_verdict(&mut self, cx: &mut Context<'_>) -> Poll<Outcome<B>> {
+        let Some(held) = self.verdict.as_mut() else {
+            return Poll::Ready(Outcome {
+                result: Err(Error::bad_seg_hndl().detail("operation polled after completion")),
+                buf: None,
+                failed_entry: None,
+            });
+        };
+        let aborted = match Pin::new(&mut held.1).poll(cx) {
+            Poll::Pending => return Poll::Pending,
+            Poll::Ready(a) => a,
+        };
+        let Some(held) = self.verdict.take() else {
+            return Poll::Pending;
+        };
+        let (mut outcome, _, slot) = *held;
+        if let Some(e) = aborted {
+            outcome.result = Err(slot.info.annotate(e, slot.len));
+        }
+        Poll::Ready(outcome)
+    }
+}
+
+impl<B: Send + 'static> Future for Op<B> {
+    type Output = (Result<()>, Option<B>);
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        self.poll_outcome(cx).map(|o| (o.result, o.buf))
+    }
+}
+
+#[cfg(test)]
+mod tests;
