@@ -15,6 +15,9 @@ use std::path::{Path, PathBuf};
 /// The most lines a library source file may have.
 const MAX_LINES: usize = 1000;
 
+/// Where a re-export of another crate's item leads: outside the library.
+const EXTERNAL: &str = "<extern>";
+
 /// A module path from the crate root, such as `["reactor", "slot"]`.
 type ModPath = Vec<String>;
 
@@ -136,8 +139,9 @@ fn references(
     let bytes = code.as_bytes();
     let mut refs = Vec::new();
     let mut exports = Vec::new();
-    // Inline modules open at a brace depth: (depth, name).
+    // Inline modules open at a brace depth: (depth, name); and where a test module opened.
     let mut inline: Vec<(usize, String)> = Vec::new();
+    let mut in_test: Option<usize> = None;
     let mut depth = 0usize;
     let mut i = 0;
     let current = |inline: &Vec<(usize, String)>| {
@@ -156,6 +160,9 @@ fn references(
             depth = depth.saturating_sub(1);
             while inline.last().is_some_and(|(d, _)| *d > depth) {
                 inline.pop();
+            }
+            if in_test.is_some_and(|d| d > depth) {
+                in_test = None;
             }
             i += 1;
             continue;
@@ -184,9 +191,13 @@ fn references(
                     .collect();
                 let after = rest.trim_start()[name.len()..].trim_start();
                 if !name.is_empty() && after.starts_with('{') {
+                    if in_test.is_none() && is_test_only(&code[..start]) {
+                        in_test = Some(depth + 1);
+                    }
                     inline.push((depth + 1, name));
                 }
             }
+            _ if in_test.is_some() => {}
             "use" => {
                 let end = code[i..].find(';').map_or(code.len(), |p| i + p);
                 let tree = &code[i..end];
@@ -200,6 +211,10 @@ fn references(
                         modules.contains(&child)
                     };
                     if !is_local {
+                        // A name for another crate's item: paths through it leave the library.
+                        if top_level && alias != "*" {
+                            exports.push((alias, vec![EXTERNAL.to_string()]));
+                        }
                         continue;
                     }
                     let path = if matches!(first.as_str(), "crate" | "super" | "self") {
@@ -241,6 +256,45 @@ fn references(
         }
     }
     (refs, exports)
+}
+
+/// Whether the item that follows `before` carries `#[cfg(test)]`: tests may use any layer.
+fn is_test_only(before: &str) -> bool {
+    let mut rest = before.trim_end();
+    while rest.ends_with(']') {
+        let Some(open) = rest.rfind("#[") else {
+            return false;
+        };
+        if rest[open..].replace(' ', "") == "#[cfg(test)]" {
+            return true;
+        }
+        rest = rest[..open].trim_end();
+    }
+    false
+}
+
+/// The modules declared `#[cfg(test)] mod name;` in `file`: files that only tests compile.
+fn test_modules(file: &SourceFile) -> Vec<ModPath> {
+    let code = &file.code;
+    let mut out = Vec::new();
+    let mut from = 0;
+    while let Some(p) = code[from..].find("mod ") {
+        let at = from + p;
+        from = at + 4;
+        let name: String = code[from..]
+            .chars()
+            .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
+            .collect();
+        if !name.is_empty()
+            && code[from + name.len()..].trim_start().starts_with(';')
+            && is_test_only(&code[..at])
+        {
+            let mut m = file.module.clone();
+            m.push(name);
+            out.push(m);
+        }
+    }
+    out
 }
 
 /// Expands `a::{b, c::{d as e, *}}` into `(["a","b"], "b")`, `(["a","c","d"], "e")`,
@@ -360,6 +414,9 @@ fn resolve<'a>(
     if hops < 8 {
         if let Some(name) = path.get(k) {
             if let Some(target) = exports.get(module).and_then(|m| m.get(name)) {
+                if target.first().is_some_and(|t| t == EXTERNAL) {
+                    return None;
+                }
                 let mut next = target.clone();
                 next.extend(path[k + 1..].iter().cloned());
                 if next != path {
@@ -435,6 +492,8 @@ fn cycles(n: usize, edges: &BTreeMap<usize, BTreeSet<usize>>) -> Vec<Vec<usize>>
 
 /// The dependency edges between the library's files, with one path that causes each.
 fn dependency_graph(files: &[SourceFile]) -> BTreeMap<(usize, usize), String> {
+    let tests: BTreeSet<ModPath> = files.iter().flat_map(test_modules).collect();
+    let is_test = |m: &ModPath| tests.iter().any(|t| m.starts_with(t));
     let by_module: BTreeMap<ModPath, usize> = files
         .iter()
         .enumerate()
@@ -450,6 +509,9 @@ fn dependency_graph(files: &[SourceFile]) -> BTreeMap<(usize, usize), String> {
     }
     let mut edges = BTreeMap::new();
     for (i, refs) in all_refs {
+        if is_test(&files[i].module) {
+            continue;
+        }
         for r in refs {
             let path = absolute(&r.from, &r.path);
             if let Some((_, j)) = resolve(&path, &by_module, &exports, 0) {
@@ -523,7 +585,7 @@ fn the_checker_sees_loops_through_re_exports_and_not_through_tests() {
         ),
         file(
             "b.rs",
-            "pub fn f() { let _ = \"crate::a::NotCode\"; }\n#[cfg(test)]\nmod tests {\n    use super::*;\n}\n",
+            "pub fn f() { let _ = \"crate::a::NotCode\"; }\n#[cfg(test)]\nmod tests {\n    use super::*;\n    use crate::a::X;\n}\n",
         ),
         file("c.rs", "pub struct Thing;\nfn g() { crate::a::h(); }\n"),
     ];
