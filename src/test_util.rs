@@ -40,5 +40,5 @@ pub mod sys {
 
 /// The longest time any provider's progress engine polls on after its last activity.
 pub fn longest_idle_window() -> std::time::Duration {
-    crate::reactor::engine::longest_idle_window()
+    crate::reactor::tuning::longest_idle_window()
 }

@@ -31,7 +31,7 @@ use std::task::Waker;
 use std::time::{Duration, Instant};
 
 // The tuning keeps its path here for the rest of the crate.
-pub(crate) use super::tuning::{Tuning, longest_idle_window};
+pub(crate) use super::tuning::Tuning;
 
 #[cfg(test)]
 thread_local! {

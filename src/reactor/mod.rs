@@ -21,7 +21,7 @@ mod post;
 pub(crate) mod slot;
 mod spin;
 pub(crate) mod tracker;
-mod tuning;
+pub(crate) mod tuning;
 pub(crate) mod verdict;
 
 pub use buf::{IoBuf, IoBufMut};

@@ -13,7 +13,8 @@ use socket2::{SockRef, TcpKeepalive};
 use tokio::net::{TcpListener, TcpStream, UnixListener, UnixStream};
 
 use super::held::HeldName;
-use super::{Shared, creds, link};
+use super::shared::Shared;
+use super::{creds, link};
 use crate::{Error, Result};
 
 /// How long an accept loop pauses after a failed accept (out of descriptors, say) before it
@@ -102,7 +103,9 @@ impl Drop for OpenListener {
 /// holds): the fields drop in order, so both go only once the socket is closed.
 pub(super) struct Counted<L> {
     pub(super) listener: L,
+    #[allow(dead_code, reason = "held for its drop, after the listener's")]
     pub(super) name: Option<HeldName>,
+    #[allow(dead_code, reason = "held for its drop, after the listener's")]
     pub(super) open: OpenListener,
 }
 

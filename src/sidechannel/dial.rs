@@ -1,55 +1,18 @@
 //! Dialling a peer that has no live link: first its Unix socket on this host, then its TCP
 //! address from the peer table, all within the connect timeout.
 
-use std::collections::HashMap;
 use std::net::SocketAddr;
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::Arc;
 
 use tokio::net::{TcpStream, UnixStream};
 use tokio::time::Instant;
 
 use super::accept::{tune_tcp, unix_name};
+use super::dial_locks::DialSlot;
 use super::peers::LinkHandle;
-use super::{Shared, creds, link};
+use super::shared::Shared;
+use super::{creds, link};
 use crate::{Error, Result};
-
-/// One lock per node being dialled, so that concurrent senders to a node share one dial.
-#[derive(Default)]
-pub(super) struct DialLocks {
-    locks: Mutex<HashMap<u32, Arc<tokio::sync::Mutex<()>>>>,
-}
-
-impl DialLocks {
-    fn map(&self) -> MutexGuard<'_, HashMap<u32, Arc<tokio::sync::Mutex<()>>>> {
-        self.locks
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
-    }
-}
-
-/// Holds a node's dial lock entry and removes it when no one else waits on it.
-struct DialSlot<'a> {
-    locks: &'a DialLocks,
-    node: u32,
-    lock: Arc<tokio::sync::Mutex<()>>,
-}
-
-impl<'a> DialSlot<'a> {
-    fn new(locks: &'a DialLocks, node: u32) -> Self {
-        let lock = Arc::clone(locks.map().entry(node).or_default());
-        DialSlot { locks, node, lock }
-    }
-}
-
-impl Drop for DialSlot<'_> {
-    fn drop(&mut self) {
-        let mut map = self.locks.map();
-        // The map's reference and ours: no one else is dialling or waiting.
-        if Arc::strong_count(&self.lock) == 2 {
-            map.remove(&self.node);
-        }
-    }
-}
 
 fn unreachable(node: u32, detail: impl Into<String>) -> Error {
     Error::remote_node_unreachable()

@@ -26,8 +26,9 @@ use tokio_util::codec::{FramedRead, FramedWrite, LengthDelimitedCodec};
 use tokio_util::sync::CancellationToken;
 
 use super::creds::PeerCreds;
+use super::handler::PeerInfo;
 use super::peers::LinkHandle;
-use super::{PeerInfo, Shared};
+use super::shared::Shared;
 use crate::core::wire::{self, Hello, MAX_FRAME, Message};
 
 /// Frames queued for one link's writer. A peer that leaves this many unread is not reading:

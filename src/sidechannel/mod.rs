@@ -21,156 +21,52 @@
 //! Everything runs on the runtime given to [`SideChannel::start`]; the async methods may be
 //! awaited from any executor.
 //!
-//! Layout: `accept` (listeners), `dial` (outgoing links), `link` (hello, reader and writer
-//! tasks), `peers` (the peer table and waiting requests), `creds` and `host` (what the kernel
-//! says about a peer and this host).
-
-#![allow(
-    dead_code,
-    reason = "the node starts the side channel in a later change; tests use all of it"
-)]
+//! Layout: `config` (timing, transports, this node's identity), `handler` (a peer as a link
+//! sees it, and whom the side channel reports to), `shared` (what the tasks share, and
+//! requests), `accept` (listeners), `dial` and `dial_locks` (outgoing links), `link` (hello,
+//! reader and writer tasks), `peers` (the peer table and waiting requests), `creds` and
+//! `host` (what the kernel says about a peer and this host). This file holds the handle.
 
 mod accept;
+mod config;
 mod creds;
 mod dial;
+mod dial_locks;
 pub(crate) mod fdpass;
+mod handler;
 pub(crate) mod held;
 mod host;
 mod link;
 mod peers;
+mod shared;
 #[cfg(test)]
 mod tests;
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
-use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
-use std::time::Duration;
 
-use bytes::Bytes;
 use tokio::runtime::Handle;
-use tokio::sync::oneshot;
 use tokio_util::sync::CancellationToken;
 
+pub(crate) use self::config::{LocalIdentity, SideChannelConfig};
+#[cfg(test)]
 pub(crate) use self::creds::PeerCreds;
-use self::dial::DialLocks;
+use self::dial_locks::DialLocks;
+pub(crate) use self::handler::{Handler, PeerInfo};
 pub(crate) use self::held::released_soon as names_released_soon;
 use self::held::{HeldName, Name};
 use self::peers::PeerTable;
-use crate::core::wire::{self, ByteOrder, ConnectReply, Doorbell, Hello, Message};
+use self::shared::{Shared, encode, link_closed};
+use crate::core::wire::{self, Hello, Message};
 use crate::{Error, Result};
-
-/// Timing and transports of a side channel.
-#[derive(Debug, Clone)]
-pub(crate) struct SideChannelConfig {
-    /// How often each side sends a heartbeat on every link (default 1 s).
-    pub heartbeat_interval: Duration,
-    /// A link on which nothing arrived for this long is closed (default 3 s).
-    pub dead_after: Duration,
-    /// The longest a dial may take, hello included (default 2 s).
-    pub connect_timeout: Duration,
-    /// The longest [`SideChannel::request`] waits for its reply once sent (default 5 s).
-    pub request_timeout: Duration,
-    /// The longest an accepted link may take to send its hello (default 5 s).
-    pub hello_timeout: Duration,
-    /// Listen on and dial the abstract Unix sockets (default `true`); `false` leaves TCP only.
-    pub unix: bool,
-}
-
-impl Default for SideChannelConfig {
-    fn default() -> Self {
-        SideChannelConfig {
-            heartbeat_interval: Duration::from_secs(1),
-            dead_after: Duration::from_secs(3),
-            connect_timeout: Duration::from_secs(2),
-            request_timeout: Duration::from_secs(5),
-            hello_timeout: Duration::from_secs(5),
-            unix: true,
-        }
-    }
-}
-
-/// What this node says about itself in its hello.
-#[derive(Debug, Clone)]
-pub(crate) struct LocalIdentity {
-    /// This node's id.
-    pub node_id: u32,
-    /// This node's incarnation.
-    pub incarnation: u64,
-    /// This node's signal doorbells, one per controller (at most
-    /// [`MAX_DOORBELLS`](wire::MAX_DOORBELLS)).
-    pub doorbells: Vec<Doorbell>,
-    /// The byte order the hello announces: [`ByteOrder::native`], except where the
-    /// `fault-injection` feature makes a node pretend otherwise (decision 4).
-    pub byte_order: ByteOrder,
-}
-
-/// A peer as one link sees it.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct PeerInfo {
-    /// The peer's node id.
-    pub node_id: u32,
-    /// The peer's incarnation.
-    pub incarnation: u64,
-    /// The peer's native byte order (decision 4).
-    pub byte_order: ByteOrder,
-    /// The peer runs on this host: the link is a Unix one, or both boot ids are equal and
-    /// known.
-    pub same_host: bool,
-    /// The kernel's credentials of the peer process, on a Unix link; `None` on TCP.
-    pub creds: Option<PeerCreds>,
-    /// The peer's signal doorbells, from its hello.
-    pub doorbells: Vec<Doorbell>,
-    /// The link this was seen on (unique within this side channel).
-    pub link_id: u64,
-}
-
-/// What the side channel calls with what peers say.
-///
-/// Both methods are called from a link's reader task: they must not block (no blocking
-/// locks held for long, no I/O, no waiting on other links); hand longer work to a task. A
-/// panic is caught: in `on_message` it closes that link.
-pub(crate) trait Handler: Send + Sync + 'static {
-    /// A request or notice from a peer: everything but hello, heartbeats, goodbye and connect
-    /// replies. Return `Some(reply)` to send it back on the same link. A `ConnectRequest`
-    /// that gets no reply leaves the requester waiting until its timeout. On a Unix link
-    /// `peer.creds` holds the kernel's ids, which replace those a request claims.
-    fn on_message(&self, peer: &PeerInfo, msg: Message) -> Option<Message>;
-
-    /// The peer's link closed or missed its heartbeats (decision 19), or it came back under a
-    /// new incarnation: connections to `incarnation` of `node_id` are gone. Called once each
-    /// time the peer loses its last live link; a message of that incarnation being handled
-    /// on another task at that moment may race with it.
-    fn on_peer_lost(&self, node_id: u32, incarnation: u64);
-}
 
 /// A node's side channel: its listeners, its links to peers, its waiting requests.
 ///
 /// Dropping it shuts it down.
 pub(crate) struct SideChannel {
     shared: Arc<Shared>,
-}
-
-/// What the side channel's tasks share.
-struct Shared {
-    me: LocalIdentity,
-    /// This node's hello, encoded once.
-    hello: Bytes,
-    boot_id: [u8; 16],
-    cfg: SideChannelConfig,
-    handler: Arc<dyn Handler>,
-    handle: Handle,
-    /// The TCP addresses of the peer table.
-    addrs: BTreeMap<u32, SocketAddr>,
-    peers: PeerTable,
-    dials: DialLocks,
-    /// Cancelled by shutdown; every link's token is a child.
-    closed: CancellationToken,
-    next_link: AtomicU64,
-    next_req: AtomicU64,
-    /// Listeners not yet closed (their accept loops hold them).
-    open_listeners: AtomicUsize,
 }
 
 impl SideChannel {
@@ -354,6 +250,7 @@ impl SideChannel {
     }
 
     /// Every peer with a live link, each as its newest link sees it.
+    #[cfg(test)]
     pub(crate) fn live_peers(&self) -> Vec<PeerInfo> {
         self.shared
             .peers
@@ -409,136 +306,5 @@ impl SideChannel {
 impl Drop for SideChannel {
     fn drop(&mut self) {
         self.shutdown();
-    }
-}
-
-fn encode(node: u32, msg: &Message) -> Result<Bytes> {
-    wire::encode(msg).map_err(|e| {
-        Error::insufficient_resources()
-            .op("send")
-            .node(node)
-            .detail(format!(
-                "the {} does not fit the wire format: {e}",
-                msg.kind()
-            ))
-    })
-}
-
-fn link_closed(node: u32, op: &'static str) -> Error {
-    Error::remote_node_unreachable()
-        .op(op)
-        .node(node)
-        .detail("the side-channel link to the node closed")
-}
-
-/// Forgets a waiting request however its wait ends.
-struct PendingGuard<'a> {
-    shared: &'a Shared,
-    req: u64,
-}
-
-impl Drop for PendingGuard<'_> {
-    fn drop(&mut self) {
-        self.shared.peers.remove_pending(self.req);
-    }
-}
-
-impl Shared {
-    fn next_link_id(&self) -> u64 {
-        self.next_link.fetch_add(1, Ordering::Relaxed)
-    }
-
-    async fn request(self: Arc<Self>, node: u32, mut msg: Message) -> Result<(PeerInfo, Message)> {
-        let req = self.next_req.fetch_add(1, Ordering::Relaxed);
-        match &mut msg {
-            Message::ConnectRequest(r) => r.req = req,
-            other => {
-                return Err(Error::bad_conf().op("request").node(node).detail(format!(
-                    "a {} expects no reply; only a connect request does",
-                    other.kind()
-                )));
-            }
-        }
-        let frame = encode(node, &msg)?;
-        let link = self.ensure_link(node).await?;
-        let (tx, rx) = oneshot::channel();
-        self.peers.add_pending(req, node, link.info.link_id, tx);
-        let _pending = PendingGuard { shared: &self, req };
-        // A link that closed before the request was registered failed no one: check after.
-        if link.closing.is_cancelled() {
-            return Err(link_closed(node, "request"));
-        }
-        let wait = self.cfg.request_timeout;
-        let answer = tokio::time::timeout(wait, async {
-            link.tx
-                .send(frame)
-                .await
-                .map_err(|_| link_closed(node, "request"))?;
-            rx.await.map_err(|_| link_closed(node, "request"))?
-        })
-        .await;
-        answer.unwrap_or_else(|_| {
-            Err(Error::remote_node_unreachable()
-                .op("request")
-                .node(node)
-                .detail(format!("no reply within {wait:?}")))
-        })
-    }
-
-    /// Hands a connect reply to the request waiting for it.
-    fn complete_request(&self, peer: &PeerInfo, reply: ConnectReply) {
-        let req = reply.req;
-        match self.peers.take_pending(req, peer.node_id) {
-            Some(tx) => {
-                let _ = tx.send(Ok((peer.clone(), Message::ConnectReply(reply))));
-            }
-            None => tracing::debug!(
-                node = peer.node_id,
-                req,
-                "a connect reply no request waits for (timed out or abandoned)"
-            ),
-        }
-    }
-
-    /// Calls the handler for a message; `Err` when it panicked.
-    fn dispatch(&self, peer: &PeerInfo, msg: Message) -> std::result::Result<Option<Message>, ()> {
-        let kind = msg.kind();
-        catch_unwind(AssertUnwindSafe(|| self.handler.on_message(peer, msg))).map_err(|_| {
-            tracing::error!(
-                node = peer.node_id,
-                msg = kind,
-                "the side-channel handler panicked"
-            );
-        })
-    }
-
-    /// Tells the handler that an incarnation of a peer is gone.
-    fn report_lost(&self, node: u32, incarnation: u64) {
-        tracing::info!(
-            node,
-            incarnation = format_args!("{incarnation:#018x}"),
-            "peer lost"
-        );
-        if catch_unwind(AssertUnwindSafe(|| {
-            self.handler.on_peer_lost(node, incarnation)
-        }))
-        .is_err()
-        {
-            tracing::error!(node, "the side-channel handler panicked in on_peer_lost");
-        }
-    }
-
-    /// A link's reader ended: detach it, fail what waited on it, report the peer if lost.
-    fn link_gone(&self, info: &PeerInfo) {
-        let detached = self.peers.detach(info);
-        for tx in detached.orphans {
-            let _ = tx.send(Err(Error::remote_node_unreachable()
-                .op("request")
-                .node(info.node_id)
-                .detail("the side-channel link closed before the reply")));
-        }
-        if detached.lost {
-            self.report_lost(info.node_id, info.incarnation);
-        }
     }
 }

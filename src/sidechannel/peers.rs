@@ -11,7 +11,7 @@ use bytes::Bytes;
 use tokio::sync::{mpsc, oneshot};
 use tokio_util::sync::CancellationToken;
 
-use super::PeerInfo;
+use super::handler::PeerInfo;
 use crate::Result;
 use crate::core::wire::Message;
 
@@ -168,6 +168,7 @@ impl PeerTable {
     }
 
     /// The newest live link of every peer.
+    #[cfg(test)]
     pub(super) fn newest_of_each(&self) -> Vec<LinkHandle> {
         let inner = self.lock();
         inner

@@ -9,7 +9,9 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
 use super::*;
-use crate::core::wire::{ConnectGrant, ConnectRequest, MAX_FRAME};
+use crate::core::wire::{
+    ByteOrder, ConnectGrant, ConnectReply, ConnectRequest, Doorbell, MAX_FRAME,
+};
 
 /// A segment id the recording handler never answers.
 const SILENT_SEGMENT: u32 = 0xdead;
