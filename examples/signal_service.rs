@@ -174,7 +174,7 @@ async fn teller(o: &Opts) -> Result<(), Box<dyn std::error::Error>> {
     for seq in 0..o.records {
         let (res, _) = seg.put(0, encode(seq, seq % 97)).await;
         res?;
-        // Decision 18: the put resolved, so the ledger sees the record with the signal.
+        // DESIGN.md, decision 18: the put resolved, so the ledger sees the record with the signal.
         seg.signal(SignalFlags::empty()).await?;
         seg.wait_signal(Some(Duration::from_secs(30))).await?;
     }

@@ -1,4 +1,4 @@
-//! `rsm::Error`: one variant per RSMAPI error code (spec §3.1), with context.
+//! `rsm::Error`: one variant per RSMAPI error code (docs/rsmapi.md §3.1), with context.
 //!
 //! Every fallible call in `rsm` returns [`Error`]. [`Error::code`] gives the RSMAPI number
 //! (`RSMERR_*`), so the C library can return it unchanged; the context says which operation,
@@ -78,7 +78,7 @@ impl fmt::Display for Context {
 
 macro_rules! rsm_errors {
     ($( $code:literal $variant:ident $ctor:ident $name:literal $text:literal; )*) => {
-        /// An RSMAPI error: one variant per `RSMERR_*` code of spec §3.1, each carrying
+        /// An RSMAPI error: one variant per `RSMERR_*` code of docs/rsmapi.md §3.1, each carrying
         /// [`Context`]. Construct with the lowercase constructors (`Error::bad_offset()`) and
         /// add context with the builder methods.
         #[derive(Debug, thiserror::Error)]

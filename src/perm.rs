@@ -1,4 +1,4 @@
-//! Permissions, export flags and access-list entries (spec §2.5, §3.3, §3.4).
+//! Permissions, export flags and access-list entries (docs/rsmapi.md §2.5, §3.3, §3.4).
 
 use std::fmt;
 use std::ops::BitOr;
@@ -70,7 +70,7 @@ impl ExportFlags {
     pub const ALLOW_REBIND: ExportFlags = ExportFlags(0x01);
     /// `RSM_CREATE_SEG_DONTWAIT`: publish fails instead of waiting for resources.
     pub const CREATE_SEG_DONTWAIT: ExportFlags = ExportFlags(0x02);
-    /// `RSM_LOCK_OPS`: atomic operations on the segment (decision 7).
+    /// `RSM_LOCK_OPS`: atomic operations on the segment (DESIGN.md, decision 7).
     pub const LOCK_OPS: ExportFlags = ExportFlags(0x04);
 
     /// No flag.

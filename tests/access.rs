@@ -1,4 +1,4 @@
-//! Access control across real processes (spec §6, decisions 10, 12, 14, 15): the error codes
+//! Access control across real processes (docs/rsmapi.md §6, DESIGN.md, decisions 10, 12, 14, 15): the error codes
 //! of publish, republish and connect, and the owner/group/other classes, on `tcp0`, `shm0` and
 //! `sockets0`.
 //!

@@ -1,4 +1,4 @@
-//! Barriers across real processes (spec §4.6, design §7, decisions 2 and 16): explicit-mode
+//! Barriers across real processes (docs/rsmapi.md §4.6, DESIGN.md §7, DESIGN.md, decisions 2 and 16): explicit-mode
 //! puts under a barrier, visible when it closes; revoke and remote failures reported by
 //! close; on every local libfabric controller.
 
@@ -55,7 +55,7 @@ fn thousand_puts_visible_at_close(ctrl: &str) {
         res.unwrap();
         assert_eq!(buf.map(|b| b.len()), Some(512));
     }
-    // Closed: close and order again are BARRIER_NOT_OPENED (decision 16).
+    // Closed: close and order again are BARRIER_NOT_OPENED (DESIGN.md, decision 16).
     assert_eq!(
         s.rt.block_on(bar.close()).unwrap_err().name(),
         "RSMERR_BARRIER_NOT_OPENED"

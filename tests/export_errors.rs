@@ -26,7 +26,7 @@ fn publish_and_unpublish_errors() {
             let a = c.export(page, ExportFlags::empty()).unwrap();
             let b = c.export(page, ExportFlags::empty()).unwrap();
 
-            // Ids the caller chooses lie in 0x400000..=0x7FFFFFFF (decision 8).
+            // Ids the caller chooses lie in 0x400000..=0x7FFFFFFF (DESIGN.md, decision 8).
             assert_eq!(
                 code(a.publish(0x3F_FFFF, &[]).await),
                 23,

@@ -222,7 +222,7 @@ fn rebind_under_load(ctrl: &str) {
             matches!(seen, Ok(Some(g)) if g >= 1),
             "{ctrl}: Rebound event: {seen:?}"
         );
-        // A held pollable descriptor blocks disconnect (decision 5).
+        // A held pollable descriptor blocks disconnect (DESIGN.md, decision 5).
         let fd = imp.pollfd().unwrap();
         let e = imp.clone().disconnect().await.unwrap_err();
         assert_eq!(e.name(), "RSMERR_POLLFD_IN_USE", "{ctrl}");

@@ -1,11 +1,11 @@
 //! The crate docs carry a table with a row for each of the 42 functions `librsm` exports
-//! (spec §1, §4): this test reads the crate-level docs (the `//!` lines of `src/lib.rs` and
+//! (docs/rsmapi.md §1, §4): this test reads the crate-level docs (the `//!` lines of `src/lib.rs` and
 //! every file a `#![doc = include_str!(...)]` there includes) and checks the rows.
 
 use std::collections::BTreeSet;
 use std::path::Path;
 
-/// The functions `librsm` exports, in the order of spec §4.
+/// The functions `librsm` exports, in the order of docs/rsmapi.md §4.
 const RSMAPI: &[&str] = &[
     // §4.1 controllers
     "rsm_get_controller",

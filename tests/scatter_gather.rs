@@ -1,5 +1,5 @@
-//! Scatter/gather and local memory handles across real processes (spec §4.5, §4.8,
-//! decision 17): a child exports a segment, this process moves vectors mixing registered
+//! Scatter/gather and local memory handles across real processes (docs/rsmapi.md §4.5, §4.8,
+//! DESIGN.md, decision 17): a child exports a segment, this process moves vectors mixing registered
 //! handles and owned buffers, on every local libfabric controller.
 
 mod common;
@@ -209,7 +209,7 @@ fn sockets_invalid_entry_stops_the_vector() {
     invalid_entry_stops_the_vector("sockets0");
 }
 
-/// Local memory handle errors (spec §4.8), and a free that operations outlive.
+/// Local memory handle errors (docs/rsmapi.md §4.8), and a free that operations outlive.
 #[test]
 fn local_memory_handles() {
     let _serial = serial();
@@ -277,7 +277,7 @@ fn loopback_invalid_entry_stops_the_vector() {
     invalid_entry_stops_the_vector("loopback");
 }
 
-/// `IMPLICIT_SIGPOST` (spec §4.5): a putv that succeeds signals the exporter once, after
+/// `IMPLICIT_SIGPOST` (docs/rsmapi.md §4.5): a putv that succeeds signals the exporter once, after
 /// its data is in place; a failed one does not; `SIGPOST_NO_ACCUMULATE` is passed on.
 fn implicit_sigpost(ctrl: &str) {
     let _serial = serial();

@@ -1,4 +1,4 @@
-//! Remote signals between processes (spec §4.7, decisions 3, 11, 18, 19) on tcp0, shm0 and
+//! Remote signals between processes (docs/rsmapi.md §4.7, DESIGN.md, decisions 3, 11, 18, 19) on tcp0, shm0 and
 //! sockets0, by the fabric's doorbells and by the side channel: counting, NO_ACCUMULATE,
 //! put-then-signal order, wait timeouts, the pollable descriptor, event streams, signals
 //! from an import-only read-only node, and an idle node's CPU time.

@@ -1,4 +1,4 @@
-//! Typed put and get (spec §4.4, decision 4) across real processes: a child exports a
+//! Typed put and get (docs/rsmapi.md §4.4, DESIGN.md, decision 4) across real processes: a child exports a
 //! segment and dumps its bytes, this process imports it and uses put8..put64 and
 //! get8..get64, on every local libfabric controller. With the `fault-injection` feature, an
 //! exporter that announces the other byte order shows the swap.

@@ -1,4 +1,4 @@
-//! Access lists and the permission check on connect (spec §6 with decisions 10, 12 and 15).
+//! Access lists and the permission check on connect (docs/rsmapi.md §6 with DESIGN.md, decisions 10, 12 and 15).
 //!
 //! Pure logic, no I/O: the exporter calls [`validate_acl`] when it publishes or republishes
 //! and [`check`] when a connect request arrives.
@@ -14,7 +14,7 @@
 //!    creator's gid is the importer's gid or one of its supplementary groups, else *other*.
 //! 4. The class's bits of the mode must cover the request (read needs its `r` bit, write its
 //!    `w` bit), else `RSMERR_PERM_DENIED`. There is no privileged bypass: root gets what the
-//!    list grants, like anyone (decision 15). The granted permission is the request.
+//!    list grants, like anyone (DESIGN.md, decision 15). The granted permission is the request.
 //!
 //! ```
 //! use rsm::test_util::access::{Creator, Requester, check, validate_acl};
@@ -39,7 +39,7 @@
 use crate::perm::{Access, Perm};
 use crate::{Error, Result};
 
-/// The most entries an access list may hold (decision 12).
+/// The most entries an access list may hold (DESIGN.md, decision 12).
 pub const MAX_ACL_ENTRIES: usize = 4096;
 
 /// The largest permission an entry may carry, as a number and as bits: read and write for
@@ -52,7 +52,7 @@ pub const DEFAULT_UMASK: u32 = 0o022;
 /// Checks an access list as publish and republish do; `RSMERR_BAD_ACL` names the first bad
 /// entry by its index and says why.
 ///
-/// Node ids may be any `u32` (decision 12); a permission must be at most `0666` and use only
+/// Node ids may be any `u32` (DESIGN.md, decision 12); a permission must be at most `0666` and use only
 /// the read and write bits (`0o700` and `0o611` are refused). A node may appear more than once:
 /// its first entry counts.
 ///
@@ -130,7 +130,7 @@ pub struct Creator {
 }
 
 /// Who asks to import: the importing node and the process's ids. On one host these are the
-/// kernel's credentials of the peer; between hosts what the request claims (decision 15).
+/// kernel's credentials of the peer; between hosts what the request claims (DESIGN.md, decision 15).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct Requester<'a> {
     /// The importing node.
@@ -143,7 +143,7 @@ pub struct Requester<'a> {
     pub groups: &'a [u32],
 }
 
-/// The permission class an importer falls in (spec §6.2 step 6).
+/// The permission class an importer falls in (docs/rsmapi.md §6.2 step 6).
 ///
 /// ```
 /// use rsm::test_util::access::{Class, Creator, Requester};
@@ -219,7 +219,7 @@ pub fn mode_for(acl: &[Access], creator: &Creator, node: u32) -> Result<u32> {
     }
 }
 
-/// The access check of a connect request (spec §6.2 with decisions 10 and 15): returns the
+/// The access check of a connect request (docs/rsmapi.md §6.2 with DESIGN.md, decisions 10 and 15): returns the
 /// permission granted, which is the one asked for, or the error the importer gets back.
 ///
 /// Errors: `RSMERR_PERM_DENIED` for bits outside `0600` or a class whose bits do not cover

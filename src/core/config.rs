@@ -1,4 +1,4 @@
-//! Node configuration: parse each source, merge them, validate the result (design §3).
+//! Node configuration: parse each source, merge them, validate the result (DESIGN.md §3).
 //!
 //! Sans-I/O: the caller reads the file and the environment and hands over the text and a
 //! variable lookup, so every rule here is testable without touching the machine.
@@ -76,7 +76,7 @@ const MAX_QUOTED_CHARS: usize = 64;
 /// ```
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct NodeConfig {
-    /// This node's id (any `u32`, spec decision 12).
+    /// This node's id (any `u32`, DESIGN.md, decision 12).
     pub node_id: u32,
     /// The side-channel listen address as configured; port 0 asks for an ephemeral port.
     pub listen: SocketAddr,

@@ -1,4 +1,4 @@
-//! Controller names (spec §4.1): `<type><unit>`, `<type>:<domain>`, or `loopback`.
+//! Controller names (docs/rsmapi.md §4.1): `<type><unit>`, `<type>:<domain>`, or `loopback`.
 
 use crate::{Error, Result};
 

@@ -1,6 +1,6 @@
-//! Segment ids: the reserved ranges of RSMAPI (spec §3.6), the ids publish accepts (decision 8)
-//! and the segment-id file `/etc/rsm/rsm.segmentid` behind `rsm_get_segmentid_range` (spec §4.9,
-//! §5.1, decision 9).
+//! Segment ids: the reserved ranges of RSMAPI (docs/rsmapi.md §3.6), the ids publish accepts (DESIGN.md, decision 8)
+//! and the segment-id file `/etc/rsm/rsm.segmentid` behind `rsm_get_segmentid_range` (docs/rsmapi.md §4.9,
+//! §5.1, DESIGN.md, decision 9).
 //!
 //! Everything here is pure except [`get_segmentid_range`] and [`get_segmentid_range_from`],
 //! which read the file; [`parse_segmentid_file`] and [`lookup`] work on its text.
@@ -259,7 +259,7 @@ pub fn get_segmentid_range_from(path: &Path, appid: &str) -> Result<SegmentIdRan
     lookup(text, &source, appid)
 }
 
-/// Checks a caller-chosen segment id for publish (decision 8): 0 (the node assigns one from
+/// Checks a caller-chosen segment id for publish (DESIGN.md, decision 8): 0 (the node assigns one from
 /// [`AUTO_ID_BASE`] up) or [`APP_ID_MIN`]`..=`[`APP_ID_MAX`].
 ///
 /// # Errors

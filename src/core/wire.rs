@@ -1,11 +1,11 @@
-//! The side-channel wire format (design §8): versioned binary messages, decoded with bounds.
+//! The side-channel wire format (DESIGN.md §8): versioned binary messages, decoded with bounds.
 //!
 //! Sans-I/O: [`encode`] turns a [`Message`] into a frame body and [`decode`] turns a frame body
 //! back into a [`Message`]; the side channel adds the length prefix and moves the bytes.
 //!
 //! # Layout
 //! Everything is little-endian, whatever the byte order of the nodes (that is exchanged in
-//! [`Hello`] for the typed accesses of decision 4, not used here). A frame body is
+//! [`Hello`] for the typed accesses of DESIGN.md, decision 4, not used here). A frame body is
 //!
 //! ```text
 //! u16 version (WIRE_VERSION) | u8 tag | fields of the message, in declaration order
@@ -46,7 +46,7 @@ pub const MAX_AUTH: usize = 256;
 pub const MAX_DOORBELLS: usize = 64;
 /// The longest controller name, in bytes of UTF-8.
 pub const MAX_CONTROLLER: usize = 64;
-/// The most supplementary groups in a [`ConnectRequest`] (decision 15).
+/// The most supplementary groups in a [`ConnectRequest`] (DESIGN.md, decision 15).
 pub const MAX_GROUPS: usize = 64;
 /// The longest fabric address, in bytes.
 pub const MAX_FABRIC_ADDR: usize = 512;
@@ -132,7 +132,7 @@ pub enum WireError {
 }
 
 /// A node's native byte order, exchanged in [`Hello`] so that typed accesses between nodes of
-/// different byte order can swap (decision 4). On the wire: 0 little, 1 big.
+/// different byte order can swap (DESIGN.md, decision 4). On the wire: 0 little, 1 big.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum ByteOrder {
     /// Least significant byte first.
@@ -152,7 +152,7 @@ impl ByteOrder {
     }
 }
 
-/// A signal doorbell of one controller (design §6, Signals): a small remote-write-only region
+/// A signal doorbell of one controller (DESIGN.md §6.1): a small remote-write-only region
 /// a peer writes to with CQ data to signal this node.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct Doorbell {
@@ -193,7 +193,7 @@ pub struct ConnectRequest {
     pub controller: String,
     /// The permission bits asked for.
     pub perm: u32,
-    /// The importer's claimed uid (replaced by the kernel's on one host, decision 15).
+    /// The importer's claimed uid (replaced by the kernel's on one host, DESIGN.md, decision 15).
     pub uid: u32,
     /// The importer's claimed gid.
     pub gid: u32,
@@ -202,7 +202,7 @@ pub struct ConnectRequest {
     /// The importer's fabric address (at most [`MAX_FABRIC_ADDR`] bytes).
     pub fabric_addr: Vec<u8>,
     /// The token the importer chose for this connection: the exporter's signals to it carry
-    /// it (design §6, Signals).
+    /// it (DESIGN.md §6.1).
     pub signal_token: u64,
     /// The importer's signal doorbell on this controller, if it has one.
     pub doorbell: Option<Doorbell>,
@@ -258,7 +258,7 @@ pub enum Message {
         /// The connection.
         conn_id: u64,
     },
-    /// The exporter revokes a connection (phase 1 of design §4, Revoke).
+    /// The exporter revokes a connection (phase 1 of DESIGN.md §4, Revoke).
     Revoke {
         /// The connection.
         conn_id: u64,

@@ -46,6 +46,6 @@ pub(crate) struct LocalIdentity {
     /// [`MAX_DOORBELLS`](wire::MAX_DOORBELLS)).
     pub doorbells: Vec<Doorbell>,
     /// The byte order the hello announces: [`ByteOrder::native`], except where the
-    /// `fault-injection` feature makes a node pretend otherwise (decision 4).
+    /// `fault-injection` feature makes a node pretend otherwise (DESIGN.md, decision 4).
     pub byte_order: ByteOrder,
 }

@@ -1,4 +1,4 @@
-//! The kernel's credentials of a peer on the Unix side channel (decision 15): `SO_PEERCRED`
+//! The kernel's credentials of a peer on the Unix side channel (DESIGN.md, decision 15): `SO_PEERCRED`
 //! through tokio, and the supplementary groups from the peer's `/proc/<pid>/status`.
 
 use std::fs;

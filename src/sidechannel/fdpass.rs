@@ -1,4 +1,4 @@
-//! How a `loopback` segment's memfd reaches its importer (design §7, §8).
+//! How a `loopback` segment's memfd reaches its importer (DESIGN.md §7, §8).
 //!
 //! Side-channel frames carry no descriptors, so the connect grant (and a rebind notice)
 //! carries a ticket instead: in `keys[0]` a random 64-bit number the exporter offered for

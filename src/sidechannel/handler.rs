@@ -10,7 +10,7 @@ pub(crate) struct PeerInfo {
     pub node_id: u32,
     /// The peer's incarnation.
     pub incarnation: u64,
-    /// The peer's native byte order (decision 4).
+    /// The peer's native byte order (DESIGN.md, decision 4).
     pub byte_order: ByteOrder,
     /// The peer runs on this host: the link is a Unix one, or both boot ids are equal and
     /// known.
@@ -35,7 +35,7 @@ pub(crate) trait Handler: Send + Sync + 'static {
     /// `peer.creds` holds the kernel's ids, which replace those a request claims.
     fn on_message(&self, peer: &PeerInfo, msg: Message) -> Option<Message>;
 
-    /// The peer's link closed or missed its heartbeats (decision 19), or it came back under a
+    /// The peer's link closed or missed its heartbeats (DESIGN.md, decision 19), or it came back under a
     /// new incarnation: connections to `incarnation` of `node_id` are gone. Called once each
     /// time the peer loses its last live link; a message of that incarnation being handled
     /// on another task at that moment may race with it.

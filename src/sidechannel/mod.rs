@@ -1,4 +1,4 @@
-//! The side channel between nodes (design §8).
+//! The side channel between nodes (DESIGN.md §8).
 //!
 //! Every node listens on its TCP address and, on Linux, on the Unix socket `rsm-node-<id>` in
 //! the abstract namespace, so that nodes of one host find each other without configuration.
@@ -6,9 +6,9 @@
 //! [`Hello`] first, then heartbeats every `heartbeat_interval`, and a
 //! link on which nothing arrived for `dead_after` is closed. Unix links record the kernel's
 //! credentials of the peer ([`PeerCreds`]), which replace the ids a connect request claims
-//! (decision 15).
+//! (DESIGN.md, decision 15).
 //!
-//! A peer is lost (decision 19) when its last link closes, for whatever reason: goodbye, the
+//! A peer is lost (DESIGN.md, decision 19) when its last link closes, for whatever reason: goodbye, the
 //! connection closed, heartbeats missed, a frame that does not decode (which closes that link
 //! only, never the node). A peer that comes back under a new incarnation is a new peer: the
 //! old incarnation is reported lost first. [`Handler::on_peer_lost`] is called exactly once

@@ -1,5 +1,5 @@
 //! Cross-memory attach (`process_vm_readv`/`process_vm_writev`): how a `loopback` importer
-//! reaches an exporter's memory that is not a memfd, and so cannot be mapped (design §7).
+//! reaches an exporter's memory that is not a memfd, and so cannot be mapped (DESIGN.md §7).
 //! Also the process descriptors (`pidfd_open`) with which an exporter learns that such an
 //! importer is gone.
 //!

@@ -1,4 +1,4 @@
-//! The calling process's credentials, which connect requests carry (decision 15).
+//! The calling process's credentials, which connect requests carry (DESIGN.md, decision 15).
 
 /// The caller's effective uid and gid (the ids the kernel reports for a Unix socket peer,
 /// and the ones access checks use) and supplementary groups (at most 64 are sent).
@@ -20,7 +20,7 @@ pub fn pid() -> u32 {
 const MAX_STATUS_BYTES: u64 = 64 * 1024;
 
 /// The calling process's umask, read without changing it from the `Umask:` line of
-/// `/proc/self/status` (decision 15; `umask(2)` can only be read by setting it, which races
+/// `/proc/self/status` (DESIGN.md, decision 15; `umask(2)` can only be read by setting it, which races
 /// with other threads creating files). [`crate::core::access::DEFAULT_UMASK`] (022) when the
 /// line cannot be read (kernels before 4.7, no `/proc`).
 pub(crate) fn umask() -> u32 {

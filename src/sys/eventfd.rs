@@ -1,5 +1,5 @@
 //! A counting eventfd (`EFD_SEMAPHORE`): the pollable descriptor of a segment's events
-//! (spec §4.7, decision 5). Its value mirrors the number of pending events, so it is
+//! (docs/rsmapi.md §4.7, DESIGN.md, decision 5). Its value mirrors the number of pending events, so it is
 //! readable exactly while one is pending.
 
 use rustix::event::{EventfdFlags, eventfd};

@@ -1,4 +1,4 @@
-//! Same-host shared memory for the `loopback` controller (design §7): sealed memfds, shared
+//! Same-host shared memory for the `loopback` controller (DESIGN.md §7): sealed memfds, shared
 //! mappings of them (also at a fixed address, without replacing anything), the read-only
 //! reopen a read-only importer gets, replacing a mapping in place on revoke and rebind, and
 //! punching a retired segment's pages.
@@ -59,7 +59,7 @@ fn prot(writable: bool) -> ProtFlags {
 }
 
 /// A shared mapping of (part of) a memfd, unmapped on drop. Only reached through raw
-/// pointers: other processes change it underneath (design §5).
+/// pointers: other processes change it underneath (DESIGN.md §5).
 pub struct SharedMap {
     ptr: NonNull<u8>,
     len: usize,

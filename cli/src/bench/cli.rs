@@ -12,7 +12,7 @@ pub(crate) enum Op {
     Put,
     /// Read the peer's memory into a local buffer.
     Get,
-    /// A gathering put of 16 entries of `size / 16` bytes (scatter/gather, spec §4.5).
+    /// A gathering put of 16 entries of `size / 16` bytes (scatter/gather, docs/rsmapi.md §4.5).
     Putv,
     /// A scattering get of 16 entries of `size / 16` bytes.
     Getv,
