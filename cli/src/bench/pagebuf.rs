@@ -2,9 +2,8 @@
 //! (slots of one registered region, or of one memfd on loopback), while a large `Vec<u8>`
 //! starts 16 bytes into its page (glibc's mmap'd chunks). A copy whose source and
 //! destination disagree in alignment is slower in the kernel's `process_vm_readv` (shm's CMA
-//! copies) and in `memcpy`: with `Vec` buffers, rsm's shm0 1 MiB get bandwidth measured
-//! 0.71-0.79 of the baseline, with page-aligned ones 0.87-0.88 (docs/performance.md). Both
-//! sides now copy between page-aligned buffers, so the ratio is rsm's cost alone.
+//! copies) and in `memcpy`, enough to move a shm0 1 MiB get's ratio by a tenth. Both sides
+//! copy between page-aligned buffers, so the ratio is rsm's cost alone.
 
 use rsm::{IoBuf, IoBufMut};
 use std::alloc::Layout;

@@ -219,26 +219,17 @@ async fn window<T: Moved>(
 
 /// `total` operations with one in flight per buffer of `bufs`: a lane per buffer, which
 /// takes the next operation as its last one completes, as the baseline reuses its slots.
-/// One `FuturesUnordered` task per operation (its allocation, wakers and moves) took 9-14 %
-/// of the initiator's time outside the kernel's copies in a shm0 64 KiB getv row; polling
-/// every slot on each wake instead cost a poll of every operation per completion where
-/// completions come from the target (putv on shm) (docs/performance.md).
+/// One task per operation (its allocation, wakers and moves) cost a tenth of the
+/// initiator's own time; polling every slot on each wake cost a poll per completion.
 ///
 /// The buffers wait in one queue, oldest first, as the baseline's free slots do: a lane
 /// takes the oldest for each operation and puts it back at the end. Where operations
-/// complete inside their first poll (shm's copies) one lane then runs them all, the
-/// buffers in turn, with no turn of the executor between one operation and the next. A
-/// lane that kept its own buffer had to yield to the others after each such operation
-/// (one lane would otherwise run them all on one cache-hot buffer), and the yield, a wake
-/// and a poll through `FuturesUnordered`, cost the initiating thread 250-290 instructions
-/// an operation: a shm0 get of 4 KiB ran 2,678 then, 2,388 now, a getv of 64 KiB 7,294
-/// then, 7,041 now (`cargo xtask profile`, docs/performance.md, fifteenth pass). A lane never
-/// yields after an operation that waited either: its completion came from a read of the
-/// queue, and a yield put a turn of the executor between it and the next post, in which
-/// the window's reader found the queue empty and ran the provider's progress (a `poll` of
-/// its sockets) before the freed lanes had posted. In tcp0 64 KiB put windows that was
-/// 0.35-0.46 `poll` calls per operation, against 0.09-0.13 without the yield and 0.07-0.09
-/// in the baseline's loop (docs/performance.md, twelfth pass).
+/// complete inside their first poll (shm's copies) one lane then runs them all, the buffers
+/// in turn, with no turn of the executor between one operation and the next, as the
+/// baseline's loop does. A lane never yields after an operation that waited either: a yield
+/// put a turn of the executor between its completion and the next post, in which the
+/// window's reader found the queue empty and ran the provider's progress (a `poll` of its
+/// sockets) before the freed lanes had posted.
 async fn stream<T: Moved>(
     init: &RsmInitiator,
     op: Op,
