@@ -79,7 +79,7 @@ impl Row {
 
 /// The operations a run of `--iters n --rounds 1` performs on each side: `n` timed after a
 /// warm-up of a tenth of them, at least 16 and twice the window (16), at most 1,000. This
-/// mirrors `RowSpec::warmup` in `src/bench/mod.rs`.
+/// mirrors `RowSpec::warmup` in `cli/src/bench/mod.rs`.
 fn operations(n: usize) -> usize {
     n + (n / 10).clamp(16, 1_000).max(2 * 16)
 }
@@ -477,7 +477,7 @@ Ir
 --------------------------------------------------------------------------------
 Ir                 file:function
 --------------------------------------------------------------------------------
-1,200,000 (60.00%)  /work/main/src/reactor/slot.rs:rsm::reactor::slot::Op<B>::new [/x/rsm]
+1,200,000 (60.00%)  /work/main/src/reactor/op.rs:rsm::reactor::op::Op<B>::new [/x/rsm]
   300,000 (15.00%)  ???:0x00000000000d2de0 [/usr/lib/x86_64-linux-gnu/libfabric.so.1.20.0]
   100,000 ( 5.00%)  ./malloc/./malloc/malloc.c:malloc [/usr/lib/x86_64-linux-gnu/libc.so.6]
    50,000 ( 2.50%)  => /work/main/src/x.rs:rsm::called (10x)
@@ -487,7 +487,7 @@ Ir                 file:function
     fn annotate_lines_give_self_costs_by_function() {
         let run = parse_annotate(SAMPLE);
         assert_eq!(run.total, 2_000_000);
-        assert_eq!(run.by_function["rsm::reactor::slot::Op<B>::new"], 1_200_000);
+        assert_eq!(run.by_function["rsm::reactor::op::Op<B>::new"], 1_200_000);
         assert_eq!(
             run.by_function["0x00000000000d2de0 (libfabric.so.1.20.0)"],
             300_000
@@ -540,7 +540,7 @@ Ir                 file:function
 
     #[test]
     fn run_lengths_time_what_they_ask_for() {
-        // rsm bench's rule (src/bench/mod.rs: `RowSpec::timed`).
+        // rsm bench's rule (cli/src/bench/mod.rs: `RowSpec::timed`).
         let timed = |mode: &str, size: usize, iters: usize| match mode {
             "latency" => iters.max(1000),
             _ => iters.max(16).max(((16 << 20) / size).min(20_000)),
