@@ -14,7 +14,8 @@
 use crate::backend::fabric::FabricBackend;
 use crate::backend::loopback::LoopbackBackend;
 use crate::core::ctlrname::ControllerName;
-use crate::export::{ExportSegment, SegmentMemory};
+use crate::export::ExportSegment;
+use crate::memory::SegmentMemory;
 use crate::fabric::{self, Domain, Fabric, Hints, InfoList, ffi};
 use crate::import::ImportSegment;
 use crate::local::LocalMemory;

@@ -28,6 +28,7 @@ pub(crate) mod reactor;
 pub(crate) mod sidechannel;
 
 pub(crate) mod backend;
+pub(crate) mod memory;
 pub(crate) mod state;
 
 pub mod controller;

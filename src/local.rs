@@ -4,7 +4,7 @@
 
 use crate::backend::fabric::Registration;
 use crate::controller::Controller;
-use crate::export::{Memory, SegmentMemory};
+use crate::memory::{Memory, SegmentMemory};
 use crate::fabric::MrAccess;
 use crate::sys::mem::Mapping;
 use crate::{Error, Result};

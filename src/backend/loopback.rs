@@ -22,7 +22,7 @@
 //! every importer acknowledged or its process is gone ([`hold`]).
 
 use crate::controller::Controller;
-use crate::export::Memory;
+use crate::memory::Memory;
 use crate::sidechannel::fdpass::{self, FdService};
 use crate::state::NodeState;
 use crate::sys::cma;
