@@ -13,14 +13,14 @@
 
 use crate::backend::fabric::FabricBackend;
 use crate::backend::loopback::LoopbackBackend;
+use crate::context::NodeContext;
 use crate::core::ctlrname::ControllerName;
 use crate::export::ExportSegment;
-use crate::memory::SegmentMemory;
 use crate::fabric::{self, Domain, Fabric, Hints, InfoList, ffi};
 use crate::import::ImportSegment;
 use crate::local::LocalMemory;
+use crate::memory::SegmentMemory;
 use crate::perm::{ExportFlags, Perm};
-use crate::state::NodeState;
 use crate::{Error, Result, sys};
 use serde::Serialize;
 use std::collections::HashMap;
@@ -139,7 +139,7 @@ pub(crate) struct ControllerInner {
     kind: String,
     serial: u64,
     backend: Backend,
-    node: Weak<NodeState>,
+    node: Weak<NodeContext>,
 }
 
 enum Backend {
@@ -216,7 +216,7 @@ impl Controller {
         }
     }
 
-    fn node_state(&self, op: &'static str) -> Result<Arc<NodeState>> {
+    fn node_state(&self, op: &'static str) -> Result<Arc<NodeContext>> {
         self.inner.node.upgrade().ok_or_else(|| {
             Error::bad_ctlr_hndl()
                 .op(op)
@@ -332,7 +332,7 @@ impl Controller {
 /// The controllers of one node: what `fi_getinfo` offers on its interface, and the open ones.
 pub(crate) struct ControllerRegistry {
     local_ip: IpAddr,
-    node: Weak<NodeState>,
+    node: Weak<NodeContext>,
     candidates: OnceLock<std::result::Result<Vec<Candidate>, String>>,
     open: Mutex<HashMap<String, Weak<ControllerInner>>>,
 }
@@ -340,7 +340,7 @@ pub(crate) struct ControllerRegistry {
 static SERIAL: AtomicU64 = AtomicU64::new(1);
 
 impl ControllerRegistry {
-    pub(crate) fn new(local_ip: IpAddr, node: Weak<NodeState>) -> Self {
+    pub(crate) fn new(local_ip: IpAddr, node: Weak<NodeContext>) -> Self {
         ControllerRegistry {
             local_ip,
             node,
@@ -563,7 +563,7 @@ fn ordered_variant(
     }
 }
 
-fn open_loopback(node: Weak<NodeState>) -> ControllerInner {
+fn open_loopback(node: Weak<NodeContext>) -> ControllerInner {
     ControllerInner {
         info: loopback_info(),
         kind: "loopback".into(),
@@ -573,7 +573,11 @@ fn open_loopback(node: Weak<NodeState>) -> ControllerInner {
     }
 }
 
-fn open_fabric(c: &Candidate, local_ip: IpAddr, node: Weak<NodeState>) -> Result<ControllerInner> {
+fn open_fabric(
+    c: &Candidate,
+    local_ip: IpAddr,
+    node: Weak<NodeContext>,
+) -> Result<ControllerInner> {
     let (info, domain) = describe(c, local_ip)?;
     let backend = FabricBackend::open(domain, &c.name, &c.kind)
         .map_err(|e| e.op("get_controller").controller(c.name.clone()))?;

@@ -6,17 +6,19 @@
 //! channel.
 
 use crate::backend::fabric::Registration;
+use crate::context::{Ack, NodeContext};
 use crate::controller::Controller;
 use crate::core::access::{self, Creator, Requester};
 use crate::core::segid;
+use crate::core::wire::Message;
 use crate::fabric::MrAccess;
-use crate::perm::{Access, ExportFlags, Perm};
-use crate::memory::{Memory, check_caller_memory};
 pub use crate::memory::SegmentMemory;
+use crate::memory::{Memory, check_caller_memory};
+use crate::perm::{Access, ExportFlags, Perm};
 use crate::shared_memory::SharedMemory;
-use crate::state::NodeState;
 use crate::sys::mem::Mapping;
 use crate::{Error, Result};
+use settle::{Notice, settle};
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
 
@@ -58,7 +60,7 @@ impl std::fmt::Debug for ExportSegment {
 
 pub(crate) struct ExportInner {
     ctrl: Controller,
-    node: Weak<NodeState>,
+    node: Weak<NodeContext>,
     size: usize,
     flags: ExportFlags,
     creator: u32,
@@ -113,13 +115,6 @@ pub(crate) struct RebindNote {
     pub(crate) base: u64,
     /// The importer's process on loopback (for [`crate::backend::loopback::hold`]).
     pub(crate) pid: Option<u32>,
-}
-
-impl Rebound {
-    /// The memory the rebind replaced.
-    pub(crate) fn old_memory(&self) -> &Arc<Memory> {
-        &self._mem
-    }
 }
 
 /// One connected importer, as the exporter records it.
@@ -264,7 +259,7 @@ impl ExportInner {
 impl ExportSegment {
     pub(crate) fn create(
         ctrl: &Controller,
-        node: Weak<NodeState>,
+        node: Weak<NodeContext>,
         size: usize,
         flags: ExportFlags,
     ) -> Result<Self> {
@@ -274,7 +269,7 @@ impl ExportSegment {
     /// Export create over caller memory (spec §4.2, in the original's check order).
     pub(crate) fn create_from(
         ctrl: &Controller,
-        node: Weak<NodeState>,
+        node: Weak<NodeContext>,
         mem: impl SegmentMemory,
         flags: ExportFlags,
     ) -> Result<Self> {
@@ -291,7 +286,7 @@ impl ExportSegment {
 
     fn create_with(
         ctrl: &Controller,
-        node: Weak<NodeState>,
+        node: Weak<NodeContext>,
         size: usize,
         flags: ExportFlags,
         mem: Option<Memory>,
@@ -358,7 +353,7 @@ impl ExportSegment {
         Ok(())
     }
 
-    fn node(&self, op: &'static str) -> Result<Arc<NodeState>> {
+    fn node(&self, op: &'static str) -> Result<Arc<NodeContext>> {
         self.inner.node.upgrade().ok_or_else(|| {
             Error::bad_seg_hndl()
                 .op(op)
@@ -638,7 +633,7 @@ impl ExportSegment {
             return Err(Error::seg_not_published().op(OP));
         };
         match self.node(OP) {
-            Ok(node) => node.retire(p).await,
+            Ok(node) => retire(&node, p).await,
             Err(_) => drop(p),
         }
         Ok(())
@@ -804,7 +799,7 @@ impl ExportSegment {
             "rebound"
         );
         match self.node(OP) {
-            Ok(node) => node.rebind(rebound).await,
+            Ok(node) => finish_rebind(&node, rebound).await,
             Err(_) => drop(rebound),
         }
         Ok(())
@@ -866,7 +861,7 @@ impl ExportSegment {
         };
         if let Some(p) = published {
             match self.node("destroy") {
-                Ok(node) => node.retire(p).await,
+                Ok(node) => retire(&node, p).await,
                 Err(_) => drop(p),
             }
         }
@@ -890,6 +885,65 @@ fn register_both(
     Ok((reg, reg_ro))
 }
 
+/// Phase 2 of a revoke (DESIGN.md §4): the connections end, every importer is told, and
+/// once each acknowledged, lost its channel, or 5 s passed, the registration closes (by
+/// dropping `p`) and the id is free.
+async fn retire(ctx: &Arc<NodeContext>, p: Published) {
+    let id = p.id;
+    crate::backend::loopback::revoked(&p.mem);
+    let notices = p
+        .importers
+        .iter()
+        .map(|(&conn_id, imp)| {
+            ctx.remove_conn(conn_id);
+            Notice {
+                ack: Ack::Revoke(conn_id),
+                node: imp.node,
+                pid: imp.pid,
+                msg: Message::Revoke {
+                    conn_id,
+                    generation: p.generation,
+                },
+            }
+        })
+        .collect();
+    let mem = Arc::clone(&p.mem);
+    let release = Arc::clone(ctx);
+    let done = move |p: Published| {
+        release.release_segment_id(p.id);
+        drop(p);
+    };
+    if settle(ctx, "revoke", id, notices, mem, p, done)
+        .await
+        .is_err()
+    {
+        ctx.release_segment_id(id);
+    }
+}
+
+/// The exporter's half of a rebind after the swap (DESIGN.md §4): every importer is told
+/// its new key and base, and once each acknowledged, lost its channel, or 5 s passed, the
+/// old registrations close and the old memory is freed (by dropping `r`).
+async fn finish_rebind(ctx: &Arc<NodeContext>, r: Rebound) {
+    let notices = r
+        .notes
+        .iter()
+        .map(|n| Notice {
+            ack: Ack::Rebind(n.conn_id, r.generation),
+            node: n.node,
+            pid: n.pid,
+            msg: Message::Rebind {
+                conn_id: n.conn_id,
+                generation: r.generation,
+                keys: vec![n.key],
+                base: n.base,
+            },
+        })
+        .collect();
+    let mem = Arc::clone(&r._mem);
+    let _ = settle(ctx, "rebind", r.segment, notices, mem, r, drop).await;
+}
+
 impl Drop for ExportSegment {
     fn drop(&mut self) {
         // The last handle of a published segment: importers may still be writing into it,
@@ -905,7 +959,7 @@ impl Drop for ExportSegment {
         };
         let inner = Arc::clone(&self.inner);
         node.clone().spawn(async move {
-            node.retire(p).await;
+            retire(&node, p).await;
             crate::backend::loopback::destroyed(&inner.lock().mem);
             drop(inner);
         });
@@ -928,5 +982,7 @@ impl Drop for ExportInner {
     }
 }
 
+// The last phase of a revoke and of a rebind, in export/settle.rs.
+mod settle;
 // Signals, waits, the pollable descriptor and event streams, in export/signal.rs.
 mod signal;

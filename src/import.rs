@@ -3,6 +3,7 @@
 
 use crate::backend::fabric::FabricBackend;
 use crate::backend::loopback::LoopbackImport;
+use crate::context::{NodeContext, REVOKE_WAIT};
 use crate::controller::Controller;
 use crate::core::wire::{ConnectRequest, Message};
 use crate::fabric::ffi;
@@ -12,7 +13,6 @@ use crate::reactor::engine::Engine;
 use crate::reactor::slot::{Dir, OpInfo, Plan, Spec, Visibility};
 use crate::reactor::tracker::{Tracker, View};
 use crate::reactor::{IoBuf, IoBufMut, Op};
-use crate::state::{NodeState, REVOKE_WAIT};
 use crate::{Error, Result};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Weak};
@@ -45,7 +45,7 @@ pub(crate) struct ImportInner {
     engine: Option<Arc<Engine>>,
     /// The loopback path: the mapping of the exporter's memfd (`None` elsewhere).
     lo: Option<Arc<LoopbackImport>>,
-    state: Weak<NodeState>,
+    state: Weak<NodeContext>,
     node: u32,
     segment: u32,
     conn_id: u64,
@@ -166,7 +166,7 @@ impl ImportSegment {
     /// `rsm_memseg_import_connect`, from [`Controller::import`].
     pub(crate) async fn connect(
         ctrl: &Controller,
-        state: Arc<NodeState>,
+        state: Arc<NodeContext>,
         node: u32,
         segment: u32,
         perm: Perm,
@@ -275,7 +275,16 @@ impl ImportSegment {
         state.add_import(node, grant.conn_id, &inner);
         state.signals.add_import(token, &inner);
         if let Some(bell) = bell {
-            crate::events::loopback_bell::attach(&state, bell, node, grant.conn_id, token);
+            let bell = crate::events::loopback_bell::attach(
+                state.runtime(),
+                state.on_ring(),
+                bell,
+                node,
+                token,
+            );
+            state
+                .signals
+                .add_loopback_bell(node, false, grant.conn_id, bell);
         }
         tracing::debug!(
             node,

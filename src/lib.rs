@@ -28,8 +28,9 @@ pub(crate) mod reactor;
 pub(crate) mod sidechannel;
 
 pub(crate) mod backend;
+pub(crate) mod context;
+pub(crate) mod dispatch;
 pub(crate) mod memory;
-pub(crate) mod state;
 
 pub mod controller;
 pub mod events;

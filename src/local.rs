@@ -4,8 +4,8 @@
 
 use crate::backend::fabric::Registration;
 use crate::controller::Controller;
-use crate::memory::{Memory, SegmentMemory};
 use crate::fabric::MrAccess;
+use crate::memory::{Memory, SegmentMemory};
 use crate::sys::mem::Mapping;
 use crate::{Error, Result};
 use std::sync::Arc;

@@ -210,4 +210,3 @@ pub(crate) fn check_caller_memory(ptr: *mut u8, len: usize, page: u64) -> Result
     }
     Ok(())
 }
-

@@ -39,6 +39,7 @@ use std::time::Duration;
 use rand::Rng;
 use socket2::{Domain, Protocol, Socket, Type};
 
+use crate::context::NodeContext;
 use crate::controller::{Controller, ControllerRegistry};
 pub use crate::core::config::NodeConfig;
 use crate::core::config::{
@@ -46,8 +47,8 @@ use crate::core::config::{
     Origin, PartialConfig,
 };
 use crate::core::wire::ByteOrder;
+use crate::dispatch::NodeHandler;
 use crate::sidechannel::{self, LocalIdentity, SideChannel, SideChannelConfig};
-use crate::state::{NodeHandler, NodeState};
 use crate::{Error, Result};
 
 /// The side-channel listener's accept backlog: peers connect once and stay connected, so a
@@ -92,7 +93,7 @@ pub(crate) struct NodeInner {
     /// reference-counted per node.
     pub(crate) registry: ControllerRegistry,
     /// Segments, connections and the handling of what peers say.
-    pub(crate) state: Arc<NodeState>,
+    pub(crate) state: Arc<NodeContext>,
     side: Arc<SideChannel>,
     /// The node's own runtime: the side channel and revokes run on it, so they do not
     /// depend on the caller's tasks being scheduled. `None` once shut down.
@@ -615,7 +616,7 @@ impl NodeBuilder {
             ))
         })?;
         let incarnation = rand::rng().random_range(1..=u64::MAX);
-        let state = NodeState::new(handle.clone());
+        let state = NodeContext::new(handle.clone());
         state
             .signals
             .force_side_channel(self.signals_over_side_channel);
@@ -629,7 +630,7 @@ impl NodeBuilder {
             },
             listener,
             config.peers.clone(),
-            Arc::new(NodeHandler(Arc::downgrade(&state))),
+            NodeHandler::new(&state),
             SideChannelConfig::default(),
         )
         .map_err(|e| e.op("start"))?;

@@ -125,6 +125,7 @@ impl SharedMemory {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::SegmentMemory;
 
     #[test]
     fn length_is_whole_pages_and_the_control_word_follows() {

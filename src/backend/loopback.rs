@@ -21,10 +21,10 @@
 //! copies in progress before it acknowledges), and the exporter keeps the memory until
 //! every importer acknowledged or its process is gone ([`hold`]).
 
+use crate::context::NodeContext;
 use crate::controller::Controller;
 use crate::memory::Memory;
 use crate::sidechannel::fdpass::{self, FdService};
-use crate::state::NodeState;
 use crate::sys::cma;
 use crate::sys::shm::SharedMap;
 use crate::{Error, Result};
@@ -47,13 +47,13 @@ pub(crate) fn control_word(epoch: u32, generation: u32) -> u64 {
 /// The exporter's side of a `loopback` controller: its descriptor service (started at the
 /// first publish) and the importer processes it granted, for rebind offers.
 pub(crate) struct LoopbackBackend {
-    node: Weak<NodeState>,
+    node: Weak<NodeContext>,
     service: Mutex<Option<Arc<FdService>>>,
     pids: Mutex<HashMap<u64, u32>>,
 }
 
 impl LoopbackBackend {
-    pub(crate) fn new(node: Weak<NodeState>) -> Arc<Self> {
+    pub(crate) fn new(node: Weak<NodeContext>) -> Arc<Self> {
         Arc::new(LoopbackBackend {
             node,
             service: Mutex::new(None),

@@ -3,8 +3,8 @@
 
 use super::stream::EventStream;
 use super::{STREAM_CAPACITY, SegmentEvent, timer};
+use crate::context::NodeContext;
 use crate::reactor::engine::Engine;
-use crate::state::NodeState;
 use crate::sys::eventfd::EventCounter;
 use crate::{Error, Result};
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, RawFd};
@@ -153,7 +153,7 @@ impl Hub {
     /// `Ok`.
     pub(crate) async fn wait(
         &self,
-        node: &Arc<NodeState>,
+        node: &Arc<NodeContext>,
         timeout: Option<Duration>,
         op: &'static str,
         mut reader: Option<Reader<'_>>,
@@ -213,7 +213,7 @@ impl Hub {
     /// against 0.27 µs for two threads busy-polling a shared word.
     fn read_for_signal(
         &self,
-        node: &NodeState,
+        node: &NodeContext,
         reader: Reader<'_>,
         deadline: Option<Instant>,
     ) -> bool {
@@ -235,7 +235,7 @@ impl Hub {
                 let bells = node.signals.loopback_bells();
                 !bells.is_empty()
                     && self.look_until(LOOPBACK_SIGNAL_SPIN, deadline, || {
-                        bells.iter().fold(false, |found, b| b.look(node) | found)
+                        bells.iter().fold(false, |found, b| b.look() | found)
                     })
             }
         }

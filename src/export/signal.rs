@@ -85,7 +85,16 @@ impl ExportSegment {
                 bell: bell.bell(),
                 dest: bell.dest(),
             };
-            if let Err(e) = route::send(&node, backend.as_ref(), target, flags, OP).await {
+            if let Err(e) = route::send(
+                &node.signals,
+                node.side(),
+                backend.as_ref(),
+                target,
+                flags,
+                OP,
+            )
+            .await
+            {
                 first_err.get_or_insert(e.segment(id));
             }
         }

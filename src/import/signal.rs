@@ -87,9 +87,16 @@ impl ImportSegment {
             bell: inner.bell.as_ref(),
             dest: Some(inner.dest),
         };
-        route::send(&state, inner.backend.as_ref(), target, flags, op)
-            .await
-            .map_err(|e| e.segment(inner.segment))
+        route::send(
+            &state.signals,
+            state.side(),
+            inner.backend.as_ref(),
+            target,
+            flags,
+            op,
+        )
+        .await
+        .map_err(|e| e.segment(inner.segment))
     }
 
     /// Waits for a signal from the exporter and consumes it (`rsm_intr_signal_wait`): `n`
