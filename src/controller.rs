@@ -15,12 +15,7 @@ use crate::backend::fabric::FabricBackend;
 use crate::backend::loopback::LoopbackBackend;
 use crate::context::NodeContext;
 use crate::core::ctlrname::ControllerName;
-use crate::export::ExportSegment;
 use crate::fabric::{self, Domain, Fabric, Hints, InfoList, ffi};
-use crate::import::ImportSegment;
-use crate::local::LocalMemory;
-use crate::memory::SegmentMemory;
-use crate::perm::{ExportFlags, Perm};
 use crate::{Error, Result, sys};
 use serde::Serialize;
 use std::collections::HashMap;
@@ -216,116 +211,14 @@ impl Controller {
         }
     }
 
-    fn node_state(&self, op: &'static str) -> Result<Arc<NodeContext>> {
+    /// The node's context, or `RSMERR_BAD_CTLR_HNDL` for `op` once the node was shut down.
+    pub(crate) fn context(&self, op: &'static str) -> Result<Arc<NodeContext>> {
         self.inner.node.upgrade().ok_or_else(|| {
             Error::bad_ctlr_hndl()
                 .op(op)
                 .controller(self.name())
                 .detail("the node was shut down")
         })
-    }
-
-    /// Creates an export segment of `size` bytes of memory `rsm` allocates
-    /// (`rsm_memseg_export_create`): page-aligned, zeroed, and excluded from `fork`. The size
-    /// is a multiple of the page size and at most the controller's
-    /// `max_export_segment_size`.
-    pub fn export(&self, size: usize, flags: ExportFlags) -> Result<ExportSegment> {
-        let node = self.node_state("export_create")?;
-        ExportSegment::create(self, Arc::downgrade(&node), size, flags)
-    }
-
-    /// Creates a local memory handle over `len` bytes `rsm` allocates
-    /// (`rsm_create_localmemory_handle`): page-aligned, zeroed, registered with this
-    /// controller for scatter/gather entries. `RSMERR_BAD_LENGTH` for 0 bytes,
-    /// `RSMERR_INSUFFICIENT_MEM` when the memory cannot be had (naming the locked-memory
-    /// limit when that is the cause).
-    ///
-    /// ```
-    /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
-    /// # let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
-    /// # rt.block_on(async {
-    /// let node = rsm::Node::builder().ignore_environment().id(9531).start().await?;
-    /// let ctrl = node.controller("tcp0").await?;
-    /// assert_eq!(ctrl.local_memory(0).unwrap_err().name(), "RSMERR_BAD_LENGTH");
-    /// let mem = ctrl.local_memory(100)?;
-    /// assert_eq!(mem.len(), 100);
-    /// node.shutdown().await;
-    /// # Ok::<_, rsm::Error>(())
-    /// # })?;
-    /// # Ok(()) }
-    /// ```
-    pub fn local_memory(&self, len: usize) -> Result<LocalMemory> {
-        self.node_state("create_localmemory_handle")?;
-        LocalMemory::allocate(self, len)
-    }
-
-    /// Creates a local memory handle over memory the caller hands over
-    /// (`rsm_create_localmemory_handle` with the caller's `vaddr`), which must start on a
-    /// page boundary (`RSMERR_BAD_ADDR`) and hold at least one byte (`RSMERR_BAD_LENGTH`).
-    /// `rsm` owns the memory from now on, and drops it after the handle was freed and the
-    /// last operation using it completed.
-    pub fn local_memory_from<M: SegmentMemory>(&self, mem: M) -> Result<LocalMemory> {
-        self.node_state("create_localmemory_handle")?;
-        LocalMemory::adopt(self, mem)
-    }
-
-    /// Creates an export segment over memory the caller hands over
-    /// (`rsm_memseg_export_create` with the caller's `vaddr`): see [`SegmentMemory`] for what
-    /// the memory must promise. `rsm` owns it from now on and drops it only after the last
-    /// registration over it was closed. Nothing is copied or zeroed.
-    ///
-    /// Errors, in the original's order: `RSMERR_BAD_ADDR` for a NULL address,
-    /// `RSMERR_BAD_LENGTH` for an empty range, `RSMERR_BAD_MEM_ALIGNMENT` when the address or
-    /// the length is not a multiple of the page size, `RSMERR_BAD_LENGTH` when it is larger
-    /// than the controller's `max_export_segment_size`. On error `mem` is dropped.
-    ///
-    /// On `loopback`, importers map a [`crate::SharedMemory`]; other memory they reach with
-    /// `process_vm_readv/writev` instead, and cannot map (see the crate's model notes).
-    ///
-    /// ```
-    /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
-    /// # let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
-    /// # rt.block_on(async {
-    /// let node = rsm::Node::builder().ignore_environment().id(9514).start().await?;
-    /// let ctrl = node.controller("tcp0").await?;
-    /// let e = ctrl.export_memory(Vec::new(), rsm::ExportFlags::empty()).unwrap_err();
-    /// assert_eq!(e.code(), 20); // BAD_LENGTH
-    /// // A Vec of 3 bytes is not a multiple of the page size.
-    /// let e = ctrl.export_memory(vec![0u8; 3], rsm::ExportFlags::empty()).unwrap_err();
-    /// assert_eq!(e.code(), 17); // BAD_MEM_ALIGNMENT
-    /// node.shutdown().await;
-    /// # Ok::<_, rsm::Error>(())
-    /// # })?;
-    /// # Ok(()) }
-    /// ```
-    pub fn export_memory<M: SegmentMemory>(
-        &self,
-        mem: M,
-        flags: ExportFlags,
-    ) -> Result<ExportSegment> {
-        let node = self.node_state("export_create")?;
-        ExportSegment::create_from(self, Arc::downgrade(&node), mem, flags)
-    }
-
-    /// Connects to segment `segment` of node `node` (`rsm_memseg_import_connect`), asking for
-    /// `perm` (`Perm::READ`, `Perm::WRITE` or `Perm::RDWR`).
-    ///
-    /// The exporter checks the request against the segment's access list and the owner,
-    /// group or other bits of this process's class ([`crate::core::access`]; on one host it
-    /// takes this process's ids from the kernel, and root gets no bypass).
-    ///
-    /// Errors: `RSMERR_REMOTE_NODE_UNREACHABLE` when the node does not answer,
-    /// `RSMERR_SEG_NOT_PUBLISHED` when it has no such segment,
-    /// `RSMERR_SEG_NOT_PUBLISHED_TO_NODE` when its access list leaves this node out,
-    /// `RSMERR_PERM_DENIED` for bits other than read and write, or when the class's bits do
-    /// not cover `perm`.
-    ///
-    /// # Cancel safety
-    /// Cancel safe: a connect abandoned after the exporter granted it is never used, and the
-    /// exporter forgets it when this node disconnects or goes away.
-    pub async fn import(&self, node: u32, segment: u32, perm: Perm) -> Result<ImportSegment> {
-        let state = self.node_state("import_connect")?;
-        ImportSegment::connect(self, state, node, segment, perm).await
     }
 }
 

@@ -12,11 +12,9 @@ use crate::core::access::{self, Creator, Requester};
 use crate::core::segid;
 use crate::core::wire::Message;
 use crate::fabric::MrAccess;
+use crate::memory::Memory;
 pub use crate::memory::SegmentMemory;
-use crate::memory::{Memory, check_caller_memory};
 use crate::perm::{Access, ExportFlags, Perm};
-use crate::shared_memory::SharedMemory;
-use crate::sys::mem::Mapping;
 use crate::{Error, Result};
 use settle::{Notice, settle};
 use std::collections::HashMap;
@@ -257,93 +255,6 @@ impl ExportInner {
 }
 
 impl ExportSegment {
-    pub(crate) fn create(
-        ctrl: &Controller,
-        node: Weak<NodeContext>,
-        size: usize,
-        flags: ExportFlags,
-    ) -> Result<Self> {
-        Self::create_with(ctrl, node, size, flags, None)
-    }
-
-    /// Export create over caller memory (spec §4.2, in the original's check order).
-    pub(crate) fn create_from(
-        ctrl: &Controller,
-        node: Weak<NodeContext>,
-        mem: impl SegmentMemory,
-        flags: ExportFlags,
-    ) -> Result<Self> {
-        let mem = Memory::caller(mem);
-        let size = mem.len();
-        let page = ctrl.attr().page_size;
-        check_caller_memory(mem.as_ptr(), size, page).map_err(|e| {
-            e.op("export_create")
-                .controller(ctrl.name())
-                .length(size as u64)
-        })?;
-        Self::create_with(ctrl, node, size, flags, Some(mem))
-    }
-
-    fn create_with(
-        ctrl: &Controller,
-        node: Weak<NodeContext>,
-        size: usize,
-        flags: ExportFlags,
-        mem: Option<Memory>,
-    ) -> Result<Self> {
-        let attr = ctrl.attr();
-        let err = |e: Error| {
-            e.op("export_create")
-                .controller(ctrl.name())
-                .length(size as u64)
-        };
-        if size == 0 {
-            return Err(err(
-                Error::bad_length().detail("a segment has at least one page")
-            ));
-        }
-        if size as u64 % attr.page_size != 0 {
-            return Err(err(Error::bad_mem_alignment().detail(format!(
-                "the size must be a multiple of the page size ({})",
-                attr.page_size
-            ))));
-        }
-        if size as u64 > attr.max_export_segment_size {
-            return Err(err(Error::bad_length().detail(format!(
-                "larger than the controller's largest segment ({} bytes)",
-                attr.max_export_segment_size
-            ))));
-        }
-        // On loopback, caller memory that is not a memfd is reached with
-        // process_vm_readv/writev (and cannot be mapped by importers).
-        let mem = match mem {
-            Some(m) => m,
-            None if ctrl.is_loopback() => Memory::Shared(SharedMemory::new(size).map_err(err)?),
-            None => Memory::Own(Mapping::new(size).map_err(err)?),
-        };
-        Ok(ExportSegment {
-            inner: Arc::new(ExportInner {
-                ctrl: ctrl.clone(),
-                node,
-                size,
-                flags,
-                creator: crate::sys::creds::pid(),
-                owner: {
-                    let (uid, gid, _) = crate::sys::creds::current();
-                    let umask = crate::sys::creds::umask();
-                    Creator { uid, gid, umask }
-                },
-                state: Mutex::new(ExportState {
-                    published: None,
-                    destroyed: false,
-                    mem: Arc::new(mem),
-                }),
-                rebinding: tokio::sync::Mutex::new(()),
-                events: crate::events::hub::Hub::new(),
-            }),
-        })
-    }
-
     fn check_creator(&self, op: &'static str) -> Result<()> {
         if crate::sys::creds::pid() != self.inner.creator {
             return Err(Error::not_creator().op(op).detail(
@@ -766,7 +677,7 @@ impl ExportSegment {
                             let (key, base) = match reg {
                                 Some(reg) => (reg.key(), reg.base()),
                                 None => crate::backend::loopback::reoffer(
-                                    &self.inner.ctrl,
+                                    self.inner.ctrl.loopback(),
                                     &mem,
                                     conn_id,
                                     i.writable,
@@ -982,6 +893,8 @@ impl Drop for ExportInner {
     }
 }
 
+// Creating a segment, in export/create.rs.
+mod create;
 // The last phase of a revoke and of a rebind, in export/settle.rs.
 mod settle;
 // Signals, waits, the pollable descriptor and event streams, in export/signal.rs.

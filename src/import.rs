@@ -162,6 +162,29 @@ impl Drop for ImportInner {
     }
 }
 
+impl Controller {
+    /// Connects to segment `segment` of node `node` (`rsm_memseg_import_connect`), asking for
+    /// `perm` (`Perm::READ`, `Perm::WRITE` or `Perm::RDWR`).
+    ///
+    /// The exporter checks the request against the segment's access list and the owner,
+    /// group or other bits of this process's class ([`crate::core::access`]; on one host it
+    /// takes this process's ids from the kernel, and root gets no bypass).
+    ///
+    /// Errors: `RSMERR_REMOTE_NODE_UNREACHABLE` when the node does not answer,
+    /// `RSMERR_SEG_NOT_PUBLISHED` when it has no such segment,
+    /// `RSMERR_SEG_NOT_PUBLISHED_TO_NODE` when its access list leaves this node out,
+    /// `RSMERR_PERM_DENIED` for bits other than read and write, or when the class's bits do
+    /// not cover `perm`.
+    ///
+    /// # Cancel safety
+    /// Cancel safe: a connect abandoned after the exporter granted it is never used, and the
+    /// exporter forgets it when this node disconnects or goes away.
+    pub async fn import(&self, node: u32, segment: u32, perm: Perm) -> Result<ImportSegment> {
+        let state = self.context("import_connect")?;
+        ImportSegment::connect(self, state, node, segment, perm).await
+    }
+}
+
 impl ImportSegment {
     /// `rsm_memseg_import_connect`, from [`Controller::import`].
     pub(crate) async fn connect(

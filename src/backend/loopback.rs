@@ -22,7 +22,6 @@
 //! every importer acknowledged or its process is gone ([`hold`]).
 
 use crate::context::NodeContext;
-use crate::controller::Controller;
 use crate::memory::Memory;
 use crate::sidechannel::fdpass::{self, FdService};
 use crate::sys::cma;
@@ -626,8 +625,14 @@ pub(crate) fn rebind(old: &Memory, new: &Memory, generation: u32) {
 /// Rebind: the ticket for the new memory of connection `conn_id` (0 when it cannot be
 /// offered; the importer then fails to remap and its accesses keep the old memory until
 /// the exporter retires it), and the new memory's address when it is caller memory.
-pub(crate) fn reoffer(ctrl: &Controller, mem: &Memory, conn_id: u64, writable: bool) -> (u64, u64) {
-    let Some(lo) = ctrl.loopback() else {
+/// `lo` is the segment's loopback controller (`None` on the others).
+pub(crate) fn reoffer(
+    lo: Option<&Arc<LoopbackBackend>>,
+    mem: &Memory,
+    conn_id: u64,
+    writable: bool,
+) -> (u64, u64) {
+    let Some(lo) = lo else {
         return (0, 0);
     };
     if !matches!(mem, Memory::Shared(_)) {
