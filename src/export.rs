@@ -1,4 +1,4 @@
-//! Export segments (spec §4.2): memory this node offers to importers.
+//! Export segments (docs/rsmapi.md §4.2): memory this node offers to importers.
 //!
 //! `rsm` allocates the memory itself (page-aligned, excluded from `fork`), or takes memory the
 //! caller hands over ([`SegmentMemory`]), registers it with the controller's provider when the
@@ -63,7 +63,7 @@ pub(crate) struct ExportInner {
     flags: ExportFlags,
     creator: u32,
     /// The creating process's uid, gid and umask at export time: what the access check
-    /// compares importers with (spec §6.2, decision 15).
+    /// compares importers with (docs/rsmapi.md §6.2, DESIGN.md, decision 15).
     owner: Creator,
     state: Mutex<ExportState>,
     /// Serialises rebinds of this segment.
@@ -151,7 +151,7 @@ impl ExportInner {
         &self.ctrl
     }
 
-    /// Applies the access check (spec §6.2) to `who` asking for `want`, and on success
+    /// Applies the access check (docs/rsmapi.md §6.2) to `who` asking for `want`, and on success
     /// records the importer and returns what it needs. `RSMERR_SEG_NOT_PUBLISHED` when not
     /// published; the check's errors otherwise.
     pub(crate) fn admit(
@@ -379,14 +379,14 @@ impl ExportSegment {
 
     /// Publishes the segment (`rsm_memseg_export_publish`) under `id`, or under an id the
     /// node assigns (from `0x80000000` up) when `id` is 0, and returns the id. Ids chosen by
-    /// the caller lie in `0x400000`-`0x7FFFFFFF` (decision 8).
+    /// the caller lie in `0x400000`-`0x7FFFFFFF` (DESIGN.md, decision 8).
     ///
-    /// `acl` says which nodes may connect and with which owner/group/other bits (spec §6,
+    /// `acl` says which nodes may connect and with which owner/group/other bits (docs/rsmapi.md §6,
     /// [`crate::core::access`]): at most 4096 entries, any node id, each permission at most
     /// `0666` using only read and write bits; for a node listed twice the first entry counts.
     /// An empty list lets every node connect, with the mode `0666 & !umask` of the process
     /// that created the segment. Importers are classed against the creator's uid and gid
-    /// recorded at export time, and root gets no bypass (decision 15).
+    /// recorded at export time, and root gets no bypass (DESIGN.md, decision 15).
     ///
     /// The segment is registered twice with the provider, read-write and read-only, under
     /// different keys; a read-only importer only learns the read-only key.
@@ -478,7 +478,7 @@ impl ExportSegment {
     /// Replaces the access list of the published segment (`rsm_memseg_export_republish`).
     ///
     /// Only later connects are checked against the new list: importers already connected
-    /// keep what they were granted (spec §4.2). The list follows the rules of
+    /// keep what they were granted (docs/rsmapi.md §4.2). The list follows the rules of
     /// [`ExportSegment::publish`].
     ///
     /// Errors, in this order (the original's): `RSMERR_BAD_SEG_HNDL` after destroy,
@@ -559,7 +559,7 @@ impl ExportSegment {
     /// channel, or 5 s passed; this returns then. An unpublished segment just swaps memory.
     ///
     /// Nothing is copied: the new memory's contents are what the caller put there. Data
-    /// accessed during a rebind is undefined (spec §4.2); the application quiesces its
+    /// accessed during a rebind is undefined (docs/rsmapi.md §4.2); the application quiesces its
     /// importers itself if it cares which memory a write lands in.
     ///
     /// Errors, in the original's order: `RSMERR_BAD_ADDR` for a NULL address,

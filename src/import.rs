@@ -1,4 +1,4 @@
-//! Import segments (spec §4.3, §4.4): a connection to a segment another node published,
+//! Import segments (docs/rsmapi.md §4.3, §4.4): a connection to a segment another node published,
 //! with asynchronous put and get.
 
 use crate::backend::fabric::FabricBackend;
@@ -50,17 +50,17 @@ pub(crate) struct ImportInner {
     segment: u32,
     conn_id: u64,
     peer_incarnation: u64,
-    /// The exporter's byte order, from its hello: typed accesses store in it (decision 4).
+    /// The exporter's byte order, from its hello: typed accesses store in it (DESIGN.md, decision 4).
     peer_byte_order: crate::core::wire::ByteOrder,
     dest: ffi::fi_addr_t,
     peer_addr: Vec<u8>,
     length: u64,
     granted: Perm,
     /// The in-flight operations, and the view of the exporter's registration (base and key)
-    /// they post with: a rebind swaps it (design §4).
+    /// they post with: a rebind swaps it (DESIGN.md §4).
     tracker: Arc<Tracker>,
     disconnected: AtomicBool,
-    /// Explicit barrier mode (implicit is the default, decision 2).
+    /// Explicit barrier mode (implicit is the default, DESIGN.md, decision 2).
     explicit: AtomicBool,
     /// The barrier `init_barrier` attached last.
     barrier: std::sync::Mutex<Option<Arc<BarrierCore>>>,
@@ -82,7 +82,7 @@ impl ImportInner {
         self.peer_incarnation
     }
 
-    /// Fails pending and later operations with `err` (forced disconnect, decision 19).
+    /// Fails pending and later operations with `err` (forced disconnect, DESIGN.md, decision 19).
     pub(crate) fn abort(&self, err: Error) {
         if let Some(lo) = &self.lo {
             lo.abort(crate::reactor::slot::clone_error(&err).segment(self.segment));
@@ -572,13 +572,13 @@ impl ImportSegment {
 
 // Typed put/get (8/16/32/64 bits, byte order), an `impl ImportSegment` in import/typed.rs.
 mod typed;
-// Barriers and barrier mode (spec §4.6).
+// Barriers and barrier mode (docs/rsmapi.md §4.6).
 pub(crate) mod barrier;
-// Scatter/gather (spec §4.5).
+// Scatter/gather (docs/rsmapi.md §4.5).
 pub(crate) mod sg;
 // put/get on loopback (copies), an `impl ImportSegment` in import/loopback.rs.
 mod loopback;
-// Mapping (spec §4.10): `ImportSegment::map` and its guard, in import/map.rs.
+// Mapping (docs/rsmapi.md §4.10): `ImportSegment::map` and its guard, in import/map.rs.
 mod map;
 
 pub use barrier::{Barrier, BarrierMode};

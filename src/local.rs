@@ -1,4 +1,4 @@
-//! Local memory handles (spec §4.8): local buffers registered once with a controller, so
+//! Local memory handles (docs/rsmapi.md §4.8): local buffers registered once with a controller, so
 //! scatter/gather operations ([`crate::ImportSegment::putv`], [`crate::ImportSegment::getv`])
 //! can use them again and again without registering them each time.
 

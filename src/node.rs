@@ -1,4 +1,4 @@
-//! [`Node`]: this process's identity in the cluster (design §3).
+//! [`Node`]: this process's identity in the cluster (DESIGN.md §3).
 //!
 //! A node has a `u32` id, a random incarnation id that tells a restarted peer from its
 //! previous life, a side-channel listener and a peer table. [`NodeBuilder`] gathers the
@@ -227,7 +227,7 @@ impl Node {
         &self.inner.config
     }
 
-    /// Opens a controller by name (spec §4.1 `rsm_get_controller`): `<type><unit>` such as
+    /// Opens a controller by name (docs/rsmapi.md §4.1 `rsm_get_controller`): `<type><unit>` such as
     /// `tcp0`, or `<type>:<domain>` such as `tcp:lo`, matched case-insensitively; `loopback`
     /// (with any unit number) or `""` gives the same-host loopback controller.
     ///
@@ -520,7 +520,7 @@ impl NodeBuilder {
 
     /// Makes the node announce `order` as its byte order in its hello instead of the
     /// machine's own, so that peers swap typed accesses to it as they would for a node of
-    /// that byte order (decision 4). A test hook: the node's own memory keeps the machine's
+    /// that byte order (DESIGN.md, decision 4). A test hook: the node's own memory keeps the machine's
     /// order, only what peers believe changes. Only with the `fault-injection` feature.
     ///
     /// ```

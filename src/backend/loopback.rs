@@ -1,4 +1,4 @@
-//! The `loopback` controller's data path (design §7): same-host shared memory.
+//! The `loopback` controller's data path (DESIGN.md §7): same-host shared memory.
 //!
 //! The exporter's segment is a sealed memfd ([`crate::SharedMemory`]) whose page after the
 //! segment holds the generation word. A connect grant carries a ticket for the descriptor
@@ -95,7 +95,7 @@ impl LoopbackBackend {
     }
 }
 
-/// A user's explicit mapping (spec §4.10).
+/// A user's explicit mapping (docs/rsmapi.md §4.10).
 pub(crate) struct UserMap {
     pub(crate) map: SharedMap,
     pub(crate) offset: u64,
@@ -360,7 +360,7 @@ impl LoopbackImport {
         Ok(())
     }
 
-    /// Fails every later access with `err` (the exporting node is lost, decision 19).
+    /// Fails every later access with `err` (the exporting node is lost, DESIGN.md, decision 19).
     pub(crate) fn abort(&self, err: Error) {
         lock(&self.why).get_or_insert(err);
         self.revoked.store(true, Ordering::SeqCst);
@@ -524,8 +524,8 @@ pub(crate) unsafe fn copy(src: *const u8, dst: *mut u8, len: usize) {
     }
 }
 
-// The exporter's hooks, called from export.rs and state.rs; each does nothing for memory
-// that is not a memfd (the libfabric controllers').
+// The exporter's hooks, called from export.rs and export/settle.rs; each does nothing for
+// memory that is not a memfd (the libfabric controllers').
 
 /// The descriptor to offer an importer: the memfd itself for a writer, a read-only reopen
 /// of it for a reader, so its mapping can never be made writable.

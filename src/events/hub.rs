@@ -59,7 +59,7 @@ impl Hub {
     }
 
     /// A signal from `from` arrived; with `no_accumulate` it is dropped while one is
-    /// pending (decision 3). Returns whether it counted.
+    /// pending (DESIGN.md, decision 3). Returns whether it counted.
     pub(crate) fn post(&self, from: u32, no_accumulate: bool) -> bool {
         {
             let mut st = lock(&self.state);
@@ -149,7 +149,7 @@ impl Hub {
 
     /// Waits for one event and consumes it (spec `rsm_intr_signal_wait`): `None` waits
     /// forever, `Some(ZERO)` only looks. `RSMERR_TIMEOUT` only once the time has really
-    /// passed (decision 11). Cancel safe: an event is consumed only by a wait that returns
+    /// passed (DESIGN.md, decision 11). Cancel safe: an event is consumed only by a wait that returns
     /// `Ok`.
     pub(crate) async fn wait(
         &self,
@@ -301,7 +301,7 @@ impl Hub {
         })
     }
 
-    /// Whether a [`PollFd`] is held (destroy and disconnect refuse, decision 5).
+    /// Whether a [`PollFd`] is held (destroy and disconnect refuse, DESIGN.md, decision 5).
     pub(crate) fn pollfd_in_use(&self) -> bool {
         lock(&self.state).fd_refs > 0
     }
@@ -331,7 +331,7 @@ impl Reader<'_> {
 /// than a wake-up, as shm's (`Tuning::signal_spin`).
 const LOOPBACK_SIGNAL_SPIN: Duration = Duration::from_micros(100);
 
-/// A segment's pollable descriptor (spec `rsm_memseg_get_pollfd`, decision 5): an eventfd
+/// A segment's pollable descriptor (spec `rsm_memseg_get_pollfd`, DESIGN.md, decision 5): an eventfd
 /// that is readable (`POLLIN`) exactly while signals are pending for the segment, for
 /// `poll`/`epoll` users. Polling does not consume; [`PollFd::try_consume`] (or a
 /// `wait_signal`) takes one event.

@@ -240,7 +240,7 @@ pub(crate) fn describe(c: &Candidate, local_ip: IpAddr) -> Result<(ControllerInf
             tot_export_segment_size: tot_export,
             // One registration per segment; a provider that states no limit has none.
             max_export_segments: if mr_cnt == 0 { u64::MAX } else { mr_cnt },
-            // libfabric controllers cannot map remote memory (decision 13).
+            // libfabric controllers cannot map remote memory (DESIGN.md, decision 13).
             max_import_map_size: 0,
             tot_import_map_size: 0,
             // An import takes no provider resource of its own: its peer's address is shared.
