@@ -131,8 +131,8 @@ fn admit(ctx: &Arc<NodeContext>, peer: &PeerInfo, r: &ConnectRequest) -> Result<
     })
 }
 
-/// Who asks to import, for the access check (DESIGN.md, decision 15): on a Unix link (same host) the
-/// kernel's credentials of the peer process replace whatever the request claims; between
+/// Who asks to import, for the access check (DESIGN.md, decision 15): on a Unix link (same host)
+/// the kernel's credentials of the peer process replace whatever the request claims; between
 /// hosts the claimed uid, gid and supplementary groups (at most 64, bounded by the wire).
 fn requester<'a>(peer: &'a PeerInfo, r: &'a ConnectRequest) -> Requester<'a> {
     match &peer.creds {

@@ -381,11 +381,11 @@ impl ExportSegment {
     /// node assigns (from `0x80000000` up) when `id` is 0, and returns the id. Ids chosen by
     /// the caller lie in `0x400000`-`0x7FFFFFFF` (DESIGN.md, decision 8).
     ///
-    /// `acl` says which nodes may connect and with which owner/group/other bits (docs/rsmapi.md §6,
-    /// [`crate::core::access`]): at most 4096 entries, any node id, each permission at most
-    /// `0666` using only read and write bits; for a node listed twice the first entry counts.
-    /// An empty list lets every node connect, with the mode `0666 & !umask` of the process
-    /// that created the segment. Importers are classed against the creator's uid and gid
+    /// `acl` says which nodes may connect and with which owner/group/other bits
+    /// (docs/rsmapi.md §6, [`crate::core::access`]): at most 4096 entries, any node id, each
+    /// permission at most `0666` using only read and write bits; for a node listed twice the first
+    /// entry counts. An empty list lets every node connect, with the mode `0666 & !umask` of the
+    /// process that created the segment. Importers are classed against the creator's uid and gid
     /// recorded at export time, and root gets no bypass (DESIGN.md, decision 15).
     ///
     /// The segment is registered twice with the provider, read-write and read-only, under

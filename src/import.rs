@@ -50,7 +50,8 @@ pub(crate) struct ImportInner {
     segment: u32,
     conn_id: u64,
     peer_incarnation: u64,
-    /// The exporter's byte order, from its hello: typed accesses store in it (DESIGN.md, decision 4).
+    /// The exporter's byte order, from its hello: typed accesses store in it
+    /// (DESIGN.md, decision 4).
     peer_byte_order: crate::core::wire::ByteOrder,
     dest: ffi::fi_addr_t,
     peer_addr: Vec<u8>,

@@ -227,9 +227,9 @@ impl Node {
         &self.inner.config
     }
 
-    /// Opens a controller by name (docs/rsmapi.md §4.1 `rsm_get_controller`): `<type><unit>` such as
-    /// `tcp0`, or `<type>:<domain>` such as `tcp:lo`, matched case-insensitively; `loopback`
-    /// (with any unit number) or `""` gives the same-host loopback controller.
+    /// Opens a controller by name (docs/rsmapi.md §4.1 `rsm_get_controller`): `<type><unit>`
+    /// such as `tcp0`, or `<type>:<domain>` such as `tcp:lo`, matched case-insensitively;
+    /// `loopback` (with any unit number) or `""` gives the same-host loopback controller.
     ///
     /// Controllers are reference-counted: every handle to the same controller shares its
     /// resources, freed when the last one is dropped.
@@ -520,8 +520,8 @@ impl NodeBuilder {
 
     /// Makes the node announce `order` as its byte order in its hello instead of the
     /// machine's own, so that peers swap typed accesses to it as they would for a node of
-    /// that byte order (DESIGN.md, decision 4). A test hook: the node's own memory keeps the machine's
-    /// order, only what peers believe changes. Only with the `fault-injection` feature.
+    /// that byte order (DESIGN.md, decision 4). A test hook: the node's own memory keeps the
+    /// machine's order, only what peers believe changes. Only with the `fault-injection` feature.
     ///
     /// ```
     /// use rsm::ByteOrder;

@@ -1,8 +1,9 @@
 //! One segment's events: the pending-signal count that waits and the pollable descriptor
 //! consume, and the broadcast that streams observe.
 
+use super::event::{STREAM_CAPACITY, SegmentEvent};
 use super::stream::EventStream;
-use super::{STREAM_CAPACITY, SegmentEvent, timer};
+use super::timer;
 use crate::context::NodeContext;
 use crate::reactor::engine::Engine;
 use crate::sys::eventfd::EventCounter;
@@ -149,8 +150,8 @@ impl Hub {
 
     /// Waits for one event and consumes it (spec `rsm_intr_signal_wait`): `None` waits
     /// forever, `Some(ZERO)` only looks. `RSMERR_TIMEOUT` only once the time has really
-    /// passed (DESIGN.md, decision 11). Cancel safe: an event is consumed only by a wait that returns
-    /// `Ok`.
+    /// passed (DESIGN.md, decision 11). Cancel safe: an event is consumed only by a wait that
+    /// returns `Ok`.
     pub(crate) async fn wait(
         &self,
         node: &Arc<NodeContext>,
@@ -331,8 +332,8 @@ impl Reader<'_> {
 /// than a wake-up, as shm's (`Tuning::signal_spin`).
 const LOOPBACK_SIGNAL_SPIN: Duration = Duration::from_micros(100);
 
-/// A segment's pollable descriptor (spec `rsm_memseg_get_pollfd`, DESIGN.md, decision 5): an eventfd
-/// that is readable (`POLLIN`) exactly while signals are pending for the segment, for
+/// A segment's pollable descriptor (spec `rsm_memseg_get_pollfd`, DESIGN.md, decision 5): an
+/// eventfd that is readable (`POLLIN`) exactly while signals are pending for the segment, for
 /// `poll`/`epoll` users. Polling does not consume; [`PollFd::try_consume`] (or a
 /// `wait_signal`) takes one event.
 ///
@@ -444,7 +445,10 @@ mod tests {
         // Streams consume nothing.
         assert_eq!(hub.pending(), STREAM_CAPACITY as u64 + extra);
         futures::executor::block_on(async {
-            assert_eq!(slow.next().await, Some(Err(super::super::Lagged(extra))));
+            assert_eq!(
+                slow.next().await,
+                Some(Err(super::super::stream::Lagged(extra)))
+            );
             assert_eq!(
                 slow.next().await,
                 Some(Ok(SegmentEvent::Signal { from: 3 }))

@@ -457,17 +457,17 @@ mod tests {
                 imp.wait_signal(five).await.unwrap();
                 let late = imp.wait_signal(Some(Duration::from_millis(100))).await;
                 assert_eq!(late.unwrap_err().code(), 42);
-                let (sa, sb) = (&a.inner.state.signals, &b.inner.state.signals);
-                let counts = |r: &crate::events::route::Routes| {
+                let counts = |n: &crate::Node| {
+                    let r = &n.inner.state.signals;
                     (
                         r.sent_by_bell.load(Ordering::Relaxed),
                         r.sent_by_side.load(Ordering::Relaxed),
                     )
                 };
                 if forced {
-                    assert_eq!((counts(sa), counts(sb)), ((0, 6), (0, 100)));
+                    assert_eq!((counts(&a), counts(&b)), ((0, 6), (0, 100)));
                 } else {
-                    assert_eq!((counts(sa), counts(sb)), ((6, 0), (100, 0)));
+                    assert_eq!((counts(&a), counts(&b)), ((6, 0), (100, 0)));
                 }
                 imp.disconnect().await.unwrap();
                 seg.destroy().await.unwrap();

@@ -21,15 +21,15 @@
 //! shared word and an eventfd each way, handed over with the segment's memfd; the side
 //! channel carries signals there only when forced, or for a connection without one.
 //!
-//! Order (DESIGN.md, decision 18): a signal posted after a put *that resolved* arrives after the put's
-//! data is visible, on every path, because a put resolves only once its data is visible at
+//! Order (DESIGN.md, decision 18): a signal posted after a put *that resolved* arrives after the
+//! put's data is visible, on every path, because a put resolves only once its data is visible at
 //! the target (delivery-complete on shm, sockets and tcp; on udp the fence read behind the
 //! write). A put still in flight when the signal is posted (not awaited yet) has no such
 //! promise: on tcp the doorbell write usually follows it on the same connection, but a put waiting
 //! for a place in the transmit queue, split in pieces, or retried after `-FI_EAGAIN` may be
 //! overtaken, and the side channel is another connection altogether.
 
-use super::SignalFlags;
+use super::event::SignalFlags;
 use super::loopback_bell::LoopbackBell;
 use crate::backend::fabric::FabricBackend;
 use crate::core::wire::{Doorbell, Message};

@@ -24,7 +24,8 @@ pub(crate) fn sleep_until(
                 })
                 .await;
         }
-        // tokio's timer wheel rounds to the millisecond; never report early (DESIGN.md, decision 11).
+        // tokio's timer wheel rounds to the millisecond; never report early
+        // (DESIGN.md, decision 11).
         let now = Instant::now();
         if now < deadline {
             std::thread::sleep(deadline - now);

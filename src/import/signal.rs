@@ -1,6 +1,6 @@
-//! Signals on the import side (docs/rsmapi.md §4.7): post to the exporter, wait with a timeout, the
-//! pollable descriptor, and the stream of this import's events. How a signal travels is in
-//! [`crate::events::route`].
+//! Signals on the import side (docs/rsmapi.md §4.7): post to the exporter, wait with a
+//! timeout, the pollable descriptor, and the stream of this import's events. How a signal travels
+//! is in [`crate::events::route`].
 
 use super::{ImportInner, ImportSegment};
 use crate::events::hub::Hub;
