@@ -14,7 +14,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 /// over the side channel and maps the very same pages. A memfd backs one segment only and
 /// is never reused.
 ///
-/// One page past [`SharedMemory::len`] holds the segment's generation word, which importers
+/// One page past [`len`](crate::SegmentMemory::len) holds the segment's generation word, which importers
 /// read before every access: it is how a revoke reaches them without a system call.
 ///
 /// ```
