@@ -1,4 +1,4 @@
-//! Controllers (spec §4.1): `loopback` and one per usable libfabric domain.
+//! Controllers (docs/rsmapi.md §4.1): `loopback` and one per usable libfabric domain.
 //!
 //! A controller is named `<type><unit>`: `loopback` (what a missing name means, with any
 //! unit), and for each usable provider `tcp0`, `shm0`, `sockets0`, `verbs0`, ... where units
@@ -10,108 +10,29 @@
 //! Getting a controller is reference-counted: every [`Controller`] handle of one name in one
 //! node shares the same open fabric and domain, and dropping the last one frees them
 //! (`rsm_release_controller`).
+//!
+//! Here: the public handle and the node's registry of open controllers. What a controller
+//! is ([`ControllerInfo`]) is in `controller/info.rs`; finding the libfabric ones (the
+//! `fi_getinfo` walk, their names, [`list_controllers`]) in `backend/fabric/discovery.rs`.
 
 use crate::backend::fabric::FabricBackend;
+use crate::backend::fabric::discovery::{self, Candidate};
 use crate::backend::loopback::LoopbackBackend;
+use crate::context::NodeContext;
 use crate::core::ctlrname::ControllerName;
-use crate::export::{ExportSegment, SegmentMemory};
-use crate::fabric::{self, Domain, Fabric, Hints, InfoList, ffi};
-use crate::import::ImportSegment;
-use crate::local::LocalMemory;
-use crate::perm::{ExportFlags, Perm};
-use crate::state::NodeState;
-use crate::{Error, Result, sys};
+use crate::{Error, Result};
 use std::collections::HashMap;
 use std::net::IpAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, Weak};
 
-/// `RSM_DAS8`: 8-bit accesses.
-pub const RSM_DAS8: u32 = 1;
-/// `RSM_DAS16`: 16-bit accesses.
-pub const RSM_DAS16: u32 = 2;
-/// `RSM_DAS32`: 32-bit accesses.
-pub const RSM_DAS32: u32 = 4;
-/// `RSM_DAS64`: 64-bit accesses.
-pub const RSM_DAS64: u32 = 8;
+pub(crate) mod info;
 
-/// A controller's attributes (`rsmapi_controller_attr_t`), from the provider's and the
-/// system's real limits.
-#[derive(Debug, Clone, PartialEq, Eq)]
-#[cfg_attr(feature = "serde", derive(serde::Serialize))]
-pub struct ControllerAttr {
-    /// The put/get widths (`RSM_DAS*` bits) that move in one access of the interconnect.
-    pub direct_access_sizes: u32,
-    /// The widths (`RSM_DAS*` bits) that land at the target as single atomic accesses.
-    pub atomic_sizes: u32,
-    /// The page size: segment memory and lengths are multiples of it.
-    pub page_size: u64,
-    /// The largest single export segment, in bytes.
-    pub max_export_segment_size: u64,
-    /// All export segments together, in bytes.
-    pub tot_export_segment_size: u64,
-    /// How many export segments the controller can hold.
-    pub max_export_segments: u64,
-    /// The largest single import mapping, in bytes (0: the controller cannot map).
-    pub max_import_map_size: u64,
-    /// All import mappings together, in bytes (0: the controller cannot map).
-    pub tot_import_map_size: u64,
-    /// How many import segments the controller can hold.
-    pub max_import_segments: u64,
-}
-
-/// What the provider behind a libfabric controller offers, for `rsm info`.
-#[derive(Debug, Clone, PartialEq, Eq)]
-#[cfg_attr(feature = "serde", derive(serde::Serialize))]
-pub struct ProviderAttr {
-    /// Memory-registration modes the provider requires (`FI_MR_*` names).
-    pub mr_mode: Vec<&'static str>,
-    /// Bytes in a registration key.
-    pub mr_key_size: u64,
-    /// The largest message (and RMA transfer) in bytes.
-    pub max_msg_size: u64,
-    /// The largest write the provider copies at once (`inject_size`).
-    pub inject_size: u64,
-    /// Transmit queue depth: operations in flight per endpoint.
-    pub tx_size: u64,
-    /// Local buffers per operation.
-    pub iov_limit: u64,
-    /// Remote ranges per operation.
-    pub rma_iov_limit: u64,
-    /// Bytes of remote completion data.
-    pub cq_data_size: u64,
-    /// Whether the provider places data without the target's progress (`FI_PROGRESS_AUTO`).
-    pub auto_progress: bool,
-    /// How completions are awaited: `"fd"` (a wait fd) or `"poll"` (a progress thread).
-    pub wait: &'static str,
-}
-
-/// A controller as `rsm info` lists it.
-#[derive(Debug, Clone, PartialEq, Eq)]
-#[cfg_attr(feature = "serde", derive(serde::Serialize))]
-pub struct ControllerInfo {
-    /// The name to pass to [`crate::Node::controller`], such as `tcp0`.
-    pub name: String,
-    /// The libfabric provider (`tcp;ofi_rxm`), or `loopback`.
-    pub provider: String,
-    /// The fabric name (`127.0.0.1/32`, `shm`), or `local` for loopback.
-    pub fabric: String,
-    /// The domain name (`lo`, `shm`), or `local` for loopback.
-    pub domain: String,
-    /// The local address of the controller, as the provider formats it.
-    pub address: String,
-    /// The RSMAPI attributes.
-    pub attr: ControllerAttr,
-    /// The provider's own attributes; `None` for loopback.
-    pub provider_attr: Option<ProviderAttr>,
-}
-
-/// One usable domain found by `fi_getinfo`, before it is opened.
-struct Candidate {
-    name: String,
-    kind: String,
-    info: Arc<fabric::Info>,
-}
+pub use crate::backend::fabric::discovery::list_controllers;
+use info::loopback_info;
+pub use info::{
+    ControllerAttr, ControllerInfo, ProviderAttr, RSM_DAS8, RSM_DAS16, RSM_DAS32, RSM_DAS64,
+};
 
 /// A handle to an open controller (`rsmapi_controller_handle_t`). Cheap to clone; clones
 /// share the controller, and dropping the last handle of a node closes it.
@@ -140,7 +61,7 @@ pub(crate) struct ControllerInner {
     kind: String,
     serial: u64,
     backend: Backend,
-    node: Weak<NodeState>,
+    node: Weak<NodeContext>,
 }
 
 enum Backend {
@@ -217,7 +138,8 @@ impl Controller {
         }
     }
 
-    fn node_state(&self, op: &'static str) -> Result<Arc<NodeState>> {
+    /// The node's context, or `RSMERR_BAD_CTLR_HNDL` for `op` once the node was shut down.
+    pub(crate) fn context(&self, op: &'static str) -> Result<Arc<NodeContext>> {
         self.inner.node.upgrade().ok_or_else(|| {
             Error::bad_ctlr_hndl()
                 .op(op)
@@ -225,115 +147,12 @@ impl Controller {
                 .detail("the node was shut down")
         })
     }
-
-    /// Creates an export segment of `size` bytes of memory `rsm` allocates
-    /// (`rsm_memseg_export_create`): page-aligned, zeroed, and excluded from `fork`. The size
-    /// is a multiple of the page size and at most the controller's
-    /// `max_export_segment_size`.
-    pub fn export(&self, size: usize, flags: ExportFlags) -> Result<ExportSegment> {
-        let node = self.node_state("export_create")?;
-        ExportSegment::create(self, Arc::downgrade(&node), size, flags)
-    }
-
-    /// Creates a local memory handle over `len` bytes `rsm` allocates
-    /// (`rsm_create_localmemory_handle`): page-aligned, zeroed, registered with this
-    /// controller for scatter/gather entries. `RSMERR_BAD_LENGTH` for 0 bytes,
-    /// `RSMERR_INSUFFICIENT_MEM` when the memory cannot be had (naming the locked-memory
-    /// limit when that is the cause).
-    ///
-    /// ```
-    /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
-    /// # let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
-    /// # rt.block_on(async {
-    /// let node = rsm::Node::builder().ignore_environment().id(9531).start().await?;
-    /// let ctrl = node.controller("tcp0").await?;
-    /// assert_eq!(ctrl.local_memory(0).unwrap_err().name(), "RSMERR_BAD_LENGTH");
-    /// let mem = ctrl.local_memory(100)?;
-    /// assert_eq!(mem.len(), 100);
-    /// node.shutdown().await;
-    /// # Ok::<_, rsm::Error>(())
-    /// # })?;
-    /// # Ok(()) }
-    /// ```
-    pub fn local_memory(&self, len: usize) -> Result<LocalMemory> {
-        self.node_state("create_localmemory_handle")?;
-        LocalMemory::allocate(self, len)
-    }
-
-    /// Creates a local memory handle over memory the caller hands over
-    /// (`rsm_create_localmemory_handle` with the caller's `vaddr`), which must start on a
-    /// page boundary (`RSMERR_BAD_ADDR`) and hold at least one byte (`RSMERR_BAD_LENGTH`).
-    /// `rsm` owns the memory from now on, and drops it after the handle was freed and the
-    /// last operation using it completed.
-    pub fn local_memory_from<M: SegmentMemory>(&self, mem: M) -> Result<LocalMemory> {
-        self.node_state("create_localmemory_handle")?;
-        LocalMemory::adopt(self, mem)
-    }
-
-    /// Creates an export segment over memory the caller hands over
-    /// (`rsm_memseg_export_create` with the caller's `vaddr`): see [`SegmentMemory`] for what
-    /// the memory must promise. `rsm` owns it from now on and drops it only after the last
-    /// registration over it was closed. Nothing is copied or zeroed.
-    ///
-    /// Errors, in the original's order: `RSMERR_BAD_ADDR` for a NULL address,
-    /// `RSMERR_BAD_LENGTH` for an empty range, `RSMERR_BAD_MEM_ALIGNMENT` when the address or
-    /// the length is not a multiple of the page size, `RSMERR_BAD_LENGTH` when it is larger
-    /// than the controller's `max_export_segment_size`. On error `mem` is dropped.
-    ///
-    /// On `loopback`, importers map a [`crate::SharedMemory`]; other memory they reach with
-    /// `process_vm_readv/writev` instead, and cannot map (see the crate's model notes).
-    ///
-    /// ```
-    /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
-    /// # let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
-    /// # rt.block_on(async {
-    /// let node = rsm::Node::builder().ignore_environment().id(9514).start().await?;
-    /// let ctrl = node.controller("tcp0").await?;
-    /// let e = ctrl.export_memory(Vec::new(), rsm::ExportFlags::empty()).unwrap_err();
-    /// assert_eq!(e.code(), 20); // BAD_LENGTH
-    /// // A Vec of 3 bytes is not a multiple of the page size.
-    /// let e = ctrl.export_memory(vec![0u8; 3], rsm::ExportFlags::empty()).unwrap_err();
-    /// assert_eq!(e.code(), 17); // BAD_MEM_ALIGNMENT
-    /// node.shutdown().await;
-    /// # Ok::<_, rsm::Error>(())
-    /// # })?;
-    /// # Ok(()) }
-    /// ```
-    pub fn export_memory<M: SegmentMemory>(
-        &self,
-        mem: M,
-        flags: ExportFlags,
-    ) -> Result<ExportSegment> {
-        let node = self.node_state("export_create")?;
-        ExportSegment::create_from(self, Arc::downgrade(&node), mem, flags)
-    }
-
-    /// Connects to segment `segment` of node `node` (`rsm_memseg_import_connect`), asking for
-    /// `perm` (`Perm::READ`, `Perm::WRITE` or `Perm::RDWR`).
-    ///
-    /// The exporter checks the request against the segment's access list and the owner,
-    /// group or other bits of this process's class ([`crate::core::access`]; on one host it
-    /// takes this process's ids from the kernel, and root gets no bypass).
-    ///
-    /// Errors: `RSMERR_REMOTE_NODE_UNREACHABLE` when the node does not answer,
-    /// `RSMERR_SEG_NOT_PUBLISHED` when it has no such segment,
-    /// `RSMERR_SEG_NOT_PUBLISHED_TO_NODE` when its access list leaves this node out,
-    /// `RSMERR_PERM_DENIED` for bits other than read and write, or when the class's bits do
-    /// not cover `perm`.
-    ///
-    /// # Cancel safety
-    /// Cancel safe: a connect abandoned after the exporter granted it is never used, and the
-    /// exporter forgets it when this node disconnects or goes away.
-    pub async fn import(&self, node: u32, segment: u32, perm: Perm) -> Result<ImportSegment> {
-        let state = self.node_state("import_connect")?;
-        ImportSegment::connect(self, state, node, segment, perm).await
-    }
 }
 
 /// The controllers of one node: what `fi_getinfo` offers on its interface, and the open ones.
 pub(crate) struct ControllerRegistry {
     local_ip: IpAddr,
-    node: Weak<NodeState>,
+    node: Weak<NodeContext>,
     candidates: OnceLock<std::result::Result<Vec<Candidate>, String>>,
     open: Mutex<HashMap<String, Weak<ControllerInner>>>,
 }
@@ -341,7 +160,7 @@ pub(crate) struct ControllerRegistry {
 static SERIAL: AtomicU64 = AtomicU64::new(1);
 
 impl ControllerRegistry {
-    pub(crate) fn new(local_ip: IpAddr, node: Weak<NodeState>) -> Self {
+    pub(crate) fn new(local_ip: IpAddr, node: Weak<NodeContext>) -> Self {
         ControllerRegistry {
             local_ip,
             node,
@@ -353,7 +172,7 @@ impl ControllerRegistry {
     fn candidates(&self) -> Result<&[Candidate]> {
         let found = self
             .candidates
-            .get_or_init(|| enumerate(self.local_ip).map_err(|e| e.to_string()));
+            .get_or_init(|| discovery::enumerate(self.local_ip).map_err(|e| e.to_string()));
         match found {
             Ok(c) => Ok(c),
             Err(msg) => Err(Error::ctlr_not_present()
@@ -416,7 +235,7 @@ impl ControllerRegistry {
     pub(crate) fn list(&self) -> Result<Vec<ControllerInfo>> {
         let mut out = vec![loopback_info()];
         for c in self.candidates()? {
-            out.push(describe(c, self.local_ip)?.0);
+            out.push(discovery::describe(c, self.local_ip)?.0);
         }
         Ok(out)
     }
@@ -430,141 +249,7 @@ fn canonical(parsed: &ControllerName) -> String {
     }
 }
 
-/// Lists every controller of a node whose side channel listens on `local_ip`, without
-/// keeping anything open: what `rsm info` prints.
-///
-/// ```
-/// let list = rsm::controller::list_controllers("127.0.0.1".parse().unwrap()).unwrap();
-/// assert_eq!(list[0].name, "loopback");
-/// ```
-pub fn list_controllers(local_ip: IpAddr) -> Result<Vec<ControllerInfo>> {
-    ControllerRegistry::new(local_ip, Weak::new()).list()
-}
-
-/// The provider type of a provider name: `tcp` for `tcp;ofi_rxm`, `udp` for `udp;ofi_rxd`.
-fn provider_kind(provider: &str) -> String {
-    provider
-        .split(';')
-        .next()
-        .unwrap_or(provider)
-        .to_ascii_lowercase()
-}
-
-/// Providers that are not usable here although they claim RMA: `net` in 1.17 has no
-/// atomics and a wait fd that is always readable; the hooks are not providers of their own.
-fn excluded(provider: &str) -> bool {
-    provider
-        .split(';')
-        .any(|p| p == "net" || p.starts_with("ofi_hook"))
-}
-
-fn enumerate(local_ip: IpAddr) -> Result<Vec<Candidate>> {
-    let hints = Hints::rsm_rdm()?;
-    // IP providers answer for the node's own interface when asked with it as the source.
-    // Others must not get it: shm would take "127.0.0.1" as its region name, the same in
-    // every process, and the second endpoint on the host would fail with EBUSY.
-    let on_interface = InfoList::get(&hints, Some(&local_ip.to_string()))?;
-    let unaddressed = InfoList::get(&hints, None)?;
-    let entries = on_interface
-        .iter()
-        .filter(|e| e.is_ip())
-        .chain(unaddressed.iter().filter(|e| !e.is_ip()));
-    let mut seen: Vec<(String, String)> = Vec::new();
-    let mut units: HashMap<String, u32> = HashMap::new();
-    let mut out = Vec::new();
-    for entry in entries {
-        let provider = entry.provider();
-        if excluded(&provider) || !entry.is_rdm() || entry.cq_data_size() < 4 {
-            continue;
-        }
-        let key = (provider.clone(), entry.domain_name());
-        if seen.contains(&key) {
-            continue; // fi_getinfo lists a domain once per protocol variant; the first is preferred
-        }
-        seen.push(key);
-        let kind = provider_kind(&provider);
-        let info = if provider == RXM_OVER_TCP {
-            match connected_tcp(&entry.domain_name(), local_ip)? {
-                Some(info) => info,
-                None => continue,
-            }
-        } else {
-            match ordered_variant(&provider, &entry.domain_name(), &kind, local_ip)? {
-                Some(ordered) => ordered,
-                None => entry.dup()?,
-            }
-        };
-        let unit = units.entry(kind.clone()).or_insert(0);
-        let name = format!("{kind}{unit}");
-        *unit += 1;
-        out.push(Candidate {
-            name,
-            kind,
-            info: Arc::new(info),
-        });
-    }
-    tracing::debug!(controllers = ?out.iter().map(|c| &c.name).collect::<Vec<_>>(), %local_ip, "libfabric controllers");
-    Ok(out)
-}
-
-/// The provider fi_getinfo offers RDM over tcp with; tcp controllers use tcp's own
-/// connected endpoints instead (`fabric/connected.rs` says why).
-const RXM_OVER_TCP: &str = "tcp;ofi_rxm";
-
-/// The tcp provider's connected endpoints (`FI_EP_MSG`) on `domain`; `None` (and a
-/// warning) where it offers none with what rsm needs.
-fn connected_tcp(domain: &str, local_ip: IpAddr) -> Result<Option<fabric::Info>> {
-    let mut hints = Hints::for_provider("tcp")?;
-    hints.domain(domain)?;
-    let list = InfoList::get(&hints, Some(&local_ip.to_string()))?;
-    let found = list
-        .iter()
-        .find(|e| e.provider() == "tcp" && e.is_msg() && e.cq_data_size() >= 4);
-    match found {
-        Some(e) => Ok(Some(e.dup()?)),
-        None => {
-            tracing::warn!(
-                domain,
-                "tcp offers no connected RMA endpoint here; no tcp controller"
-            );
-            Ok(None)
-        }
-    }
-}
-
-/// On providers whose puts are fenced by a read (udp), the same domain asked with
-/// read-after-write ordering, which the fence relies on; `None` (and a warning) where the
-/// provider does not offer it.
-fn ordered_variant(
-    provider: &str,
-    domain: &str,
-    kind: &str,
-    local_ip: IpAddr,
-) -> Result<Option<fabric::Info>> {
-    if crate::backend::fabric::visibility_for(kind) != crate::reactor::slot::Visibility::FencedRead
-    {
-        return Ok(None);
-    }
-    let mut hints = Hints::rsm_rdm()?;
-    hints.provider(provider)?.domain(domain)?.read_after_write();
-    let list = InfoList::get(&hints, Some(&local_ip.to_string()))?;
-    let found = list
-        .iter()
-        .find(|e| e.provider() == provider && e.domain_name() == domain);
-    match found {
-        Some(e) => Ok(Some(e.dup()?)),
-        None => {
-            tracing::warn!(
-                provider,
-                domain,
-                "no read-after-write ordering: a put's fence relies on in-order delivery"
-            );
-            Ok(None)
-        }
-    }
-}
-
-fn open_loopback(node: Weak<NodeState>) -> ControllerInner {
+fn open_loopback(node: Weak<NodeContext>) -> ControllerInner {
     ControllerInner {
         info: loopback_info(),
         kind: "loopback".into(),
@@ -574,8 +259,12 @@ fn open_loopback(node: Weak<NodeState>) -> ControllerInner {
     }
 }
 
-fn open_fabric(c: &Candidate, local_ip: IpAddr, node: Weak<NodeState>) -> Result<ControllerInner> {
-    let (info, domain) = describe(c, local_ip)?;
+fn open_fabric(
+    c: &Candidate,
+    local_ip: IpAddr,
+    node: Weak<NodeContext>,
+) -> Result<ControllerInner> {
+    let (info, domain) = discovery::describe(c, local_ip)?;
     let backend = FabricBackend::open(domain, &c.name, &c.kind)
         .map_err(|e| e.op("get_controller").controller(c.name.clone()))?;
     if let Some(state) = node.upgrade() {
@@ -590,137 +279,10 @@ fn open_fabric(c: &Candidate, local_ip: IpAddr, node: Weak<NodeState>) -> Result
     })
 }
 
-const ALL_DAS: u32 = RSM_DAS8 | RSM_DAS16 | RSM_DAS32 | RSM_DAS64;
-
-fn loopback_info() -> ControllerInfo {
-    let mem = sys::limits::total_memory();
-    let fds = sys::limits::nofile_limit().unwrap_or(u64::MAX);
-    ControllerInfo {
-        name: "loopback".into(),
-        provider: "loopback".into(),
-        fabric: "local".into(),
-        domain: "local".into(),
-        address: "local".into(),
-        attr: ControllerAttr {
-            // Aligned CPU loads and stores up to 8 bytes are single accesses.
-            direct_access_sizes: ALL_DAS,
-            atomic_sizes: ALL_DAS,
-            page_size: sys::limits::page_size() as u64,
-            // Segments are memfds in RAM, and each export or import holds one descriptor.
-            max_export_segment_size: mem,
-            tot_export_segment_size: mem,
-            max_export_segments: fds,
-            max_import_map_size: mem,
-            tot_import_map_size: mem,
-            max_import_segments: fds,
-        },
-        provider_attr: None,
-    }
-}
-
-/// Providers that pin registered memory, so the memlock limit bounds what they can export.
-fn pins_memory(kind: &str) -> bool {
-    matches!(
-        kind,
-        "verbs" | "efa" | "psm2" | "psm3" | "cxi" | "opx" | "usnic" | "ucx"
-    )
-}
-
-fn mr_mode_names(mode: i32) -> Vec<&'static str> {
-    let table: [(u32, &str); 8] = [
-        (ffi::FI_MR_LOCAL, "local"),
-        (ffi::FI_MR_RAW, "raw"),
-        (ffi::FI_MR_VIRT_ADDR, "virt_addr"),
-        (ffi::FI_MR_ALLOCATED, "allocated"),
-        (ffi::FI_MR_PROV_KEY, "prov_key"),
-        (ffi::FI_MR_MMU_NOTIFY, "mmu_notify"),
-        (ffi::FI_MR_RMA_EVENT, "rma_event"),
-        (ffi::FI_MR_ENDPOINT, "endpoint"),
-    ];
-    table
-        .iter()
-        .filter(|(bit, _)| mode as u32 & bit != 0)
-        .map(|(_, n)| *n)
-        .collect()
-}
-
-/// Opens the candidate's fabric and domain and reads its real limits.
-fn describe(c: &Candidate, local_ip: IpAddr) -> Result<(ControllerInfo, Arc<Domain>)> {
-    let with_ctx = |e: crate::fabric::Error| {
-        Error::from(e)
-            .op("get_controller")
-            .controller(c.name.clone())
-    };
-    let fab = Fabric::open(Arc::clone(&c.info)).map_err(with_ctx)?;
-    let domain = Domain::open(fab).map_err(with_ctx)?;
-    let v = c.info.view();
-    let widths = [
-        (RSM_DAS8, ffi::fi_datatype_FI_UINT8),
-        (RSM_DAS16, ffi::fi_datatype_FI_UINT16),
-        (RSM_DAS32, ffi::fi_datatype_FI_UINT32),
-        (RSM_DAS64, ffi::fi_datatype_FI_UINT64),
-    ];
-    let atomic_sizes = widths
-        .iter()
-        .filter(|(_, dt)| domain.atomic_write_valid(*dt))
-        .fold(0, |acc, (das, _)| acc | das);
-    let mem = sys::limits::total_memory();
-    let tot_export = if pins_memory(&c.kind) {
-        sys::limits::memlock_limit().unwrap_or(mem).min(mem)
-    } else {
-        mem
-    };
-    // The wait object rsm's engine uses on this provider (tcp polls, see `Tuning`).
-    let want_fd = crate::reactor::engine::Tuning::for_kind(&c.kind).wait_fd;
-    let wait = match fabric::CompletionQueue::open(&domain, 16, want_fd) {
-        Ok(cq) if matches!(cq.wait(), fabric::WaitKind::Fd(_)) => "fd",
-        _ => "poll",
-    };
-    let mr_cnt = v.mr_cnt() as u64;
-    let info = ControllerInfo {
-        name: c.name.clone(),
-        provider: v.provider(),
-        fabric: v.fabric_name(),
-        domain: v.domain_name(),
-        address: source_address(&v, local_ip),
-        attr: ControllerAttr {
-            // Every width moves in one RMA operation.
-            direct_access_sizes: ALL_DAS,
-            atomic_sizes,
-            page_size: sys::limits::page_size() as u64,
-            max_export_segment_size: (v.max_msg_size() as u64).min(tot_export),
-            tot_export_segment_size: tot_export,
-            // One registration per segment; a provider that states no limit has none.
-            max_export_segments: if mr_cnt == 0 { u64::MAX } else { mr_cnt },
-            // libfabric controllers cannot map remote memory (decision 13).
-            max_import_map_size: 0,
-            tot_import_map_size: 0,
-            // An import takes no provider resource of its own: its peer's address is shared.
-            max_import_segments: u64::MAX,
-        },
-        provider_attr: Some(ProviderAttr {
-            mr_mode: mr_mode_names(v.mr_mode()),
-            mr_key_size: v.mr_key_size() as u64,
-            max_msg_size: v.max_msg_size() as u64,
-            inject_size: v.inject_size() as u64,
-            tx_size: v.tx_size() as u64,
-            iov_limit: v.iov_limit() as u64,
-            rma_iov_limit: v.rma_iov_limit() as u64,
-            cq_data_size: v.cq_data_size() as u64,
-            auto_progress: v.data_progress_auto(),
-            wait,
-        }),
-    };
-    Ok((info, domain))
-}
-
-fn source_address(v: &fabric::info::InfoRef<'_>, local_ip: IpAddr) -> String {
-    v.source_address().unwrap_or_else(|| local_ip.to_string())
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use info::ALL_DAS;
 
     fn registry() -> ControllerRegistry {
         ControllerRegistry::new("127.0.0.1".parse().unwrap(), Weak::new())
@@ -794,12 +356,5 @@ mod tests {
         }
         let e = reg.get(Some("tcp9")).unwrap_err();
         assert!(e.to_string().contains("tcp0"), "{e}");
-    }
-
-    #[test]
-    fn provider_kinds_and_exclusions() {
-        assert_eq!(provider_kind("tcp;ofi_rxm"), "tcp");
-        assert_eq!(provider_kind("UDP;ofi_rxd"), "udp");
-        assert!(excluded("net") && excluded("net;ofi_rxm") && !excluded("tcp;ofi_rxm"));
     }
 }

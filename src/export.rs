@@ -1,4 +1,4 @@
-//! Export segments (spec §4.2): memory this node offers to importers.
+//! Export segments (docs/rsmapi.md §4.2): memory this node offers to importers.
 //!
 //! `rsm` allocates the memory itself (page-aligned, excluded from `fork`), or takes memory the
 //! caller hands over ([`SegmentMemory`]), registers it with the controller's provider when the
@@ -6,209 +6,19 @@
 //! channel.
 
 use crate::backend::fabric::Registration;
+use crate::context::{Ack, NodeContext};
 use crate::controller::Controller;
 use crate::core::access::{self, Creator, Requester};
 use crate::core::segid;
+use crate::core::wire::Message;
 use crate::fabric::MrAccess;
+use crate::memory::Memory;
+pub use crate::memory::SegmentMemory;
 use crate::perm::{Access, ExportFlags, Perm};
-use crate::shared_memory::SharedMemory;
-use crate::state::NodeState;
-use crate::sys::mem::Mapping;
 use crate::{Error, Result};
+use settle::{Notice, settle};
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
-
-/// Memory a caller hands over to back an export segment
-/// ([`Controller::export_memory`], [`ExportSegment::rebind`]).
-///
-/// `rsm` owns the value from then on: it registers the range with the provider, lets
-/// importers read and write it, and drops the value only after every registration over it was
-/// closed and no importer can reach it any more.
-///
-/// # Safety
-/// An implementation promises that, for as long as the value lives:
-/// - `as_ptr()` and `len()` always return the same range, and the range stays mapped,
-///   readable and writable at that one address (moving the value does not move it);
-/// - nothing else frees, unmaps, remaps or reuses the range, and no Rust reference over it is
-///   held elsewhere (remote writers change it underneath, design §5).
-///
-/// `rsm` calls [`SegmentMemory::as_mut_ptr`] once, when it takes the value over, and uses
-/// that pointer for every access.
-///
-/// ```
-/// use rsm::SegmentMemory;
-/// use std::alloc::{Layout, alloc_zeroed, dealloc};
-///
-/// /// Page-aligned heap memory.
-/// struct Pages { ptr: *mut u8, layout: Layout }
-/// // SAFETY: the allocation is owned by the value and freed only in its Drop.
-/// unsafe impl Send for Pages {}
-/// unsafe impl Sync for Pages {}
-/// // SAFETY: one fixed allocation, valid until drop, freed by nobody else.
-/// unsafe impl SegmentMemory for Pages {
-///     fn as_ptr(&self) -> *mut u8 { self.ptr }
-///     fn len(&self) -> usize { self.layout.size() }
-/// }
-/// impl Drop for Pages {
-///     // SAFETY: allocated with this layout.
-///     fn drop(&mut self) { unsafe { dealloc(self.ptr, self.layout) } }
-/// }
-///
-/// let layout = Layout::from_size_align(1 << 16, 4096).unwrap();
-/// // SAFETY: the layout has a non-zero size.
-/// let ptr = unsafe { alloc_zeroed(layout) };
-/// assert!(!ptr.is_null());
-/// let pages = Pages { ptr, layout };
-/// assert_eq!(pages.len(), 1 << 16);
-/// ```
-pub unsafe trait SegmentMemory: Send + Sync + 'static {
-    /// The start of the range.
-    fn as_ptr(&self) -> *mut u8;
-
-    /// The range's length in bytes.
-    fn len(&self) -> usize;
-
-    /// Whether the range is empty (an export refuses it with `RSMERR_BAD_LENGTH`).
-    fn is_empty(&self) -> bool {
-        self.len() == 0
-    }
-
-    /// The start of the range, from exclusive access: what `rsm` uses. The default returns
-    /// [`SegmentMemory::as_ptr`]; containers whose shared-access pointer must not be written
-    /// through (a `Vec`, a `Box`) return their mutable one.
-    fn as_mut_ptr(&mut self) -> *mut u8 {
-        self.as_ptr()
-    }
-}
-
-// SAFETY: a Vec's heap storage stays at one address while the Vec is neither grown nor
-// dropped, and rsm owns the Vec and never touches it but to drop it. An empty Vec's dangling
-// pointer is refused with BAD_LENGTH before use.
-unsafe impl SegmentMemory for Vec<u8> {
-    fn as_ptr(&self) -> *mut u8 {
-        Vec::as_ptr(self).cast_mut()
-    }
-    fn len(&self) -> usize {
-        Vec::len(self)
-    }
-    fn as_mut_ptr(&mut self) -> *mut u8 {
-        Vec::as_mut_ptr(self)
-    }
-}
-
-// SAFETY: as for Vec: a boxed slice's storage never moves while the box lives.
-unsafe impl SegmentMemory for Box<[u8]> {
-    fn as_ptr(&self) -> *mut u8 {
-        <[u8]>::as_ptr(self).cast_mut()
-    }
-    fn len(&self) -> usize {
-        <[u8]>::len(self)
-    }
-    fn as_mut_ptr(&mut self) -> *mut u8 {
-        <[u8]>::as_mut_ptr(self)
-    }
-}
-
-/// The memory behind a segment: rsm's own mapping, or the caller's. Only reached through
-/// raw pointers.
-pub(crate) enum Memory {
-    Own(Mapping),
-    /// A sealed memfd: what `loopback` segments are made of, so importers can map it.
-    Shared(SharedMemory),
-    Caller {
-        ptr: *mut u8,
-        len: usize,
-        // Kept only to be dropped after every registration over it was closed.
-        _mem: Box<dyn SegmentMemory>,
-    },
-}
-
-// SAFETY: the pointer is the caller's memory, owned through `_mem` (Send + Sync); it is only
-// used for bounds-checked raw copies and registrations.
-unsafe impl Send for Memory {}
-// SAFETY: as above.
-unsafe impl Sync for Memory {}
-
-impl Memory {
-    /// Takes over caller memory (boxed first, so the pointer is taken where it stays). A
-    /// [`SharedMemory`] stays one, so that a loopback segment over it can be mapped.
-    pub(crate) fn caller<M: SegmentMemory>(mem: M) -> Memory {
-        let mut mem = Some(mem);
-        if let Some(shared) = (&mut mem as &mut dyn std::any::Any)
-            .downcast_mut::<Option<SharedMemory>>()
-            .and_then(Option::take)
-        {
-            return Memory::Shared(shared);
-        }
-        let Some(mem) = mem else {
-            unreachable!("taken only when it was shared memory")
-        };
-        let mut mem: Box<dyn SegmentMemory> = Box::new(mem);
-        let ptr = mem.as_mut_ptr();
-        let len = mem.len();
-        Memory::Caller {
-            ptr,
-            len,
-            _mem: mem,
-        }
-    }
-
-    pub(crate) fn as_ptr(&self) -> *mut u8 {
-        match self {
-            Memory::Own(m) => m.as_ptr(),
-            Memory::Shared(m) => m.as_ptr(),
-            Memory::Caller { ptr, .. } => *ptr,
-        }
-    }
-
-    pub(crate) fn len(&self) -> usize {
-        match self {
-            Memory::Own(m) => m.len(),
-            Memory::Shared(m) => m.len(),
-            Memory::Caller { len, .. } => *len,
-        }
-    }
-
-    pub(crate) fn write_at(&self, offset: usize, src: &[u8]) {
-        assert!(
-            offset
-                .checked_add(src.len())
-                .is_some_and(|e| e <= self.len())
-        );
-        // SAFETY: in bounds (checked above); src is a Rust slice, not segment memory.
-        unsafe {
-            std::ptr::copy_nonoverlapping(src.as_ptr(), self.as_ptr().add(offset), src.len())
-        };
-    }
-
-    pub(crate) fn read_at(&self, offset: usize, dst: &mut [u8]) {
-        assert!(
-            offset
-                .checked_add(dst.len())
-                .is_some_and(|e| e <= self.len())
-        );
-        // SAFETY: as in write_at, in the other direction.
-        unsafe {
-            std::ptr::copy_nonoverlapping(self.as_ptr().add(offset), dst.as_mut_ptr(), dst.len())
-        };
-    }
-}
-
-/// Checks caller memory for export_create or rebind: non-null, not empty, page-aligned.
-fn check_caller_memory(ptr: *mut u8, len: usize, page: u64) -> Result<()> {
-    if ptr.is_null() {
-        return Err(Error::bad_addr().detail("the memory's address is NULL"));
-    }
-    if len == 0 {
-        return Err(Error::bad_length().detail("a segment has at least one page"));
-    }
-    if ptr as u64 % page != 0 || len as u64 % page != 0 {
-        return Err(Error::bad_mem_alignment().detail(format!(
-            "address {ptr:p} and length {len} must be multiples of the page size ({page})"
-        )));
-    }
-    Ok(())
-}
 
 /// An exported memory segment (`rsm_memseg_export_handle_t`). Cheap to clone.
 ///
@@ -248,12 +58,12 @@ impl std::fmt::Debug for ExportSegment {
 
 pub(crate) struct ExportInner {
     ctrl: Controller,
-    node: Weak<NodeState>,
+    node: Weak<NodeContext>,
     size: usize,
     flags: ExportFlags,
     creator: u32,
     /// The creating process's uid, gid and umask at export time: what the access check
-    /// compares importers with (spec §6.2, decision 15).
+    /// compares importers with (docs/rsmapi.md §6.2, DESIGN.md, decision 15).
     owner: Creator,
     state: Mutex<ExportState>,
     /// Serialises rebinds of this segment.
@@ -305,13 +115,6 @@ pub(crate) struct RebindNote {
     pub(crate) pid: Option<u32>,
 }
 
-impl Rebound {
-    /// The memory the rebind replaced.
-    pub(crate) fn old_memory(&self) -> &Arc<Memory> {
-        &self._mem
-    }
-}
-
 /// One connected importer, as the exporter records it.
 #[derive(Debug, Clone)]
 pub(crate) struct Importer {
@@ -348,7 +151,7 @@ impl ExportInner {
         &self.ctrl
     }
 
-    /// Applies the access check (spec §6.2) to `who` asking for `want`, and on success
+    /// Applies the access check (docs/rsmapi.md §6.2) to `who` asking for `want`, and on success
     /// records the importer and returns what it needs. `RSMERR_SEG_NOT_PUBLISHED` when not
     /// published; the check's errors otherwise.
     pub(crate) fn admit(
@@ -452,93 +255,6 @@ impl ExportInner {
 }
 
 impl ExportSegment {
-    pub(crate) fn create(
-        ctrl: &Controller,
-        node: Weak<NodeState>,
-        size: usize,
-        flags: ExportFlags,
-    ) -> Result<Self> {
-        Self::create_with(ctrl, node, size, flags, None)
-    }
-
-    /// Export create over caller memory (spec §4.2, in the original's check order).
-    pub(crate) fn create_from(
-        ctrl: &Controller,
-        node: Weak<NodeState>,
-        mem: impl SegmentMemory,
-        flags: ExportFlags,
-    ) -> Result<Self> {
-        let mem = Memory::caller(mem);
-        let size = mem.len();
-        let page = ctrl.attr().page_size;
-        check_caller_memory(mem.as_ptr(), size, page).map_err(|e| {
-            e.op("export_create")
-                .controller(ctrl.name())
-                .length(size as u64)
-        })?;
-        Self::create_with(ctrl, node, size, flags, Some(mem))
-    }
-
-    fn create_with(
-        ctrl: &Controller,
-        node: Weak<NodeState>,
-        size: usize,
-        flags: ExportFlags,
-        mem: Option<Memory>,
-    ) -> Result<Self> {
-        let attr = ctrl.attr();
-        let err = |e: Error| {
-            e.op("export_create")
-                .controller(ctrl.name())
-                .length(size as u64)
-        };
-        if size == 0 {
-            return Err(err(
-                Error::bad_length().detail("a segment has at least one page")
-            ));
-        }
-        if size as u64 % attr.page_size != 0 {
-            return Err(err(Error::bad_mem_alignment().detail(format!(
-                "the size must be a multiple of the page size ({})",
-                attr.page_size
-            ))));
-        }
-        if size as u64 > attr.max_export_segment_size {
-            return Err(err(Error::bad_length().detail(format!(
-                "larger than the controller's largest segment ({} bytes)",
-                attr.max_export_segment_size
-            ))));
-        }
-        // On loopback, caller memory that is not a memfd is reached with
-        // process_vm_readv/writev (and cannot be mapped by importers).
-        let mem = match mem {
-            Some(m) => m,
-            None if ctrl.is_loopback() => Memory::Shared(SharedMemory::new(size).map_err(err)?),
-            None => Memory::Own(Mapping::new(size).map_err(err)?),
-        };
-        Ok(ExportSegment {
-            inner: Arc::new(ExportInner {
-                ctrl: ctrl.clone(),
-                node,
-                size,
-                flags,
-                creator: crate::sys::creds::pid(),
-                owner: {
-                    let (uid, gid, _) = crate::sys::creds::current();
-                    let umask = crate::sys::creds::umask();
-                    Creator { uid, gid, umask }
-                },
-                state: Mutex::new(ExportState {
-                    published: None,
-                    destroyed: false,
-                    mem: Arc::new(mem),
-                }),
-                rebinding: tokio::sync::Mutex::new(()),
-                events: crate::events::hub::Hub::new(),
-            }),
-        })
-    }
-
     fn check_creator(&self, op: &'static str) -> Result<()> {
         if crate::sys::creds::pid() != self.inner.creator {
             return Err(Error::not_creator().op(op).detail(
@@ -548,7 +264,7 @@ impl ExportSegment {
         Ok(())
     }
 
-    fn node(&self, op: &'static str) -> Result<Arc<NodeState>> {
+    fn node(&self, op: &'static str) -> Result<Arc<NodeContext>> {
         self.inner.node.upgrade().ok_or_else(|| {
             Error::bad_seg_hndl()
                 .op(op)
@@ -663,14 +379,14 @@ impl ExportSegment {
 
     /// Publishes the segment (`rsm_memseg_export_publish`) under `id`, or under an id the
     /// node assigns (from `0x80000000` up) when `id` is 0, and returns the id. Ids chosen by
-    /// the caller lie in `0x400000`-`0x7FFFFFFF` (decision 8).
+    /// the caller lie in `0x400000`-`0x7FFFFFFF` (DESIGN.md, decision 8).
     ///
-    /// `acl` says which nodes may connect and with which owner/group/other bits (spec §6,
-    /// [`crate::core::access`]): at most 4096 entries, any node id, each permission at most
-    /// `0666` using only read and write bits; for a node listed twice the first entry counts.
-    /// An empty list lets every node connect, with the mode `0666 & !umask` of the process
-    /// that created the segment. Importers are classed against the creator's uid and gid
-    /// recorded at export time, and root gets no bypass (decision 15).
+    /// `acl` says which nodes may connect and with which owner/group/other bits
+    /// (docs/rsmapi.md §6, [`crate::core::access`]): at most 4096 entries, any node id, each
+    /// permission at most `0666` using only read and write bits; for a node listed twice the first
+    /// entry counts. An empty list lets every node connect, with the mode `0666 & !umask` of the
+    /// process that created the segment. Importers are classed against the creator's uid and gid
+    /// recorded at export time, and root gets no bypass (DESIGN.md, decision 15).
     ///
     /// The segment is registered twice with the provider, read-write and read-only, under
     /// different keys; a read-only importer only learns the read-only key.
@@ -762,7 +478,7 @@ impl ExportSegment {
     /// Replaces the access list of the published segment (`rsm_memseg_export_republish`).
     ///
     /// Only later connects are checked against the new list: importers already connected
-    /// keep what they were granted (spec §4.2). The list follows the rules of
+    /// keep what they were granted (docs/rsmapi.md §4.2). The list follows the rules of
     /// [`ExportSegment::publish`].
     ///
     /// Errors, in this order (the original's): `RSMERR_BAD_SEG_HNDL` after destroy,
@@ -828,7 +544,7 @@ impl ExportSegment {
             return Err(Error::seg_not_published().op(OP));
         };
         match self.node(OP) {
-            Ok(node) => node.retire(p).await,
+            Ok(node) => retire(&node, p).await,
             Err(_) => drop(p),
         }
         Ok(())
@@ -843,7 +559,7 @@ impl ExportSegment {
     /// channel, or 5 s passed; this returns then. An unpublished segment just swaps memory.
     ///
     /// Nothing is copied: the new memory's contents are what the caller put there. Data
-    /// accessed during a rebind is undefined (spec §4.2); the application quiesces its
+    /// accessed during a rebind is undefined (docs/rsmapi.md §4.2); the application quiesces its
     /// importers itself if it cares which memory a write lands in.
     ///
     /// Errors, in the original's order: `RSMERR_BAD_ADDR` for a NULL address,
@@ -961,7 +677,7 @@ impl ExportSegment {
                             let (key, base) = match reg {
                                 Some(reg) => (reg.key(), reg.base()),
                                 None => crate::backend::loopback::reoffer(
-                                    &self.inner.ctrl,
+                                    self.inner.ctrl.loopback(),
                                     &mem,
                                     conn_id,
                                     i.writable,
@@ -994,7 +710,7 @@ impl ExportSegment {
             "rebound"
         );
         match self.node(OP) {
-            Ok(node) => node.rebind(rebound).await,
+            Ok(node) => finish_rebind(&node, rebound).await,
             Err(_) => drop(rebound),
         }
         Ok(())
@@ -1056,7 +772,7 @@ impl ExportSegment {
         };
         if let Some(p) = published {
             match self.node("destroy") {
-                Ok(node) => node.retire(p).await,
+                Ok(node) => retire(&node, p).await,
                 Err(_) => drop(p),
             }
         }
@@ -1080,6 +796,65 @@ fn register_both(
     Ok((reg, reg_ro))
 }
 
+/// Phase 2 of a revoke (DESIGN.md §4): the connections end, every importer is told, and
+/// once each acknowledged, lost its channel, or 5 s passed, the registration closes (by
+/// dropping `p`) and the id is free.
+async fn retire(ctx: &Arc<NodeContext>, p: Published) {
+    let id = p.id;
+    crate::backend::loopback::revoked(&p.mem);
+    let notices = p
+        .importers
+        .iter()
+        .map(|(&conn_id, imp)| {
+            ctx.remove_conn(conn_id);
+            Notice {
+                ack: Ack::Revoke(conn_id),
+                node: imp.node,
+                pid: imp.pid,
+                msg: Message::Revoke {
+                    conn_id,
+                    generation: p.generation,
+                },
+            }
+        })
+        .collect();
+    let mem = Arc::clone(&p.mem);
+    let release = Arc::clone(ctx);
+    let done = move |p: Published| {
+        release.release_segment_id(p.id);
+        drop(p);
+    };
+    if settle(ctx, "revoke", id, notices, mem, p, done)
+        .await
+        .is_err()
+    {
+        ctx.release_segment_id(id);
+    }
+}
+
+/// The exporter's half of a rebind after the swap (DESIGN.md §4): every importer is told
+/// its new key and base, and once each acknowledged, lost its channel, or 5 s passed, the
+/// old registrations close and the old memory is freed (by dropping `r`).
+async fn finish_rebind(ctx: &Arc<NodeContext>, r: Rebound) {
+    let notices = r
+        .notes
+        .iter()
+        .map(|n| Notice {
+            ack: Ack::Rebind(n.conn_id, r.generation),
+            node: n.node,
+            pid: n.pid,
+            msg: Message::Rebind {
+                conn_id: n.conn_id,
+                generation: r.generation,
+                keys: vec![n.key],
+                base: n.base,
+            },
+        })
+        .collect();
+    let mem = Arc::clone(&r._mem);
+    let _ = settle(ctx, "rebind", r.segment, notices, mem, r, drop).await;
+}
+
 impl Drop for ExportSegment {
     fn drop(&mut self) {
         // The last handle of a published segment: importers may still be writing into it,
@@ -1095,7 +870,7 @@ impl Drop for ExportSegment {
         };
         let inner = Arc::clone(&self.inner);
         node.clone().spawn(async move {
-            node.retire(p).await;
+            retire(&node, p).await;
             crate::backend::loopback::destroyed(&inner.lock().mem);
             drop(inner);
         });
@@ -1118,5 +893,9 @@ impl Drop for ExportInner {
     }
 }
 
+// Creating a segment, in export/create.rs.
+mod create;
+// The last phase of a revoke and of a rebind, in export/settle.rs.
+mod settle;
 // Signals, waits, the pollable descriptor and event streams, in export/signal.rs.
 mod signal;

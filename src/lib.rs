@@ -27,7 +27,9 @@ pub(crate) mod reactor;
 pub(crate) mod sidechannel;
 
 pub(crate) mod backend;
-pub(crate) mod state;
+pub(crate) mod context;
+pub(crate) mod dispatch;
+pub(crate) mod memory;
 
 pub mod controller;
 pub mod events;

@@ -1,11 +1,11 @@
-//! Local memory handles (spec §4.8): local buffers registered once with a controller, so
+//! Local memory handles (docs/rsmapi.md §4.8): local buffers registered once with a controller, so
 //! scatter/gather operations ([`crate::ImportSegment::putv`], [`crate::ImportSegment::getv`])
 //! can use them again and again without registering them each time.
 
 use crate::backend::fabric::Registration;
 use crate::controller::Controller;
-use crate::export::{Memory, SegmentMemory};
 use crate::fabric::MrAccess;
+use crate::memory::{Memory, SegmentMemory};
 use crate::sys::mem::Mapping;
 use crate::{Error, Result};
 use std::sync::Arc;
@@ -58,6 +58,43 @@ impl std::fmt::Debug for LocalMemory {
             .field("len", &self.inner.len)
             .field("freed", &self.inner.freed.load(Ordering::Relaxed))
             .finish()
+    }
+}
+
+impl Controller {
+    /// Creates a local memory handle over `len` bytes `rsm` allocates
+    /// (`rsm_create_localmemory_handle`): page-aligned, zeroed, registered with this
+    /// controller for scatter/gather entries. `RSMERR_BAD_LENGTH` for 0 bytes,
+    /// `RSMERR_INSUFFICIENT_MEM` when the memory cannot be had (naming the locked-memory
+    /// limit when that is the cause).
+    ///
+    /// ```
+    /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// # let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+    /// # rt.block_on(async {
+    /// let node = rsm::Node::builder().ignore_environment().id(9531).start().await?;
+    /// let ctrl = node.controller("tcp0").await?;
+    /// assert_eq!(ctrl.local_memory(0).unwrap_err().name(), "RSMERR_BAD_LENGTH");
+    /// let mem = ctrl.local_memory(100)?;
+    /// assert_eq!(mem.len(), 100);
+    /// node.shutdown().await;
+    /// # Ok::<_, rsm::Error>(())
+    /// # })?;
+    /// # Ok(()) }
+    /// ```
+    pub fn local_memory(&self, len: usize) -> Result<LocalMemory> {
+        self.context("create_localmemory_handle")?;
+        LocalMemory::allocate(self, len)
+    }
+
+    /// Creates a local memory handle over memory the caller hands over
+    /// (`rsm_create_localmemory_handle` with the caller's `vaddr`), which must start on a
+    /// page boundary (`RSMERR_BAD_ADDR`) and hold at least one byte (`RSMERR_BAD_LENGTH`).
+    /// `rsm` owns the memory from now on, and drops it after the handle was freed and the
+    /// last operation using it completed.
+    pub fn local_memory_from<M: SegmentMemory>(&self, mem: M) -> Result<LocalMemory> {
+        self.context("create_localmemory_handle")?;
+        LocalMemory::adopt(self, mem)
     }
 }
 

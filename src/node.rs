@@ -1,4 +1,4 @@
-//! [`Node`]: this process's identity in the cluster (design §3).
+//! [`Node`]: this process's identity in the cluster (DESIGN.md §3).
 //!
 //! A node has a `u32` id, a random incarnation id that tells a restarted peer from its
 //! previous life, a side-channel listener and a peer table. [`NodeBuilder`] gathers the
@@ -39,6 +39,7 @@ use std::time::Duration;
 use rand::Rng;
 use socket2::{Domain, Protocol, Socket, Type};
 
+use crate::context::NodeContext;
 use crate::controller::{Controller, ControllerRegistry};
 pub use crate::core::config::NodeConfig;
 use crate::core::config::{
@@ -46,8 +47,8 @@ use crate::core::config::{
     Origin, PartialConfig,
 };
 use crate::core::wire::ByteOrder;
+use crate::dispatch::NodeHandler;
 use crate::sidechannel::{self, LocalIdentity, SideChannel, SideChannelConfig};
-use crate::state::{NodeHandler, NodeState};
 use crate::{Error, Result};
 
 /// The side-channel listener's accept backlog: peers connect once and stay connected, so a
@@ -92,7 +93,7 @@ pub(crate) struct NodeInner {
     /// reference-counted per node.
     pub(crate) registry: ControllerRegistry,
     /// Segments, connections and the handling of what peers say.
-    pub(crate) state: Arc<NodeState>,
+    pub(crate) state: Arc<NodeContext>,
     side: Arc<SideChannel>,
     /// The node's own runtime: the side channel and revokes run on it, so they do not
     /// depend on the caller's tasks being scheduled. `None` once shut down.
@@ -226,9 +227,9 @@ impl Node {
         &self.inner.config
     }
 
-    /// Opens a controller by name (spec §4.1 `rsm_get_controller`): `<type><unit>` such as
-    /// `tcp0`, or `<type>:<domain>` such as `tcp:lo`, matched case-insensitively; `loopback`
-    /// (with any unit number) or `""` gives the same-host loopback controller.
+    /// Opens a controller by name (docs/rsmapi.md §4.1 `rsm_get_controller`): `<type><unit>`
+    /// such as `tcp0`, or `<type>:<domain>` such as `tcp:lo`, matched case-insensitively;
+    /// `loopback` (with any unit number) or `""` gives the same-host loopback controller.
     ///
     /// Controllers are reference-counted: every handle to the same controller shares its
     /// resources, freed when the last one is dropped.
@@ -519,8 +520,8 @@ impl NodeBuilder {
 
     /// Makes the node announce `order` as its byte order in its hello instead of the
     /// machine's own, so that peers swap typed accesses to it as they would for a node of
-    /// that byte order (decision 4). A test hook: the node's own memory keeps the machine's
-    /// order, only what peers believe changes. Only with the `fault-injection` feature.
+    /// that byte order (DESIGN.md, decision 4). A test hook: the node's own memory keeps the
+    /// machine's order, only what peers believe changes. Only with the `fault-injection` feature.
     ///
     /// ```
     /// use rsm::ByteOrder;
@@ -615,7 +616,7 @@ impl NodeBuilder {
             ))
         })?;
         let incarnation = rand::rng().random_range(1..=u64::MAX);
-        let state = NodeState::new(handle.clone());
+        let state = NodeContext::new(handle.clone());
         state
             .signals
             .force_side_channel(self.signals_over_side_channel);
@@ -629,7 +630,7 @@ impl NodeBuilder {
             },
             listener,
             config.peers.clone(),
-            Arc::new(NodeHandler(Arc::downgrade(&state))),
+            NodeHandler::new(&state),
             SideChannelConfig::default(),
         )
         .map_err(|e| e.op("start"))?;

@@ -1,9 +1,8 @@
 //! Segment memory the `loopback` controller can share by mapping: a sealed memfd
-//! (design §7). Segments `rsm` allocates on `loopback` are made of it; a caller hands one to
+//! (DESIGN.md §7). Segments `rsm` allocates on `loopback` are made of it; a caller hands one to
 //! [`crate::Controller::export_memory`] or [`crate::ExportSegment::rebind`] to keep a
 //! loopback segment mappable.
 
-use crate::export::SegmentMemory;
 use crate::sys::shm::{self, SharedMap};
 use crate::{Error, Result};
 use rustix::fd::{AsFd, OwnedFd};
@@ -15,7 +14,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 /// over the side channel and maps the very same pages. A memfd backs one segment only and
 /// is never reused.
 ///
-/// One page past [`SharedMemory::len`] holds the segment's generation word, which importers
+/// One page past [`len`](crate::SegmentMemory::len) holds the segment's generation word, which importers
 /// read before every access: it is how a revoke reaches them without a system call.
 ///
 /// ```
@@ -98,6 +97,17 @@ impl SharedMemory {
         unsafe { AtomicU64::from_ptr(self.map.as_ptr().add(self.len).cast()) }
     }
 
+    /// The start of the segment's pages (what [`SegmentMemory`](crate::SegmentMemory) hands
+    /// out).
+    pub(crate) fn base(&self) -> *mut u8 {
+        self.map.as_ptr()
+    }
+
+    /// The segment's length in bytes, without the control page.
+    pub(crate) fn size(&self) -> usize {
+        self.len
+    }
+
     /// Sets the generation word: importers of the current publication see a new value at once.
     pub(crate) fn set_control(&self, word: u64) {
         self.control().store(word, Ordering::SeqCst);
@@ -112,21 +122,10 @@ impl SharedMemory {
     }
 }
 
-// SAFETY: one fixed shared mapping owned by the value, unmapped only in its Drop; rsm
-// reaches it only through raw pointers.
-unsafe impl SegmentMemory for SharedMemory {
-    fn as_ptr(&self) -> *mut u8 {
-        self.map.as_ptr()
-    }
-
-    fn len(&self) -> usize {
-        self.len
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::SegmentMemory;
 
     #[test]
     fn length_is_whole_pages_and_the_control_word_follows() {

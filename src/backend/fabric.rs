@@ -31,6 +31,7 @@ pub(crate) struct FabricBackend {
     bell: std::sync::OnceLock<Option<doorbell::DoorbellMr>>,
 }
 
+pub(crate) mod discovery;
 mod doorbell;
 
 impl FabricBackend {

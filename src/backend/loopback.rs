@@ -1,4 +1,4 @@
-//! The `loopback` controller's data path (design §7): same-host shared memory.
+//! The `loopback` controller's data path (DESIGN.md §7): same-host shared memory.
 //!
 //! The exporter's segment is a sealed memfd ([`crate::SharedMemory`]) whose page after the
 //! segment holds the generation word. A connect grant carries a ticket for the descriptor
@@ -21,10 +21,9 @@
 //! copies in progress before it acknowledges), and the exporter keeps the memory until
 //! every importer acknowledged or its process is gone ([`hold`]).
 
-use crate::controller::Controller;
-use crate::export::Memory;
+use crate::context::NodeContext;
+use crate::memory::Memory;
 use crate::sidechannel::fdpass::{self, FdService};
-use crate::state::NodeState;
 use crate::sys::cma;
 use crate::sys::shm::SharedMap;
 use crate::{Error, Result};
@@ -47,13 +46,13 @@ pub(crate) fn control_word(epoch: u32, generation: u32) -> u64 {
 /// The exporter's side of a `loopback` controller: its descriptor service (started at the
 /// first publish) and the importer processes it granted, for rebind offers.
 pub(crate) struct LoopbackBackend {
-    node: Weak<NodeState>,
+    node: Weak<NodeContext>,
     service: Mutex<Option<Arc<FdService>>>,
     pids: Mutex<HashMap<u64, u32>>,
 }
 
 impl LoopbackBackend {
-    pub(crate) fn new(node: Weak<NodeState>) -> Arc<Self> {
+    pub(crate) fn new(node: Weak<NodeContext>) -> Arc<Self> {
         Arc::new(LoopbackBackend {
             node,
             service: Mutex::new(None),
@@ -96,7 +95,7 @@ impl LoopbackBackend {
     }
 }
 
-/// A user's explicit mapping (spec §4.10).
+/// A user's explicit mapping (docs/rsmapi.md §4.10).
 pub(crate) struct UserMap {
     pub(crate) map: SharedMap,
     pub(crate) offset: u64,
@@ -361,7 +360,7 @@ impl LoopbackImport {
         Ok(())
     }
 
-    /// Fails every later access with `err` (the exporting node is lost, decision 19).
+    /// Fails every later access with `err` (the exporting node is lost, DESIGN.md, decision 19).
     pub(crate) fn abort(&self, err: Error) {
         lock(&self.why).get_or_insert(err);
         self.revoked.store(true, Ordering::SeqCst);
@@ -525,8 +524,8 @@ pub(crate) unsafe fn copy(src: *const u8, dst: *mut u8, len: usize) {
     }
 }
 
-// The exporter's hooks, called from export.rs and state.rs; each does nothing for memory
-// that is not a memfd (the libfabric controllers').
+// The exporter's hooks, called from export.rs and export/settle.rs; each does nothing for
+// memory that is not a memfd (the libfabric controllers').
 
 /// The descriptor to offer an importer: the memfd itself for a writer, a read-only reopen
 /// of it for a reader, so its mapping can never be made writable.
@@ -626,8 +625,14 @@ pub(crate) fn rebind(old: &Memory, new: &Memory, generation: u32) {
 /// Rebind: the ticket for the new memory of connection `conn_id` (0 when it cannot be
 /// offered; the importer then fails to remap and its accesses keep the old memory until
 /// the exporter retires it), and the new memory's address when it is caller memory.
-pub(crate) fn reoffer(ctrl: &Controller, mem: &Memory, conn_id: u64, writable: bool) -> (u64, u64) {
-    let Some(lo) = ctrl.loopback() else {
+/// `lo` is the segment's loopback controller (`None` on the others).
+pub(crate) fn reoffer(
+    lo: Option<&Arc<LoopbackBackend>>,
+    mem: &Memory,
+    conn_id: u64,
+    writable: bool,
+) -> (u64, u64) {
+    let Some(lo) = lo else {
         return (0, 0);
     };
     if !matches!(mem, Memory::Shared(_)) {

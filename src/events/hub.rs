@@ -1,10 +1,11 @@
 //! One segment's events: the pending-signal count that waits and the pollable descriptor
 //! consume, and the broadcast that streams observe.
 
+use super::event::{STREAM_CAPACITY, SegmentEvent};
 use super::stream::EventStream;
-use super::{STREAM_CAPACITY, SegmentEvent, timer};
+use super::timer;
+use crate::context::NodeContext;
 use crate::reactor::engine::Engine;
-use crate::state::NodeState;
 use crate::sys::eventfd::EventCounter;
 use crate::{Error, Result};
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, RawFd};
@@ -59,7 +60,7 @@ impl Hub {
     }
 
     /// A signal from `from` arrived; with `no_accumulate` it is dropped while one is
-    /// pending (decision 3). Returns whether it counted.
+    /// pending (DESIGN.md, decision 3). Returns whether it counted.
     pub(crate) fn post(&self, from: u32, no_accumulate: bool) -> bool {
         {
             let mut st = lock(&self.state);
@@ -149,11 +150,11 @@ impl Hub {
 
     /// Waits for one event and consumes it (spec `rsm_intr_signal_wait`): `None` waits
     /// forever, `Some(ZERO)` only looks. `RSMERR_TIMEOUT` only once the time has really
-    /// passed (decision 11). Cancel safe: an event is consumed only by a wait that returns
-    /// `Ok`.
+    /// passed (DESIGN.md, decision 11). Cancel safe: an event is consumed only by a wait that
+    /// returns `Ok`.
     pub(crate) async fn wait(
         &self,
-        node: &Arc<NodeState>,
+        node: &Arc<NodeContext>,
         timeout: Option<Duration>,
         op: &'static str,
         mut reader: Option<Reader<'_>>,
@@ -213,7 +214,7 @@ impl Hub {
     /// against 0.27 µs for two threads busy-polling a shared word.
     fn read_for_signal(
         &self,
-        node: &NodeState,
+        node: &NodeContext,
         reader: Reader<'_>,
         deadline: Option<Instant>,
     ) -> bool {
@@ -235,7 +236,7 @@ impl Hub {
                 let bells = node.signals.loopback_bells();
                 !bells.is_empty()
                     && self.look_until(LOOPBACK_SIGNAL_SPIN, deadline, || {
-                        bells.iter().fold(false, |found, b| b.look(node) | found)
+                        bells.iter().fold(false, |found, b| b.look() | found)
                     })
             }
         }
@@ -301,7 +302,7 @@ impl Hub {
         })
     }
 
-    /// Whether a [`PollFd`] is held (destroy and disconnect refuse, decision 5).
+    /// Whether a [`PollFd`] is held (destroy and disconnect refuse, DESIGN.md, decision 5).
     pub(crate) fn pollfd_in_use(&self) -> bool {
         lock(&self.state).fd_refs > 0
     }
@@ -331,8 +332,8 @@ impl Reader<'_> {
 /// than a wake-up, as shm's (`Tuning::signal_spin`).
 const LOOPBACK_SIGNAL_SPIN: Duration = Duration::from_micros(100);
 
-/// A segment's pollable descriptor (spec `rsm_memseg_get_pollfd`, decision 5): an eventfd
-/// that is readable (`POLLIN`) exactly while signals are pending for the segment, for
+/// A segment's pollable descriptor (spec `rsm_memseg_get_pollfd`, DESIGN.md, decision 5): an
+/// eventfd that is readable (`POLLIN`) exactly while signals are pending for the segment, for
 /// `poll`/`epoll` users. Polling does not consume; [`PollFd::try_consume`] (or a
 /// `wait_signal`) takes one event.
 ///
@@ -444,7 +445,10 @@ mod tests {
         // Streams consume nothing.
         assert_eq!(hub.pending(), STREAM_CAPACITY as u64 + extra);
         futures::executor::block_on(async {
-            assert_eq!(slow.next().await, Some(Err(super::super::Lagged(extra))));
+            assert_eq!(
+                slow.next().await,
+                Some(Err(super::super::stream::Lagged(extra)))
+            );
             assert_eq!(
                 slow.next().await,
                 Some(Ok(SegmentEvent::Signal { from: 3 }))

@@ -24,22 +24,25 @@
 //! the receiver, which the receiving hub decides, as on the other paths. Resetting the
 //! eventfd before the swap means a post that finds the word 0 after the swap rings again.
 //!
-//! Order (decision 18): a loopback put is a copy done before it returns, and the words'
+//! Order (DESIGN.md, decision 18): a loopback put is a copy done before it returns, and the words'
 //! release/acquire pairs make it visible to the receiver before the signal is.
+//!
+//! What a bell reads goes to a callback the node injects ([`OnRing`]), as the fabric
+//! engine's remote data goes to its remote-data handler: this file knows neither the node
+//! nor its routes. The routes keep the bells (`events/route.rs`); the dispatcher
+//! (`dispatch.rs`) delivers what they read.
 //!
 //! The peer can write anything into the page: a word is only ever a count, bounded when
 //! delivered. Its death is the side channel's to report (`PeerUnreachable`).
 
-use super::route;
 use crate::Result;
-use crate::backend::loopback::LoopbackBackend;
 use crate::error::Error;
-use crate::state::NodeState;
+use crate::sidechannel::fdpass::FdService;
 use crate::sys::eventfd;
 use crate::sys::shm::{SharedMap, sealed_memfd, sealed_size};
 use rustix::fd::{AsFd, OwnedFd};
+use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Weak};
 use tokio::io::Interest;
 use tokio::io::unix::AsyncFd;
 use tokio_util::sync::CancellationToken;
@@ -64,8 +67,23 @@ pub(crate) struct LoopbackBell {
     /// This side's word, and whom what it says goes to.
     in_at: usize,
     rx: Receiver,
+    on_ring: OnRing,
     stop: CancellationToken,
 }
+
+/// What a bell read: from `from`, for the receiver's `token`, first a `NO_ACCUMULATE` post
+/// if `first_no_acc`, then `plain` posts without it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Ring {
+    pub(crate) from: u32,
+    pub(crate) token: u64,
+    pub(crate) to_importer: bool,
+    pub(crate) first_no_acc: bool,
+    pub(crate) plain: u64,
+}
+
+/// Where a bell delivers what it read; `false` when its node is gone (the watch ends).
+pub(crate) type OnRing = Arc<dyn Fn(Ring) -> bool + Send + Sync>;
 
 impl Drop for LoopbackBell {
     fn drop(&mut self) {
@@ -106,33 +124,32 @@ impl LoopbackBell {
     /// Delivers what this side's word says, as the watch does when the eventfd fires;
     /// returns whether there was anything. For a waiter that looks before its task parks:
     /// a ring seen here costs no wake-up of the watch and then of the waiter.
-    pub(crate) fn look(&self, state: &NodeState) -> bool {
+    pub(crate) fn look(&self) -> bool {
         let w = word(&self.page, self.in_at);
         // A plain load first: the page's line stays shared while nothing came.
         if w.load(Ordering::Acquire) == 0 {
             return false;
         }
-        deliver(state, &self.rx, w.swap(0, Ordering::AcqRel))
+        let w = w.swap(0, Ordering::AcqRel);
+        if w == 0 {
+            return false;
+        }
+        deliver(&self.on_ring, &self.rx, w);
+        true
     }
 }
 
-/// Routes what a word said (swapped out by a watch or a look); false when it was 0.
-fn deliver(state: &NodeState, rx: &Receiver, w: u64) -> bool {
-    if w == 0 {
-        return false;
-    }
-    route::on_loopback_bell(
-        state,
-        rx.from,
-        rx.token,
-        rx.to_importer,
-        w & FIRST_NO_ACC != 0,
-        w & COUNT,
-    );
-    true
+/// Hands what a non-zero word said to `on_ring`; `false` when its node is gone.
+fn deliver(on_ring: &OnRing, rx: &Receiver, w: u64) -> bool {
+    on_ring(Ring {
+        from: rx.from,
+        token: rx.token,
+        to_importer: rx.to_importer,
+        first_no_acc: w & FIRST_NO_ACC != 0,
+        plain: w & COUNT,
+    })
 }
 
-/// Whom a watch delivers to: the receiving side's token, and the peer node that may ring.
 #[derive(Clone, Copy)]
 struct Receiver {
     from: u32,
@@ -142,7 +159,7 @@ struct Receiver {
 
 /// Watches `bell` on the node's runtime until `stop`, delivering the word at `at`.
 async fn watch(
-    state: Weak<NodeState>,
+    on_ring: OnRing,
     page: Arc<SharedMap>,
     at: usize,
     bell: Arc<OwnedFd>,
@@ -182,8 +199,9 @@ async fn watch(
         if w == 0 {
             continue;
         }
-        let Some(state) = state.upgrade() else { return };
-        deliver(&state, &rx, w);
+        if !deliver(&on_ring, &rx, w) {
+            return;
+        }
     }
 }
 
@@ -197,7 +215,8 @@ fn map_page(fd: &OwnedFd) -> std::io::Result<SharedMap> {
 
 /// Starts watching `inc` and returns the bell ringing `out`.
 fn start(
-    state: &Arc<NodeState>,
+    runtime: &tokio::runtime::Handle,
+    on_ring: OnRing,
     page: Arc<SharedMap>,
     out: Arc<OwnedFd>,
     inc: Arc<OwnedFd>,
@@ -209,8 +228,8 @@ fn start(
         false => (TO_IMPORTER, TO_EXPORTER),
     };
     let stop = CancellationToken::new();
-    Arc::clone(state).spawn(watch(
-        Arc::downgrade(state),
+    runtime.spawn(watch(
+        Arc::clone(&on_ring),
         Arc::clone(&page),
         in_at,
         inc,
@@ -223,29 +242,31 @@ fn start(
         out,
         in_at,
         rx,
+        on_ring,
         stop,
     })
 }
 
-/// The exporter's half, at connect: makes connection `conn_id`'s doorbell, watches it, makes
-/// signals to the importer (`importer`, `importer_token`) ring it, and offers it to process
-/// `pid`. Returns the ticket for the grant's `keys[1]`; `None` (logged) when it cannot, and
-/// the connection then signals over the side channel both ways.
+/// The exporter's half, at connect: makes connection `conn_id`'s doorbell, watches it on
+/// `runtime` (what it reads goes to `on_ring`), and offers it to process `pid` at the
+/// segment's descriptor `service`. Returns the ticket for the grant's `keys[1]` and the
+/// bell, which signals to the importer `importer` ring from now on (the caller adds it to
+/// the routes); `None` (logged) when it cannot, and the connection then signals over the
+/// side channel both ways.
 pub(crate) fn offer(
-    state: &Arc<NodeState>,
-    lo: &LoopbackBackend,
+    runtime: &tokio::runtime::Handle,
+    on_ring: OnRing,
+    service: Result<Arc<FdService>>,
     pid: u32,
     importer: u32,
     conn_id: u64,
-    importer_token: u64,
-) -> Option<u64> {
+) -> Option<(u64, Arc<LoopbackBell>)> {
     let made = (|| -> std::io::Result<_> {
         let page = crate::sys::limits::page_size() as u64;
         let page_fd = Arc::new(sealed_memfd("rsm-doorbell", page)?);
         let map = Arc::new(map_page(&page_fd)?);
         Ok((page_fd, map, eventfd::doorbell()?, eventfd::doorbell()?))
     })();
-    let service = lo.service();
     let ((page_fd, map, to_importer, to_exporter), service) = match (made, service) {
         (Ok(m), Ok(s)) => (m, s),
         (Err(e), _) => {
@@ -267,11 +288,8 @@ pub(crate) fn offer(
         token: conn_id,
         to_importer: false,
     };
-    let bell = start(state, map, to_importer, to_exporter, true, rx);
-    state
-        .signals
-        .add_loopback_bell(importer, true, importer_token, bell);
-    Some(ticket)
+    let bell = start(runtime, on_ring, map, to_importer, to_exporter, true, rx);
+    Some((ticket, bell))
 }
 
 /// The importer's claimed doorbell, checked and mapped, not watched yet.
@@ -312,17 +330,29 @@ pub(crate) async fn claim(service: Vec<u8>, ticket: u64) -> Result<Claimed> {
 
 /// The importer's half, once the import is registered (so that no early signal is dropped
 /// for want of it): watches the doorbell, and makes signals to the exporter `exporter` of
-/// connection `conn_id` ring it. `token` is the importer's own.
-pub(crate) fn attach(state: &Arc<NodeState>, c: Claimed, exporter: u32, conn_id: u64, token: u64) {
+/// the connection ring it (the caller adds it to the routes). `token` is the importer's own;
+/// what the bell reads goes to `on_ring`.
+pub(crate) fn attach(
+    runtime: &tokio::runtime::Handle,
+    on_ring: OnRing,
+    c: Claimed,
+    exporter: u32,
+    token: u64,
+) -> Arc<LoopbackBell> {
     let rx = Receiver {
         from: exporter,
         token,
         to_importer: true,
     };
-    let bell = start(state, c.page, c.to_exporter, c.to_importer, false, rx);
-    state
-        .signals
-        .add_loopback_bell(exporter, false, conn_id, bell);
+    start(
+        runtime,
+        on_ring,
+        c.page,
+        c.to_exporter,
+        c.to_importer,
+        false,
+        rx,
+    )
 }
 
 #[cfg(test)]
@@ -343,6 +373,7 @@ mod tests {
                 token: 0,
                 to_importer: false,
             },
+            on_ring: Arc::new(|_| true),
             stop: CancellationToken::new(),
         };
         (map, bell, fd)
@@ -426,17 +457,17 @@ mod tests {
                 imp.wait_signal(five).await.unwrap();
                 let late = imp.wait_signal(Some(Duration::from_millis(100))).await;
                 assert_eq!(late.unwrap_err().code(), 42);
-                let (sa, sb) = (&a.inner.state.signals, &b.inner.state.signals);
-                let counts = |r: &route::Routes| {
+                let counts = |n: &crate::Node| {
+                    let r = &n.inner.state.signals;
                     (
                         r.sent_by_bell.load(Ordering::Relaxed),
                         r.sent_by_side.load(Ordering::Relaxed),
                     )
                 };
                 if forced {
-                    assert_eq!((counts(sa), counts(sb)), ((0, 6), (0, 100)));
+                    assert_eq!((counts(&a), counts(&b)), ((0, 6), (0, 100)));
                 } else {
-                    assert_eq!((counts(sa), counts(sb)), ((6, 0), (100, 0)));
+                    assert_eq!((counts(&a), counts(&b)), ((6, 0), (100, 0)));
                 }
                 imp.disconnect().await.unwrap();
                 seg.destroy().await.unwrap();

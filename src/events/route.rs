@@ -1,4 +1,5 @@
-//! How a signal travels between nodes (design §6, Signals).
+//! How a signal travels between nodes (DESIGN.md §6, Signals): the node's routes and the
+//! sending. What an arriving signal is delivered to is the dispatcher's (`dispatch.rs`).
 //!
 //! Every controller registers a small remote-write-only doorbell (`backend/fabric/doorbell.rs`).
 //! Its address and key travel in the connect exchange: the importer's in the
@@ -20,23 +21,23 @@
 //! shared word and an eventfd each way, handed over with the segment's memfd; the side
 //! channel carries signals there only when forced, or for a connection without one.
 //!
-//! Order (decision 18): a signal posted after a put *that resolved* arrives after the put's
-//! data is visible, on every path, because a put resolves only once its data is visible at
+//! Order (DESIGN.md, decision 18): a signal posted after a put *that resolved* arrives after the
+//! put's data is visible, on every path, because a put resolves only once its data is visible at
 //! the target (delivery-complete on shm, sockets and tcp; on udp the fence read behind the
 //! write). A put still in flight when the signal is posted (not awaited yet) has no such
 //! promise: on tcp the doorbell write usually follows it on the same connection, but a put waiting
 //! for a place in the transmit queue, split in pieces, or retried after `-FI_EAGAIN` may be
 //! overtaken, and the side channel is another connection altogether.
 
-use super::SignalFlags;
+use super::event::SignalFlags;
 use super::loopback_bell::LoopbackBell;
 use crate::backend::fabric::FabricBackend;
 use crate::core::wire::{Doorbell, Message};
 use crate::fabric::endpoint::PostError;
 use crate::fabric::ffi;
-use crate::import::ImportInner;
-use crate::state::NodeState;
+use crate::sidechannel::SideChannel;
 use crate::{Error, Result};
+use std::any::Any;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock, Weak};
@@ -118,7 +119,8 @@ const LOOK_AT_MOST: usize = 64;
 pub(crate) struct Routes {
     force_side: AtomicBool,
     next_token: AtomicU64,
-    imports: Mutex<HashMap<u64, Weak<ImportInner>>>,
+    /// Importer tokens to imports (`ImportInner`, which the dispatcher downcasts to).
+    imports: Mutex<HashMap<u64, Weak<dyn Any + Send + Sync>>>,
     importers: Mutex<HashMap<u64, Arc<ImporterBell>>>,
     /// Loopback doorbells by whom they ring: (peer node, to an importer?, receiver's token).
     loopback: Mutex<HashMap<(u32, bool, u64), Arc<LoopbackBell>>>,
@@ -160,15 +162,17 @@ impl Routes {
         self.next_token.fetch_add(1, Ordering::Relaxed) & MAX_TOKEN
     }
 
-    pub(crate) fn add_import(&self, token: u64, imp: &Arc<ImportInner>) {
-        lock(&self.imports).insert(token, Arc::downgrade(imp));
+    pub(crate) fn add_import<T: Any + Send + Sync>(&self, token: u64, imp: &Arc<T>) {
+        let imp = Arc::downgrade(imp) as Weak<dyn Any + Send + Sync>;
+        lock(&self.imports).insert(token, imp);
     }
 
     pub(crate) fn remove_import(&self, token: u64) {
         lock(&self.imports).remove(&token);
     }
 
-    fn import(&self, token: u64) -> Option<Arc<ImportInner>> {
+    /// The import of importer token `token`, if it lives.
+    pub(crate) fn import(&self, token: u64) -> Option<Arc<dyn Any + Send + Sync>> {
         lock(&self.imports).get(&token).and_then(Weak::upgrade)
     }
 
@@ -253,31 +257,31 @@ pub(crate) struct Target<'a> {
 
 /// Sends one signal: by the doorbell when both ends have one, else by the side channel.
 pub(crate) async fn send(
-    state: &Arc<NodeState>,
+    routes: &Routes,
+    side: Result<&Arc<SideChannel>>,
     backend: Option<&Arc<FabricBackend>>,
     t: Target<'_>,
     flags: SignalFlags,
     op: &'static str,
 ) -> Result<()> {
     let word = encode(t.token, t.to_importer, flags);
-    if backend.is_none() && !state.signals.side_channel_forced() {
-        if let Some(bell) = state.signals.loopback_bell(t.node, t.to_importer, t.token) {
+    if backend.is_none() && !routes.side_channel_forced() {
+        if let Some(bell) = routes.loopback_bell(t.node, t.to_importer, t.token) {
             bell.ring(flags.contains(SignalFlags::NO_ACCUMULATE))
                 .map_err(|e| e.op(op).node(t.node))?;
-            state.signals.sent_by_bell.fetch_add(1, Ordering::Relaxed);
+            routes.sent_by_bell.fetch_add(1, Ordering::Relaxed);
             return Ok(());
         }
     }
     // A loopback connection without a doorbell signals over the side channel, as forced
     // signals do.
-    let fabric = backend.filter(|b| {
-        !state.signals.side_channel_forced() && b.carries_signals() && b.doorbell().is_some()
-    });
+    let fabric = backend
+        .filter(|b| !routes.side_channel_forced() && b.carries_signals() && b.doorbell().is_some());
     if let (Some(backend), Some(bell), Some(dest)) = (fabric, t.bell, t.dest) {
         return ring(backend, t.node, dest, bell, word, op).await;
     }
-    let side = state.side().map_err(|e| e.op(op))?;
-    state.signals.sent_by_side.fetch_add(1, Ordering::Relaxed);
+    let side = side.map_err(|e| e.op(op))?;
+    routes.sent_by_side.fetch_add(1, Ordering::Relaxed);
     side.send(
         t.node,
         Message::Signal {
@@ -325,71 +329,6 @@ async fn ring(
                 return Err(Error::conn_aborted().op(op).node(node).fabric(f));
             }
         }
-    }
-}
-
-/// A doorbell rang on one of this node's controllers (called on the engine's thread).
-pub(crate) fn on_doorbell(state: &NodeState, word: u64) {
-    let (token, to_importer, no_acc) = decode(word);
-    deliver(state, None, token, to_importer, no_acc);
-}
-
-/// A `Signal` arrived over the side channel from `from`.
-pub(crate) fn on_side_signal(state: &NodeState, from: u32, token: u64, flags: u32) {
-    let (_, to_importer, no_acc) = decode(u64::from(flags));
-    deliver(state, Some(from), token, to_importer, no_acc);
-}
-
-/// A loopback doorbell from `from` rang with a batch: first a `NO_ACCUMULATE` post if
-/// `first_no_acc`, then `plain` posts without it (`events/loopback_bell.rs` says why that
-/// is exactly what the posts in their order would have done).
-pub(crate) fn on_loopback_bell(
-    state: &NodeState,
-    from: u32,
-    token: u64,
-    to_importer: bool,
-    first_no_acc: bool,
-    plain: u64,
-) {
-    let hub = if to_importer {
-        state
-            .signals
-            .import(token)
-            .filter(|imp| imp.node() == from)
-            .map(|imp| Arc::clone(imp.events()))
-    } else {
-        state
-            .export_of_conn(token)
-            .filter(|e| e.importer_node(token) == Some(from))
-            .map(|e| Arc::clone(e.events()))
-    };
-    let Some(hub) = hub else {
-        tracing::debug!(token, "loopback signals for an unknown connection dropped");
-        return;
-    };
-    if first_no_acc {
-        hub.post(from, true);
-    }
-    // A count beyond any real backlog is the peer's garbage; it is bounded all the same.
-    hub.post_many(from, plain.min(u64::from(u32::MAX)));
-}
-
-fn deliver(state: &NodeState, from: Option<u32>, token: u64, to_importer: bool, no_acc: bool) {
-    if to_importer {
-        match state.signals.import(token) {
-            Some(imp) if from.is_none_or(|f| f == imp.node()) => {
-                imp.on_signal(no_acc);
-            }
-            _ => tracing::debug!(token, "signal for an unknown import dropped"),
-        }
-        return;
-    }
-    let export = state.export_of_conn(token);
-    match export.and_then(|e| e.importer_node(token).map(|n| (e, n))) {
-        Some((e, node)) if from.is_none_or(|f| f == node) => {
-            e.on_signal(node, no_acc);
-        }
-        _ => tracing::debug!(token, "signal for an unknown connection dropped"),
     }
 }
 

@@ -1,6 +1,6 @@
 //! The [`EventStream`]: a broadcast receiver as a `futures::Stream`.
 
-use super::SegmentEvent;
+use super::event::SegmentEvent;
 use futures::Stream;
 use std::pin::Pin;
 use std::task::{Context, Poll};
@@ -19,9 +19,9 @@ pub struct Lagged(pub u64);
 
 type Inner = Pin<Box<dyn Stream<Item = Result<SegmentEvent, Lagged>> + Send>>;
 
-/// The events of one segment, as a [`futures::Stream`] (design §7): every stream sees every
-/// event from its creation on, buffers up to [`STREAM_CAPACITY`](super::STREAM_CAPACITY) of
-/// them, and yields `Err(Lagged(n))` when it fell behind. Streams observe: they consume
+/// The events of one segment, as a [`futures::Stream`] (DESIGN.md §7): every stream sees
+/// every event from its creation on, buffers up to
+/// [`STREAM_CAPACITY`](crate::events::STREAM_CAPACITY) of them, and yields `Err(Lagged(n))` when it fell behind. Streams observe: they consume
 /// nothing that waits count. A stream ends when its segment is destroyed or disconnected.
 ///
 /// Works on any executor.

@@ -1,6 +1,6 @@
 //! Timers for waits with a timeout, with or without a tokio runtime in the caller.
 
-use crate::state::NodeState;
+use crate::context::NodeContext;
 use std::future::Future;
 use std::sync::Arc;
 use std::time::Instant;
@@ -8,7 +8,7 @@ use std::time::Instant;
 /// Resolves at or after `deadline`: on the caller's tokio runtime when there is one (the
 /// timer is cancelled with the future), else on the node's own runtime.
 pub(crate) fn sleep_until(
-    node: &Arc<NodeState>,
+    node: &Arc<NodeContext>,
     deadline: Instant,
 ) -> impl Future<Output = ()> + Send + 'static {
     let here = tokio::runtime::Handle::try_current().is_ok();
@@ -24,7 +24,8 @@ pub(crate) fn sleep_until(
                 })
                 .await;
         }
-        // tokio's timer wheel rounds to the millisecond; never report early (decision 11).
+        // tokio's timer wheel rounds to the millisecond; never report early
+        // (DESIGN.md, decision 11).
         let now = Instant::now();
         if now < deadline {
             std::thread::sleep(deadline - now);

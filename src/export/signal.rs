@@ -1,4 +1,4 @@
-//! Signals on the export side (spec §4.7): post to every importer, wait with a timeout,
+//! Signals on the export side (docs/rsmapi.md §4.7): post to every importer, wait with a timeout,
 //! the pollable descriptor, and the stream of this segment's events. How a signal travels
 //! is in [`crate::events::route`].
 
@@ -85,7 +85,16 @@ impl ExportSegment {
                 bell: bell.bell(),
                 dest: bell.dest(),
             };
-            if let Err(e) = route::send(&node, backend.as_ref(), target, flags, OP).await {
+            if let Err(e) = route::send(
+                &node.signals,
+                node.side(),
+                backend.as_ref(),
+                target,
+                flags,
+                OP,
+            )
+            .await
+            {
                 first_err.get_or_insert(e.segment(id));
             }
         }
@@ -98,7 +107,7 @@ impl ExportSegment {
     ///
     /// # Errors
     /// - `RSMERR_TIMEOUT` when no signal came within `timeout`, only once the time has
-    ///   really passed (decision 11);
+    ///   really passed (DESIGN.md, decision 11);
     /// - `RSMERR_BAD_SEG_HNDL` when the segment is destroyed (also while waiting).
     ///
     /// # Cancel safety
@@ -131,7 +140,7 @@ impl ExportSegment {
 
     /// The segment's pollable descriptor (`rsm_memseg_get_pollfd`): readable while signals
     /// are pending. Counted: while any is held, [`destroy`](ExportSegment::destroy) fails
-    /// with `RSMERR_POLLFD_IN_USE` (decision 5); dropping it releases it.
+    /// with `RSMERR_POLLFD_IN_USE` (DESIGN.md, decision 5); dropping it releases it.
     ///
     /// # Errors
     /// `RSMERR_BAD_SEG_HNDL` after destroy; `RSMERR_INSUFFICIENT_RESOURCES` when no eventfd

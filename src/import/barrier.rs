@@ -6,7 +6,7 @@
 //! [`Barrier::close`] resolves when all of them have completed and their data is visible,
 //! reporting a failure of any of them.
 
-use super::{ImportInner, ImportSegment};
+use super::ImportSegment;
 use crate::reactor::Op;
 use crate::reactor::barrier::BarrierCore;
 use crate::reactor::slot::{Dir, Spec, Visibility};
@@ -86,16 +86,6 @@ impl std::fmt::Debug for Barrier {
             .field("open", &self.core.is_open())
             .finish()
     }
-}
-
-/// The segment's barrier, if it is open, with the operation attached to it.
-pub(super) fn attach(inner: &ImportInner, write: bool) -> Option<Arc<BarrierCore>> {
-    let current = inner
-        .barrier
-        .lock()
-        .unwrap_or_else(|p| p.into_inner())
-        .clone()?;
-    current.try_attach(write).then_some(current)
 }
 
 impl ImportSegment {

@@ -1,6 +1,6 @@
-//! Signals on the import side (spec §4.7): post to the exporter, wait with a timeout, the
-//! pollable descriptor, and the stream of this import's events. How a signal travels is in
-//! [`crate::events::route`].
+//! Signals on the import side (docs/rsmapi.md §4.7): post to the exporter, wait with a
+//! timeout, the pollable descriptor, and the stream of this import's events. How a signal travels
+//! is in [`crate::events::route`].
 
 use super::{ImportInner, ImportSegment};
 use crate::events::hub::Hub;
@@ -33,7 +33,7 @@ impl ImportSegment {
     /// [`SignalFlags::NO_ACCUMULATE`] and one is already pending there.
     ///
     /// Any connection may signal, a read-only one too. A signal posted after a put on this
-    /// segment *resolved* arrives after the put's data is visible (decision 18); see
+    /// segment *resolved* arrives after the put's data is visible (DESIGN.md, decision 18); see
     /// the crate documentation (Signals and events) for puts still in flight.
     ///
     /// # Errors
@@ -87,9 +87,16 @@ impl ImportSegment {
             bell: inner.bell.as_ref(),
             dest: Some(inner.dest),
         };
-        route::send(&state, inner.backend.as_ref(), target, flags, op)
-            .await
-            .map_err(|e| e.segment(inner.segment))
+        route::send(
+            &state.signals,
+            state.side(),
+            inner.backend.as_ref(),
+            target,
+            flags,
+            op,
+        )
+        .await
+        .map_err(|e| e.segment(inner.segment))
     }
 
     /// Waits for a signal from the exporter and consumes it (`rsm_intr_signal_wait`): `n`
@@ -101,7 +108,7 @@ impl ImportSegment {
     ///
     /// # Errors
     /// - `RSMERR_TIMEOUT` when no signal came within `timeout`, reported only once the time
-    ///   has really passed (decision 11);
+    ///   has really passed (DESIGN.md, decision 11);
     /// - `RSMERR_BAD_SEG_HNDL` when the segment is disconnected (also while waiting).
     ///
     /// # Cancel safety
@@ -151,7 +158,7 @@ impl ImportSegment {
 
     /// The segment's pollable descriptor (`rsm_memseg_get_pollfd`): readable while signals
     /// are pending. Counted: while any is held, [`disconnect`](ImportSegment::disconnect)
-    /// fails with `RSMERR_POLLFD_IN_USE` (decision 5); dropping it releases it.
+    /// fails with `RSMERR_POLLFD_IN_USE` (DESIGN.md, decision 5); dropping it releases it.
     ///
     /// # Errors
     /// `RSMERR_BAD_SEG_HNDL` after disconnect; `RSMERR_INSUFFICIENT_RESOURCES` when no

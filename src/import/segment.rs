@@ -1,8 +1,9 @@
-//! Import segments (spec §4.3, §4.4): a connection to a segment another node published,
-//! with asynchronous put and get.
+//! The import segment itself: its handle, its connection state, connect and disconnect, and
+//! the posting of put and get. The other files of `import/` add methods to it.
 
 use crate::backend::fabric::FabricBackend;
 use crate::backend::loopback::LoopbackImport;
+use crate::context::{NodeContext, REVOKE_WAIT};
 use crate::controller::Controller;
 use crate::core::wire::{ConnectRequest, Message};
 use crate::fabric::ffi;
@@ -12,7 +13,6 @@ use crate::reactor::engine::Engine;
 use crate::reactor::slot::{Dir, OpInfo, Plan, Spec, Visibility};
 use crate::reactor::tracker::{Tracker, View};
 use crate::reactor::{IoBuf, IoBufMut, Op};
-use crate::state::{NodeState, REVOKE_WAIT};
 use crate::{Error, Result};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Weak};
@@ -25,7 +25,7 @@ use std::sync::{Arc, Weak};
 /// result; see [`Op`] for what cancellation means.
 #[derive(Clone)]
 pub struct ImportSegment {
-    inner: Arc<ImportInner>,
+    pub(super) inner: Arc<ImportInner>,
 }
 
 impl std::fmt::Debug for ImportSegment {
@@ -39,40 +39,51 @@ impl std::fmt::Debug for ImportSegment {
 }
 
 pub(crate) struct ImportInner {
-    ctrl: Controller,
+    pub(super) ctrl: Controller,
     /// The libfabric path (`None` on loopback).
-    backend: Option<Arc<FabricBackend>>,
-    engine: Option<Arc<Engine>>,
+    pub(super) backend: Option<Arc<FabricBackend>>,
+    pub(super) engine: Option<Arc<Engine>>,
     /// The loopback path: the mapping of the exporter's memfd (`None` elsewhere).
-    lo: Option<Arc<LoopbackImport>>,
-    state: Weak<NodeState>,
-    node: u32,
-    segment: u32,
-    conn_id: u64,
-    peer_incarnation: u64,
-    /// The exporter's byte order, from its hello: typed accesses store in it (decision 4).
-    peer_byte_order: crate::core::wire::ByteOrder,
-    dest: ffi::fi_addr_t,
-    peer_addr: Vec<u8>,
-    length: u64,
-    granted: Perm,
+    pub(super) lo: Option<Arc<LoopbackImport>>,
+    pub(super) state: Weak<NodeContext>,
+    pub(super) node: u32,
+    pub(super) segment: u32,
+    pub(super) conn_id: u64,
+    pub(super) peer_incarnation: u64,
+    /// The exporter's byte order, from its hello: typed accesses store in it
+    /// (DESIGN.md, decision 4).
+    pub(super) peer_byte_order: crate::core::wire::ByteOrder,
+    pub(super) dest: ffi::fi_addr_t,
+    pub(super) peer_addr: Vec<u8>,
+    pub(super) length: u64,
+    pub(super) granted: Perm,
     /// The in-flight operations, and the view of the exporter's registration (base and key)
-    /// they post with: a rebind swaps it (design §4).
-    tracker: Arc<Tracker>,
-    disconnected: AtomicBool,
-    /// Explicit barrier mode (implicit is the default, decision 2).
-    explicit: AtomicBool,
+    /// they post with: a rebind swaps it (DESIGN.md §4).
+    pub(super) tracker: Arc<Tracker>,
+    pub(super) disconnected: AtomicBool,
+    /// Explicit barrier mode (implicit is the default, DESIGN.md, decision 2).
+    pub(super) explicit: AtomicBool,
     /// The barrier `init_barrier` attached last.
-    barrier: std::sync::Mutex<Option<Arc<BarrierCore>>>,
+    pub(super) barrier: std::sync::Mutex<Option<Arc<BarrierCore>>>,
     /// Signals, waits, the pollable descriptor and streams (`import/signal.rs`).
-    events: Arc<crate::events::hub::Hub>,
+    pub(super) events: Arc<crate::events::hub::Hub>,
     /// The exporter's doorbell on this controller, if it has one.
-    bell: Option<crate::core::wire::Doorbell>,
+    pub(super) bell: Option<crate::core::wire::Doorbell>,
     /// This node's token for the connection: the exporter's signals carry it.
-    token: u64,
+    pub(super) token: u64,
 }
 
 impl ImportInner {
+    /// The segment's barrier, if it is open, with an operation attached to it.
+    fn attached_barrier(&self, write: bool) -> Option<Arc<BarrierCore>> {
+        let current = self
+            .barrier
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()?;
+        current.try_attach(write).then_some(current)
+    }
+
     /// The libfabric engine and backend, on every controller but loopback.
     pub(crate) fn fabric(&self) -> Option<(&Arc<Engine>, &Arc<FabricBackend>)> {
         Some((self.engine.as_ref()?, self.backend.as_ref()?))
@@ -82,7 +93,7 @@ impl ImportInner {
         self.peer_incarnation
     }
 
-    /// Fails pending and later operations with `err` (forced disconnect, decision 19).
+    /// Fails pending and later operations with `err` (forced disconnect, DESIGN.md, decision 19).
     pub(crate) fn abort(&self, err: Error) {
         if let Some(lo) = &self.lo {
             lo.abort(crate::reactor::slot::clone_error(&err).segment(self.segment));
@@ -162,11 +173,34 @@ impl Drop for ImportInner {
     }
 }
 
+impl Controller {
+    /// Connects to segment `segment` of node `node` (`rsm_memseg_import_connect`), asking for
+    /// `perm` (`Perm::READ`, `Perm::WRITE` or `Perm::RDWR`).
+    ///
+    /// The exporter checks the request against the segment's access list and the owner,
+    /// group or other bits of this process's class ([`crate::core::access`]; on one host it
+    /// takes this process's ids from the kernel, and root gets no bypass).
+    ///
+    /// Errors: `RSMERR_REMOTE_NODE_UNREACHABLE` when the node does not answer,
+    /// `RSMERR_SEG_NOT_PUBLISHED` when it has no such segment,
+    /// `RSMERR_SEG_NOT_PUBLISHED_TO_NODE` when its access list leaves this node out,
+    /// `RSMERR_PERM_DENIED` for bits other than read and write, or when the class's bits do
+    /// not cover `perm`.
+    ///
+    /// # Cancel safety
+    /// Cancel safe: a connect abandoned after the exporter granted it is never used, and the
+    /// exporter forgets it when this node disconnects or goes away.
+    pub async fn import(&self, node: u32, segment: u32, perm: Perm) -> Result<ImportSegment> {
+        let state = self.context("import_connect")?;
+        ImportSegment::connect(self, state, node, segment, perm).await
+    }
+}
+
 impl ImportSegment {
     /// `rsm_memseg_import_connect`, from [`Controller::import`].
     pub(crate) async fn connect(
         ctrl: &Controller,
-        state: Arc<NodeState>,
+        state: Arc<NodeContext>,
         node: u32,
         segment: u32,
         perm: Perm,
@@ -275,7 +309,16 @@ impl ImportSegment {
         state.add_import(node, grant.conn_id, &inner);
         state.signals.add_import(token, &inner);
         if let Some(bell) = bell {
-            crate::events::loopback_bell::attach(&state, bell, node, grant.conn_id, token);
+            let bell = crate::events::loopback_bell::attach(
+                state.runtime(),
+                state.on_ring(),
+                bell,
+                node,
+                token,
+            );
+            state
+                .signals
+                .add_loopback_bell(node, false, grant.conn_id, bell);
         }
         tracing::debug!(
             node,
@@ -322,7 +365,13 @@ impl ImportSegment {
         self.inner.tracker.in_flight()
     }
 
-    fn check(&self, op: &'static str, need: Perm, offset: u64, len: usize) -> Result<()> {
+    pub(super) fn check(
+        &self,
+        op: &'static str,
+        need: Perm,
+        offset: u64,
+        len: usize,
+    ) -> Result<()> {
         self.check_access(op, need, offset, len, true)
     }
 
@@ -381,7 +430,7 @@ impl ImportSegment {
         Ok(())
     }
 
-    fn info(&self, op: &'static str, offset: u64) -> OpInfo {
+    pub(super) fn info(&self, op: &'static str, offset: u64) -> OpInfo {
         OpInfo {
             op,
             segment: self.inner.segment,
@@ -468,7 +517,7 @@ impl ImportSegment {
             _ => None,
         };
         let barrier = if explicit {
-            barrier::attach(inner, write)
+            inner.attached_barrier(write)
         } else {
             None
         };
@@ -537,21 +586,3 @@ impl ImportSegment {
             .await
     }
 }
-
-// Typed put/get (8/16/32/64 bits, byte order), an `impl ImportSegment` in import/typed.rs.
-mod typed;
-// Barriers and barrier mode (spec §4.6).
-pub(crate) mod barrier;
-// Scatter/gather (spec §4.5).
-pub(crate) mod sg;
-// put/get on loopback (copies), an `impl ImportSegment` in import/loopback.rs.
-mod loopback;
-// Mapping (spec §4.10): `ImportSegment::map` and its guard, in import/map.rs.
-mod map;
-
-pub use barrier::{Barrier, BarrierMode};
-pub use map::{ImportMapping, MapAt};
-pub use sg::{MAX_SGIOREQS, SgEntry, SgFlags, SgLocal, SgOp, SgOutcome};
-
-// Signals, waits, the pollable descriptor and event streams, in import/signal.rs.
-mod signal;

@@ -1,0 +1,283 @@
+//! Finding the libfabric controllers (DESIGN.md §3): the `fi_getinfo` walk that names them
+//! `<type><unit>` on the node's interface, and what each offers, read from its opened
+//! domain. What `rsm info` prints ([`list_controllers`]) and what the node's controller
+//! registry (`controller.rs`) opens.
+
+use super::visibility_for;
+use crate::controller::info::{
+    ALL_DAS, ControllerAttr, ControllerInfo, ProviderAttr, RSM_DAS8, RSM_DAS16, RSM_DAS32,
+    RSM_DAS64, loopback_info,
+};
+use crate::fabric::{self, Domain, Fabric, Hints, InfoList, ffi};
+use crate::reactor::engine::Tuning;
+use crate::reactor::slot::Visibility;
+use crate::{Error, Result, sys};
+use std::collections::HashMap;
+use std::net::IpAddr;
+use std::sync::Arc;
+
+/// One usable domain found by `fi_getinfo`, before it is opened.
+pub(crate) struct Candidate {
+    pub(crate) name: String,
+    pub(crate) kind: String,
+    pub(crate) info: Arc<fabric::Info>,
+}
+
+/// Lists every controller of a node whose side channel listens on `local_ip`, without
+/// keeping anything open: what `rsm info` prints.
+///
+/// ```
+/// let list = rsm::controller::list_controllers("127.0.0.1".parse().unwrap()).unwrap();
+/// assert_eq!(list[0].name, "loopback");
+/// ```
+pub fn list_controllers(local_ip: IpAddr) -> Result<Vec<ControllerInfo>> {
+    let mut out = vec![loopback_info()];
+    for c in &candidates(local_ip)? {
+        out.push(describe(c, local_ip)?.0);
+    }
+    Ok(out)
+}
+
+/// The usable libfabric domains on `local_ip`; `RSMERR_CTLR_NOT_PRESENT` when libfabric
+/// cannot be asked.
+fn candidates(local_ip: IpAddr) -> Result<Vec<Candidate>> {
+    enumerate(local_ip).map_err(|e| {
+        Error::ctlr_not_present()
+            .op("get_controller")
+            .detail(e.to_string())
+    })
+}
+
+/// The provider type of a provider name: `tcp` for `tcp;ofi_rxm`, `udp` for `udp;ofi_rxd`.
+fn provider_kind(provider: &str) -> String {
+    provider
+        .split(';')
+        .next()
+        .unwrap_or(provider)
+        .to_ascii_lowercase()
+}
+
+/// Providers that are not usable here although they claim RMA: `net` in 1.17 has no
+/// atomics and a wait fd that is always readable; the hooks are not providers of their own.
+fn excluded(provider: &str) -> bool {
+    provider
+        .split(';')
+        .any(|p| p == "net" || p.starts_with("ofi_hook"))
+}
+
+pub(crate) fn enumerate(local_ip: IpAddr) -> Result<Vec<Candidate>> {
+    let hints = Hints::rsm_rdm()?;
+    // IP providers answer for the node's own interface when asked with it as the source.
+    // Others must not get it: shm would take "127.0.0.1" as its region name, the same in
+    // every process, and the second endpoint on the host would fail with EBUSY.
+    let on_interface = InfoList::get(&hints, Some(&local_ip.to_string()))?;
+    let unaddressed = InfoList::get(&hints, None)?;
+    let entries = on_interface
+        .iter()
+        .filter(|e| e.is_ip())
+        .chain(unaddressed.iter().filter(|e| !e.is_ip()));
+    let mut seen: Vec<(String, String)> = Vec::new();
+    let mut units: HashMap<String, u32> = HashMap::new();
+    let mut out = Vec::new();
+    for entry in entries {
+        let provider = entry.provider();
+        if excluded(&provider) || !entry.is_rdm() || entry.cq_data_size() < 4 {
+            continue;
+        }
+        let key = (provider.clone(), entry.domain_name());
+        if seen.contains(&key) {
+            continue; // fi_getinfo lists a domain once per protocol variant; the first is preferred
+        }
+        seen.push(key);
+        let kind = provider_kind(&provider);
+        let info = if provider == RXM_OVER_TCP {
+            match connected_tcp(&entry.domain_name(), local_ip)? {
+                Some(info) => info,
+                None => continue,
+            }
+        } else {
+            match ordered_variant(&provider, &entry.domain_name(), &kind, local_ip)? {
+                Some(ordered) => ordered,
+                None => entry.dup()?,
+            }
+        };
+        let unit = units.entry(kind.clone()).or_insert(0);
+        let name = format!("{kind}{unit}");
+        *unit += 1;
+        out.push(Candidate {
+            name,
+            kind,
+            info: Arc::new(info),
+        });
+    }
+    tracing::debug!(controllers = ?out.iter().map(|c| &c.name).collect::<Vec<_>>(), %local_ip, "libfabric controllers");
+    Ok(out)
+}
+
+/// The provider fi_getinfo offers RDM over tcp with; tcp controllers use tcp's own
+/// connected endpoints instead (`fabric/connected.rs` says why).
+const RXM_OVER_TCP: &str = "tcp;ofi_rxm";
+
+/// The tcp provider's connected endpoints (`FI_EP_MSG`) on `domain`; `None` (and a
+/// warning) where it offers none with what rsm needs.
+fn connected_tcp(domain: &str, local_ip: IpAddr) -> Result<Option<fabric::Info>> {
+    let mut hints = Hints::for_provider("tcp")?;
+    hints.domain(domain)?;
+    let list = InfoList::get(&hints, Some(&local_ip.to_string()))?;
+    let found = list
+        .iter()
+        .find(|e| e.provider() == "tcp" && e.is_msg() && e.cq_data_size() >= 4);
+    match found {
+        Some(e) => Ok(Some(e.dup()?)),
+        None => {
+            tracing::warn!(
+                domain,
+                "tcp offers no connected RMA endpoint here; no tcp controller"
+            );
+            Ok(None)
+        }
+    }
+}
+
+/// On providers whose puts are fenced by a read (udp), the same domain asked with
+/// read-after-write ordering, which the fence relies on; `None` (and a warning) where the
+/// provider does not offer it.
+fn ordered_variant(
+    provider: &str,
+    domain: &str,
+    kind: &str,
+    local_ip: IpAddr,
+) -> Result<Option<fabric::Info>> {
+    if visibility_for(kind) != Visibility::FencedRead {
+        return Ok(None);
+    }
+    let mut hints = Hints::rsm_rdm()?;
+    hints.provider(provider)?.domain(domain)?.read_after_write();
+    let list = InfoList::get(&hints, Some(&local_ip.to_string()))?;
+    let found = list
+        .iter()
+        .find(|e| e.provider() == provider && e.domain_name() == domain);
+    match found {
+        Some(e) => Ok(Some(e.dup()?)),
+        None => {
+            tracing::warn!(
+                provider,
+                domain,
+                "no read-after-write ordering: a put's fence relies on in-order delivery"
+            );
+            Ok(None)
+        }
+    }
+}
+
+/// Providers that pin registered memory, so the memlock limit bounds what they can export.
+fn pins_memory(kind: &str) -> bool {
+    matches!(
+        kind,
+        "verbs" | "efa" | "psm2" | "psm3" | "cxi" | "opx" | "usnic" | "ucx"
+    )
+}
+
+fn mr_mode_names(mode: i32) -> Vec<&'static str> {
+    let table: [(u32, &str); 8] = [
+        (ffi::FI_MR_LOCAL, "local"),
+        (ffi::FI_MR_RAW, "raw"),
+        (ffi::FI_MR_VIRT_ADDR, "virt_addr"),
+        (ffi::FI_MR_ALLOCATED, "allocated"),
+        (ffi::FI_MR_PROV_KEY, "prov_key"),
+        (ffi::FI_MR_MMU_NOTIFY, "mmu_notify"),
+        (ffi::FI_MR_RMA_EVENT, "rma_event"),
+        (ffi::FI_MR_ENDPOINT, "endpoint"),
+    ];
+    table
+        .iter()
+        .filter(|(bit, _)| mode as u32 & bit != 0)
+        .map(|(_, n)| *n)
+        .collect()
+}
+
+/// Opens the candidate's fabric and domain and reads its real limits.
+pub(crate) fn describe(c: &Candidate, local_ip: IpAddr) -> Result<(ControllerInfo, Arc<Domain>)> {
+    let with_ctx = |e: crate::fabric::Error| {
+        Error::from(e)
+            .op("get_controller")
+            .controller(c.name.clone())
+    };
+    let fab = Fabric::open(Arc::clone(&c.info)).map_err(with_ctx)?;
+    let domain = Domain::open(fab).map_err(with_ctx)?;
+    let v = c.info.view();
+    let widths = [
+        (RSM_DAS8, ffi::fi_datatype_FI_UINT8),
+        (RSM_DAS16, ffi::fi_datatype_FI_UINT16),
+        (RSM_DAS32, ffi::fi_datatype_FI_UINT32),
+        (RSM_DAS64, ffi::fi_datatype_FI_UINT64),
+    ];
+    let atomic_sizes = widths
+        .iter()
+        .filter(|(_, dt)| domain.atomic_write_valid(*dt))
+        .fold(0, |acc, (das, _)| acc | das);
+    let mem = sys::limits::total_memory();
+    let tot_export = if pins_memory(&c.kind) {
+        sys::limits::memlock_limit().unwrap_or(mem).min(mem)
+    } else {
+        mem
+    };
+    // The wait object rsm's engine uses on this provider (tcp polls, see `Tuning`).
+    let want_fd = Tuning::for_kind(&c.kind).wait_fd;
+    let wait = match fabric::CompletionQueue::open(&domain, 16, want_fd) {
+        Ok(cq) if matches!(cq.wait(), fabric::WaitKind::Fd(_)) => "fd",
+        _ => "poll",
+    };
+    let mr_cnt = v.mr_cnt() as u64;
+    let info = ControllerInfo {
+        name: c.name.clone(),
+        provider: v.provider(),
+        fabric: v.fabric_name(),
+        domain: v.domain_name(),
+        address: source_address(&v, local_ip),
+        attr: ControllerAttr {
+            // Every width moves in one RMA operation.
+            direct_access_sizes: ALL_DAS,
+            atomic_sizes,
+            page_size: sys::limits::page_size() as u64,
+            max_export_segment_size: (v.max_msg_size() as u64).min(tot_export),
+            tot_export_segment_size: tot_export,
+            // One registration per segment; a provider that states no limit has none.
+            max_export_segments: if mr_cnt == 0 { u64::MAX } else { mr_cnt },
+            // libfabric controllers cannot map remote memory (DESIGN.md, decision 13).
+            max_import_map_size: 0,
+            tot_import_map_size: 0,
+            // An import takes no provider resource of its own: its peer's address is shared.
+            max_import_segments: u64::MAX,
+        },
+        provider_attr: Some(ProviderAttr {
+            mr_mode: mr_mode_names(v.mr_mode()),
+            mr_key_size: v.mr_key_size() as u64,
+            max_msg_size: v.max_msg_size() as u64,
+            inject_size: v.inject_size() as u64,
+            tx_size: v.tx_size() as u64,
+            iov_limit: v.iov_limit() as u64,
+            rma_iov_limit: v.rma_iov_limit() as u64,
+            cq_data_size: v.cq_data_size() as u64,
+            auto_progress: v.data_progress_auto(),
+            wait,
+        }),
+    };
+    Ok((info, domain))
+}
+
+fn source_address(v: &fabric::info::InfoRef<'_>, local_ip: IpAddr) -> String {
+    v.source_address().unwrap_or_else(|| local_ip.to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn provider_kinds_and_exclusions() {
+        assert_eq!(provider_kind("tcp;ofi_rxm"), "tcp");
+        assert_eq!(provider_kind("UDP;ofi_rxd"), "udp");
+        assert!(excluded("net") && excluded("net;ofi_rxm") && !excluded("tcp;ofi_rxm"));
+    }
+}

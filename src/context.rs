@@ -1,0 +1,347 @@
+//! A node's context, the bottom of the node: its runtime, the side-channel handle, its
+//! progress engines, the signal routes, and the tables that find exports, connections and
+//! imports again, with the acknowledgements awaited from importers.
+//!
+//! It knows no segment: the tables hold `Weak` references to `dyn Any`, which the
+//! dispatcher (`dispatch.rs`) turns back into exports and imports, and signals that arrive
+//! on a controller's doorbell or a loopback bell go to the [`Inbound`] functions the
+//! dispatcher installs, as the side channel's messages go to its `Handler`.
+
+use crate::core::segid;
+use crate::core::wire::Message;
+use crate::events::loopback_bell::{OnRing, Ring};
+use crate::events::route::Routes;
+use crate::reactor::engine::Engine;
+use crate::sidechannel::SideChannel;
+use crate::{Error, Result};
+use std::any::Any;
+use std::collections::HashMap;
+use std::future::Future;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock, Weak};
+use std::time::Duration;
+use tokio::sync::oneshot;
+
+/// How long an exporter waits for importers to acknowledge a revoke or a rebind, and an
+/// importer for its operations in flight (DESIGN.md §4).
+pub(crate) const REVOKE_WAIT: Duration = Duration::from_secs(5);
+
+/// What the tables hold: an export (`ExportInner`) or an import (`ImportInner`), which the
+/// dispatcher downcasts to.
+pub(crate) type Entry = dyn Any + Send + Sync;
+
+/// An acknowledgement an exporter awaits from an importer's node.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub(crate) enum Ack {
+    /// Of the revoke of connection `.0`.
+    Revoke(u64),
+    /// Of the rebind of connection `.0` to generation `.1`.
+    Rebind(u64, u32),
+}
+
+impl Ack {
+    /// The connection acknowledged.
+    pub(crate) fn conn_id(self) -> u64 {
+        match self {
+            Ack::Revoke(c) | Ack::Rebind(c, _) => c,
+        }
+    }
+}
+
+/// Where signals that arrive go: the dispatcher's functions (`dispatch.rs`), installed once
+/// at the node's start.
+#[derive(Clone, Copy)]
+pub(crate) struct Inbound {
+    /// A doorbell word rang on one of the node's controllers (on the engine's thread).
+    pub(crate) doorbell: fn(&NodeContext, u64),
+    /// A loopback doorbell rang with a batch.
+    pub(crate) loopback: fn(&NodeContext, Ring),
+}
+
+pub(crate) struct NodeContext {
+    runtime: tokio::runtime::Handle,
+    side: OnceLock<Arc<SideChannel>>,
+    inbound: OnceLock<Inbound>,
+    exports: Mutex<Exports>,
+    /// Exporter side: connection id → segment id.
+    conns: Mutex<HashMap<u64, u32>>,
+    /// Importer side: (exporting node, connection id) → import.
+    imports: Mutex<HashMap<(u32, u64), Weak<Entry>>>,
+    /// Exporter side: acknowledgements awaited, with the node they are awaited from.
+    acks: Mutex<HashMap<Ack, (u32, oneshot::Sender<()>)>>,
+    engines: Mutex<Vec<Weak<Engine>>>,
+    next_conn: AtomicU64,
+    /// Signal routes: importer tokens and importers' doorbells (`events/route.rs`).
+    pub(crate) signals: Routes,
+}
+
+struct Exports {
+    by_id: HashMap<u32, Weak<Entry>>,
+    next_auto: u64,
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+impl NodeContext {
+    pub(crate) fn new(runtime: tokio::runtime::Handle) -> Arc<Self> {
+        Arc::new(NodeContext {
+            runtime,
+            side: OnceLock::new(),
+            inbound: OnceLock::new(),
+            exports: Mutex::new(Exports {
+                by_id: HashMap::new(),
+                next_auto: u64::from(segid::AUTO_ID_BASE),
+            }),
+            conns: Mutex::new(HashMap::new()),
+            imports: Mutex::new(HashMap::new()),
+            acks: Mutex::new(HashMap::new()),
+            engines: Mutex::new(Vec::new()),
+            next_conn: AtomicU64::new(rand::random::<u32>() as u64 + 1),
+            signals: Default::default(),
+        })
+    }
+
+    pub(crate) fn set_side_channel(&self, side: Arc<SideChannel>) {
+        let _ = self.side.set(side);
+    }
+
+    pub(crate) fn side(&self) -> Result<&Arc<SideChannel>> {
+        self.side.get().ok_or_else(|| {
+            Error::remote_node_unreachable().detail("the node's side channel is not running")
+        })
+    }
+
+    /// Where arriving signals go from now on (the dispatcher, once).
+    pub(crate) fn set_inbound(&self, inbound: Inbound) {
+        let _ = self.inbound.set(inbound);
+    }
+
+    /// The node's own runtime.
+    pub(crate) fn runtime(&self) -> &tokio::runtime::Handle {
+        &self.runtime
+    }
+
+    /// Runs `fut` on the node's own runtime and awaits it from any executor: the caller
+    /// needs no tokio runtime, and timers and sockets work all the same.
+    pub(crate) async fn run<T: Send + 'static>(
+        &self,
+        fut: impl Future<Output = Result<T>> + Send + 'static,
+    ) -> Result<T> {
+        self.runtime
+            .spawn(fut)
+            .await
+            .map_err(|e| Error::interrupted().detail(format!("the node's task ended: {e}")))?
+    }
+
+    pub(crate) fn spawn(self: Arc<Self>, fut: impl Future<Output = ()> + Send + 'static) {
+        self.runtime.spawn(fut);
+    }
+
+    /// Where a loopback bell of this node delivers what it read: the dispatcher, while the
+    /// node lives.
+    pub(crate) fn on_ring(self: &Arc<Self>) -> OnRing {
+        let me = Arc::downgrade(self);
+        Arc::new(move |ring| {
+            let Some(s) = me.upgrade() else { return false };
+            if let Some(inbound) = s.inbound.get() {
+                (inbound.loopback)(&s, ring);
+            }
+            true
+        })
+    }
+
+    pub(crate) fn add_engine(self: &Arc<Self>, e: &Arc<Engine>) {
+        let me = Arc::downgrade(self);
+        // Named: the peer wakes its engine of this controller alone. A shm `Wake` that woke
+        // every polling engine also kept a peer's tcp engine polling for its idle window.
+        let controller = e.name().to_string();
+        e.set_kick(Box::new(move |node| {
+            if let Some(side) = me.upgrade().and_then(|s| s.side().ok().cloned()) {
+                let controller = controller.clone();
+                let _ = side.try_send(node, Message::Wake { controller });
+            }
+        }));
+        let me = Arc::downgrade(self);
+        e.set_remote_data_handler(Box::new(move |word| {
+            if let Some(s) = me.upgrade() {
+                if let Some(inbound) = s.inbound.get() {
+                    (inbound.doorbell)(&s, word);
+                }
+            }
+        }));
+        let mut engines = lock(&self.engines);
+        engines.retain(|w| w.strong_count() > 0);
+        engines.push(Arc::downgrade(e));
+    }
+
+    /// A peer asked this node's polling engine of `controller` to look at its queue.
+    pub(crate) fn wake(&self, controller: &str) {
+        for e in lock(&self.engines).iter().filter_map(Weak::upgrade) {
+            if e.polls() && e.name() == controller {
+                e.nudge();
+            }
+        }
+    }
+
+    /// Stops every progress engine of the node; returns those whose thread still runs.
+    pub(crate) fn stop_engines(&self) -> Vec<Arc<Engine>> {
+        let engines: Vec<Arc<Engine>> = lock(&self.engines)
+            .iter()
+            .filter_map(Weak::upgrade)
+            .collect();
+        for e in &engines {
+            e.stop();
+        }
+        engines
+    }
+
+    /// Reserves a segment id for `export` (DESIGN.md, decision 8): the caller's, or the next
+    /// free one from `0x80000000`.
+    pub(crate) fn claim_segment_id<T: Any + Send + Sync>(
+        &self,
+        id: u32,
+        export: &Arc<T>,
+    ) -> Result<u32> {
+        let export: Weak<Entry> = Arc::downgrade(export) as Weak<Entry>;
+        let mut ex = lock(&self.exports);
+        ex.by_id.retain(|_, w| w.strong_count() > 0);
+        if id != 0 {
+            if ex.by_id.contains_key(&id) {
+                return Err(Error::segid_in_use().op("publish").segment(id));
+            }
+            ex.by_id.insert(id, export);
+            return Ok(id);
+        }
+        while ex.next_auto <= u64::from(u32::MAX) {
+            let candidate = ex.next_auto as u32;
+            ex.next_auto += 1;
+            if let std::collections::hash_map::Entry::Vacant(e) = ex.by_id.entry(candidate) {
+                e.insert(export);
+                return Ok(candidate);
+            }
+        }
+        Err(Error::insufficient_resources()
+            .op("publish")
+            .detail("the node's automatic segment ids are used up"))
+    }
+
+    pub(crate) fn release_segment_id(&self, id: u32) {
+        lock(&self.exports).by_id.remove(&id);
+    }
+
+    /// The export published as `id`, if it lives.
+    pub(crate) fn export(&self, id: u32) -> Option<Arc<Entry>> {
+        lock(&self.exports).by_id.get(&id).and_then(Weak::upgrade)
+    }
+
+    /// Every published export that lives.
+    pub(crate) fn exports(&self) -> Vec<Arc<Entry>> {
+        lock(&self.exports)
+            .by_id
+            .values()
+            .filter_map(Weak::upgrade)
+            .collect()
+    }
+
+    pub(crate) fn next_conn_id(&self) -> u64 {
+        self.next_conn.fetch_add(1, Ordering::Relaxed)
+    }
+
+    /// Exporter side: connection `conn_id` is to segment `segid`.
+    pub(crate) fn add_conn(&self, conn_id: u64, segid: u32) {
+        lock(&self.conns).insert(conn_id, segid);
+    }
+
+    /// Exporter side: connection `conn_id` ended; its signals route nowhere any more.
+    pub(crate) fn remove_conn(&self, conn_id: u64) {
+        lock(&self.conns).remove(&conn_id);
+        self.signals.forget_importer(conn_id);
+    }
+
+    /// Exporter side: the export connection `conn_id` is to.
+    pub(crate) fn export_of_conn(&self, conn_id: u64) -> Option<Arc<Entry>> {
+        let segid = *lock(&self.conns).get(&conn_id)?;
+        self.export(segid)
+    }
+
+    pub(crate) fn add_import<T: Any + Send + Sync>(&self, node: u32, conn_id: u64, imp: &Arc<T>) {
+        let imp: Weak<Entry> = Arc::downgrade(imp) as Weak<Entry>;
+        lock(&self.imports).insert((node, conn_id), imp);
+    }
+
+    pub(crate) fn remove_import(&self, node: u32, conn_id: u64) {
+        lock(&self.imports).remove(&(node, conn_id));
+    }
+
+    /// Importer side: the import of connection `conn_id` from `node`, if it lives.
+    pub(crate) fn import(&self, node: u32, conn_id: u64) -> Option<Arc<Entry>> {
+        lock(&self.imports)
+            .get(&(node, conn_id))
+            .and_then(Weak::upgrade)
+    }
+
+    /// Importer side: every import from `node` that lives.
+    pub(crate) fn imports_from(&self, node: u32) -> Vec<Arc<Entry>> {
+        lock(&self.imports)
+            .iter()
+            .filter(|((n, _), _)| *n == node)
+            .filter_map(|(_, w)| w.upgrade())
+            .collect()
+    }
+
+    /// Revoke and rebind alike (DESIGN.md §4): sends each importer its notice, and waits
+    /// until each acknowledged, lost its channel, or [`REVOKE_WAIT`] passed (`what` names the
+    /// notice in the warning). Returns the acknowledged connections.
+    pub(crate) async fn notify(
+        self: &Arc<Self>,
+        what: &'static str,
+        segment: u32,
+        notices: Vec<(Ack, u32, Message)>,
+    ) -> Vec<u64> {
+        let mut waits: Vec<futures::future::BoxFuture<'static, Option<u64>>> = Vec::new();
+        let mut sent = Vec::with_capacity(notices.len());
+        for (ack, node, msg) in notices {
+            let (tx, rx) = oneshot::channel();
+            lock(&self.acks).insert(ack, (node, tx));
+            sent.push(ack);
+            match self.side() {
+                Ok(side) if side.send(node, msg).await.is_ok() => {
+                    let conn_id = ack.conn_id();
+                    waits.push(Box::pin(async move { rx.await.ok().map(|()| conn_id) }))
+                }
+                _ => {
+                    lock(&self.acks).remove(&ack);
+                }
+            }
+        }
+        let all = futures::future::join_all(waits);
+        let acked: Vec<u64> = match tokio::time::timeout(REVOKE_WAIT, all).await {
+            Ok(acked) => acked.into_iter().flatten().collect(),
+            Err(_) => {
+                tracing::warn!(
+                    segment = format_args!("{segment:#x}"),
+                    "importers did not acknowledge the {what} within 5 s"
+                );
+                Vec::new()
+            }
+        };
+        for ack in sent {
+            lock(&self.acks).remove(&ack);
+        }
+        acked
+    }
+
+    /// An importer's node acknowledged.
+    pub(crate) fn acknowledged(&self, ack: Ack) {
+        if let Some((_, tx)) = lock(&self.acks).remove(&ack) {
+            let _ = tx.send(());
+        }
+    }
+
+    /// `node` is gone: nothing awaited from it is awaited any more.
+    pub(crate) fn forget_acks_of(&self, node: u32) {
+        lock(&self.acks).retain(|_, (n, _)| *n != node);
+    }
+}

@@ -1,0 +1,109 @@
+//! What a segment's events are: [`SignalFlags`] for a post, the [`SegmentEvent`]s a
+//! stream reports, and how many a stream buffers.
+
+use std::ops::BitOr;
+
+/// How many events a stream buffers before it reports [`Lagged`](crate::events::Lagged).
+pub const STREAM_CAPACITY: usize = 1024;
+
+/// Signal-post flags (`rsm_intr_signal_post`'s `flags`).
+///
+/// ```
+/// use rsm::SignalFlags;
+///
+/// assert_eq!(SignalFlags::NO_ACCUMULATE.bits(), 0x02); // RSM_SIGPOST_NO_ACCUMULATE
+/// assert!(SignalFlags::empty().bits() == 0);
+/// assert!(SignalFlags::from_bits(0xFF).contains(SignalFlags::NO_ACCUMULATE));
+/// ```
+#[derive(Clone, Copy, PartialEq, Eq, Hash, Default, Debug)]
+pub struct SignalFlags(u32);
+
+impl SignalFlags {
+    /// `RSM_SIGPOST_NO_ACCUMULATE`: the post is dropped while an event is already pending
+    /// for the target segment (DESIGN.md, decision 3).
+    pub const NO_ACCUMULATE: SignalFlags = SignalFlags(0x02);
+
+    /// No flag: every post is one event.
+    pub const fn empty() -> SignalFlags {
+        SignalFlags(0)
+    }
+
+    /// The flags with these bits (unknown bits are ignored, as RSMAPI does).
+    pub const fn from_bits(bits: u32) -> SignalFlags {
+        SignalFlags(bits & 0x02)
+    }
+
+    /// The raw bits.
+    pub const fn bits(self) -> u32 {
+        self.0
+    }
+
+    /// Whether every flag of `other` is set.
+    pub const fn contains(self, other: SignalFlags) -> bool {
+        self.0 & other.0 == other.0
+    }
+}
+
+impl BitOr for SignalFlags {
+    type Output = SignalFlags;
+    fn bitor(self, rhs: SignalFlags) -> SignalFlags {
+        SignalFlags(self.0 | rhs.0)
+    }
+}
+
+/// Something that happened to a segment, as an [`EventStream`](crate::events::EventStream)
+/// reports it.
+///
+/// ```
+/// use rsm::SegmentEvent;
+///
+/// let e = SegmentEvent::Signal { from: 2 };
+/// assert_eq!(e.node(), Some(2));
+/// assert_eq!(SegmentEvent::Revoked.node(), None);
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum SegmentEvent {
+    /// A signal arrived (and was counted: a post `NO_ACCUMULATE` dropped is no event).
+    Signal {
+        /// The node that posted it.
+        from: u32,
+    },
+    /// Export side: a node imported the segment.
+    ImporterConnected {
+        /// The importing node.
+        node: u32,
+    },
+    /// Export side: an importer disconnected, or was lost with its node.
+    ImporterDisconnected {
+        /// The importing node.
+        node: u32,
+    },
+    /// Import side: the exporter withdrew the segment (unpublish or destroy); accesses
+    /// return `RSMERR_CONN_ABORTED` from now on.
+    Revoked,
+    /// Import side: the exporter moved the segment to new memory.
+    Rebound {
+        /// The registration generation now in use.
+        generation: u32,
+    },
+    /// The peer node died or became unreachable (its side channel closed or missed its
+    /// heartbeats, DESIGN.md, decision 19).
+    PeerUnreachable {
+        /// The node.
+        node: u32,
+    },
+}
+
+impl SegmentEvent {
+    /// The other node this event is about, if any.
+    pub fn node(&self) -> Option<u32> {
+        match self {
+            SegmentEvent::Signal { from } => Some(*from),
+            SegmentEvent::ImporterConnected { node }
+            | SegmentEvent::ImporterDisconnected { node }
+            | SegmentEvent::PeerUnreachable { node } => Some(*node),
+            SegmentEvent::Revoked | SegmentEvent::Rebound { .. } => None,
+        }
+    }
+}

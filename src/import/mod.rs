@@ -1,0 +1,26 @@
+//! Import segments (docs/rsmapi.md §4.3, §4.4): a connection to a segment another node published,
+//! with asynchronous put and get.
+//!
+//! `segment.rs` holds the segment and its put and get; each other file adds one concern:
+//! typed access, barriers, scatter/gather, loopback copies, mapping, signals.
+
+mod segment;
+
+// Typed put/get (8/16/32/64 bits, byte order), an `impl ImportSegment`.
+mod typed;
+// Barriers and barrier mode (docs/rsmapi.md §4.6).
+pub(crate) mod barrier;
+// Scatter/gather (docs/rsmapi.md §4.5).
+pub(crate) mod sg;
+// put/get on loopback (copies), an `impl ImportSegment`.
+mod loopback;
+// Mapping (docs/rsmapi.md §4.10): `ImportSegment::map` and its guard.
+mod map;
+// Signals, waits, the pollable descriptor and event streams.
+mod signal;
+
+pub use barrier::{Barrier, BarrierMode};
+pub use map::{ImportMapping, MapAt};
+pub(crate) use segment::ImportInner;
+pub use segment::ImportSegment;
+pub use sg::{MAX_SGIOREQS, SgEntry, SgFlags, SgLocal, SgOp, SgOutcome};
