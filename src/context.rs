@@ -7,11 +7,11 @@
 //! on a controller's doorbell or a loopback bell go to the [`Inbound`] functions the
 //! dispatcher installs, as the side channel's messages go to its `Handler`.
 
-use crate::core::segid;
-use crate::core::wire::Message;
 use crate::events::loopback_bell::{OnRing, Ring};
 use crate::events::route::Routes;
 use crate::reactor::engine::Engine;
+use crate::sans_io::segid;
+use crate::sans_io::wire::Message;
 use crate::sidechannel::SideChannel;
 use crate::{Error, Result};
 use std::any::Any;

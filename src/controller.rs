@@ -19,7 +19,7 @@ use crate::backend::fabric::FabricBackend;
 use crate::backend::fabric::discovery::{self, Candidate};
 use crate::backend::loopback::LoopbackBackend;
 use crate::context::NodeContext;
-use crate::core::ctlrname::ControllerName;
+use crate::sans_io::ctlrname::ControllerName;
 use crate::{Error, Result};
 use std::collections::HashMap;
 use std::net::IpAddr;

@@ -9,14 +9,14 @@
 //! export's (`export/settle.rs`), and only the acknowledgements come back here.
 
 use crate::context::{Ack, Entry, Inbound, NodeContext};
-use crate::core::access::Requester;
-use crate::core::wire::{ConnectGrant, ConnectReply, ConnectRequest, Message};
 use crate::events::SegmentEvent;
 use crate::events::loopback_bell::{self, Ring};
 use crate::events::route::decode;
 use crate::export::{ExportInner, Importer};
 use crate::import::ImportInner;
 use crate::perm::Perm;
+use crate::sans_io::access::Requester;
+use crate::sans_io::wire::{ConnectGrant, ConnectReply, ConnectRequest, Message};
 use crate::sidechannel::{Handler, PeerInfo};
 use crate::{Error, Result};
 use std::sync::{Arc, Weak};
@@ -366,7 +366,7 @@ fn deliver(ctx: &NodeContext, from: Option<u32>, token: u64, to_importer: bool, 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::core::wire::ByteOrder;
+    use crate::sans_io::wire::ByteOrder;
     use crate::sidechannel::PeerCreds;
 
     fn request() -> ConnectRequest {

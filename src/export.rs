@@ -8,13 +8,13 @@
 use crate::backend::fabric::Registration;
 use crate::context::{Ack, NodeContext};
 use crate::controller::Controller;
-use crate::core::access::{self, Creator, Requester};
-use crate::core::segid;
-use crate::core::wire::Message;
 use crate::fabric::MrAccess;
 use crate::memory::Memory;
 pub use crate::memory::SegmentMemory;
 use crate::perm::{Access, ExportFlags, Perm};
+use crate::sans_io::access::{self, Creator, Requester};
+use crate::sans_io::segid;
+use crate::sans_io::wire::Message;
 use crate::{Error, Result};
 use settle::{Notice, settle};
 use std::collections::HashMap;
@@ -382,7 +382,7 @@ impl ExportSegment {
     /// the caller lie in `0x400000`-`0x7FFFFFFF` (DESIGN.md, decision 8).
     ///
     /// `acl` says which nodes may connect and with which owner/group/other bits
-    /// (docs/rsmapi.md §6, [`crate::core::access`]): at most 4096 entries, any node id, each
+    /// (docs/rsmapi.md §6, [`crate::sans_io::access`]): at most 4096 entries, any node id, each
     /// permission at most `0666` using only read and write bits; for a node listed twice the first
     /// entry counts. An empty list lets every node connect, with the mode `0666 & !umask` of the
     /// process that created the segment. Importers are classed against the creator's uid and gid

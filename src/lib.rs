@@ -17,11 +17,12 @@
 // Without `test-util`, the few internals only `rsm::test_util` reaches are unused.
 #![cfg_attr(not(feature = "test-util"), allow(unreachable_pub, dead_code))]
 
+// The layers, from the bottom (DESIGN.md §2.2).
 pub mod error;
-
-mod core;
 pub(crate) use rsm_fabric as fabric;
 pub(crate) mod sys;
+
+mod sans_io;
 
 pub(crate) mod reactor;
 pub(crate) mod sidechannel;
@@ -45,8 +46,8 @@ pub mod topology;
 pub mod test_util;
 
 pub use controller::{Controller, ControllerAttr, ControllerInfo};
-pub use core::segid::{SegmentIdRange, get_segmentid_range};
-pub use core::wire::ByteOrder;
+pub use sans_io::segid::{SegmentIdRange, get_segmentid_range};
+pub use sans_io::wire::ByteOrder;
 
 /// The segment-id ranges RSMAPI reserves (docs/rsmapi.md §3.6). Ids a caller chooses lie in
 /// `0x400000`-`0x7FFFFFFF`; publish given id 0 hands one out from `RSM_USER_APP_ID_BASE` up
@@ -58,7 +59,7 @@ pub use core::wire::ByteOrder;
 /// assert_eq!((RSM_USER_APP_ID_BASE, RSM_USER_APP_ID_END), (0x80000000, 0xFFFFFFFF));
 /// ```
 pub mod segid_ranges {
-    pub use crate::core::segid::{
+    pub use crate::sans_io::segid::{
         RSM_CLUSTER_TRANSPORT_ID_BASE, RSM_CLUSTER_TRANSPORT_ID_END, RSM_DLPI_ID_BASE,
         RSM_DLPI_ID_END, RSM_DRIVER_PRIVATE_ID_BASE, RSM_DRIVER_PRIVATE_ID_END, RSM_HPC_ID_BASE,
         RSM_HPC_ID_END, RSM_OPS_ID_BASE, RSM_OPS_ID_END, RSM_RSMLIB_ID_BASE, RSM_RSMLIB_ID_END,

@@ -10,7 +10,7 @@
 //! 3. the builder's own settings.
 //!
 //! With nothing configured the node is node 1, listening on 127.0.0.1 with an ephemeral port.
-//! The parsing and the rules live in [`crate::core::config`].
+//! The parsing and the rules live in [`crate::sans_io::config`].
 //!
 //! ```
 //! use rsm::Node;
@@ -41,13 +41,13 @@ use socket2::{Domain, Protocol, Socket, Type};
 
 use crate::context::NodeContext;
 use crate::controller::{Controller, ControllerRegistry};
-pub use crate::core::config::NodeConfig;
-use crate::core::config::{
+use crate::dispatch::NodeHandler;
+pub use crate::sans_io::config::NodeConfig;
+use crate::sans_io::config::{
     self, DEFAULT_CONFIG_PATH, ENV_CONFIG, ENV_LISTEN, ENV_NODE_ID, ENV_PEERS, MAX_FILE_BYTES,
     Origin, PartialConfig,
 };
-use crate::core::wire::ByteOrder;
-use crate::dispatch::NodeHandler;
+use crate::sans_io::wire::ByteOrder;
 use crate::sidechannel::{self, LocalIdentity, SideChannel, SideChannelConfig};
 use crate::{Error, Result};
 
@@ -255,7 +255,7 @@ impl Node {
         self.inner.registry.get(Some(name))
     }
 
-    /// The topology as this node sees it (spec `rsm_get_interconnect_topology`): the local
+    /// The topology as this node sees it (docs/rsmapi.md §4.9, `rsm_get_interconnect_topology`): the local
     /// node id, the local controllers and, per controller, the peers reachable through it.
     ///
     /// ```
@@ -553,7 +553,7 @@ impl NodeBuilder {
     ///
     /// # Errors
     /// - `RSMERR_BAD_CONF` for a configuration that does not parse or is refused (see
-    ///   [`crate::core::config::resolve`]), or a named configuration file that cannot be read;
+    ///   [`crate::sans_io::config::resolve`]), or a named configuration file that cannot be read;
     ///   the detail names the source and the field.
     /// - `RSMERR_INSUFFICIENT_RESOURCES` when the listen address cannot be bound (in use, not
     ///   an address of this host), or another node with this id runs on this host.

@@ -11,8 +11,8 @@
 //! assert_eq!(name, ControllerName::Unit { kind: "tcp".into(), unit: 0 });
 //! ```
 
-pub use crate::core::ctlrname::ControllerName;
-pub use crate::core::{access, config, ctlrname, segid, wire};
+pub use crate::sans_io::ctlrname::ControllerName;
+pub use crate::sans_io::{access, config, ctlrname, segid, wire};
 
 /// OS helpers the benchmarks share with the library.
 pub mod sys {

@@ -1,4 +1,4 @@
-//! Topology (spec §4.9, `rsm_get_interconnect_topology`): the local node, its controllers
+//! Topology (docs/rsmapi.md §4.9, `rsm_get_interconnect_topology`): the local node, its controllers
 //! with their addresses, and per controller the remote nodes that answer on the side channel.
 
 use crate::Result;

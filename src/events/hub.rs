@@ -148,7 +148,7 @@ impl Hub {
         lock(&self.state).pending
     }
 
-    /// Waits for one event and consumes it (spec `rsm_intr_signal_wait`): `None` waits
+    /// Waits for one event and consumes it (docs/rsmapi.md §4.7, `rsm_intr_signal_wait`): `None` waits
     /// forever, `Some(ZERO)` only looks. `RSMERR_TIMEOUT` only once the time has really
     /// passed (DESIGN.md, decision 11). Cancel safe: an event is consumed only by a wait that
     /// returns `Ok`.
@@ -278,7 +278,7 @@ impl Hub {
         EventStream::new(rx)
     }
 
-    /// The pollable descriptor, counted (spec `rsm_memseg_get_pollfd`).
+    /// The pollable descriptor, counted (docs/rsmapi.md §4.7, `rsm_memseg_get_pollfd`).
     pub(crate) fn pollfd(self: &Arc<Self>, op: &'static str) -> Result<PollFd> {
         let mut st = lock(&self.state);
         if st.closed {
@@ -332,7 +332,7 @@ impl Reader<'_> {
 /// than a wake-up, as shm's (`Tuning::signal_spin`).
 const LOOPBACK_SIGNAL_SPIN: Duration = Duration::from_micros(100);
 
-/// A segment's pollable descriptor (spec `rsm_memseg_get_pollfd`, DESIGN.md, decision 5): an
+/// A segment's pollable descriptor (docs/rsmapi.md §4.7, `rsm_memseg_get_pollfd`, DESIGN.md, decision 5): an
 /// eventfd that is readable (`POLLIN`) exactly while signals are pending for the segment, for
 /// `poll`/`epoll` users. Polling does not consume; [`PollFd::try_consume`] (or a
 /// `wait_signal`) takes one event.

@@ -1,4 +1,4 @@
-//! A `loopback` connection's doorbell (issue 7): signals between two processes of one host
+//! A `loopback` connection's doorbell (DESIGN.md §7): signals between two processes of one host
 //! without the side channel, with the same counting, `NO_ACCUMULATE`, waits, pollable
 //! descriptor and streams as on the other paths, and no CPU while idle.
 //!

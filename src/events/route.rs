@@ -32,9 +32,9 @@
 use super::event::SignalFlags;
 use super::loopback_bell::LoopbackBell;
 use crate::backend::fabric::FabricBackend;
-use crate::core::wire::{Doorbell, Message};
 use crate::fabric::endpoint::PostError;
 use crate::fabric::ffi;
+use crate::sans_io::wire::{Doorbell, Message};
 use crate::sidechannel::SideChannel;
 use crate::{Error, Result};
 use std::any::Any;

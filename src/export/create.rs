@@ -5,9 +5,9 @@
 use super::{ExportInner, ExportSegment, ExportState};
 use crate::context::NodeContext;
 use crate::controller::Controller;
-use crate::core::access::Creator;
 use crate::memory::{Memory, SegmentMemory, check_caller_memory};
 use crate::perm::ExportFlags;
+use crate::sans_io::access::Creator;
 use crate::shared_memory::SharedMemory;
 use crate::sys::mem::Mapping;
 use crate::{Error, Result};

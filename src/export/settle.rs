@@ -9,8 +9,8 @@
 use crate::Result;
 use crate::backend::loopback;
 use crate::context::{Ack, NodeContext};
-use crate::core::wire::Message;
 use crate::memory::Memory;
+use crate::sans_io::wire::Message;
 use std::sync::Arc;
 
 /// One importer to tell.

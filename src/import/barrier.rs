@@ -1,4 +1,4 @@
-//! Barriers and barrier mode (spec §4.6, design §7, decisions 2 and 16).
+//! Barriers and barrier mode (docs/rsmapi.md §4.6, DESIGN.md §7, DESIGN.md, decisions 2 and 16).
 //!
 //! In implicit mode (the default) every put and get resolves when its transfer is complete
 //! and its data visible: no barrier is needed. In explicit mode operations are posted at once
@@ -194,7 +194,7 @@ impl Barrier {
 
     /// Makes every write posted before it complete before any write posted after it
     /// (`rsm_memseg_import_order_barrier`): resolves when the earlier ones are visible.
-    /// `RSMERR_BARRIER_NOT_OPENED` when the barrier is not open (decision 16); a failure so
+    /// `RSMERR_BARRIER_NOT_OPENED` when the barrier is not open (DESIGN.md, decision 16); a failure so
     /// far is `RSMERR_BARRIER_FAILURE` (and close reports it again).
     ///
     /// # Cancel safety
@@ -211,7 +211,7 @@ impl Barrier {
     /// it covers has completed and its data is visible at the target.
     /// `RSMERR_CONN_ABORTED` when the segment was revoked or its exporter lost since,
     /// `RSMERR_BARRIER_FAILURE` when an operation failed, `RSMERR_BARRIER_NOT_OPENED` when
-    /// the barrier is not open (decision 16).
+    /// the barrier is not open (DESIGN.md, decision 16).
     ///
     /// # Cancel safety
     /// Dropping it leaves the barrier open; a later close waits again.
@@ -257,7 +257,7 @@ impl Barrier {
     }
 
     /// What close reports for a failed operation on a segment that was not revoked: a lost
-    /// exporter stays `CONN_ABORTED` (decision 19); anything else is `BARRIER_FAILURE`, also
+    /// exporter stays `CONN_ABORTED` (DESIGN.md, decision 19); anything else is `BARRIER_FAILURE`, also
     /// a provider connection that broke while the exporter lives on (tcp drops the
     /// connection of an access under an unknown key, measured).
     fn barrier_error(&self, f: Error) -> Error {

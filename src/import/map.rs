@@ -1,4 +1,4 @@
-//! Mapping an import segment into the process (spec §4.10, decision 13): on the `loopback`
+//! Mapping an import segment into the process (docs/rsmapi.md §4.10, DESIGN.md, decision 13): on the `loopback`
 //! controller the importer maps the exporter's memfd itself, so plain loads and stores reach
 //! the segment. Other controllers cannot map (`RSMERR_MAP_FAILED`, saying why).
 //!

@@ -5,7 +5,6 @@ use crate::backend::fabric::FabricBackend;
 use crate::backend::loopback::LoopbackImport;
 use crate::context::{NodeContext, REVOKE_WAIT};
 use crate::controller::Controller;
-use crate::core::wire::{ConnectRequest, Message};
 use crate::fabric::ffi;
 use crate::perm::Perm;
 use crate::reactor::barrier::BarrierCore;
@@ -13,6 +12,7 @@ use crate::reactor::engine::Engine;
 use crate::reactor::slot::{Dir, OpInfo, Plan, Spec, Visibility};
 use crate::reactor::tracker::{Tracker, View};
 use crate::reactor::{IoBuf, IoBufMut, Op};
+use crate::sans_io::wire::{ConnectRequest, Message};
 use crate::{Error, Result};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Weak};
@@ -52,7 +52,7 @@ pub(crate) struct ImportInner {
     pub(super) peer_incarnation: u64,
     /// The exporter's byte order, from its hello: typed accesses store in it
     /// (DESIGN.md, decision 4).
-    pub(super) peer_byte_order: crate::core::wire::ByteOrder,
+    pub(super) peer_byte_order: crate::sans_io::wire::ByteOrder,
     pub(super) dest: ffi::fi_addr_t,
     pub(super) peer_addr: Vec<u8>,
     pub(super) length: u64,
@@ -68,7 +68,7 @@ pub(crate) struct ImportInner {
     /// Signals, waits, the pollable descriptor and streams (`import/signal.rs`).
     pub(super) events: Arc<crate::events::hub::Hub>,
     /// The exporter's doorbell on this controller, if it has one.
-    pub(super) bell: Option<crate::core::wire::Doorbell>,
+    pub(super) bell: Option<crate::sans_io::wire::Doorbell>,
     /// This node's token for the connection: the exporter's signals carry it.
     pub(super) token: u64,
 }
@@ -178,7 +178,7 @@ impl Controller {
     /// `perm` (`Perm::READ`, `Perm::WRITE` or `Perm::RDWR`).
     ///
     /// The exporter checks the request against the segment's access list and the owner,
-    /// group or other bits of this process's class ([`crate::core::access`]; on one host it
+    /// group or other bits of this process's class ([`crate::sans_io::access`]; on one host it
     /// takes this process's ids from the kernel, and root gets no bypass).
     ///
     /// Errors: `RSMERR_REMOTE_NODE_UNREACHABLE` when the node does not answer,

@@ -1,4 +1,4 @@
-//! Scatter/gather (spec §4.5, decision 17): `putv` gathers local pieces into the segment,
+//! Scatter/gather (docs/rsmapi.md §4.5, DESIGN.md, decision 17): `putv` gathers local pieces into the segment,
 //! `getv` scatters the segment into local pieces. Entries are validated in order first; the
 //! valid ones before the first invalid one go out in batches within the provider's iov
 //! limits, not one round trip per entry.
@@ -133,7 +133,7 @@ pub struct SgOutcome<B> {
     /// not (its validation error, or the failure of the batch it went out in).
     pub result: Result<()>,
     /// `io_residual_count`: the entries not transferred, from the first failed or invalid
-    /// one to the end (0 on success; decision 17).
+    /// one to the end (0 on success; DESIGN.md, decision 17).
     pub residual: usize,
     /// The entries, with their buffers, once the provider is done with them (`None` when
     /// the operation was failed early while the provider still held them).
@@ -288,7 +288,7 @@ impl ImportSegment {
         }
     }
 
-    /// The segment to signal after a putv asking for `IMPLICIT_SIGPOST` (spec §4.5; a getv
+    /// The segment to signal after a putv asking for `IMPLICIT_SIGPOST` (docs/rsmapi.md §4.5; a getv
     /// posts none).
     fn implicit_signal(&self, way: Way, flags: SgFlags) -> Option<ImportSegment> {
         (way == Way::Put && flags.contains(SgFlags::IMPLICIT_SIGPOST)).then(|| self.clone())
@@ -307,7 +307,7 @@ impl ImportSegment {
     ///
     /// Entries are checked in order first; those before the first invalid one are
     /// transferred and the outcome carries the invalid entry's error and the residual count
-    /// (decision 17). Zero entries or more than 16 are `RSMERR_BAD_SGIO`.
+    /// (DESIGN.md, decision 17). Zero entries or more than 16 are `RSMERR_BAD_SGIO`.
     ///
     /// ```no_run
     /// # async fn f(seg: rsm::ImportSegment, mem: rsm::LocalMemory) {
@@ -344,7 +344,7 @@ impl ImportSegment {
         })
     }
 
-    /// The piece of one entry, or its error (decision 17's validation). Inlined into the
+    /// The piece of one entry, or its error (DESIGN.md, decision 17's validation). Inlined into the
     /// validation loop: returned through memory, each piece was read back in two halves
     /// its stores could not forward, most of the loop's time in a 4 KiB loopback getv.
     #[inline(always)]

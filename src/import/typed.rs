@@ -1,8 +1,8 @@
-//! Typed put and get (spec §4.4, decision 4): `put8`..`put64` and `get8`..`get64` move arrays
+//! Typed put and get (docs/rsmapi.md §4.4, DESIGN.md, decision 4): `put8`..`put64` and `get8`..`get64` move arrays
 //! of 8/16/32/64-bit items, each item one N-bit value in the segment, stored in the
 //! exporter's byte order.
 //!
-//! Checks, in the order of the original (spec §4.4, without its NULL-pointer and local-pointer
+//! Checks, in the order of the original (docs/rsmapi.md §4.4, without its NULL-pointer and local-pointer
 //! checks, which a Rust slice cannot fail): the offset is a multiple of the item size
 //! (`RSMERR_BAD_MEM_ALIGNMENT`), then what [`ImportSegment::check`] checks: the handle is
 //! connected, the connection grants the access (`RSMERR_PERM_DENIED`), the range lies in the
@@ -14,8 +14,8 @@
 //! futures borrow neither the segment nor the caller's slice.
 
 use super::ImportSegment;
-use crate::core::wire::ByteOrder;
 use crate::perm::Perm;
+use crate::sans_io::wire::ByteOrder;
 use crate::{Error, Result};
 use std::future::Future;
 
@@ -79,7 +79,7 @@ fn misaligned(offset: u64, width: usize) -> bool {
 
 impl ImportSegment {
     /// The exporting node's byte order, as it announced it when this segment was connected
-    /// (decision 4). Typed puts store each item in this order and typed gets read it back
+    /// (DESIGN.md, decision 4). Typed puts store each item in this order and typed gets read it back
     /// from it; plain [`put`](ImportSegment::put) and [`get`](ImportSegment::get) move bytes
     /// as they are.
     ///

@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use crate::core::wire::{ByteOrder, Doorbell};
+use crate::sans_io::wire::{ByteOrder, Doorbell};
 
 /// Timing and transports of a side channel.
 #[derive(Debug, Clone)]

@@ -1,7 +1,7 @@
 //! What the side channel knows of a peer, and the handler it reports what peers say to.
 
 use super::creds::PeerCreds;
-use crate::core::wire::{ByteOrder, Doorbell, Message};
+use crate::sans_io::wire::{ByteOrder, Doorbell, Message};
 
 /// A peer as one link sees it.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -29,7 +29,7 @@ use super::creds::PeerCreds;
 use super::handler::PeerInfo;
 use super::peers::LinkHandle;
 use super::shared::Shared;
-use crate::core::wire::{self, Hello, MAX_FRAME, Message};
+use crate::sans_io::wire::{self, Hello, MAX_FRAME, Message};
 
 /// Frames queued for one link's writer. A peer that leaves this many unread is not reading:
 /// a reply that finds the queue full closes the link.

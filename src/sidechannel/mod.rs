@@ -2,7 +2,7 @@
 //!
 //! Every node listens on its TCP address and, on Linux, on the Unix socket `rsm-node-<id>` in
 //! the abstract namespace, so that nodes of one host find each other without configuration.
-//! A link carries length-prefixed frames of [`crate::core::wire`] messages; both sides send
+//! A link carries length-prefixed frames of [`crate::sans_io::wire`] messages; both sides send
 //! [`Hello`] first, then heartbeats every `heartbeat_interval`, and a
 //! link on which nothing arrived for `dead_after` is closed. Unix links record the kernel's
 //! credentials of the peer ([`PeerCreds`]), which replace the ids a connect request claims
@@ -59,7 +59,7 @@ pub(crate) use self::held::released_soon as names_released_soon;
 use self::held::{HeldName, Name};
 use self::peers::PeerTable;
 use self::shared::{Shared, encode, link_closed};
-use crate::core::wire::{self, Hello, Message};
+use crate::sans_io::wire::{self, Hello, Message};
 use crate::{Error, Result};
 
 /// A node's side channel: its listeners, its links to peers, its waiting requests.

@@ -13,7 +13,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::handler::PeerInfo;
 use crate::Result;
-use crate::core::wire::Message;
+use crate::sans_io::wire::Message;
 
 /// What a waiting request receives: the reply and the link it came on, or why none will come.
 pub(super) type ReplySender = oneshot::Sender<Result<(PeerInfo, Message)>>;
@@ -215,7 +215,7 @@ impl PeerTable {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::core::wire::ByteOrder;
+    use crate::sans_io::wire::ByteOrder;
 
     fn link(node: u32, incarnation: u64, link_id: u64) -> LinkHandle {
         let (tx, _rx) = mpsc::channel(1);

@@ -16,7 +16,7 @@ use super::config::{LocalIdentity, SideChannelConfig};
 use super::dial_locks::DialLocks;
 use super::handler::{Handler, PeerInfo};
 use super::peers::PeerTable;
-use crate::core::wire::{self, ConnectReply, Message};
+use crate::sans_io::wire::{self, ConnectReply, Message};
 use crate::{Error, Result};
 
 /// What the side channel's tasks share.

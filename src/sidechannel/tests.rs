@@ -9,7 +9,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
 use super::*;
-use crate::core::wire::{
+use crate::sans_io::wire::{
     ByteOrder, ConnectGrant, ConnectReply, ConnectRequest, Doorbell, MAX_FRAME,
 };
 

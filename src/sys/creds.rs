@@ -21,7 +21,7 @@ const MAX_STATUS_BYTES: u64 = 64 * 1024;
 
 /// The calling process's umask, read without changing it from the `Umask:` line of
 /// `/proc/self/status` (DESIGN.md, decision 15; `umask(2)` can only be read by setting it, which races
-/// with other threads creating files). [`crate::core::access::DEFAULT_UMASK`] (022) when the
+/// with other threads creating files). [`crate::sans_io::access::DEFAULT_UMASK`] (022) when the
 /// line cannot be read (kernels before 4.7, no `/proc`).
 pub(crate) fn umask() -> u32 {
     use std::io::Read;
@@ -32,7 +32,7 @@ pub(crate) fn umask() -> u32 {
         Some(mask) => mask,
         None => {
             tracing::debug!("no Umask line in /proc/self/status; assuming 022");
-            crate::core::access::DEFAULT_UMASK
+            crate::sans_io::access::DEFAULT_UMASK
         }
     }
 }

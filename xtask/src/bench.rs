@@ -1,4 +1,4 @@
-//! `cargo xtask bench`: builds `rsm` in release mode, runs the standard set of issue 8 as
+//! `cargo xtask bench`: builds `rsm` in release mode, runs the standard set (docs/performance.md, Method) as
 //! `rsm bench ... --baseline --json` and `rsm bench-memory --json` child processes, and
 //! writes `target/bench/report.md` and `target/bench/report.json`.
 //!

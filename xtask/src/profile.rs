@@ -1,5 +1,5 @@
 //! `cargo xtask profile`: instructions per operation, by function, of rsm and of the
-//! baseline on the rows `cargo xtask bench` found below their target (issue 8, item 4), or
+//! baseline on the rows `cargo xtask bench` found below their target (docs/performance.md, Method), or
 //! on one row named on the command line.
 //!
 //! Time ratios on this shared 2-core machine swing by 10-30 % from run to run; the number

@@ -1,4 +1,4 @@
-//! The rows of `cargo xtask bench`, the targets of issue 8, and the report in Markdown and
+//! The rows of `cargo xtask bench`, the targets of docs/performance.md (Method), and the report in Markdown and
 //! JSON.
 
 use std::fmt::Write as _;
@@ -72,7 +72,7 @@ pub enum Status {
     Skipped(String),
 }
 
-/// The goal a row is held to (issue 8, "The targets").
+/// The goal a row is held to (docs/performance.md, Method).
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub enum Target {
     /// The ratio (above 1: rsm better) at least this.

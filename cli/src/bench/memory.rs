@@ -1,5 +1,5 @@
 //! `rsm bench-memory`: what an exporting node keeps resident for many published segments
-//! and their importers (issue 8's memory target: 1,000 segments of 4 KiB, imported by 4
+//! and their importers (the memory target of docs/performance.md: 1,000 segments of 4 KiB, imported by 4
 //! processes, 250 each, under 64 MiB resident beyond the segments).
 //!
 //! This process is the exporter. It reads its own `/proc/self/status` at four points: at
@@ -16,7 +16,7 @@
 //!
 //! Then, with every connection still open and each importer awaiting a signal that does
 //! not come, nothing happens for `--idle-secs`: the CPU time each process uses meanwhile is
-//! the idle figure (issue 8's "no CPU while idle").
+//! the idle figure (the idle target of docs/performance.md).
 
 use super::BenchError;
 use super::cli::parse_size;

@@ -1,10 +1,10 @@
-//! The controller's signal doorbell (design §6, Signals): one page registered
+//! The controller's signal doorbell (DESIGN.md §6.1): one page registered
 //! remote-write-only under its own key. Peers signal this node with an 8-byte
 //! `fi_inject_writedata` to it; only the completion data matters, the bytes are never read.
 
 use super::FabricBackend;
-use crate::core::wire::Doorbell;
 use crate::fabric::{MemoryRegion, MrAccess, ffi};
+use crate::sans_io::wire::Doorbell;
 use crate::sys::mem::Mapping;
 
 /// A doorbell registration and the page under it.

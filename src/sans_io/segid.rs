@@ -419,7 +419,7 @@ fn line_error(source: &str, line: usize, what: impl fmt::Display) -> Error {
         .detail(format!("{source} line {line}: {what}"))
 }
 
-/// Ids as the spec and the file write them: `0x` and upper-case digits.
+/// Ids as docs/rsmapi.md and the file write them: `0x` and upper-case digits.
 struct Hex(u32);
 
 impl fmt::Display for Hex {
