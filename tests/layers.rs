@@ -617,3 +617,42 @@ fn the_checker_sees_loops_through_re_exports_and_not_through_tests() {
         "a.rs and c.rs form a loop"
     );
 }
+
+/// Prints the library's files by layer, each with the files it depends on:
+/// `cargo test --test layers -- --ignored --nocapture`.
+#[test]
+#[ignore = "prints the layers for a reader; asserts nothing"]
+fn print_the_layers() {
+    let files = library_files(&src_dir());
+    let graph = dependency_graph(&files);
+    let mut deps: Vec<BTreeSet<usize>> = vec![BTreeSet::new(); files.len()];
+    for &(a, b) in graph.keys() {
+        deps[a].insert(b);
+    }
+    // A file's layer: one above the highest of what it depends on (the graph is acyclic).
+    let mut layer: Vec<Option<usize>> = vec![None; files.len()];
+    for _ in 0..files.len() {
+        for i in 0..files.len() {
+            if layer[i].is_none() && deps[i].iter().all(|&d| layer[d].is_some()) {
+                layer[i] = Some(
+                    deps[i]
+                        .iter()
+                        .map(|&d| layer[d].unwrap_or(0) + 1)
+                        .max()
+                        .unwrap_or(0),
+                );
+            }
+        }
+    }
+    let mut order: Vec<usize> = (0..files.len()).collect();
+    order.sort_by_key(|&i| (layer[i], files[i].rel.clone()));
+    for i in order {
+        let on: Vec<&str> = deps[i].iter().map(|&d| files[d].rel.as_str()).collect();
+        println!(
+            "{:>2}  {:<28} {}",
+            layer[i].map_or(-1, |l| l as i64),
+            files[i].rel,
+            on.join(" ")
+        );
+    }
+}
