@@ -245,6 +245,7 @@ impl Connections {
     }
 
     /// How many times an outgoing connection changed state.
+    #[inline]
     pub fn epoch(&self) -> u64 {
         self.epoch.load(Ordering::SeqCst)
     }
@@ -333,6 +334,7 @@ impl Connections {
     /// Runs `post` on the endpoint connected to peer `dest`: `Again` while the connection is
     /// being made (and the start of a new one when it was shut down), the last connect's
     /// failure for a while after it failed.
+    #[inline]
     pub fn post(
         &self,
         dest: ffi::fi_addr_t,

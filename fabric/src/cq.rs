@@ -29,6 +29,7 @@ pub struct CqEntry {
 
 impl CqEntry {
     /// Whether this is a completion that carries remote CQ data (a signal).
+    #[inline]
     pub fn has_remote_data(&self) -> bool {
         self.flags & u64::from(ffi::FI_REMOTE_CQ_DATA) != 0
     }
@@ -135,6 +136,7 @@ impl CompletionQueue {
 
     /// Reads up to a batch of completions into `out` (appending). `Ok(0)` means the queue is
     /// empty (`-FI_EAGAIN`); it also drives the provider's progress.
+    #[inline]
     pub fn read(&self, out: &mut Vec<CqEntry>) -> std::result::Result<usize, CqReadError> {
         // Uninitialized: zeroing 32 entries on every look was a memset per read, and an
         // awaiting thread reads many times per operation.
@@ -201,6 +203,7 @@ impl CompletionQueue {
     }
 
     /// `fi_trywait` for this queue: true when it is safe to sleep on the wait fd.
+    #[inline]
     pub fn trywait(&self) -> bool {
         let mut fids = [self.as_fid()];
         // SAFETY: the fabric and the queue are alive; fids holds one valid fid pointer.

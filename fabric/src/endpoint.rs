@@ -129,6 +129,7 @@ impl Endpoint {
 
     /// Counts the changes of this endpoint's connections (always 0 on an RDM endpoint): a
     /// post refused with [`PostError::Connecting`] goes again once it moved.
+    #[inline]
     pub fn connection_epoch(&self) -> u64 {
         match &self.transport {
             Transport::Rdm { .. } => 0,
@@ -170,10 +171,12 @@ impl Endpoint {
     /// Whether the provider uses the memory of an operation's context (`FI_CONTEXT` or
     /// `FI_CONTEXT2` mode): each posted operation then needs a `fi_context2` of its own,
     /// otherwise the context is only a value handed back in its completion.
+    #[inline]
     pub fn uses_op_context(&self) -> bool {
         self.op_context
     }
 
+    #[inline]
     pub fn cq(&self) -> &Arc<CompletionQueue> {
         &self.cq
     }
@@ -189,6 +192,7 @@ impl Endpoint {
     /// entry must be the descriptor of a registration covering its range, or NULL where the
     /// provider needs none.
     #[allow(clippy::too_many_arguments)]
+    #[inline]
     pub unsafe fn writemsg(
         &self,
         iov: &[libc::iovec],
@@ -214,6 +218,7 @@ impl Endpoint {
     /// Every `iov` range must stay writable and untouched by anyone else, and `context`
     /// valid and unmoved, until the completion for `context` has been read or the endpoint
     /// is closed. `desc` as for [`Endpoint::writemsg`].
+    #[inline]
     pub unsafe fn readmsg(
         &self,
         iov: &[libc::iovec],
@@ -236,6 +241,7 @@ impl Endpoint {
     /// # Safety
     /// As for [`Endpoint::writemsg`], for the one range `buf..buf+len` and `desc`.
     #[allow(clippy::too_many_arguments)]
+    #[inline]
     pub unsafe fn write(
         &self,
         buf: *const u8,
@@ -264,6 +270,7 @@ impl Endpoint {
     /// and unmoved, until the completion for `context` has been read or the endpoint is
     /// closed. `desc` as for [`Endpoint::writemsg`].
     #[allow(clippy::too_many_arguments)]
+    #[inline]
     pub unsafe fn read(
         &self,
         buf: *mut u8,
@@ -283,6 +290,7 @@ impl Endpoint {
 
     /// Posts a small write that carries `data` to the target's queue and needs no buffer or
     /// context afterwards (`fi_inject_writedata`): the doorbell of a signal.
+    #[inline]
     pub fn inject_writedata(
         &self,
         payload: &[u8],

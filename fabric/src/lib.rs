@@ -7,7 +7,8 @@
 //!
 //! Every `unsafe` block says why it holds. The data-path calls (`fi_write`, `fi_read`, ...)
 //! are `unsafe fn`s here: their callers (operation slots) must keep buffers and contexts alive
-//! until the completion arrives.
+//! until the completion arrives. They and the small accessors the data path calls are
+//! `#[inline]`, so that callers in other crates can inline them as callers inside one could.
 
 pub mod av;
 pub mod connected;

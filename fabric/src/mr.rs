@@ -90,27 +90,32 @@ impl MemoryRegion {
     }
 
     /// The key peers use; read back from the provider in case it chose one (`FI_MR_PROV_KEY`).
+    #[inline]
     pub fn key(&self) -> u64 {
         // SAFETY: the region is alive.
         unsafe { ffi::fi_mr_key(self.fid) }
     }
 
     /// The local descriptor to pass with operations on this memory.
+    #[inline]
     pub fn desc(&self) -> *mut libc::c_void {
         // SAFETY: the region is alive.
         unsafe { ffi::fi_mr_desc(self.fid) }
     }
 
     #[cfg_attr(not(test), allow(dead_code))] // the wrappers' own tests read it
+    #[inline]
     pub fn addr(&self) -> usize {
         self.addr
     }
 
+    #[inline]
     pub fn len(&self) -> usize {
         self.len
     }
 
     /// Whether the region covers no bytes.
+    #[inline]
     pub fn is_empty(&self) -> bool {
         self.len == 0
     }

@@ -17,6 +17,7 @@ pub enum PostError {
     Failed(FabricFailure),
 }
 
+#[inline]
 pub(crate) fn post_result(call: &'static str, ret: isize) -> std::result::Result<(), PostError> {
     match ret {
         0 => Ok(()),
