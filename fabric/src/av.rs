@@ -20,6 +20,7 @@ unsafe impl Sync for AddressVector {}
 pub const MAX_ADDR_LEN: usize = 512;
 
 impl AddressVector {
+    /// Opens an address vector on `domain`.
     pub fn open(domain: &Arc<Domain>) -> Result<Arc<Self>> {
         let mut attr = ffi::fi_av_attr {
             type_: ffi::fi_av_type_FI_AV_TABLE,
@@ -39,6 +40,7 @@ impl AddressVector {
         }))
     }
 
+    /// The libfabric object, to bind to an endpoint.
     pub fn as_fid(&self) -> *mut ffi::fid {
         // SAFETY: the vector is alive; a field projection.
         unsafe { &mut (*self.fid).fid }

@@ -234,6 +234,7 @@ impl Connections {
         &self.name
     }
 
+    /// Sets the hook called after every connection change (the epoch moved).
     pub fn set_on_change(&self, f: OnChange) {
         let _ = self.on_change.set(f);
     }

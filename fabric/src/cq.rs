@@ -22,6 +22,7 @@ pub enum WaitKind {
 pub struct CqEntry {
     /// The operation's context pointer, or NULL for remote-data completions.
     pub context: usize,
+    /// The completion flags (`FI_RMA`, `FI_REMOTE_CQ_DATA`, ...).
     pub flags: u64,
     /// Remote CQ data, where `flags` has `FI_REMOTE_CQ_DATA`.
     pub data: u64,
@@ -40,6 +41,7 @@ impl CqEntry {
 pub struct CqErrEntry {
     /// The failed operation's context; NULL for entries shm writes without one.
     pub context: usize,
+    /// What the provider reported.
     pub failure: FabricFailure,
 }
 
@@ -125,10 +127,12 @@ impl CompletionQueue {
         Ok(Arc::new(cq))
     }
 
+    /// How the queue is waited on.
     pub fn wait(&self) -> WaitKind {
         self.wait
     }
 
+    /// The libfabric object, to bind to an endpoint.
     pub fn as_fid(&self) -> *mut ffi::fid {
         // SAFETY: the queue is alive; taking the address of its embedded fid is a projection.
         unsafe { &mut (*self.fid).fid }

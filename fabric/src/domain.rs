@@ -32,10 +32,12 @@ impl Fabric {
         Ok(Arc::new(Fabric { fid, info }))
     }
 
+    /// The raw fabric, for the calls that open objects on it.
     pub fn as_ptr(&self) -> *mut ffi::fid_fabric {
         self.fid
     }
 
+    /// The info the fabric was opened from.
     pub fn info(&self) -> &Arc<Info> {
         &self.info
     }
@@ -80,14 +82,17 @@ impl Domain {
         Ok(Arc::new(Domain { fid, fabric }))
     }
 
+    /// The raw domain, for the calls that open objects on it.
     pub fn as_ptr(&self) -> *mut ffi::fid_domain {
         self.fid
     }
 
+    /// The fabric the domain belongs to.
     pub fn fabric(&self) -> &Arc<Fabric> {
         &self.fabric
     }
 
+    /// The info the domain was opened from.
     pub fn info(&self) -> &Arc<Info> {
         self.fabric.info()
     }

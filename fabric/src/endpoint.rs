@@ -176,6 +176,7 @@ impl Endpoint {
         self.op_context
     }
 
+    /// The completion queue the endpoint reports to.
     #[inline]
     pub fn cq(&self) -> &Arc<CompletionQueue> {
         &self.cq

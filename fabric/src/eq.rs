@@ -11,14 +11,28 @@ use std::time::Duration;
 pub enum Event {
     /// A peer asks to connect to our passive endpoint; `info` describes the endpoint to open
     /// and accept (or reject) it with.
-    ConnReq { info: super::Info },
+    ConnReq {
+        /// The endpoint to open for the connection.
+        info: super::Info,
+    },
     /// The connection of endpoint `fid` is up.
-    Connected { fid: usize },
+    Connected {
+        /// The endpoint, as its `fid` address.
+        fid: usize,
+    },
     /// The connection of endpoint `fid` is gone (the peer closed it, or the provider did
     /// after an error).
-    Shutdown { fid: usize },
+    Shutdown {
+        /// The endpoint, as its `fid` address.
+        fid: usize,
+    },
     /// A connection attempt or a connection of endpoint `fid` failed.
-    Failed { fid: usize, failure: FabricFailure },
+    Failed {
+        /// The endpoint, as its `fid` address.
+        fid: usize,
+        /// What the provider reported.
+        failure: FabricFailure,
+    },
     /// A user event written with [`EventQueue::notify`].
     Notify,
     /// Nothing within the timeout.
@@ -41,6 +55,7 @@ unsafe impl Sync for EventQueue {}
 const ENTRY_BYTES: usize = 256;
 
 impl EventQueue {
+    /// Opens an event queue on `fabric`.
     pub fn open(fabric: &Arc<Fabric>) -> Result<Self> {
         let mut attr = ffi::fi_eq_attr {
             size: 64,
@@ -61,6 +76,7 @@ impl EventQueue {
         })
     }
 
+    /// The libfabric object, to bind to an endpoint.
     pub fn as_fid(&self) -> *mut ffi::fid {
         // SAFETY: the queue is alive; a field projection.
         unsafe { &mut (*self.fid).fid }

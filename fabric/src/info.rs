@@ -232,6 +232,7 @@ impl Info {
         InfoRef { raw }
     }
 
+    /// The raw `fi_info`, for the calls that open objects from it.
     pub fn as_ptr(&self) -> *mut ffi::fi_info {
         self.ptr
     }
@@ -291,6 +292,7 @@ impl<'a> InfoRef<'a> {
         f == ffi::FI_SOCKADDR_IN || f == ffi::FI_SOCKADDR_IN6 || f == ffi::FI_SOCKADDR
     }
 
+    /// The capabilities (`FI_RMA`, `FI_ATOMIC`, ...).
     #[cfg_attr(not(test), allow(dead_code))] // the wrappers' own tests read it
     pub fn caps(&self) -> u64 {
         self.raw.caps
@@ -301,15 +303,19 @@ impl<'a> InfoRef<'a> {
     pub fn uses_op_context(&self) -> bool {
         self.raw.mode & (ffi::FI_CONTEXT | ffi::FI_CONTEXT2) != 0
     }
+    /// The memory-registration mode bits (`FI_MR_*`).
     pub fn mr_mode(&self) -> i32 {
         self.domain_attr().mr_mode
     }
+    /// Bytes in a registration key.
     pub fn mr_key_size(&self) -> usize {
         self.domain_attr().mr_key_size
     }
+    /// How many registrations the domain holds.
     pub fn mr_cnt(&self) -> usize {
         self.domain_attr().mr_cnt
     }
+    /// Bytes of remote completion data.
     pub fn cq_data_size(&self) -> usize {
         self.domain_attr().cq_data_size
     }
@@ -321,9 +327,11 @@ impl<'a> InfoRef<'a> {
         self.domain_attr().data_progress == ffi::fi_progress_FI_PROGRESS_AUTO
             && !(self.is_msg() && self.provider() == "tcp")
     }
+    /// The largest message (and RMA transfer) in bytes.
     pub fn max_msg_size(&self) -> usize {
         self.ep_attr().max_msg_size
     }
+    /// Whether the endpoint type is reliable datagram (`FI_EP_RDM`).
     pub fn is_rdm(&self) -> bool {
         self.ep_attr().type_ == ffi::fi_ep_type_FI_EP_RDM
     }
@@ -331,15 +339,19 @@ impl<'a> InfoRef<'a> {
     pub fn is_msg(&self) -> bool {
         self.ep_attr().type_ == ffi::fi_ep_type_FI_EP_MSG
     }
+    /// The largest write the provider copies at once.
     pub fn inject_size(&self) -> usize {
         self.tx_attr().inject_size
     }
+    /// Transmit queue depth.
     pub fn tx_size(&self) -> usize {
         self.tx_attr().size
     }
+    /// Local buffers per operation.
     pub fn iov_limit(&self) -> usize {
         self.tx_attr().iov_limit
     }
+    /// Remote ranges per operation.
     pub fn rma_iov_limit(&self) -> usize {
         self.tx_attr().rma_iov_limit
     }

@@ -9,6 +9,25 @@
 //! are `unsafe fn`s here: their callers (operation slots) must keep buffers and contexts alive
 //! until the completion arrives. They and the small accessors the data path calls are
 //! `#[inline]`, so that callers in other crates can inline them as callers inside one could.
+//!
+//! ```no_run
+//! use rsm_fabric::{Domain, Fabric, Hints, InfoList};
+//! use std::sync::Arc;
+//!
+//! // The reliable-datagram domains with RMA and remote CQ data that shm offers here.
+//! let mut hints = Hints::rsm_rdm()?;
+//! hints.provider("shm")?;
+//! let list = InfoList::get(&hints, None)?;
+//! for info in list.iter() {
+//!     println!("{} {} {}", info.provider(), info.fabric_name(), info.domain_name());
+//! }
+//! // Open the first: its fabric, then its domain (each holds the one before it).
+//! if let Some(first) = list.iter().next() {
+//!     let domain = Domain::open(Fabric::open(Arc::new(first.dup()?))?)?;
+//!     println!("max message {} bytes", domain.info().view().max_msg_size());
+//! }
+//! # Ok::<(), rsm_fabric::Error>(())
+//! ```
 
 pub mod av;
 pub mod connected;

@@ -19,6 +19,7 @@ impl MrAccess {
     /// Local target of reads.
     pub const READ: MrAccess = MrAccess(ffi::FI_READ as u64);
 
+    /// Both sets of access.
     pub const fn union(self, other: MrAccess) -> MrAccess {
         MrAccess(self.0 | other.0)
     }
@@ -103,12 +104,14 @@ impl MemoryRegion {
         unsafe { ffi::fi_mr_desc(self.fid) }
     }
 
+    /// The registered address.
     #[cfg_attr(not(test), allow(dead_code))] // the wrappers' own tests read it
     #[inline]
     pub fn addr(&self) -> usize {
         self.addr
     }
 
+    /// The registered length in bytes.
     #[inline]
     pub fn len(&self) -> usize {
         self.len

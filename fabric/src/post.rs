@@ -12,7 +12,10 @@ pub enum PostError {
     /// [`Endpoint::connection_epoch`] moved past `epoch` (the endpoint's connection-change
     /// hook runs then). Spinning meanwhile would burn a core for as long as a connect to an
     /// unreachable host takes.
-    Connecting { epoch: u64 },
+    Connecting {
+        /// The connection epoch the post saw.
+        epoch: u64,
+    },
     /// The provider refused the operation.
     Failed(FabricFailure),
 }
