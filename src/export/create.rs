@@ -136,7 +136,10 @@ impl ExportSegment {
                 creator: crate::sys::creds::pid(),
                 owner: {
                     let (uid, gid, _) = crate::sys::creds::current();
-                    let umask = crate::sys::creds::umask();
+                    let umask = crate::sys::creds::umask().unwrap_or_else(|| {
+                        tracing::debug!("no Umask line in /proc/self/status; assuming 022");
+                        crate::sans_io::access::DEFAULT_UMASK
+                    });
                     Creator { uid, gid, umask }
                 },
                 state: Mutex::new(ExportState {

@@ -21,20 +21,14 @@ const MAX_STATUS_BYTES: u64 = 64 * 1024;
 
 /// The calling process's umask, read without changing it from the `Umask:` line of
 /// `/proc/self/status` (DESIGN.md, decision 15; `umask(2)` can only be read by setting it, which races
-/// with other threads creating files). [`crate::sans_io::access::DEFAULT_UMASK`] (022) when the
-/// line cannot be read (kernels before 4.7, no `/proc`).
-pub(crate) fn umask() -> u32 {
+/// with other threads creating files). `None` when the line cannot be read (kernels before
+/// 4.7, no `/proc`).
+pub(crate) fn umask() -> Option<u32> {
     use std::io::Read;
     let mut text = String::new();
     let read = std::fs::File::open("/proc/self/status")
         .and_then(|f| f.take(MAX_STATUS_BYTES).read_to_string(&mut text));
-    match read.ok().and_then(|_| parse_umask(&text)) {
-        Some(mask) => mask,
-        None => {
-            tracing::debug!("no Umask line in /proc/self/status; assuming 022");
-            crate::sans_io::access::DEFAULT_UMASK
-        }
-    }
+    read.ok().and_then(|_| parse_umask(&text))
 }
 
 /// The octal value of the `Umask:` line of a `/proc/<pid>/status` text.
@@ -64,9 +58,9 @@ mod tests {
 
     #[test]
     fn reads_this_process_umask_without_changing_it() {
-        let first = umask();
+        let first = umask().expect("Linux 4.7 and later report the umask");
         assert!(first <= 0o777);
-        assert_eq!(umask(), first);
+        assert_eq!(umask(), Some(first));
     }
 
     #[test]
