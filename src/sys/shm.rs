@@ -119,7 +119,7 @@ impl SharedMap {
     }
 
     /// Keeps the mapping out of `fork` children (segment memory never is shared with them).
-    pub fn dont_fork(&self) {
+    pub(crate) fn dont_fork(&self) {
         // SAFETY: the range is exactly this mapping; the advice changes no contents.
         let res = unsafe { madvise(self.ptr.as_ptr().cast(), self.len, Advice::LinuxDontFork) };
         if let Err(e) = res {
@@ -129,7 +129,7 @@ impl SharedMap {
 
     /// Maps `fd` from `offset` over this very range (a rebind): other threads see either the
     /// old or the new pages, never a hole.
-    pub fn remap(&self, fd: BorrowedFd<'_>, offset: u64) -> io::Result<()> {
+    pub(crate) fn remap(&self, fd: BorrowedFd<'_>, offset: u64) -> io::Result<()> {
         // SAFETY: the range is this value's own mapping, which no Rust reference covers;
         // MAP_FIXED replaces it atomically with pages of the same size and protection.
         let p = unsafe {
@@ -150,7 +150,7 @@ impl SharedMap {
     /// pages of the same protection that reach no one (the original's trash page, so stray
     /// accesses through a user's pointer neither fault nor reach the exporter); without, pages
     /// that fault on any access.
-    pub fn retire(&self, accessible: bool) -> io::Result<()> {
+    pub(crate) fn retire(&self, accessible: bool) -> io::Result<()> {
         let prot = if accessible {
             prot(self.writable)
         } else {
