@@ -35,6 +35,7 @@ pub(crate) mod memory;
 pub mod controller;
 pub mod events;
 pub mod export;
+pub mod ids;
 pub mod import;
 pub mod local;
 pub mod node;
@@ -73,6 +74,7 @@ pub use import::{
     Barrier, BarrierMode, ImportMapping, ImportSegment, MAX_SGIOREQS, MapAt, SgEntry, SgFlags,
     SgLocal, SgOp, SgOutcome,
 };
+pub use ids::{NodeId, ProviderKind, SegmentId};
 pub use local::LocalMemory;
 pub use node::{Node, NodeBuilder, NodeConfig};
 pub use perm::{Access, ExportFlags, Perm};
