@@ -21,7 +21,7 @@ fn access(c: &mut Criterion) {
     for entries in [0usize, 16, MAX_ACL_ENTRIES] {
         // The requester (node `entries`) is the last entry: the longest search.
         let acl: Vec<Access> = (1..=entries as u32)
-            .map(|n| Access::new(n, 0o660))
+            .map(|n| Access::new(rsm::NodeId(n), 0o660))
             .collect();
         let who = Requester {
             node: entries as u32,
@@ -36,7 +36,7 @@ fn access(c: &mut Criterion) {
         });
     }
     // A refusal builds its error with a detail: the cost of saying why.
-    let acl = [Access::new(1, 0o600)];
+    let acl = [Access::new(rsm::NodeId(1), 0o600)];
     let stranger = Requester {
         node: 1,
         uid: 3000,

@@ -87,7 +87,7 @@ async fn ledger(o: &Opts) -> Result<(), Box<dyn std::error::Error>> {
         .controller(&o.controller)
         .await?
         .export(4096, ExportFlags::empty())?;
-    let segment = seg.publish(0, &[]).await?;
+    let segment = seg.publish(None, &[]).await?;
     println!(
         "ledger: node {id}, segment {segment:#x} on {}",
         o.controller
@@ -168,12 +168,15 @@ async fn teller(o: &Opts) -> Result<(), Box<dyn std::error::Error>> {
     let seg = node
         .controller(&o.controller)
         .await?
-        .import(o.ledger_id, o.segment, Perm::RDWR)
+        .import(
+            rsm::NodeId(o.ledger_id),
+            rsm::SegmentId(o.segment),
+            Perm::RDWR,
+        )
         .await?;
     let start = Instant::now();
     for seq in 0..o.records {
-        let (res, _) = seg.put(0, encode(seq, seq % 97)).await;
-        res?;
+        seg.put(0, encode(seq, seq % 97)).await?;
         // DESIGN.md, decision 18: the put resolved, so the ledger sees the record with the signal.
         seg.signal(SignalFlags::empty()).await?;
         seg.wait_signal(Some(Duration::from_secs(30))).await?;

@@ -120,7 +120,12 @@ impl Controller {
     pub fn release(self) {}
 
     /// The provider type: `tcp`, `shm`, `sockets`, ..., or `loopback`.
-    pub fn kind(&self) -> &str {
+    pub fn kind(&self) -> crate::ProviderKind {
+        crate::ProviderKind::from_name(&self.inner.kind)
+    }
+
+    /// The provider type as libfabric names it (`tcp`, `shm`, ..., or `loopback`).
+    pub(crate) fn kind_name(&self) -> &str {
         &self.inner.kind
     }
 

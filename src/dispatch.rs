@@ -44,7 +44,7 @@ fn handle_connect(ctx: &Arc<NodeContext>, peer: &PeerInfo, r: ConnectRequest) ->
 fn admit(ctx: &Arc<NodeContext>, peer: &PeerInfo, r: &ConnectRequest) -> Result<ConnectGrant> {
     let export = ctx.export(r.segment_id).and_then(export_inner);
     let export = export.ok_or_else(|| Error::seg_not_published().segment(r.segment_id))?;
-    if export.controller().kind() != r.controller {
+    if export.controller().kind_name() != r.controller {
         return Err(Error::seg_not_published()
             .segment(r.segment_id)
             .detail("published on another controller type"));

@@ -214,14 +214,14 @@ impl Error {
     }
 
     /// Sets the segment id.
-    pub fn segment(mut self, id: u32) -> Self {
-        self.context_mut().segment = Some(id);
+    pub fn segment(mut self, id: impl Into<crate::SegmentId>) -> Self {
+        self.context_mut().segment = Some(id.into().get());
         self
     }
 
     /// Sets the node id.
-    pub fn node(mut self, node: u32) -> Self {
-        self.context_mut().node = Some(node);
+    pub fn node(mut self, node: impl Into<crate::NodeId>) -> Self {
+        self.context_mut().node = Some(node.into().get());
         self
     }
 

@@ -5,6 +5,7 @@
 //! segment is published, and hands the key only to importers that connect through the side
 //! channel.
 
+use crate::SegmentId;
 use crate::backend::fabric::Registration;
 use crate::context::{Ack, NodeContext};
 use crate::controller::Controller;
@@ -30,8 +31,8 @@ use std::sync::{Arc, Mutex, MutexGuard, Weak};
 ///     let ctrl = node.controller("tcp0").await?;
 ///     let seg = ctrl.export(1 << 16, rsm::ExportFlags::empty())?;
 ///     seg.write_at(0, b"hello")?;
-///     let id = seg.publish(0, &[]).await?;
-///     assert!(id >= 0x8000_0000);
+///     let id = seg.publish(None, &[]).await?;
+///     assert!(id.get() >= 0x8000_0000);
 ///     let mut back = [0u8; 5];
 ///     seg.read_at(0, &mut back)?;
 ///     assert_eq!(&back, b"hello");
@@ -169,7 +170,7 @@ impl ExportInner {
         // users the importer cannot (its fi_av_insert fails), and an exporter that cannot map
         // the region of an importer that could map its own (root) segfaults on the first
         // request (smr_progress_connreq ignores the failed mapping). Refuse before any key.
-        if self.ctrl.kind() == "shm" {
+        if self.ctrl.kind() == crate::ProviderKind::Shm {
             let (me, _, _) = crate::sys::creds::current();
             if who.uid != me {
                 let why = format!(
@@ -278,8 +279,12 @@ impl ExportSegment {
     }
 
     /// The segment id while published.
-    pub fn id(&self) -> Option<u32> {
-        self.inner.lock().published.as_ref().map(|p| p.id)
+    pub fn id(&self) -> Option<SegmentId> {
+        self.inner
+            .lock()
+            .published
+            .as_ref()
+            .map(|p| SegmentId(p.id))
     }
 
     /// The controller the segment was exported on.
@@ -309,7 +314,7 @@ impl ExportSegment {
                 .detail("the loopback controller has no registration")
         })?;
         let mem = Arc::clone(&self.inner.lock().mem);
-        if self.inner.ctrl.kind() == "shm" {
+        if self.inner.ctrl.kind() == crate::ProviderKind::Shm {
             // SAFETY: the segment's own whole-page memory; the hook's contract says this
             // process leaves it alone from now on, and its Drop only unmaps it.
             return unsafe { crate::sys::fault::make_inaccessible(mem.as_ptr(), mem.len()) }
@@ -378,7 +383,8 @@ impl ExportSegment {
     }
 
     /// Publishes the segment (`rsm_memseg_export_publish`) under `id`, or under an id the
-    /// node assigns (from `0x80000000` up) when `id` is 0, and returns the id. Ids chosen by
+    /// node assigns (from `0x80000000` up) when `id` is `None` (or `SegmentId(0)`, as in
+    /// RSMAPI), and returns the id. Ids chosen by
     /// the caller lie in `0x400000`-`0x7FFFFFFF` (DESIGN.md, decision 8).
     ///
     /// `acl` says which nodes may connect and with which owner/group/other bits
@@ -399,14 +405,16 @@ impl ExportSegment {
     /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
     /// # let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
     /// # rt.block_on(async {
-    /// use rsm::Access;
+    /// use rsm::{Access, NodeId, SegmentId};
     /// let node = rsm::Node::builder().ignore_environment().id(9335).start().await?;
     /// let seg = node.controller("tcp0").await?.export(1 << 16, rsm::ExportFlags::empty())?;
     /// // Execute bits are refused.
-    /// let e = seg.publish(0, &[Access::new(2, 0o700)]).await.unwrap_err();
-    /// assert_eq!(e.code(), 21);
+    /// let e = seg.publish(None, &[Access::new(NodeId(2), 0o700)]).await.unwrap_err();
+    /// assert!(matches!(e, rsm::Error::BadAcl(_)));
     /// // Node 2: owner read-write, group read; node 3: everyone may read.
-    /// seg.publish(0x400123, &[Access::new(2, 0o640), Access::new(3, 0o444)]).await?;
+    /// let acl = [Access::new(NodeId(2), 0o640), Access::new(NodeId(3), 0o444)];
+    /// let id = seg.publish(SegmentId(0x400123), &acl).await?;
+    /// assert_eq!(id, SegmentId(0x400123));
     /// seg.destroy().await?;
     /// node.shutdown().await;
     /// # Ok::<_, rsm::Error>(())
@@ -416,7 +424,16 @@ impl ExportSegment {
     ///
     /// # Cancel safety
     /// Cancel safe: the segment is published once this returns `Ok`, and not before.
-    pub async fn publish(&self, id: u32, acl: &[Access]) -> Result<u32> {
+    pub async fn publish(
+        &self,
+        id: impl Into<Option<SegmentId>>,
+        acl: &[Access],
+    ) -> Result<SegmentId> {
+        let id = id.into().map_or(0, SegmentId::get);
+        self.publish_raw(id, acl).await.map(SegmentId)
+    }
+
+    async fn publish_raw(&self, id: u32, acl: &[Access]) -> Result<u32> {
         const OP: &str = "publish";
         self.check_creator(OP)?;
         segid::check_publish_id(id)?;
@@ -493,10 +510,10 @@ impl ExportSegment {
     /// let node = rsm::Node::builder().ignore_environment().id(9424).start().await?;
     /// let seg = node.controller("tcp0").await?.export(1 << 16, rsm::ExportFlags::empty())?;
     /// assert_eq!(seg.republish(&[]).await.unwrap_err().code(), 7); // not published yet
-    /// seg.publish(0, &[Access::new(2, 0o600)]).await?;
+    /// seg.publish(None, &[Access::new(rsm::NodeId(2), 0o600)]).await?;
     /// // From now on node 3 may connect instead of node 2.
-    /// seg.republish(&[Access::new(3, 0o666)]).await?;
-    /// assert_eq!(seg.republish(&[Access::new(3, 0o777)]).await.unwrap_err().code(), 21);
+    /// seg.republish(&[Access::new(rsm::NodeId(3), 0o666)]).await?;
+    /// assert_eq!(seg.republish(&[Access::new(rsm::NodeId(3), 0o777)]).await.unwrap_err().code(), 21);
     /// seg.destroy().await?;
     /// node.shutdown().await;
     /// # Ok::<_, rsm::Error>(())
@@ -577,7 +594,7 @@ impl ExportSegment {
     /// let ctrl = node.controller("tcp0").await?;
     /// let page = ctrl.attr().page_size as usize;
     /// let seg = ctrl.export(page, rsm::ExportFlags::ALLOW_REBIND)?;
-    /// seg.publish(0, &[]).await?;
+    /// seg.publish(None, &[]).await?;
     /// // The new memory must be as large as the segment and page-aligned (see
     /// // `SegmentMemory` for a page-aligned type); a short Vec is refused.
     /// let e = seg.rebind(vec![0u8; 3]).await.unwrap_err();
@@ -758,6 +775,13 @@ impl ExportSegment {
 
     /// Destroys the segment (`rsm_memseg_export_destroy`), unpublishing it first if needed.
     /// Its memory is freed once no importer can reach it any more.
+    ///
+    /// `RSMERR_POLLFD_IN_USE` while a [`PollFd`](crate::PollFd) of the segment is held.
+    ///
+    /// # Cancel safety
+    /// The segment is destroyed from the first poll on (later calls on its clones get
+    /// `RSMERR_BAD_SEG_HNDL`); dropping the future leaves the importers' revoke to finish
+    /// in the background, and the memory is freed only when it has.
     pub async fn destroy(self) -> Result<()> {
         if self.inner.events.pollfd_in_use() {
             return Err(Error::pollfd_in_use()

@@ -30,6 +30,8 @@ pub struct NodeId(pub u32);
 /// let id = SegmentId::from(0x400001);
 /// assert_eq!(id.get(), 0x400001);
 /// assert_eq!(id.to_string(), "0x400001");
+/// assert_eq!("0x400001".parse(), Ok(id));
+/// assert_eq!("4194305".parse(), Ok(id));
 /// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Default)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
@@ -56,6 +58,13 @@ macro_rules! id_conversions {
                 v.0
             }
         }
+
+        /// A bare number compares with the id it is, as in `assert_eq!(node.id(), 7)`.
+        impl PartialEq<u32> for $t {
+            fn eq(&self, other: &u32) -> bool {
+                self.0 == *other
+            }
+        }
     };
 }
 
@@ -65,6 +74,33 @@ id_conversions!(SegmentId);
 impl fmt::Display for NodeId {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         fmt::Display::fmt(&self.0, f)
+    }
+}
+
+impl FromStr for NodeId {
+    type Err = std::num::ParseIntError;
+
+    /// A decimal number, as [`Display`](fmt::Display) writes it.
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        s.parse().map(NodeId)
+    }
+}
+
+impl FromStr for SegmentId {
+    type Err = std::num::ParseIntError;
+
+    /// `0x` and hex digits, as [`Display`](fmt::Display) writes it, or a decimal number.
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s.strip_prefix("0x").or_else(|| s.strip_prefix("0X")) {
+            Some(hex) => u32::from_str_radix(hex, 16).map(SegmentId),
+            None => s.parse().map(SegmentId),
+        }
+    }
+}
+
+impl fmt::LowerHex for SegmentId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::LowerHex::fmt(&self.0, f)
     }
 }
 

@@ -39,6 +39,7 @@ use std::time::Duration;
 use rand::Rng;
 use socket2::{Domain, Protocol, Socket, Type};
 
+use crate::NodeId;
 use crate::context::NodeContext;
 use crate::controller::{Controller, ControllerRegistry};
 use crate::dispatch::NodeHandler;
@@ -153,8 +154,8 @@ impl Node {
     /// # Ok(())
     /// # }
     /// ```
-    pub fn id(&self) -> u32 {
-        self.inner.config.node_id
+    pub fn id(&self) -> NodeId {
+        NodeId(self.inner.config.node_id)
     }
 
     /// This node's incarnation: random, never 0, new at every start, so that peers tell a
@@ -200,12 +201,17 @@ impl Node {
     /// let node = rt.block_on(
     ///     rsm::Node::builder().id(9194).peer(2, "127.0.0.1:7402".parse()?).ignore_environment().start(),
     /// )?;
-    /// assert_eq!(node.peers()[&2].port(), 7402);
+    /// assert_eq!(node.peers()[&rsm::NodeId(2)].port(), 7402);
     /// # Ok(())
     /// # }
     /// ```
-    pub fn peers(&self) -> BTreeMap<u32, SocketAddr> {
-        self.inner.config.peers.clone()
+    pub fn peers(&self) -> BTreeMap<NodeId, SocketAddr> {
+        self.inner
+            .config
+            .peers
+            .iter()
+            .map(|(&n, &a)| (NodeId(n), a))
+            .collect()
     }
 
     /// The configuration the node was started with, as resolved from all sources. Its
@@ -266,9 +272,13 @@ impl Node {
     /// # Ok(())
     /// # }
     /// ```
+    ///
+    /// # Cancel safety
+    /// Cancel safe: it only asks the peers whether they answer; dropping it drops the
+    /// answers.
     pub async fn topology(&self) -> Result<crate::Topology> {
         let side = Arc::clone(&self.inner.side);
-        let peers = self.peers();
+        let peers = self.inner.config.peers.clone();
         let candidates: Vec<u32> = peers.keys().copied().collect();
         let answered = self
             .inner
@@ -286,7 +296,7 @@ impl Node {
             .filter(|(_, ok)| *ok)
             .filter_map(|(n, _)| peers.get(&n).map(|a| (n, *a)))
             .collect();
-        crate::topology::Topology::build(self.id(), self.listen_addr().ip(), &live)
+        crate::topology::Topology::build(self.id().get(), self.listen_addr().ip(), &live)
     }
 
     /// Stops the node: for now, closes the side-channel listener. Idempotent; the node's
@@ -324,7 +334,7 @@ impl Node {
             futures_timer_sleep(Duration::from_millis(5)).await;
         }
         drop(engines);
-        tracing::debug!(node = self.id(), addr = %self.listen_addr(), "node shut down");
+        tracing::debug!(node = self.id().get(), addr = %self.listen_addr(), "node shut down");
     }
 }
 
@@ -413,8 +423,8 @@ impl NodeBuilder {
     /// let builder = rsm::Node::builder().id(7);
     /// # let _ = builder;
     /// ```
-    pub fn id(mut self, id: u32) -> Self {
-        self.settings.set_node_id(id);
+    pub fn id(mut self, id: impl Into<NodeId>) -> Self {
+        self.settings.set_node_id(id.into().get());
         self
     }
 
@@ -446,8 +456,8 @@ impl NodeBuilder {
     /// # Ok(())
     /// # }
     /// ```
-    pub fn peer(mut self, id: u32, addr: SocketAddr) -> Self {
-        self.settings.insert_peer(id, addr);
+    pub fn peer(mut self, id: impl Into<NodeId>, addr: SocketAddr) -> Self {
+        self.settings.insert_peer(id.into().get(), addr);
         self
     }
 
@@ -832,7 +842,7 @@ mod tests {
         let began = std::time::Instant::now();
         let node = start().await.expect("a start after the wait");
         let waited = began.elapsed();
-        assert_eq!(node.id(), 9181);
+        assert_eq!(node.id(), NodeId(9181));
         assert!(
             waited >= NAME_RELEASE_WAIT && waited < NAME_RELEASE_WAIT + Duration::from_secs(2),
             "{waited:?}"

@@ -1,5 +1,6 @@
 //! Permissions, export flags and access-list entries (docs/rsmapi.md §2.5, §3.3, §3.4).
 
+use crate::NodeId;
 use std::fmt;
 use std::ops::BitOr;
 
@@ -105,20 +106,20 @@ impl BitOr for ExportFlags {
 /// permission bits (such as 0666 or 0640).
 ///
 /// ```
-/// let acl = [rsm::Access::new(2, 0o666)];
-/// assert_eq!(acl[0].node, 2);
+/// let acl = [rsm::Access::new(rsm::NodeId(2), 0o666)];
+/// assert_eq!(acl[0].node, rsm::NodeId(2));
 /// ```
 #[derive(Clone, Copy, PartialEq, Eq, Hash, Debug)]
 pub struct Access {
     /// The node allowed to import.
-    pub node: u32,
+    pub node: NodeId,
     /// Its permission bits, at most 0666.
     pub perm: u32,
 }
 
 impl Access {
     /// An entry for `node` with `perm` bits.
-    pub const fn new(node: u32, perm: u32) -> Access {
+    pub const fn new(node: NodeId, perm: u32) -> Access {
         Access { node, perm }
     }
 }

@@ -1,8 +1,8 @@
 //! Topology (docs/rsmapi.md §4.9, `rsm_get_interconnect_topology`): the local node, its controllers
 //! with their addresses, and per controller the remote nodes that answer on the side channel.
 
-use crate::Result;
 use crate::controller::ControllerRegistry;
+use crate::{NodeId, Result};
 use std::collections::BTreeMap;
 use std::net::{IpAddr, SocketAddr};
 
@@ -24,7 +24,7 @@ pub enum ConnectionState {
 #[cfg_attr(feature = "serde", derive(serde::Serialize))]
 pub struct RemoteController {
     /// The remote node id.
-    pub node: u32,
+    pub node: NodeId,
     /// The remote controller's name.
     pub controller: String,
     /// The remote node's side-channel address.
@@ -53,7 +53,7 @@ pub struct ControllerConnections {
 /// rt.block_on(async {
 ///     let node = rsm::Node::builder().ignore_environment().id(9052).start().await?;
 ///     let topo = node.topology().await?;
-///     assert_eq!(topo.local_node, 9052);
+///     assert_eq!(topo.local_node, rsm::NodeId(9052));
 ///     assert!(topo.controllers.iter().any(|c| c.controller == "tcp0"));
 ///     Ok::<_, rsm::Error>(())
 /// })?;
@@ -63,7 +63,7 @@ pub struct ControllerConnections {
 #[cfg_attr(feature = "serde", derive(serde::Serialize))]
 pub struct Topology {
     /// The local node id.
-    pub local_node: u32,
+    pub local_node: NodeId,
     /// The local controllers, loopback excluded (as in RSMAPI: it reaches no other host).
     pub controllers: Vec<ControllerConnections>,
 }
@@ -82,7 +82,7 @@ impl Topology {
                 remotes: peers
                     .iter()
                     .map(|(&node, &address)| RemoteController {
-                        node,
+                        node: NodeId(node),
                         controller: c.name.clone(),
                         address,
                         state: ConnectionState::Active,
@@ -93,7 +93,7 @@ impl Topology {
             })
             .collect();
         Ok(Topology {
-            local_node: node_id,
+            local_node: NodeId(node_id),
             controllers,
         })
     }
@@ -109,11 +109,11 @@ mod tests {
         peers.insert(2, "127.0.0.1:7402".parse().unwrap());
         peers.insert(5, "127.0.0.1:7405".parse().unwrap());
         let t = Topology::build(1, "127.0.0.1".parse().unwrap(), &peers).unwrap();
-        assert_eq!(t.local_node, 1);
+        assert_eq!(t.local_node, NodeId(1));
         assert!(!t.controllers.is_empty());
         assert!(t.controllers.iter().all(|c| c.controller != "loopback"));
         for c in &t.controllers {
-            let nodes: Vec<u32> = c.remotes.iter().map(|r| r.node).collect();
+            let nodes: Vec<u32> = c.remotes.iter().map(|r| r.node.get()).collect();
             assert_eq!(nodes, vec![2, 5]);
             assert!(c.remotes.iter().all(|r| r.controller == c.controller));
         }

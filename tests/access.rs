@@ -123,8 +123,9 @@ fn exporter() {
                     seg.write_at(0, &pattern(SEED, PROBE)).unwrap();
                     seg
                 });
-                let r = rt.block_on(seg.publish(id.parse().unwrap(), &parse_acl(acl)));
-                say(answer(r, |id| format!("ok {id}")));
+                let r = rt
+                    .block_on(seg.publish(id.parse::<rsm::SegmentId>().unwrap(), &parse_acl(acl)));
+                say(answer(r, |id| format!("ok {}", id.get())));
             }
             ["republish", name, acl] => {
                 let r = rt.block_on(segs[*name].republish(&parse_acl(acl)));
@@ -235,7 +236,7 @@ fn importer() {
             ["put", off, seed] => {
                 let imp = held.as_ref().expect("a held connection");
                 let data = pattern(seed.parse().unwrap(), PROBE);
-                let (r, _) = rt.block_on(imp.put(off.parse().unwrap(), data));
+                let (r, _) = common::split(rt.block_on(imp.put(off.parse().unwrap(), data)));
                 say(answer(r, |()| "ok".into()));
             }
             ["quit"] | [] => break,
@@ -255,26 +256,26 @@ fn exercise(rt: &tokio::runtime::Runtime, imp: &rsm::ImportSegment, perm: Perm) 
     }
     if perm.allows(Perm::READ) {
         match rt.block_on(imp.get(0, vec![0u8; PROBE])) {
-            (Ok(()), Some(got)) if got == pattern(SEED, PROBE) => {}
-            (Ok(()), _) => return "fail get read other bytes".into(),
-            (Err(e), _) => return format!("fail get: {e}"),
+            Ok((_, got)) if got == pattern(SEED, PROBE) => {}
+            Ok(_) => return "fail get read other bytes".into(),
+            Err(e) => return format!("fail get: {e}"),
         }
     } else {
-        let (res, buf) = rt.block_on(imp.get(0, vec![0u8; PROBE]));
+        let (res, buf) = common::split(rt.block_on(imp.get(0, vec![0u8; PROBE])));
         match res {
             Err(e) if e.code() == 27 && buf.is_some() => {}
             other => return format!("fail get without read: {other:?}"),
         }
     }
     if perm.allows(Perm::WRITE) {
-        if let (Err(e), _) = rt.block_on(imp.put(0, pattern(SEED, PROBE))) {
+        if let Err(e) = rt.block_on(imp.put(0, pattern(SEED, PROBE))) {
             return format!("fail put: {e}");
         }
     } else {
         // Refused on the spot: the operation is ready at its first poll and nothing is in
         // flight, so no key was ever used.
         let op = imp.put(0, pattern(SEED + 1, PROBE));
-        let Some((res, buf)) = op.now_or_never() else {
+        let Some((res, buf)) = op.now_or_never().map(common::split) else {
             return "fail the refused put was not ready at once".into();
         };
         match res {
@@ -416,7 +417,7 @@ fn classes(ctrl: &str) {
         for perm in [Perm::READ, Perm::WRITE, Perm::RDWR] {
             for ((imp, shift), uid) in importers.iter_mut().zip(shifts).zip(uids) {
                 let want = across_users(ctrl, uid, expected((mode >> shift) & 7, perm));
-                let got = imp.check(exp.node, segid, perm);
+                let got = imp.check(rsm::NodeId(exp.node).get(), segid, perm);
                 if got != want {
                     failures.push(format!(
                         "{ctrl}: mode {mode:04o}, {} ({}) asking {perm:?}: {got}, expected {want}",
@@ -426,7 +427,8 @@ fn classes(ctrl: &str) {
             }
             // Root in the parent: the "other" class, no bypass.
             let want = across_users(ctrl, 0, expected(mode & 7, perm));
-            let r = rt.block_on(root_ctrl.import(exp.node, segid, perm));
+            let r =
+                rt.block_on(root_ctrl.import(rsm::NodeId(exp.node), rsm::SegmentId(segid), perm));
             let got = match r {
                 Ok(imp) => {
                     let v = exercise(&rt, &imp, perm);
@@ -445,13 +447,13 @@ fn classes(ctrl: &str) {
     // Node ids outside the list are refused before any class test, root included.
     let segid = exp.publish("narrow", &[(base + 1, 0o666)]);
     for imp in importers.iter_mut().skip(1) {
-        let got = imp.check(exp.node, segid, Perm::READ);
+        let got = imp.check(rsm::NodeId(exp.node).get(), segid, Perm::READ);
         if got != "err 8" {
             failures.push(format!("{ctrl}: {} not in the list: {got}", imp.name));
         }
     }
     // The owner is the exporter's user, so this works on shm too.
-    let got = importers[0].check(exp.node, segid, Perm::RDWR);
+    let got = importers[0].check(rsm::NodeId(exp.node).get(), segid, Perm::RDWR);
     if got != "ok" {
         failures.push(format!("{ctrl}: owner in the narrow list: {got}"));
     }
@@ -475,18 +477,18 @@ fn errors(ctrl: &str) {
 
     // 7: no such segment on that node.
     let open = exp.publish("open", &[]);
-    let wrong = if open == 0x7FFF_FFF0 {
+    let wrong = rsm::SegmentId(if open == 0x7FFF_FFF0 {
         0x7FFF_FFF1
     } else {
         0x7FFF_FFF0
-    };
+    });
     assert_eq!(
-        code(rt.block_on(c.import(exp.node, wrong, Perm::READ))),
+        code(rt.block_on(c.import(rsm::NodeId(exp.node), wrong, Perm::READ))),
         7,
         "{ctrl}: wrong segment id"
     );
     assert_eq!(
-        other.check(exp.node, wrong, Perm::READ),
+        other.check(rsm::NodeId(exp.node).get(), wrong.get(), Perm::READ),
         "err 7",
         "{ctrl}: wrong segment id, unprivileged"
     );
@@ -494,7 +496,7 @@ fn errors(ctrl: &str) {
     let gone = exp.publish("gone", &[]);
     assert_eq!(exp.peer.ask("unpublish gone"), "ok");
     assert_eq!(
-        code(rt.block_on(c.import(exp.node, gone, Perm::READ))),
+        code(rt.block_on(c.import(rsm::NodeId(exp.node), rsm::SegmentId(gone), Perm::READ))),
         7,
         "{ctrl}: unpublished segment"
     );
@@ -502,32 +504,56 @@ fn errors(ctrl: &str) {
     // 8: a list without the importer's node.
     let narrow = exp.publish("narrow", &[(base + 9, 0o666), (u32::MAX, 0o666)]);
     assert_eq!(
-        code(rt.block_on(c.import(exp.node, narrow, Perm::READ))),
+        code(rt.block_on(c.import(rsm::NodeId(exp.node), rsm::SegmentId(narrow), Perm::READ))),
         8,
         "{ctrl}: node not listed"
     );
-    assert_eq!(other.check(exp.node, narrow, Perm::READ), "err 8");
+    assert_eq!(
+        other.check(rsm::NodeId(exp.node).get(), narrow, Perm::READ),
+        "err 8"
+    );
 
     // 27: the other class has 0444 (the exporter is root, the importer 65534).
     let ro = exp.publish("ro", &[(other.node, 0o644), (me, 0o444)]);
-    assert_eq!(other.check(exp.node, ro, Perm::RDWR), "err 27", "{ctrl}");
-    assert_eq!(other.check(exp.node, ro, Perm::WRITE), "err 27", "{ctrl}");
+    assert_eq!(
+        other.check(rsm::NodeId(exp.node).get(), ro, Perm::RDWR),
+        "err 27",
+        "{ctrl}"
+    );
+    assert_eq!(
+        other.check(rsm::NodeId(exp.node).get(), ro, Perm::WRITE),
+        "err 27",
+        "{ctrl}"
+    );
     // Read-only: get works, a put is refused locally, before anything is posted (on shm the
     // unprivileged importer cannot reach the root exporter at all: see `across_users`).
     let want = if ctrl == "shm0" { "err 27" } else { "ok" };
-    assert_eq!(other.check(exp.node, ro, Perm::READ), want, "{ctrl}");
+    assert_eq!(
+        other.check(rsm::NodeId(exp.node).get(), ro, Perm::READ),
+        want,
+        "{ctrl}"
+    );
     // Root owns the segment here, but the list gives even the owner read only.
-    assert_eq!(code(rt.block_on(c.import(exp.node, ro, Perm::RDWR))), 27);
-    let imp = rt.block_on(c.import(exp.node, ro, Perm::READ)).unwrap();
+    assert_eq!(
+        code(rt.block_on(c.import(rsm::NodeId(exp.node), rsm::SegmentId(ro), Perm::RDWR))),
+        27
+    );
+    let imp = rt
+        .block_on(c.import(rsm::NodeId(exp.node), rsm::SegmentId(ro), Perm::READ))
+        .unwrap();
     assert_eq!(exercise(&rt, &imp, Perm::READ), "ok", "{ctrl}");
     let before = exp.peer.ask("sum ro 0 64");
-    let (res, buf) = rt.block_on(imp.put(0, vec![9u8; 64]));
+    let (res, buf) = common::split(rt.block_on(imp.put(0, vec![9u8; 64])));
     assert_eq!(res.unwrap_err().code(), 27);
     assert!(buf.is_some(), "the refused put gives its buffer back");
     assert_eq!(exp.peer.ask("sum ro 0 64"), before, "nothing was written");
     // Bits other than read and write are refused before anything is sent.
     assert_eq!(
-        code(rt.block_on(c.import(exp.node, ro, Perm::from_bits(0o700)))),
+        code(rt.block_on(c.import(
+            rsm::NodeId(exp.node),
+            rsm::SegmentId(ro),
+            Perm::from_bits(0o700)
+        ))),
         27
     );
     rt.block_on(imp.disconnect()).unwrap();
@@ -540,13 +566,21 @@ fn errors(ctrl: &str) {
     );
     assert_eq!(exp.peer.ask(&format!("publish bad 0 {}:611", me)), "err 21");
     let seg = c.export(SIZE, ExportFlags::empty()).unwrap();
-    let id = 0x0040_0000 + (base % 0x10_0000);
+    let id = rsm::SegmentId(0x0040_0000 + (base % 0x10_0000));
     let e = rt
-        .block_on(seg.publish(id, &[Access::new(1, 0o600), Access::new(2, 0o700)]))
+        .block_on(seg.publish(
+            id,
+            &[
+                Access::new(rsm::NodeId(1), 0o600),
+                Access::new(rsm::NodeId(2), 0o700),
+            ],
+        ))
         .unwrap_err();
     assert_eq!(e.code(), 21);
     assert!(e.to_string().contains("entry 1"), "{e}");
-    let many: Vec<Access> = (0..4097).map(|n| Access::new(n, 0o600)).collect();
+    let many: Vec<Access> = (0..4097)
+        .map(|n| Access::new(rsm::NodeId(n), 0o600))
+        .collect();
     assert_eq!(rt.block_on(seg.publish(id, &many)).unwrap_err().code(), 21);
     assert_eq!(
         seg.id(),
@@ -554,15 +588,17 @@ fn errors(ctrl: &str) {
         "a refused publish leaves the segment unpublished"
     );
     // The id was not taken by the refused publishes; 4096 entries and any node id are fine.
-    let mut most: Vec<Access> = (0..4095).map(|n| Access::new(n, 0o600)).collect();
-    most.push(Access::new(u32::MAX, 0o666));
+    let mut most: Vec<Access> = (0..4095)
+        .map(|n| Access::new(rsm::NodeId(n), 0o600))
+        .collect();
+    most.push(Access::new(rsm::NodeId(u32::MAX), 0o666));
     assert_eq!(rt.block_on(seg.publish(id, &most)).unwrap(), id);
     rt.block_on(seg.destroy()).unwrap();
 
     // 39: a node nobody runs.
     let t = Instant::now();
     assert_eq!(
-        code(rt.block_on(c.import(base + 500, open, Perm::READ))),
+        code(rt.block_on(c.import(rsm::NodeId(base + 500), rsm::SegmentId(open), Perm::READ))),
         39,
         "{ctrl}: unknown node"
     );
@@ -583,7 +619,11 @@ fn republish(ctrl: &str) {
     let segid = exp.publish("r", &[(a.node, 0o666), (b.node, 0o666)]);
     let hold = format!("hold {} {segid} 600", exp.node);
     assert_eq!(a.peer.ask(&hold), "ok", "{ctrl}");
-    assert_eq!(b.check(exp.node, segid, Perm::RDWR), "ok", "{ctrl}");
+    assert_eq!(
+        b.check(rsm::NodeId(exp.node).get(), segid, Perm::RDWR),
+        "ok",
+        "{ctrl}"
+    );
 
     // Drop node a, and give node b read only.
     let acl = acl_arg(&[(b.node, 0o444)]);
@@ -600,24 +640,45 @@ fn republish(ctrl: &str) {
     );
     assert_eq!(exp.peer.ask("importers r"), "1");
     // Later connects see the new list, from the node that holds a connection too.
-    assert_eq!(a.check(exp.node, segid, Perm::READ), "err 8", "{ctrl}");
-    assert_eq!(b.check(exp.node, segid, Perm::RDWR), "err 27", "{ctrl}");
-    assert_eq!(b.check(exp.node, segid, Perm::READ), "ok", "{ctrl}");
+    assert_eq!(
+        a.check(rsm::NodeId(exp.node).get(), segid, Perm::READ),
+        "err 8",
+        "{ctrl}"
+    );
+    assert_eq!(
+        b.check(rsm::NodeId(exp.node).get(), segid, Perm::RDWR),
+        "err 27",
+        "{ctrl}"
+    );
+    assert_eq!(
+        b.check(rsm::NodeId(exp.node).get(), segid, Perm::READ),
+        "ok",
+        "{ctrl}"
+    );
 
     // A bad list is refused and the old one stays.
     assert_eq!(
         exp.peer.ask(&format!("republish r {}:700", b.node)),
         "err 21"
     );
-    assert_eq!(b.check(exp.node, segid, Perm::READ), "ok");
-    assert_eq!(b.check(exp.node, segid, Perm::RDWR), "err 27");
-    assert_eq!(a.check(exp.node, segid, Perm::READ), "err 8");
+    assert_eq!(
+        b.check(rsm::NodeId(exp.node).get(), segid, Perm::READ),
+        "ok"
+    );
+    assert_eq!(
+        b.check(rsm::NodeId(exp.node).get(), segid, Perm::RDWR),
+        "err 27"
+    );
+    assert_eq!(
+        a.check(rsm::NodeId(exp.node).get(), segid, Perm::READ),
+        "err 8"
+    );
 
     // Back to every node with the umask-derived mode, whose owner digit is rw.
     assert_eq!(exp.peer.ask("republish r -"), "ok");
     let mode = 0o666 & !umask_of_this_process();
     assert_eq!(
-        a.check(exp.node, segid, Perm::RDWR),
+        a.check(rsm::NodeId(exp.node).get(), segid, Perm::RDWR),
         expected(mode >> 6, Perm::RDWR)
     );
 

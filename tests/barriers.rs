@@ -5,7 +5,9 @@
 mod common;
 
 use common::*;
+use futures::FutureExt;
 use rsm::BarrierMode;
+use std::task::{Context, Poll, Waker};
 
 #[test]
 fn role_entry() {
@@ -17,6 +19,12 @@ fn role_entry() {
 }
 
 const SEG: usize = 1 << 20;
+
+/// `op` after its first poll, which started it: the open barrier covers it from then on.
+fn started<B: Send>(mut op: rsm::Op<B>) -> rsm::Op<B> {
+    let _ = op.poll_unpin(&mut Context::from_waker(Waker::noop()));
+    op
+}
 
 fn thousand_puts_visible_at_close(ctrl: &str) {
     let _serial = serial();
@@ -31,15 +39,20 @@ fn thousand_puts_visible_at_close(ctrl: &str) {
     let bar = s.imp.init_barrier().unwrap();
     bar.open().unwrap();
     assert_eq!(bar.open().unwrap_err().name(), "RSMERR_BARRIER_OPEN_FAILED");
+    // Each put starts at its first poll; polled once, it is the barrier's to finish
+    // whether its future is kept or dropped.
+    let mut cx = Context::from_waker(Waker::noop());
     let mut handles = Vec::new();
     for i in 0..1000u64 {
-        let data = pattern(i, 512);
-        let h = s.imp.put(i * 1024, data);
-        // Keep some handles, drop others: the barrier covers them either way.
-        if i % 3 == 0 {
-            handles.push(h);
+        let mut h = s.imp.put(i * 1024, pattern(i, 512));
+        match h.poll_unpin(&mut cx) {
+            Poll::Ready(r) => assert_eq!(r.unwrap().0, 512),
+            Poll::Pending if i % 3 == 0 => handles.push(h),
+            Poll::Pending => drop(h),
         }
     }
+    // Never polled: it does nothing, in this mode as in the other.
+    drop(s.imp.put(1000 * 1024, pattern(7, 512)));
     s.rt.block_on(bar.close())
         .unwrap_or_else(|e| panic!("{ctrl}: close: {e}"));
     // Right after close the target's memory has every put.
@@ -50,10 +63,14 @@ fn thousand_puts_visible_at_close(ctrl: &str) {
             "{ctrl}: put {i} is visible after close"
         );
     }
+    assert_eq!(
+        s.peer.ask(&format!("sum {} 512", 1000 * 1024)),
+        checksum(&[0u8; 512]).to_string(),
+        "{ctrl}: the put never polled wrote nothing"
+    );
     for h in handles {
-        let (res, buf) = s.rt.block_on(h);
-        res.unwrap();
-        assert_eq!(buf.map(|b| b.len()), Some(512));
+        let (n, buf) = s.rt.block_on(h).unwrap();
+        assert_eq!((n, buf.len()), (512, 512));
     }
     // Closed: close and order again are BARRIER_NOT_OPENED (DESIGN.md, decision 16).
     assert_eq!(
@@ -68,7 +85,7 @@ fn thousand_puts_visible_at_close(ctrl: &str) {
     // order(): every write before it completes before any after it; the last one wins.
     bar.open().unwrap();
     for round in 0..50u64 {
-        drop(s.imp.put(0, pattern(round, 4096)));
+        s.rt.block_on(s.imp.put(0, pattern(round, 4096))).unwrap();
         s.rt.block_on(bar.order()).unwrap();
     }
     s.rt.block_on(bar.close()).unwrap();
@@ -79,20 +96,18 @@ fn thousand_puts_visible_at_close(ctrl: &str) {
 
     // Gets under a barrier, and back to implicit mode.
     bar.open().unwrap();
-    let gets: Vec<_> = (0..8u64)
-        .map(|i| s.imp.get(i * 1024, vec![0u8; 512]))
-        .collect();
+    let gets = (0..8u64).map(|i| s.imp.get(i * 1024, vec![0u8; 512]));
+    let gets = s.rt.block_on(futures::future::join_all(gets));
     s.rt.block_on(bar.close()).unwrap();
     for (i, g) in gets.into_iter().enumerate() {
-        let (res, buf) = s.rt.block_on(g);
-        res.unwrap();
+        let (_, buf) = g.unwrap();
         if i > 3 {
-            assert!(buf.unwrap() == pattern(i as u64, 512), "{ctrl}: get {i}");
+            assert!(buf == pattern(i as u64, 512), "{ctrl}: get {i}");
         }
     }
     bar.destroy().unwrap();
     s.imp.set_mode(BarrierMode::Implicit).unwrap();
-    let (res, _) = s.rt.block_on(s.imp.put(0, vec![7u8; 8]));
+    let (res, _) = common::split(s.rt.block_on(s.imp.put(0, vec![7u8; 8])));
     res.unwrap();
     assert_eq!(s.peer.ask("dump 0 8"), "0707070707070707");
     assert!(s.peer.quit());
@@ -106,17 +121,17 @@ fn revoked_mid_barrier_is_conn_aborted(ctrl: &str) {
     let bar = s.imp.init_barrier().unwrap();
     bar.open().unwrap();
     for i in 0..100u64 {
-        drop(s.imp.put(i * 64, pattern(i, 64)));
+        drop(started(s.imp.put(i * 64, pattern(i, 64))));
     }
     assert_eq!(s.peer.ask("unpublish"), "ok");
     for i in 0..100u64 {
-        drop(s.imp.put(i * 64, pattern(i, 64)));
+        drop(started(s.imp.put(i * 64, pattern(i, 64))));
     }
     let e = s.rt.block_on(bar.close()).unwrap_err();
     assert_eq!(e.name(), "RSMERR_CONN_ABORTED", "{ctrl}: {e}");
     // A later barrier on the revoked segment fails the same way.
     bar.open().unwrap();
-    drop(s.imp.put(0, vec![1u8; 8]));
+    drop(started(s.imp.put(0, vec![1u8; 8])));
     let e = s.rt.block_on(bar.close()).unwrap_err();
     assert_eq!(e.name(), "RSMERR_CONN_ABORTED", "{ctrl}: {e}");
     assert!(s.peer.quit());
@@ -132,11 +147,13 @@ fn remote_failure_is_barrier_failure(ctrl: &str) {
     s.imp.set_mode(BarrierMode::Explicit).unwrap();
     let bar = s.imp.init_barrier().unwrap();
     bar.open().unwrap();
-    drop(s.imp.put(0, vec![1u8; 4096]));
+    s.rt.block_on(s.imp.put(0, vec![1u8; 4096])).unwrap();
     s.rt.block_on(bar.close()).unwrap();
     assert_eq!(s.peer.ask("break"), "ok");
     bar.open().unwrap();
-    let h = s.imp.put(65536, vec![2u8; 65536]);
+    // Started by its first poll; the close reports its failure.
+    let mut h = s.imp.put(65536, vec![2u8; 65536]);
+    let _ = h.poll_unpin(&mut Context::from_waker(Waker::noop()));
     let e = s.rt.block_on(bar.close()).unwrap_err();
     assert_eq!(e.name(), "RSMERR_BARRIER_FAILURE", "{ctrl}: {e}");
     drop(h);
@@ -153,9 +170,9 @@ fn remote_failure_is_barrier_failure(ctrl: &str) {
 fn tcp_a_failed_access_leaves_the_exporter_reachable() {
     let _serial = serial();
     let mut s = setup("tcp0", SEG);
-    s.rt.block_on(s.imp.put(0, vec![1u8; 4096])).0.unwrap();
+    s.rt.block_on(s.imp.put(0, vec![1u8; 4096])).unwrap();
     assert_eq!(s.peer.ask("break"), "ok");
-    let (res, _) = s.rt.block_on(s.imp.put(0, vec![2u8; 4096]));
+    let (res, _) = common::split(s.rt.block_on(s.imp.put(0, vec![2u8; 4096])));
     assert_eq!(res.unwrap_err().name(), "RSMERR_BARRIER_FAILURE");
     s.rt.block_on(s.imp.signal(rsm::SignalFlags::empty()))
         .expect("a signal over a new connection");

@@ -2,6 +2,7 @@
 //! process, since a test must never change its own environment), the loopback rule and the
 //! bound listener.
 
+use rsm::NodeId;
 use std::io::Write;
 use std::net::SocketAddr;
 use std::path::Path;
@@ -77,9 +78,9 @@ async fn a_config_file_configures_the_node() {
         .start()
         .await
         .expect("start from the file");
-    assert_eq!(node.id(), 3);
+    assert_eq!(node.id(), NodeId(3));
     assert_eq!(node.peers().len(), 2);
-    assert_eq!(node.peers()[&2], addr("[::1]:7402"));
+    assert_eq!(node.peers()[&NodeId(2)], addr("[::1]:7402"));
     assert_ne!(node.listen_addr().port(), 0);
     node.shutdown().await;
 }
@@ -98,12 +99,12 @@ async fn the_builder_overrides_the_file() {
         .start()
         .await
         .expect("start");
-    assert_eq!(node.id(), 4);
+    assert_eq!(node.id(), NodeId(4));
     let peers = node.peers();
     assert_eq!(peers.len(), 3);
-    assert_eq!(peers[&1], addr("127.0.0.1:7401"));
-    assert_eq!(peers[&2], addr("127.0.0.1:9002"));
-    assert_eq!(peers[&5], addr("127.0.0.1:7405"));
+    assert_eq!(peers[&NodeId(1)], addr("127.0.0.1:7401"));
+    assert_eq!(peers[&NodeId(2)], addr("127.0.0.1:9002"));
+    assert_eq!(peers[&NodeId(5)], addr("127.0.0.1:7405"));
 }
 
 #[tokio::test]
@@ -318,7 +319,7 @@ async fn variables_override_the_file_and_the_builder_overrides_them() {
         .start()
         .await
         .expect("start from file and variables");
-    assert_eq!(node.id(), 4, "RSM_NODE_ID overrides the file");
+    assert_eq!(node.id(), NodeId(4), "RSM_NODE_ID overrides the file");
     assert_eq!(
         node.listen_addr().ip(),
         addr("127.0.0.6:0").ip(),
@@ -326,27 +327,27 @@ async fn variables_override_the_file_and_the_builder_overrides_them() {
     );
     let peers = node.peers();
     assert_eq!(peers.len(), 3);
-    assert_eq!(peers[&1], addr("127.0.0.1:7401"), "from the file");
+    assert_eq!(peers[&NodeId(1)], addr("127.0.0.1:7401"), "from the file");
     assert_eq!(
-        peers[&2],
+        peers[&NodeId(2)],
         addr("127.0.0.1:9002"),
         "RSM_PEERS overrides the file"
     );
     assert_eq!(
-        peers[&6],
+        peers[&NodeId(6)],
         addr("127.0.0.1:9006"),
         "the builder overrides RSM_PEERS"
     );
 
     let with_id = Node::builder().id(9).start().await.expect("builder id");
-    assert_eq!(with_id.id(), 9, "the builder overrides RSM_NODE_ID");
+    assert_eq!(with_id.id(), NodeId(9), "the builder overrides RSM_NODE_ID");
 
     let ignoring = Node::builder()
         .ignore_environment()
         .start()
         .await
         .expect("ignore");
-    assert_eq!(ignoring.id(), 1);
+    assert_eq!(ignoring.id(), NodeId(1));
     assert!(ignoring.peers().is_empty());
 }
 
@@ -368,7 +369,7 @@ async fn config_file_overrides_rsm_config() {
         .start()
         .await
         .expect("builder file");
-    assert_eq!(node.id(), 8);
+    assert_eq!(node.id(), NodeId(8));
 }
 
 #[tokio::test]
@@ -453,7 +454,7 @@ async fn without_rsm_config_a_missing_default_file_is_fine() {
         return;
     }
     let node = Node::builder().start().await.expect("defaults");
-    assert_eq!(node.id(), 1);
+    assert_eq!(node.id(), NodeId(1));
     assert!(node.listen_addr().ip().is_loopback());
 }
 

@@ -28,28 +28,37 @@ fn publish_and_unpublish_errors() {
 
             // Ids the caller chooses lie in 0x400000..=0x7FFFFFFF (DESIGN.md, decision 8).
             assert_eq!(
-                code(a.publish(0x3F_FFFF, &[]).await),
+                code(a.publish(rsm::SegmentId(0x3F_FFFF), &[]).await),
                 23,
                 "{ctrl}: below the range"
             );
             assert_eq!(
-                code(a.publish(0x8000_0000, &[]).await),
+                code(a.publish(rsm::SegmentId(0x8000_0000), &[]).await),
                 23,
                 "{ctrl}: the node's own range"
             );
             assert_eq!(
-                code(a.publish(0x40_0000, &[Access::new(1, 0o700)]).await),
+                code(
+                    a.publish(
+                        rsm::SegmentId(0x40_0000),
+                        &[Access::new(rsm::NodeId(1), 0o700)]
+                    )
+                    .await
+                ),
                 21,
                 "{ctrl}: BAD_ACL"
             );
-            assert_eq!(a.publish(0x40_0000 + 7, &[]).await.unwrap(), 0x40_0007);
             assert_eq!(
-                code(a.publish(0x40_0008, &[]).await),
+                a.publish(rsm::SegmentId(0x40_0007), &[]).await.unwrap(),
+                rsm::SegmentId(0x40_0007)
+            );
+            assert_eq!(
+                code(a.publish(rsm::SegmentId(0x40_0008), &[]).await),
                 6,
                 "{ctrl}: SEG_ALREADY_PUBLISHED"
             );
             assert_eq!(
-                code(b.publish(0x40_0007, &[]).await),
+                code(b.publish(rsm::SegmentId(0x40_0007), &[]).await),
                 24,
                 "{ctrl}: SEGID_IN_USE"
             );
@@ -76,8 +85,11 @@ fn publish_and_unpublish_errors() {
 
             // Unpublished, the id is free again and the segment can be published anew.
             a.unpublish().await.unwrap();
-            assert_eq!(b.publish(0x40_0007, &[]).await.unwrap(), 0x40_0007);
-            assert!(a.publish(0, &[]).await.unwrap() >= 0x8000_0000);
+            assert_eq!(
+                b.publish(rsm::SegmentId(0x40_0007), &[]).await.unwrap(),
+                rsm::SegmentId(0x40_0007)
+            );
+            assert!(a.publish(None, &[]).await.unwrap().get() >= 0x8000_0000);
             a.destroy().await.unwrap();
             b.destroy().await.unwrap();
         }

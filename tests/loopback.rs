@@ -44,7 +44,8 @@ fn mapper_role() {
     let imp = rt
         .block_on(async {
             let c = node.controller(CTRL).await?;
-            c.import(exporter, segid, perm).await
+            c.import(rsm::NodeId(exporter), rsm::SegmentId(segid), perm)
+                .await
         })
         .unwrap();
     if perm == Perm::READ {
@@ -79,13 +80,14 @@ fn mapper_role() {
                 say(hex(&buf));
             }
             ["put", off, data] => {
-                let (res, _) = rt.block_on(imp.put(off.parse().unwrap(), unhex(data)));
+                let (res, _) =
+                    common::split(rt.block_on(imp.put(off.parse().unwrap(), unhex(data))));
                 say(res.map_or_else(err, |()| "ok".into()));
             }
             ["get", off, len] => {
-                let (res, buf) =
+                let got =
                     rt.block_on(imp.get(off.parse().unwrap(), vec![0u8; len.parse().unwrap()]));
-                say(res.map_or_else(err, |()| hex(&buf.unwrap())));
+                say(got.map_or_else(|e| err(e.into_error()), |(_, buf)| hex(&buf)));
             }
             // A vector of `n` 8-byte entries from `off`: "ok", or the error and residual.
             [way @ ("putv" | "getv"), off, n] => {
@@ -148,7 +150,10 @@ fn hammer_role() {
     let node = rt.block_on(node(arg("NODE_ID").parse().unwrap()));
     rt.block_on(async {
         let c = node.controller(CTRL).await.unwrap();
-        let imp = c.import(exporter, segid, Perm::RDWR).await.unwrap();
+        let imp = c
+            .import(rsm::NodeId(exporter), rsm::SegmentId(segid), Perm::RDWR)
+            .await
+            .unwrap();
         let map = imp
             .map(0, imp.len() as usize, Perm::RDWR, MapAt::Anywhere)
             .unwrap();
@@ -157,7 +162,7 @@ fn hammer_role() {
         let mut said = false;
         loop {
             let off = (k * 65_536) % len;
-            let (res, _) = imp.put(off, vec![k as u8; 65_536]).await;
+            let (res, _) = common::split(imp.put(off, vec![k as u8; 65_536]).await);
             res.unwrap();
             map.store_u64(0, k).unwrap();
             k += 1;
@@ -182,7 +187,8 @@ fn reacher_role() {
     let node = rt.block_on(node(arg("NODE_ID").parse().unwrap()));
     let imp = rt.block_on(async {
         let c = node.controller(CTRL).await?;
-        c.import(exporter, segid, Perm::RDWR).await
+        c.import(rsm::NodeId(exporter), rsm::SegmentId(segid), Perm::RDWR)
+            .await
     });
     let imp = match imp {
         Ok(imp) => imp,
@@ -198,13 +204,14 @@ fn reacher_role() {
         let words: Vec<&str> = cmd.split_whitespace().collect();
         match words.as_slice() {
             ["put", off, data] => {
-                let (res, _) = rt.block_on(imp.put(off.parse().unwrap(), unhex(data)));
+                let (res, _) =
+                    common::split(rt.block_on(imp.put(off.parse().unwrap(), unhex(data))));
                 say(res.map_or_else(err, |()| "ok".into()));
             }
             ["get", off, len] => {
-                let (res, buf) =
+                let got =
                     rt.block_on(imp.get(off.parse().unwrap(), vec![0u8; len.parse().unwrap()]));
-                say(res.map_or_else(err, |()| hex(&buf.unwrap())));
+                say(got.map_or_else(|e| err(e.into_error()), |(_, buf)| hex(&buf)));
             }
             ["put64", off, v] => say(rt
                 .block_on(imp.put64(off.parse().unwrap(), &[v.parse().unwrap()]))
@@ -274,7 +281,7 @@ fn exporter(size: usize, flags: ExportFlags) -> Exporter {
             .unwrap()
             .export(size, flags)
             .unwrap();
-        let segid = seg.publish(0, &[]).await.unwrap();
+        let segid = seg.publish(None, &[]).await.unwrap();
         (node, seg, segid)
     });
     Exporter {
@@ -282,7 +289,7 @@ fn exporter(size: usize, flags: ExportFlags) -> Exporter {
         node,
         id,
         seg,
-        segid,
+        segid: segid.get(),
     }
 }
 
@@ -320,7 +327,7 @@ fn a_mapping_and_put_get_in_other_processes_share_the_memory() {
             let imp = other
                 .controller(CTRL)
                 .await?
-                .import(e.id, e.segid, Perm::RDWR)
+                .import(rsm::NodeId(e.id), rsm::SegmentId(e.segid), Perm::RDWR)
                 .await?;
             Ok::<_, rsm::Error>((other, imp))
         })
@@ -333,13 +340,13 @@ fn a_mapping_and_put_get_in_other_processes_share_the_memory() {
         "ok",
         "the write through the mapping"
     );
-    let (res, got) = e.rt.block_on(imp.get(8000, vec![0u8; data.len()]));
+    let (res, got) = common::split(e.rt.block_on(imp.get(8000, vec![0u8; data.len()])));
     res.unwrap();
     assert!(got.unwrap() == data, "get sees the child's store");
     assert!(dump(&e, 8000, data.len()) == data, "so does the exporter");
     // The reverse: put here, the child reads through its mapping and its raw pointer.
     let data = pattern(2, 300);
-    let (res, _) = e.rt.block_on(imp.put(70_001, data.clone()));
+    let (res, _) = common::split(e.rt.block_on(imp.put(70_001, data.clone())));
     res.unwrap();
     assert_eq!(child.ask("mread 70001 300"), hex(&data));
     assert_eq!(child.ask("raw 70001 300"), hex(&data));
@@ -530,12 +537,12 @@ fn mapping_errors_and_fixed_addresses() {
             .unwrap()
             .export(4 * page, ExportFlags::empty())
             .unwrap();
-        let id = seg.publish(0, &[]).await.unwrap();
+        let id = seg.publish(None, &[]).await.unwrap();
         let imp = b
             .controller(CTRL)
             .await
             .unwrap()
-            .import(a_id, id, Perm::RDWR)
+            .import(rsm::NodeId(a_id), id, Perm::RDWR)
             .await
             .unwrap();
         let code = |r: rsm::Result<rsm::ImportMapping>| r.unwrap_err().code();
@@ -564,7 +571,7 @@ fn mapping_errors_and_fixed_addresses() {
             .controller(CTRL)
             .await
             .unwrap()
-            .import(a_id, id, Perm::READ)
+            .import(rsm::NodeId(a_id), id, Perm::READ)
             .await
             .unwrap();
         assert_eq!(code(imp2.map(0, page, Perm::READ, at)), 16, "BAD_ADDR");
@@ -588,7 +595,7 @@ fn mapping_errors_and_fixed_addresses() {
             .unwrap();
         assert_eq!(fixed.as_ptr(), at_addr);
         // put and get are not confined to the mapped window (see src/import/map.rs).
-        let (res, got) = imp2.get(0, vec![0u8; 5]).await;
+        let (res, got) = common::split(imp2.get(0, vec![0u8; 5]).await);
         res.unwrap();
         assert_eq!(got.unwrap(), b"first", "outside the mapped window");
         seg.write_at(page as u64 + 8, &7u64.to_ne_bytes()).unwrap();
@@ -616,12 +623,12 @@ fn mapping_errors_and_fixed_addresses() {
             .unwrap()
             .export(page, ExportFlags::empty())
             .unwrap();
-        let tid = seg_tcp.publish(0, &[]).await.unwrap();
+        let tid = seg_tcp.publish(None, &[]).await.unwrap();
         let t = b
             .controller("tcp0")
             .await
             .unwrap()
-            .import(a_id, tid, Perm::RDWR)
+            .import(rsm::NodeId(a_id), tid, Perm::RDWR)
             .await
             .unwrap();
         let e = t.map(0, page, Perm::RDWR, any).unwrap_err();
@@ -643,7 +650,7 @@ fn caller_exporter<M: rsm::SegmentMemory>(mem: M, flags: ExportFlags) -> Exporte
         let node = node(id).await;
         let ctrl = node.controller(CTRL).await.unwrap();
         let seg = ctrl.export_memory(mem, flags).unwrap();
-        let segid = seg.publish(0, &[]).await.unwrap();
+        let segid = seg.publish(None, &[]).await.unwrap();
         (node, seg, segid)
     });
     Exporter {
@@ -651,7 +658,7 @@ fn caller_exporter<M: rsm::SegmentMemory>(mem: M, flags: ExportFlags) -> Exporte
         node,
         id,
         seg,
-        segid,
+        segid: segid.get(),
     }
 }
 

@@ -18,22 +18,23 @@ fn put_and_get_without_a_tokio_runtime() {
                 .unwrap()
                 .export(1 << 16, ExportFlags::empty())
                 .unwrap();
-            let id = seg.publish(0, &[]).await.unwrap();
+            let id = seg.publish(None, &[]).await.unwrap();
             let imp = b
                 .controller(ctrl)
                 .await
                 .unwrap()
-                .import(a_id, id, Perm::RDWR)
+                .import(rsm::NodeId(a_id), id, Perm::RDWR)
                 .await
                 .unwrap();
-            let (res, _) = imp
-                .put(100, bytes::Bytes::from_static(b"no runtime needed"))
-                .await;
+            let (res, _) = common::split(
+                imp.put(100, bytes::Bytes::from_static(b"no runtime needed"))
+                    .await,
+            );
             res.unwrap();
             let mut here = [0u8; 17];
             seg.read_at(100, &mut here).unwrap();
             assert_eq!(&here, b"no runtime needed", "{ctrl}");
-            let (res, back) = imp.get(100, bytes::BytesMut::zeroed(17)).await;
+            let (res, back) = common::split(imp.get(100, bytes::BytesMut::zeroed(17)).await);
             res.unwrap();
             assert_eq!(&back.unwrap()[..], b"no runtime needed", "{ctrl}");
             imp.disconnect().await.unwrap();

@@ -69,19 +69,19 @@ fn caller_memory_is_written_by_an_importer() {
                 .unwrap();
             assert_eq!(seg.size(), 4 * page());
             seg.write_at(0, b"from the exporter").unwrap();
-            let id = seg.publish(0, &[]).await.unwrap();
+            let id = seg.publish(None, &[]).await.unwrap();
             let imp = b
                 .controller(ctrl)
                 .await
                 .unwrap()
-                .import(a_id, id, Perm::RDWR)
+                .import(rsm::NodeId(a_id), id, Perm::RDWR)
                 .await
                 .unwrap();
-            let (res, got) = imp.get(0, vec![0u8; 17]).await;
+            let (res, got) = common::split(imp.get(0, vec![0u8; 17]).await);
             res.unwrap();
             assert_eq!(&got.unwrap()[..], b"from the exporter", "{ctrl}");
             let data = common::pattern(7, 3 * page());
-            imp.put(page() as u64 - 5, data.clone()).await.0.unwrap();
+            imp.put(page() as u64 - 5, data.clone()).await.unwrap();
             let mut here = vec![0u8; data.len()];
             seg.read_at(page() as u64 - 5, &mut here).unwrap();
             assert_eq!(
@@ -140,12 +140,12 @@ fn rebind_under_load(ctrl: &str) {
             .unwrap()
             .export(size, ExportFlags::ALLOW_REBIND)
             .unwrap();
-        let id = seg.publish(0, &[]).await.unwrap();
+        let id = seg.publish(None, &[]).await.unwrap();
         let imp = b
             .controller(ctrl)
             .await
             .unwrap()
-            .import(a_id, id, Perm::RDWR)
+            .import(rsm::NodeId(a_id), id, Perm::RDWR)
             .await
             .unwrap();
         let rebound = Arc::new(AtomicBool::new(false));
@@ -163,7 +163,7 @@ fn rebind_under_load(ctrl: &str) {
                     let i = n % slots;
                     let begun_after = rebound.load(Ordering::SeqCst);
                     let value = (i as u64 + 1).to_ne_bytes().to_vec();
-                    let (res, _) = imp.put(8 * i as u64, value).await;
+                    let (res, _) = common::split(imp.put(8 * i as u64, value).await);
                     if let Err(e) = res {
                         return Err(format!("put {i}: {e}"));
                     }
@@ -203,8 +203,8 @@ fn rebind_under_load(ctrl: &str) {
             );
         }
         // The handle still works both ways.
-        imp.put(0, b"after".to_vec()).await.0.unwrap();
-        let (res, got) = imp.get(0, vec![0u8; 5]).await;
+        imp.put(0, b"after".to_vec()).await.unwrap();
+        let (res, got) = common::split(imp.get(0, vec![0u8; 5]).await);
         res.unwrap();
         assert_eq!(&got.unwrap()[..], b"after", "{ctrl}");
         assert_eq!(seg.importer_count(), 1);

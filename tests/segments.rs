@@ -27,8 +27,10 @@ fn exporter() {
         (node, ctrl)
     });
     let mut seg = Some(ctrl.export(1 << 20, ExportFlags::ALLOW_REBIND).unwrap());
-    let id = rt.block_on(seg.as_ref().unwrap().publish(0, &[])).unwrap();
-    say(format!("ready {id}"));
+    let id = rt
+        .block_on(seg.as_ref().unwrap().publish(None, &[]))
+        .unwrap();
+    say(format!("ready {}", id.get()));
     while let Some(cmd) = next_command() {
         let t = Instant::now();
         match cmd.as_str() {
@@ -43,8 +45,8 @@ fn exporter() {
             "publish" => {
                 let s =
                     seg.get_or_insert_with(|| ctrl.export(1 << 20, ExportFlags::empty()).unwrap());
-                let id = rt.block_on(s.publish(0, &[])).unwrap();
-                say(format!("ready {id}"));
+                let id = rt.block_on(s.publish(None, &[])).unwrap();
+                say(format!("ready {}", id.get()));
             }
             "importers" => say(seg.as_ref().map_or(0, |s| s.importer_count())),
             "rebind" => {
@@ -97,15 +99,17 @@ fn revoke_aborts_importers(ctrl: &str, how: &str) {
         )
         .unwrap();
     let c = rt.block_on(node.controller(ctrl)).unwrap();
-    let imp = rt.block_on(c.import(exporter, segid, Perm::RDWR)).unwrap();
-    rt.block_on(imp.put(0, vec![1u8; 64])).0.unwrap();
+    let imp = rt
+        .block_on(c.import(rsm::NodeId(exporter), rsm::SegmentId(segid), Perm::RDWR))
+        .unwrap();
+    rt.block_on(imp.put(0, vec![1u8; 64])).unwrap();
     assert_eq!(peer.ask("importers"), "1");
 
     let writer = imp.clone();
     let busy = rt.spawn(async move {
         let started = Instant::now();
         loop {
-            let (res, _) = writer.put(4096, vec![2u8; 65_536]).await;
+            let (res, _) = common::split(writer.put(4096, vec![2u8; 65_536]).await);
             if let Err(e) = res {
                 return (e.code(), started.elapsed());
             }
@@ -128,14 +132,14 @@ fn revoke_aborts_importers(ctrl: &str, how: &str) {
         "{ctrl}: {how} took {:?}",
         t.elapsed()
     );
-    let (res, buf) = rt.block_on(imp.put(0, vec![3u8; 8]));
+    let (res, buf) = common::split(rt.block_on(imp.put(0, vec![3u8; 8])));
     assert_eq!(
         res.unwrap_err().code(),
         40,
         "{ctrl}: later puts are CONN_ABORTED"
     );
     assert!(buf.is_some(), "a refused put gives its buffer back");
-    let (res, _) = rt.block_on(imp.get(0, vec![0u8; 8]));
+    let (res, _) = common::split(rt.block_on(imp.get(0, vec![0u8; 8])));
     assert_eq!(res.unwrap_err().code(), 40);
 
     // The importer cleans up and imports the segment the exporter publishes next.
@@ -146,16 +150,18 @@ fn revoke_aborts_importers(ctrl: &str, how: &str) {
         .unwrap()
         .parse()
         .unwrap();
-    let imp2 = rt.block_on(c.import(exporter, again, Perm::RDWR)).unwrap();
-    rt.block_on(imp2.put(0, vec![4u8; 4096])).0.unwrap();
-    let (res, got) = rt.block_on(imp2.get(0, vec![0u8; 4096]));
+    let imp2 = rt
+        .block_on(c.import(rsm::NodeId(exporter), rsm::SegmentId(again), Perm::RDWR))
+        .unwrap();
+    rt.block_on(imp2.put(0, vec![4u8; 4096])).unwrap();
+    let (res, got) = common::split(rt.block_on(imp2.get(0, vec![0u8; 4096])));
     res.unwrap();
     assert_eq!(got.unwrap(), vec![4u8; 4096]);
     if how == "unpublish" {
         // The old id is free again: importing it fails as not published.
         if again != segid {
             let e = rt
-                .block_on(c.import(exporter, segid, Perm::RDWR))
+                .block_on(c.import(rsm::NodeId(exporter), rsm::SegmentId(segid), Perm::RDWR))
                 .unwrap_err();
             assert_eq!(e.code(), 7, "{ctrl}: the unpublished id is gone");
         }
@@ -196,7 +202,7 @@ fn forker() {
         .block_on(
             Node::builder()
                 .ignore_environment()
-                .id(arg("NODE_ID").parse().unwrap())
+                .id(arg("NODE_ID").parse::<u32>().unwrap())
                 .start(),
         )
         .unwrap();
@@ -206,7 +212,8 @@ fn forker() {
     // fork (glibc makes malloc fork-safe; the checks below touch no runtime), then _exits.
     let pid = unsafe { libc::fork() };
     if pid == 0 {
-        let code = futures::executor::block_on(seg.publish(0x0040_1000, &[])).map_err(|e| e.code());
+        let code = futures::executor::block_on(seg.publish(rsm::SegmentId(0x0040_1000), &[]))
+            .map_err(|e| e.code());
         let unpub = futures::executor::block_on(seg.unpublish()).map_err(|e| e.code());
         let ok = code == Err(12) && unpub == Err(12);
         // SAFETY: _exit ends the forked child without running the parent's destructors.
@@ -217,7 +224,9 @@ fn forker() {
     unsafe { libc::waitpid(pid, &mut status, 0) };
     let child_ok = libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0;
     // The creator itself still may publish.
-    let published = rt.block_on(seg.publish(0x0040_1000, &[])).is_ok();
+    let published = rt
+        .block_on(seg.publish(rsm::SegmentId(0x0040_1000), &[]))
+        .is_ok();
     say(format!("{child_ok} {published}"));
     rt.block_on(node.shutdown());
 }
@@ -253,15 +262,15 @@ fn rebind_moves_importers(ctrl: &str) {
         )
         .unwrap();
     let c = rt.block_on(node.controller(ctrl)).unwrap();
-    let imp = rt.block_on(c.import(exporter, segid, Perm::RDWR)).unwrap();
+    let imp = rt
+        .block_on(c.import(rsm::NodeId(exporter), rsm::SegmentId(segid), Perm::RDWR))
+        .unwrap();
     rt.block_on(imp.put(0, 0x1111u64.to_le_bytes().to_vec()))
-        .0
         .unwrap();
     assert_eq!(peer.ask("peek 0"), 0x1111.to_string());
     let answer = peer.ask("rebind");
     assert!(answer.starts_with("ok"), "{ctrl}: rebind: {answer}");
     rt.block_on(imp.put(8, 0x2222u64.to_le_bytes().to_vec()))
-        .0
         .unwrap();
     assert_eq!(
         peer.ask("peek 8"),
@@ -273,7 +282,7 @@ fn rebind_moves_importers(ctrl: &str) {
         "0",
         "{ctrl}: the new memory starts empty"
     );
-    let (res, got) = rt.block_on(imp.get(8, vec![0u8; 8]));
+    let (res, got) = common::split(rt.block_on(imp.get(8, vec![0u8; 8])));
     res.unwrap();
     assert_eq!(got.unwrap(), 0x2222u64.to_le_bytes().to_vec());
     rt.block_on(node.shutdown());

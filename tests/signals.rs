@@ -35,7 +35,7 @@ fn importer_role() {
     let (node, imp) = rt.block_on(async {
         let node = rsm::Node::builder()
             .ignore_environment()
-            .id(arg("NODE_ID").parse().unwrap())
+            .id(arg("NODE_ID").parse::<u32>().unwrap())
             .signals_over_side_channel(side)
             .start()
             .await
@@ -79,7 +79,7 @@ fn importer_role() {
             ["records", from, n] => rt.block_on(async {
                 let from: u64 = from.parse().unwrap();
                 for i in from..from + n.parse::<u64>().unwrap() {
-                    let (r, _) = imp.put(0, record(i)).await;
+                    let (r, _) = common::split(imp.put(0, record(i)).await);
                     r.unwrap();
                     imp.signal(SignalFlags::empty()).await.unwrap();
                     if let Err(e) = imp.wait_signal(FIVE_S).await {
@@ -103,7 +103,7 @@ fn importer_role() {
                 std::thread::sleep(Duration::from_secs(secs.parse().unwrap()));
                 rt.block_on(async {
                     let t = Instant::now();
-                    let (r, _) = imp.put(0, vec![7u8; 8]).await;
+                    let (r, _) = common::split(imp.put(0, vec![7u8; 8]).await);
                     r.unwrap();
                     format!("{}", t.elapsed().as_micros())
                 })
@@ -200,7 +200,7 @@ fn setup(ctrl: &str, side: bool, perm: &str) -> Setup {
             .unwrap()
             .export(common::page(), ExportFlags::empty())
             .unwrap();
-        let segid = seg.publish(0, &[]).await.unwrap();
+        let segid = seg.publish(None, &[]).await.unwrap();
         (node, seg, segid)
     });
     let child_id = id + 1;
@@ -462,7 +462,7 @@ fn streams_report_connect_disconnect_revoke_and_death() {
                 .unwrap();
             (n, imp)
         });
-        let other_id = other.0.id();
+        let other_id = other.0.id().get();
         assert_eq!(
             next(&s.rt, &mut events),
             SegmentEvent::ImporterConnected { node: other_id }
@@ -485,7 +485,7 @@ fn streams_report_connect_disconnect_revoke_and_death() {
             std::thread::sleep(Duration::from_millis(50));
         }
         // The importer's death.
-        let segid = s.rt.block_on(s.seg.publish(0, &[])).unwrap();
+        let segid = s.rt.block_on(s.seg.publish(None, &[])).unwrap();
         let mut s2 = setup_child(&s, ctrl, segid);
         assert_eq!(
             next(&s.rt, &mut events),
@@ -516,7 +516,7 @@ fn streams_report_connect_disconnect_revoke_and_death() {
     }
 }
 
-fn setup_child(s: &Setup, ctrl: &str, segid: u32) -> Peer {
+fn setup_child(s: &Setup, ctrl: &str, segid: rsm::SegmentId) -> Peer {
     let child = Peer::start(
         "role_entry",
         "importer",
@@ -564,12 +564,12 @@ fn a_signal_to_a_dead_node_is_unreachable() {
                 .unwrap()
                 .export(common::page(), ExportFlags::empty())
                 .unwrap();
-            let id = seg.publish(0, &[]).await.unwrap();
+            let id = seg.publish(None, &[]).await.unwrap();
             let imp = b
                 .controller(ctrl)
                 .await
                 .unwrap()
-                .import(a_id, id, Perm::RDWR)
+                .import(rsm::NodeId(a_id), id, Perm::RDWR)
                 .await
                 .unwrap();
             let mut events = imp.events();

@@ -42,7 +42,13 @@ impl Setup {
     fn import(&self, ctrl: &str, perm: Perm) -> ImportSegment {
         self.rt.block_on(async {
             let c = self.node.controller(ctrl).await.unwrap();
-            c.import(self.exporter_id, self.segid, perm).await.unwrap()
+            c.import(
+                rsm::NodeId(self.exporter_id),
+                rsm::SegmentId(self.segid),
+                perm,
+            )
+            .await
+            .unwrap()
         })
     }
 
@@ -82,7 +88,10 @@ fn setup_with(ctrl: &str, announce: Option<&str>, importer_announces: Option<Byt
         };
         let node = builder.start().await.unwrap();
         let c = node.controller(ctrl).await.unwrap();
-        let imp = c.import(exporter_id, segid, Perm::RDWR).await.unwrap();
+        let imp = c
+            .import(rsm::NodeId(exporter_id), rsm::SegmentId(segid), Perm::RDWR)
+            .await
+            .unwrap();
         (node, imp)
     });
     assert_eq!(imp.len(), SIZE as u64);
@@ -441,10 +450,10 @@ fn swaps_for_the_other_byte_order(ctrl: &str) {
     // 8-bit items and plain bytes never swap.
     s.rt.block_on(s.imp.put8(48, &[1, 2, 3, 4])).unwrap();
     assert_eq!(s.dump(48, 4), "01020304", "{ctrl}: put8");
-    let (res, _) = s.rt.block_on(s.imp.put(56, vec![1u8, 2, 3, 4]));
+    let (res, _) = common::split(s.rt.block_on(s.imp.put(56, vec![1u8, 2, 3, 4])));
     res.unwrap();
     assert_eq!(s.dump(56, 4), "01020304", "{ctrl}: put");
-    let (res, got) = s.rt.block_on(s.imp.get(0, vec![0u8; 4]));
+    let (res, got) = common::split(s.rt.block_on(s.imp.get(0, vec![0u8; 4])));
     res.unwrap();
     assert_eq!(hex(&got.unwrap()), repr(vec![1, 2, 3, 4]), "{ctrl}: get");
     // What the exporter stores natively reads back as its value.

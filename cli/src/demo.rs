@@ -283,7 +283,7 @@ async fn connect(
         Ok(c) => c,
         Err(f) => return (Err(f.clone()), None),
     };
-    match within(ctrl.import(ids.exporter, segment, perm)).await {
+    match within(ctrl.import(rsm::NodeId(ids.exporter), rsm::SegmentId(segment), perm)).await {
         Ok(imp) => (
             Ok(format!(
                 "connected, granted {}, the segment has {} bytes",
@@ -311,16 +311,16 @@ fn perm_words(p: Perm) -> String {
 
 /// Writes `text` at offset 0 through `imp`.
 async fn put_text(imp: &ImportSegment, text: &str) -> Outcome {
-    let (res, _buf) = within(async { Ok(imp.put(0, text.as_bytes().to_vec()).await) }).await?;
-    res.map(|()| format!("{} bytes written", text.len()))
-        .map_err(Failure::from)
+    let put = async { Ok(imp.put(0, text.as_bytes().to_vec()).await?) };
+    let (n, _buf) = within(put).await?;
+    Ok(format!("{n} bytes written"))
 }
 
 /// Reads `len` bytes at offset 0 through `imp`, as quoted text.
 async fn get_text(imp: &ImportSegment, len: usize) -> Outcome {
-    let (res, buf) = within(async { Ok(imp.get(0, vec![0u8; len]).await) }).await?;
-    res.map_err(Failure::from)?;
-    Ok(quoted(&buf.unwrap_or_default()))
+    let get = async { Ok(imp.get(0, vec![0u8; len]).await?) };
+    let (_, buf) = within(get).await?;
+    Ok(quoted(&buf))
 }
 
 fn quoted(bytes: &[u8]) -> String {
@@ -875,8 +875,8 @@ pub(crate) async fn run_exporter(args: ExporterArgs) -> ExitCode {
     };
     say(Ok(format!("node {} on {}", node.id(), ctrl.name())));
     let acl = [
-        Access::new(args.importer, IMPORTER_PERM),
-        Access::new(args.reader, READER_PERM),
+        Access::new(rsm::NodeId(args.importer), IMPORTER_PERM),
+        Access::new(rsm::NodeId(args.reader), READER_PERM),
     ];
     let mut seg: Option<ExportSegment> = None;
     let events: std::sync::Arc<std::sync::Mutex<Vec<String>>> = Default::default();
@@ -904,7 +904,7 @@ pub(crate) async fn run_exporter(args: ExporterArgs) -> ExitCode {
                             log.lock().unwrap_or_else(|p| p.into_inner()).push(line);
                         }
                     });
-                    s.publish(0, &acl).await.map(|id| id.to_string())
+                    s.publish(None, &acl).await.map(|id| id.get().to_string())
                 }
                 None => Err(no_segment()),
             },

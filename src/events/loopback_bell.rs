@@ -417,9 +417,12 @@ mod tests {
         let (a, b) = (start(id).await.unwrap(), start(id + 1).await.unwrap());
         let ctrl = a.controller("loopback").await.unwrap();
         let seg = ctrl.export(4096, ExportFlags::empty()).unwrap();
-        let segid = seg.publish(0, &[]).await.unwrap();
+        let segid = seg.publish(None, &[]).await.unwrap();
         let bctrl = b.controller("loopback").await.unwrap();
-        let imp = bctrl.import(id, segid, Perm::READ).await.unwrap();
+        let imp = bctrl
+            .import(crate::NodeId(id), segid, Perm::READ)
+            .await
+            .unwrap();
         (a, b, seg, imp)
     }
 

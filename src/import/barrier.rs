@@ -1,10 +1,10 @@
 //! Barriers and barrier mode (docs/rsmapi.md §4.6, DESIGN.md §7, DESIGN.md, decisions 2 and 16).
 //!
 //! In implicit mode (the default) every put and get resolves when its transfer is complete
-//! and its data visible: no barrier is needed. In explicit mode operations are posted at once
-//! and return handles; a [`Barrier`] opened before them covers them, and its
-//! [`Barrier::close`] resolves when all of them have completed and their data is visible,
-//! reporting a failure of any of them.
+//! and its data visible: no barrier is needed. In explicit mode an operation, posted at its
+//! first poll as in implicit mode, resolves when the provider completed it; a [`Barrier`]
+//! open at that poll covers it, and its [`Barrier::close`] resolves when all of them have
+//! completed and their data is visible, reporting a failure of any of them.
 
 use super::ImportSegment;
 use crate::reactor::Op;
@@ -56,10 +56,14 @@ impl BarrierMode {
 /// A barrier over an import segment (`rsmapi_barrier_t`), from
 /// [`ImportSegment::init_barrier`].
 ///
-/// Between [`Barrier::open`] and [`Barrier::close`] every operation the segment posts in
-/// explicit mode is covered: `close` resolves when all of them have completed and their data
+/// Between [`Barrier::open`] and [`Barrier::close`] every operation the segment starts (first
+/// polls) in explicit mode is covered, also one whose future is dropped after that: `close`
+/// resolves when all of them have completed and their data
 /// is visible at the target, with `RSMERR_BARRIER_FAILURE` if any of them failed and
 /// `RSMERR_CONN_ABORTED` if the segment was revoked (or its exporter lost) since.
+///
+/// **Drop.** Dropping an open barrier (its last clone) closes nothing and waits for
+/// nothing: the operations it covered complete in the background.
 ///
 /// ```no_run
 /// # async fn f(seg: rsm::ImportSegment) -> rsm::Result<()> {
@@ -67,10 +71,12 @@ impl BarrierMode {
 /// seg.set_mode(BarrierMode::Explicit)?;
 /// let barrier = seg.init_barrier()?;
 /// barrier.open()?;
-/// for i in 0..1000u64 {
-///     let _handle = seg.put(i * 8, i.to_le_bytes().to_vec()); // posted now
+/// let puts = (0..1000u64).map(|i| seg.put(i * 8, i.to_le_bytes().to_vec()));
+/// // Each resolves when the provider completed it, not yet visible...
+/// for put in futures::future::join_all(puts).await {
+///     put?;
 /// }
-/// barrier.close().await?; // all 1000 are visible at the target
+/// barrier.close().await?; // ...and now all 1000 are visible at the target
 /// # Ok(()) }
 /// ```
 #[derive(Clone)]
@@ -164,7 +170,7 @@ impl ImportSegment {
             },
             byte,
         );
-        fence.await.0
+        fence.await.map(drop).map_err(Error::from)
     }
 }
 
@@ -179,8 +185,8 @@ impl Barrier {
         self.core.is_open()
     }
 
-    /// Opens the barrier (`rsm_memseg_import_open_barrier`): explicit-mode operations from
-    /// now on are covered. `RSMERR_BARRIER_OPEN_FAILED` when it is open already.
+    /// Opens the barrier (`rsm_memseg_import_open_barrier`): explicit-mode operations first
+    /// polled from now on are covered. `RSMERR_BARRIER_OPEN_FAILED` when it is open already.
     pub fn open(&self) -> Result<()> {
         self.seg.live("import_open_barrier")?;
         if !self.core.open() {

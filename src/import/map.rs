@@ -44,11 +44,11 @@ pub enum MapAt {
 /// # let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
 /// # rt.block_on(async {
 /// use rsm::{MapAt, Perm};
-/// let (exporter, importer) = (71_201, 71_202);
+/// let (exporter, importer) = (rsm::NodeId(71_201), rsm::NodeId(71_202));
 /// let a = rsm::Node::builder().ignore_environment().id(exporter).start().await?;
 /// let b = rsm::Node::builder().ignore_environment().id(importer).start().await?;
 /// let seg = a.controller("loopback").await?.export(1 << 16, rsm::ExportFlags::empty())?;
-/// let id = seg.publish(0, &[]).await?;
+/// let id = seg.publish(None, &[]).await?;
 /// let imp = b.controller("loopback").await?.import(exporter, id, Perm::RDWR).await?;
 /// let map = imp.map(0, 1 << 16, Perm::RDWR, MapAt::Anywhere)?;
 /// map.write(100, b"through the mapping")?;

@@ -13,7 +13,7 @@ use crate::reactor::slot::{Dir, OpInfo, Plan, Spec, Visibility};
 use crate::reactor::tracker::{Tracker, View};
 use crate::reactor::{IoBuf, IoBufMut, Op};
 use crate::sans_io::wire::{ConnectRequest, Message};
-use crate::{Error, Result};
+use crate::{Error, NodeId, Result, SegmentId};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Weak};
 
@@ -23,6 +23,10 @@ use std::sync::{Arc, Weak};
 /// Every `put` resolves when its data is visible at the target (delivery complete), every
 /// `get` when its data has arrived. Both take an owned buffer and give it back with the
 /// result; see [`Op`] for what cancellation means.
+///
+/// **Drop.** When the last clone goes (without [`disconnect`](ImportSegment::disconnect)),
+/// the node tells the exporter in the background, without waiting for the operations in
+/// flight: their buffers stay with them until the provider is done.
 #[derive(Clone)]
 pub struct ImportSegment {
     pub(super) inner: Arc<ImportInner>,
@@ -71,6 +75,23 @@ pub(crate) struct ImportInner {
     pub(super) bell: Option<crate::sans_io::wire::Doorbell>,
     /// This node's token for the connection: the exporter's signals carry it.
     pub(super) token: u64,
+}
+
+/// An operation's plan and the buffer its pointers lie in, waiting for the first poll.
+struct Unstarted<B> {
+    plan: Plan,
+    buf: B,
+}
+
+// SAFETY: the plan's pointers lie in `buf` (whose storage does not move with it, `IoBuf`) or
+// in local memory handles `buf` holds; they travel together and are not read until the
+// first poll builds the operation from both.
+unsafe impl<B: Send> Send for Unstarted<B> {}
+
+impl<B> Unstarted<B> {
+    fn into_parts(self) -> (Plan, B) {
+        (self.plan, self.buf)
+    }
 }
 
 impl ImportInner {
@@ -190,9 +211,14 @@ impl Controller {
     /// # Cancel safety
     /// Cancel safe: a connect abandoned after the exporter granted it is never used, and the
     /// exporter forgets it when this node disconnects or goes away.
-    pub async fn import(&self, node: u32, segment: u32, perm: Perm) -> Result<ImportSegment> {
+    pub async fn import(
+        &self,
+        node: NodeId,
+        segment: SegmentId,
+        perm: Perm,
+    ) -> Result<ImportSegment> {
         let state = self.context("import_connect")?;
-        ImportSegment::connect(self, state, node, segment, perm).await
+        ImportSegment::connect(self, state, node.get(), segment.get(), perm).await
     }
 }
 
@@ -218,7 +244,7 @@ impl ImportSegment {
         let request = Message::ConnectRequest(ConnectRequest {
             req: rand::random(),
             segment_id: segment,
-            controller: ctrl.kind().to_string(),
+            controller: ctrl.kind_name().to_string(),
             perm: perm.bits(),
             uid,
             gid,
@@ -331,13 +357,13 @@ impl ImportSegment {
     }
 
     /// The exporting node.
-    pub fn node(&self) -> u32 {
-        self.inner.node
+    pub fn node(&self) -> NodeId {
+        NodeId(self.inner.node)
     }
 
     /// The segment id.
-    pub fn segment_id(&self) -> u32 {
-        self.inner.segment
+    pub fn segment_id(&self) -> SegmentId {
+        SegmentId(self.inner.segment)
     }
 
     /// The segment's length in bytes.
@@ -439,18 +465,32 @@ impl ImportSegment {
         }
     }
 
-    /// Writes the whole of `buf` at `offset` (`rsm_memseg_import_put`) and resolves when the
-    /// data is visible at the target. The buffer comes back with the result (`None` only if
-    /// the operation was failed early, e.g. the exporter died, while the provider still
-    /// held the buffer).
+    /// Writes the whole of `buf` at `offset` (`rsm_memseg_import_put`); resolves, with the
+    /// bytes written and the buffer, when the data is visible at the target.
     ///
-    /// In explicit barrier mode ([`ImportSegment::set_mode`]) the write is posted at once
-    /// and the returned [`Op`] is a handle: it resolves when the provider completed the
-    /// write, and the open [`Barrier`]'s close is what makes it visible.
+    /// The write starts when the returned [`Op`] is first polled, on every controller (the
+    /// crate docs' "Operations"). In explicit barrier mode ([`ImportSegment::set_mode`]) it
+    /// resolves when the provider completed the write, and the open [`Barrier`]'s close is
+    /// what makes it visible.
+    ///
+    /// # Errors
+    /// In this order: `RSMERR_BAD_SEG_HNDL` after a disconnect, `RSMERR_CONN_ABORTED` after
+    /// a forced one, `RSMERR_PERM_DENIED` without write permission, `RSMERR_BAD_OFFSET` and
+    /// `RSMERR_BAD_LENGTH` for a range outside the segment; then what the transfer reports.
+    /// The [`BufError`](crate::BufError) gives the buffer back whenever the provider let go
+    /// of it.
+    ///
+    /// ```no_run
+    /// # async fn f(imp: rsm::ImportSegment) -> rsm::Result<()> {
+    /// let (n, buf) = imp.put(0, b"hello".to_vec()).await?;
+    /// assert_eq!(n, buf.len());
+    /// # Ok(()) }
+    /// ```
     ///
     /// # Cancel safety
-    /// Dropping the future stops the waiting, not the write: once posted, the bytes may
-    /// still land, and the buffer is freed only when the provider is done with it.
+    /// Dropped before its first poll, the operation did nothing. Dropped later, it stops the
+    /// waiting, not the write: the bytes may still land, and the buffer is freed only when
+    /// the provider (or the loopback copy) is done with it.
     pub fn put<B: IoBuf>(&self, offset: u64, buf: B) -> Op<B> {
         if let Some(lo) = &self.inner.lo {
             return self.put_loopback(lo, offset, buf);
@@ -470,17 +510,49 @@ impl ImportSegment {
         self.start(Dir::write(backend.visibility()), plan, buf, "put", offset)
     }
 
-    /// Reads `buf.len()` bytes at `offset` into `buf` (`rsm_memseg_import_get`).
+    /// Reads `buf.len()` bytes at `offset` into `buf` (`rsm_memseg_import_get`); resolves
+    /// with the bytes read and the buffer.
+    ///
+    /// A get fills the buffer's length, never its spare capacity: pass `vec![0; n]` to read
+    /// `n` bytes. An empty buffer with spare capacity (`Vec::with_capacity(n)`) is refused
+    /// with `RSMERR_BAD_LENGTH`, as it would read nothing.
+    ///
+    /// # Errors
+    /// As for [`ImportSegment::put`], with read permission instead of write.
+    ///
+    /// ```no_run
+    /// # async fn f(imp: rsm::ImportSegment) -> rsm::Result<()> {
+    /// let (n, buf) = imp.get(0, vec![0u8; 64]).await?;
+    /// assert_eq!((n, buf.len()), (64, 64));
+    ///
+    /// let err = imp.get(0, Vec::with_capacity(64)).await.unwrap_err();
+    /// assert!(matches!(err.error(), rsm::Error::BadLength(_)));
+    /// # Ok(()) }
+    /// ```
     ///
     /// # Cancel safety
     /// As for [`ImportSegment::put`]: the buffer stays with the operation until the
     /// provider has finished writing into it.
     pub fn get<B: IoBufMut>(&self, offset: u64, buf: B) -> Op<B> {
+        let mut buf = buf;
+        let len = buf.bytes_len();
+        if len == 0 && buf.spare_capacity() > 0 {
+            let e = Error::bad_length().detail(format!(
+                "the buffer is empty with {} bytes of spare capacity: a get fills the \
+                 buffer's length (vec![0; n] reads n bytes)",
+                buf.spare_capacity()
+            ));
+            return Op::failed(
+                e.op("get")
+                    .segment(self.inner.segment)
+                    .node(self.inner.node)
+                    .offset(offset),
+                buf,
+            );
+        }
         if let Some(lo) = &self.inner.lo {
             return self.get_loopback(lo, offset, buf);
         }
-        let mut buf = buf;
-        let len = buf.bytes_len();
         if let Err(e) = self.check("get", Perm::READ, offset, len) {
             return Op::failed(e, buf);
         }
@@ -495,9 +567,9 @@ impl ImportSegment {
         self.start(Dir::Read, plan, buf, "get", offset)
     }
 
-    /// Creates the operation that moves `plan` (whose pointers lie in `buf`): in implicit
-    /// mode a future that posts when first polled and resolves when the data is visible; in
-    /// explicit mode posted at once, attached to the open barrier if there is one.
+    /// Creates the operation that moves `plan` (whose pointers lie in `buf`), posted at its
+    /// first poll: in implicit mode it resolves when the data is visible; in explicit mode
+    /// it attaches, at that poll, to the barrier open then, if there is one.
     pub(crate) fn start<B: Send + 'static>(
         &self,
         dir: Dir,
@@ -506,11 +578,30 @@ impl ImportSegment {
         op: &'static str,
         offset: u64,
     ) -> Op<B> {
+        if self.inner.explicit.load(Ordering::Acquire) {
+            let seg = self.clone();
+            let later = Unstarted { plan, buf };
+            return Op::deferred(move || {
+                let (plan, buf) = later.into_parts();
+                seg.op(dir, plan, buf, op, offset, true)
+            });
+        }
+        self.op(dir, plan, buf, op, offset, false)
+    }
+
+    fn op<B: Send + 'static>(
+        &self,
+        dir: Dir,
+        plan: Plan,
+        buf: B,
+        op: &'static str,
+        offset: u64,
+        explicit: bool,
+    ) -> Op<B> {
         let inner = &self.inner;
         let Some((engine, backend)) = inner.fabric() else {
             return Op::failed(Error::ctlr_not_present().op(op), buf);
         };
-        let explicit = inner.explicit.load(Ordering::Acquire);
         let write = matches!(dir, Dir::Write { .. });
         let fence = match (write, explicit, backend.visibility()) {
             (true, false, Visibility::FencedRead) => plan.last_byte(),
@@ -534,17 +625,23 @@ impl ImportSegment {
             },
             buf,
         );
-        if explicit {
-            if let (Some(b), Some(d)) = (&barrier, op.driver()) {
-                b.keep(d);
-            }
-            op.post_now();
+        // The barrier's close drives what the dropped future no longer posts.
+        if let (Some(b), Some(d)) = (&barrier, op.driver()) {
+            b.keep(d);
         }
         op
     }
 
     /// Disconnects (`rsm_memseg_import_disconnect`): waits (at most 5 s) for operations in
     /// flight, then tells the exporter. Works after a forced disconnect too.
+    ///
+    /// `RSMERR_SEG_STILL_MAPPED` while an [`ImportMapping`](crate::ImportMapping) is alive,
+    /// `RSMERR_POLLFD_IN_USE` while a [`PollFd`](crate::PollFd) is held.
+    ///
+    /// # Cancel safety
+    /// The segment is disconnected from the first poll on (its clones get
+    /// `RSMERR_BAD_SEG_HNDL`); dropping the future leaves the wait and the exporter's
+    /// notice to the node, which sends it when the operations in flight are done.
     pub async fn disconnect(self) -> Result<()> {
         let inner = &self.inner;
         if inner.lo.as_ref().is_some_and(|lo| lo.is_mapped()) {

@@ -14,6 +14,7 @@ use crate::{Error, Result};
 use std::future::Future;
 use std::ops::BitOr;
 use std::pin::Pin;
+use std::sync::Arc;
 use std::task::{Context, Poll};
 
 /// `RSM_MAX_SGIOREQS`: the most entries one vector holds.
@@ -226,8 +227,8 @@ impl<B: Send + 'static> Future for SgOp<B> {
 }
 
 impl ImportSegment {
-    /// A vector on loopback: the valid entries are copied in order, at once; the outcome is
-    /// ready before the future is first polled.
+    /// A vector on loopback: the valid entries are copied in order at the first poll (on the
+    /// node's blocking threads when they are large, as a put's copy).
     fn vector_loopback<B: Send + 'static>(
         &self,
         way: Way,
@@ -247,39 +248,32 @@ impl ImportSegment {
                 signalling: None,
             };
         };
-        // One entry for all the pieces: a revoke waits for the whole vector, and one that
-        // came first fails it at its first piece.
-        let busy = lo.enter();
-        for (i, p) in valid.into_iter().enumerate() {
-            let at = p.offset as usize; // in bounds: validated against the segment
-            let toward = match way {
-                Way::Put => Toward::Segment,
-                Way::Get => Toward::Local,
-            };
-            let res = match &busy {
-                Err(e) => Err(crate::reactor::slot::clone_error(e)),
-                // SAFETY: the piece lies in an entry's buffer or handle, which `entries`
-                // keeps alive across the copy; neither is the segment's memory, and a get's
-                // range is this entry's alone.
-                Ok(b) => unsafe { lo.copy_in(b, at, p.ptr, p.len, toward) },
-            };
-            if let Err(e) = res {
-                let e = e.op(match way {
-                    Way::Put => "putv",
-                    Way::Get => "getv",
-                });
-                return SgOp {
-                    op: Some(Op::done(entries)),
-                    count,
-                    invalid: Some((i, e)),
-                    flags,
-                    signal_to: None,
-                    signalling: None,
+        let bytes = valid.iter().map(|p| p.len).sum();
+        let (lo, pieces) = (Arc::clone(lo), Pieces(valid));
+        let op = self.copy_later(bytes, entries, move |_entries| {
+            let valid = pieces.into_vec();
+            // One entry for all the pieces: a revoke waits for the whole vector, and one
+            // that came first fails it at its first piece.
+            let busy = lo.enter();
+            for (i, p) in valid.into_iter().enumerate() {
+                let at = p.offset as usize; // in bounds: validated against the segment
+                let toward = match way {
+                    Way::Put => Toward::Segment,
+                    Way::Get => Toward::Local,
                 };
+                let res = match &busy {
+                    Err(e) => Err(crate::reactor::slot::clone_error(e)),
+                    // SAFETY: the piece lies in an entry's buffer or handle, which the
+                    // operation keeps alive across the copy (`_entries`); neither is the
+                    // segment's memory, and a get's range is this entry's alone.
+                    Ok(b) => unsafe { lo.copy_in(b, at, p.ptr, p.len, toward) },
+                };
+                res.map_err(|e| (i, e.op(way.name())))?;
             }
-        }
+            Ok(())
+        });
         SgOp {
-            op: Some(Op::done(entries)),
+            op: Some(op),
             count,
             invalid,
             flags,
@@ -299,6 +293,29 @@ impl ImportSegment {
 enum Way {
     Put,
     Get,
+}
+
+impl Way {
+    fn name(self) -> &'static str {
+        match self {
+            Way::Put => "putv",
+            Way::Get => "getv",
+        }
+    }
+}
+
+/// A loopback vector's pieces, on their way to the copy with the entries they lie in.
+struct Pieces(Vec<Piece>);
+
+// SAFETY: every piece points into an entry's buffer or local memory handle; the entries
+// travel with the pieces to the copy (the operation owns them) and nothing else uses the
+// pointers.
+unsafe impl Send for Pieces {}
+
+impl Pieces {
+    fn into_vec(self) -> Vec<Piece> {
+        self.0
+    }
 }
 
 impl ImportSegment {

@@ -49,8 +49,7 @@ impl ImportSegment {
     /// # async fn f(seg: rsm::ImportSegment) -> rsm::Result<()> {
     /// use rsm::SignalFlags;
     ///
-    /// let (res, _) = seg.put(0, b"record".to_vec()).await;
-    /// res?;
+    /// seg.put(0, b"record".to_vec()).await?;
     /// seg.signal(SignalFlags::empty()).await?; // the exporter finds the record
     /// # Ok(()) }
     /// ```

@@ -128,8 +128,8 @@ impl ImportSegment {
             .and_then(|()| self.check(op, Perm::WRITE, offset, std::mem::size_of_val(values)))
             .map(|_| self.put(offset, encode(values, self.inner.peer_byte_order)));
         async move {
-            let (result, _buf) = posted?.await;
-            result.map_err(|e| e.op(op))
+            posted?.await.map_err(|e| e.into_error().op(op))?;
+            Ok(())
         }
     }
 
@@ -148,7 +148,7 @@ impl ImportSegment {
                 // same order, with "everything" as the length.
                 self.check(op, Perm::READ, offset, bytes.unwrap_or(usize::MAX))
                     .map_err(|e| match bytes {
-                        None if e.code() == 20 => e.detail(format!(
+                        None if matches!(e, Error::BadLength(_)) => e.detail(format!(
                             "{count} items of {} bytes overflow the address space; the \
                              segment has {} bytes",
                             T::BYTES,
@@ -170,13 +170,7 @@ impl ImportSegment {
             })
             .map(|bytes| self.get(offset, vec![0u8; bytes]));
         async move {
-            let (result, buf) = posted?.await;
-            result.map_err(|e| e.op(op))?;
-            let buf = buf.ok_or_else(|| {
-                Error::conn_aborted()
-                    .op(op)
-                    .detail("the read completed without giving its buffer back")
-            })?;
+            let (_, buf) = posted?.await.map_err(|e| e.into_error().op(op))?;
             Ok(decode(&buf, order))
         }
     }

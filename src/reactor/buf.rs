@@ -15,13 +15,21 @@ pub unsafe trait IoBuf: Send + 'static {
     fn bytes_len(&self) -> usize;
 }
 
-/// A buffer an in-flight read may fill: its whole length is written.
+/// A buffer an in-flight read may fill: its whole length (`bytes_len()`, a `Vec`'s `len()`),
+/// never its spare capacity, is written.
 ///
 /// # Safety
 /// As for [`IoBuf`], and `stable_mut_ptr()` must allow writes to `bytes_len()` bytes.
 pub unsafe trait IoBufMut: IoBuf {
     /// Address of the first byte, for writing.
     fn stable_mut_ptr(&mut self) -> *mut u8;
+
+    /// Room allocated past `bytes_len()`, which a read leaves alone: a get into an empty
+    /// buffer that has some is refused as a likely mistake (`Vec::with_capacity(n)` where
+    /// `vec![0; n]` was meant).
+    fn spare_capacity(&self) -> usize {
+        0
+    }
 }
 
 // SAFETY: a Vec's heap buffer does not move when the Vec moves.
@@ -37,6 +45,9 @@ unsafe impl IoBuf for Vec<u8> {
 unsafe impl IoBufMut for Vec<u8> {
     fn stable_mut_ptr(&mut self) -> *mut u8 {
         self.as_mut_ptr()
+    }
+    fn spare_capacity(&self) -> usize {
+        self.capacity() - self.len()
     }
 }
 // SAFETY: Bytes is an immutable view of shared or static storage that never moves.
@@ -61,6 +72,9 @@ unsafe impl IoBuf for BytesMut {
 unsafe impl IoBufMut for BytesMut {
     fn stable_mut_ptr(&mut self) -> *mut u8 {
         self.as_mut_ptr()
+    }
+    fn spare_capacity(&self) -> usize {
+        self.capacity() - self.len()
     }
 }
 // SAFETY: a boxed slice's storage does not move with the box.

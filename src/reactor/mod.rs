@@ -10,6 +10,7 @@
 
 pub(crate) mod barrier;
 pub(crate) mod buf;
+mod buf_result;
 mod context;
 mod drive;
 pub(crate) mod engine;
@@ -25,6 +26,7 @@ pub(crate) mod tuning;
 pub(crate) mod verdict;
 
 pub use buf::{IoBuf, IoBufMut};
+pub use buf_result::{BufError, BufResult};
 pub use op::Op;
 
 use std::future::Future;

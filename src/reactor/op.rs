@@ -3,35 +3,49 @@
 //! is done with it, the buffer (DESIGN.md §5).
 
 use super::buf::{IoBuf, IoBufMut};
+use super::buf_result::{BufError, BufResult};
 use super::drive::Drive;
 use super::plan::{Piece, Plan};
 use super::slot::{Outcome, Slot, Spec};
 use super::spin::{Spin, SpinEnd, look_after_post, spin_after_yield};
 use super::verdict;
-use crate::{Error, Result};
+use crate::Error;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
-use std::task::{Context, Poll, Waker};
+use std::task::{Context, Poll};
+use tokio::sync::oneshot;
 
-/// The future of one put or get: resolves to the result and, once the provider is done with
-/// it, the buffer.
+/// The future of one put or get: resolves to a [`BufResult`] with the bytes moved and the
+/// buffer.
 ///
-/// In explicit barrier mode the operation is posted when it is created and the future is
-/// only a handle: awaiting it is optional, the barrier's close waits for it.
+/// Nothing happens until it is first polled, on every controller and in both barrier modes
+/// (the crate docs' "Operations"): the transfer starts at the first poll and a future
+/// dropped before it moves nothing. In explicit barrier mode it resolves when the provider
+/// completed the transfer; the open barrier's close makes it visible.
 ///
 /// # Cancel safety
-/// Dropping it stops the waiting, not the transfer: a posted operation still completes
-/// (remote memory access cannot be recalled), and its buffer is released only then.
-#[must_use = "an operation does nothing until awaited (in implicit barrier mode)"]
+/// Dropping it before its first poll cancels it: nothing was sent. Dropping it later stops
+/// the waiting, not the transfer: a started operation still completes (remote memory access
+/// cannot be recalled), and its buffer is released only then.
+#[must_use = "an operation does nothing until polled"]
 pub struct Op<B: Send + 'static> {
     slot: Option<Arc<Slot<B>>>,
     /// Where the awaiting thread is in its turn at reading the completion queue.
     spin: Spin,
-    ready: Option<(Result<()>, Option<B>)>,
+    ready: Option<Outcome<B>>,
     /// An ambiguous failure waiting for the side channel's verdict.
     verdict: Option<Box<Held<B>>>,
+    /// What the first poll does, for an operation that is not a slot's posting from the start.
+    start: Option<Start<B>>,
+    /// A copy running off the caller's thread (loopback), which owns the buffer until done.
+    copy: Option<oneshot::Receiver<Outcome<B>>>,
+    /// The bytes the operation moves, reported on success.
+    len: usize,
 }
+
+/// The first poll's work, for an operation created lazily ([`Op::deferred`]).
+type Start<B> = Box<dyn FnOnce() -> Op<B> + Send>;
 
 /// An outcome held back until its verdict, with the slot for the error's context.
 type Held<B> = (Outcome<B>, verdict::AbortWithin, Arc<Slot<B>>);
@@ -60,36 +74,73 @@ impl<B: Send + 'static> std::fmt::Debug for Op<B> {
 }
 
 impl<B: Send + 'static> Op<B> {
-    /// An operation that fails before anything is posted; the buffer comes straight back.
-    pub(crate) fn failed(err: Error, buf: B) -> Self {
+    /// An operation with nothing in it yet.
+    fn empty() -> Self {
         Op {
             slot: None,
             spin: Spin::Unposted,
+            ready: None,
             verdict: None,
-            ready: Some((Err(err), Some(buf))),
+            start: None,
+            copy: None,
+            len: 0,
         }
+    }
+
+    /// An operation that does `start` at its first poll and is then the operation `start`
+    /// returned: dropped before that, it did nothing.
+    pub(crate) fn deferred(start: impl FnOnce() -> Op<B> + Send + 'static) -> Self {
+        let mut op = Op::empty();
+        op.start = Some(Box::new(start));
+        op
+    }
+
+    /// An operation whose `len` bytes are moved by whoever holds the sender (a copy off the
+    /// caller's thread), which hands back the result and the buffer.
+    pub(crate) fn offloaded(rx: oneshot::Receiver<Outcome<B>>, len: usize) -> Self {
+        let mut op = Op::empty();
+        op.copy = Some(rx);
+        op.len = len;
+        op
+    }
+
+    /// A finished copy of `len` bytes: its result (with the entry that failed) and the
+    /// buffer.
+    pub(crate) fn copied(
+        result: std::result::Result<(), (usize, Error)>,
+        buf: B,
+        len: usize,
+    ) -> Self {
+        let mut op = Op::empty();
+        op.ready = Some(Outcome::copied(result, buf));
+        op.len = len;
+        op
+    }
+
+    /// An operation that fails before anything is posted; the buffer comes straight back.
+    pub(crate) fn failed(err: Error, buf: B) -> Self {
+        let mut op = Op::empty();
+        op.ready = Some(Outcome::copied(Err((0, err)), buf));
+        op
     }
 
     /// An operation with nothing to move: succeeds at once.
     pub(crate) fn done(buf: B) -> Self {
-        Op {
-            slot: None,
-            spin: Spin::Unposted,
-            verdict: None,
-            ready: Some((Ok(()), Some(buf))),
-        }
+        let mut op = Op::empty();
+        op.ready = Some(Outcome::copied(Ok(()), buf));
+        op
     }
 
     /// An operation that owns `buf` and moves what `spec.plan` (whose pointers lie in
     /// `buf`) says.
     pub(crate) fn new(spec: Spec, buf: B) -> Self {
         match Slot::new(spec, buf) {
-            Ok(slot) => Op {
-                slot: Some(slot),
-                spin: Spin::Unposted,
-                verdict: None,
-                ready: None,
-            },
+            Ok(slot) => {
+                let mut op = Op::empty();
+                op.len = slot.len;
+                op.slot = Some(slot);
+                op
+            }
             Err(buf) => Op::failed(Error::insufficient_resources(), buf),
         }
     }
@@ -123,16 +174,6 @@ impl<B: Send + 'static> Op<B> {
         (buf.stable_mut_ptr(), buf.bytes_len())
     }
 
-    /// Posts at once as much as the transmit queue takes (explicit barrier mode); what does
-    /// not fit is posted by the next poll or by the barrier.
-    pub(crate) fn post_now(&self) {
-        if let Some(slot) = &self.slot {
-            let mut cx = Context::from_waker(Waker::noop());
-            let _ = slot.post_pending(&mut cx);
-            slot.unattended();
-        }
-    }
-
     /// The slot, for a barrier to drive.
     pub(crate) fn driver(&self) -> Option<Arc<dyn Drive>> {
         self.slot.as_ref().map(|s| Arc::clone(s) as Arc<dyn Drive>)
@@ -140,15 +181,29 @@ impl<B: Send + 'static> Op<B> {
 
     /// Polls for the whole outcome (vectors need the failed entry too).
     pub(crate) fn poll_outcome(&mut self, cx: &mut Context<'_>) -> Poll<Outcome<B>> {
+        if let Some(start) = self.start.take() {
+            *self = start();
+        }
+        if let Some(rx) = self.copy.as_mut() {
+            let Ok(outcome) = std::task::ready!(Pin::new(rx).poll(cx)) else {
+                // The copy was dropped unrun: the node's runtime shut down.
+                self.copy = None;
+                return Poll::Ready(Outcome {
+                    result: Err(
+                        Error::conn_aborted().detail("the node shut down before the copy ran")
+                    ),
+                    buf: None,
+                    failed_entry: Some(0),
+                });
+            };
+            self.copy = None;
+            return Poll::Ready(outcome);
+        }
         if self.verdict.is_some() {
             return self.poll_verdict(cx);
         }
-        if let Some((result, buf)) = self.ready.take() {
-            return Poll::Ready(Outcome {
-                failed_entry: result.is_err().then_some(0),
-                result,
-                buf,
-            });
+        if let Some(outcome) = self.ready.take() {
+            return Poll::Ready(outcome);
         }
         let Some(slot) = self.slot.as_ref() else {
             return Poll::Ready(Outcome {
@@ -256,10 +311,21 @@ impl<B: Send + 'static> Op<B> {
 }
 
 impl<B: Send + 'static> Future for Op<B> {
-    type Output = (Result<()>, Option<B>);
+    type Output = BufResult<usize, B>;
 
     fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
-        self.poll_outcome(cx).map(|o| (o.result, o.buf))
+        let o = std::task::ready!(self.poll_outcome(cx));
+        // Read after the poll: a deferred operation learns its length at its first poll.
+        let len = self.len;
+        Poll::Ready(match (o.result, o.buf) {
+            (Ok(()), Some(buf)) => Ok((len, buf)),
+            (Err(e), buf) => Err(BufError::new(e, buf)),
+            // A success is settled only once the provider let go of the buffer.
+            (Ok(()), None) => Err(BufError::new(
+                Error::conn_aborted().detail("the provider kept the operation's buffer"),
+                None,
+            )),
+        })
     }
 }
 

@@ -60,6 +60,21 @@ pub(crate) struct Outcome<O> {
     pub(crate) failed_entry: Option<usize>,
 }
 
+impl<O> Outcome<O> {
+    /// The outcome of a copy made without a provider: the buffer is back.
+    pub(crate) fn copied(result: std::result::Result<(), (usize, Error)>, buf: O) -> Self {
+        let (result, failed_entry) = match result {
+            Ok(()) => (Ok(()), None),
+            Err((entry, e)) => (Err(e), Some(entry)),
+        };
+        Outcome {
+            result,
+            buf: Some(buf),
+            failed_entry,
+        }
+    }
+}
+
 pub(super) struct State<O> {
     pub(super) buf: Option<O>,
     pub(super) result: Option<Result<()>>,

@@ -21,7 +21,7 @@
 //! use rsm::{Access, Perm};
 //!
 //! // Node 2 exports with owner rw, group r, nothing for others.
-//! let acl = [Access::new(1, 0o640)];
+//! let acl = [Access::new(rsm::NodeId(1), 0o640)];
 //! validate_acl(&acl)?;
 //! let creator = Creator { uid: 1000, gid: 100, umask: 0o022 };
 //!
@@ -61,8 +61,8 @@ pub const DEFAULT_UMASK: u32 = 0o022;
 /// use rsm::test_util::access::validate_acl;
 ///
 /// assert!(validate_acl(&[]).is_ok());
-/// assert!(validate_acl(&[Access::new(u32::MAX, 0o666)]).is_ok());
-/// let e = validate_acl(&[Access::new(1, 0o600), Access::new(2, 0o700)]).unwrap_err();
+/// assert!(validate_acl(&[Access::new(rsm::NodeId(u32::MAX), 0o666)]).is_ok());
+/// let e = validate_acl(&[Access::new(rsm::NodeId(1), 0o600), Access::new(rsm::NodeId(2), 0o700)]).unwrap_err();
 /// assert_eq!(e.code(), 21);
 /// assert!(e.to_string().contains("entry 1"));
 /// ```
@@ -109,12 +109,12 @@ pub const fn default_mode(umask: u32) -> u32 {
 /// use rsm::Access;
 /// use rsm::test_util::access::entry_for;
 ///
-/// let acl = [Access::new(4, 0o600), Access::new(4, 0o666)];
-/// assert_eq!(entry_for(&acl, 4), Some(Access::new(4, 0o600)));
+/// let acl = [Access::new(rsm::NodeId(4), 0o600), Access::new(rsm::NodeId(4), 0o666)];
+/// assert_eq!(entry_for(&acl, 4), Some(Access::new(rsm::NodeId(4), 0o600)));
 /// assert_eq!(entry_for(&acl, 5), None);
 /// ```
 pub fn entry_for(acl: &[Access], node: u32) -> Option<Access> {
-    acl.iter().find(|e| e.node == node).copied()
+    acl.iter().find(|e| e.node.get() == node).copied()
 }
 
 /// Who created an export segment, recorded at export time: the permission check compares
@@ -203,8 +203,8 @@ impl Class {
 ///
 /// let creator = Creator { uid: 0, gid: 0, umask: 0o027 };
 /// assert_eq!(mode_for(&[], &creator, 9)?, 0o640);
-/// assert_eq!(mode_for(&[Access::new(9, 0o606)], &creator, 9)?, 0o606);
-/// assert_eq!(mode_for(&[Access::new(9, 0o606)], &creator, 8).unwrap_err().code(), 8);
+/// assert_eq!(mode_for(&[Access::new(rsm::NodeId(9), 0o606)], &creator, 9)?, 0o606);
+/// assert_eq!(mode_for(&[Access::new(rsm::NodeId(9), 0o606)], &creator, 8).unwrap_err().code(), 8);
 /// # Ok::<(), rsm::Error>(())
 /// ```
 pub fn mode_for(acl: &[Access], creator: &Creator, node: u32) -> Result<u32> {
@@ -233,7 +233,7 @@ pub fn mode_for(acl: &[Access], creator: &Creator, node: u32) -> Result<u32> {
 /// let creator = Creator { uid: 1000, gid: 100, umask: 0o022 };
 /// let root = Requester { node: 1, uid: 0, gid: 0, groups: &[] };
 /// // No privileged bypass: root is "other" here, and 0600 gives others nothing.
-/// let e = check(&[Access::new(1, 0o600)], &creator, &root, Perm::READ).unwrap_err();
+/// let e = check(&[Access::new(rsm::NodeId(1), 0o600)], &creator, &root, Perm::READ).unwrap_err();
 /// assert_eq!(e.code(), 27);
 /// // The empty list gives everyone the umask-derived mode (0644 here): others may read.
 /// assert_eq!(check(&[], &creator, &root, Perm::READ)?, Perm::READ);
@@ -304,20 +304,28 @@ mod tests {
     #[test]
     fn valid_lists() {
         validate_acl(&[]).unwrap();
-        validate_acl(&[Access::new(0, 0)]).unwrap();
-        validate_acl(&[Access::new(u32::MAX, 0o666), Access::new(65, 0o444)]).unwrap();
+        validate_acl(&[Access::new(crate::NodeId(0), 0)]).unwrap();
+        validate_acl(&[
+            Access::new(crate::NodeId(u32::MAX), 0o666),
+            Access::new(crate::NodeId(65), 0o444),
+        ])
+        .unwrap();
         let full: Vec<Access> = (0..MAX_ACL_ENTRIES as u32)
-            .map(|n| Access::new(n, 0o600))
+            .map(|n| Access::new(crate::NodeId(n), 0o600))
             .collect();
         validate_acl(&full).unwrap();
         // Duplicates are fine.
-        validate_acl(&[Access::new(1, 0o600), Access::new(1, 0o066)]).unwrap();
+        validate_acl(&[
+            Access::new(crate::NodeId(1), 0o600),
+            Access::new(crate::NodeId(1), 0o066),
+        ])
+        .unwrap();
     }
 
     #[test]
     fn too_many_entries() {
         let list: Vec<Access> = (0..=MAX_ACL_ENTRIES as u32)
-            .map(|n| Access::new(n, 0o600))
+            .map(|n| Access::new(crate::NodeId(n), 0o600))
             .collect();
         let e = validate_acl(&list).unwrap_err();
         assert_eq!(e.code(), 21);
@@ -337,9 +345,9 @@ mod tests {
             (0o045, "execute"),
         ] {
             let acl = [
-                Access::new(1, 0o600),
-                Access::new(7, 0o600),
-                Access::new(9, perm),
+                Access::new(crate::NodeId(1), 0o600),
+                Access::new(crate::NodeId(7), 0o600),
+                Access::new(crate::NodeId(9), perm),
             ];
             let e = validate_acl(&acl).unwrap_err();
             assert_eq!(e.code(), 21, "{perm:#o}");
@@ -349,7 +357,11 @@ mod tests {
             assert_eq!(e.context().node, Some(9));
         }
         // The first bad entry is named.
-        let e = validate_acl(&[Access::new(1, 0o700), Access::new(2, 0o777)]).unwrap_err();
+        let e = validate_acl(&[
+            Access::new(crate::NodeId(1), 0o700),
+            Access::new(crate::NodeId(2), 0o777),
+        ])
+        .unwrap_err();
         assert!(e.to_string().contains("entry 0"), "{e}");
     }
 
@@ -391,7 +403,10 @@ mod tests {
 
     #[test]
     fn node_must_be_listed() {
-        let acl = [Access::new(1, 0o666), Access::new(2, 0o666)];
+        let acl = [
+            Access::new(crate::NodeId(1), 0o666),
+            Access::new(crate::NodeId(2), 0o666),
+        ];
         assert_eq!(code(check(&acl, &CREATOR, &owner(3), Perm::READ)), 8);
         assert_eq!(code(check(&acl, &CREATOR, &owner(3), Perm::NONE)), 8);
         assert_eq!(
@@ -402,9 +417,15 @@ mod tests {
 
     #[test]
     fn first_duplicate_counts() {
-        let acl = [Access::new(1, 0o400), Access::new(1, 0o666)];
+        let acl = [
+            Access::new(crate::NodeId(1), 0o400),
+            Access::new(crate::NodeId(1), 0o666),
+        ];
         assert_eq!(code(check(&acl, &CREATOR, &owner(1), Perm::WRITE)), 27);
-        let acl = [Access::new(1, 0o666), Access::new(1, 0)];
+        let acl = [
+            Access::new(crate::NodeId(1), 0o666),
+            Access::new(crate::NodeId(1), 0),
+        ];
         assert_eq!(
             check(&acl, &CREATOR, &owner(1), Perm::WRITE).unwrap(),
             Perm::WRITE
@@ -418,7 +439,7 @@ mod tests {
             assert_eq!(code(r), 27, "{bits:#o}");
         }
         // Even before the node test.
-        let acl = [Access::new(1, 0o666)];
+        let acl = [Access::new(crate::NodeId(1), 0o666)];
         assert_eq!(
             code(check(&acl, &CREATOR, &owner(2), Perm::from_bits(0o700))),
             27
@@ -427,7 +448,7 @@ mod tests {
 
     #[test]
     fn perm_none_is_granted() {
-        let acl = [Access::new(1, 0)];
+        let acl = [Access::new(crate::NodeId(1), 0)];
         for w in [owner(1), group(1), other(1)] {
             assert_eq!(check(&acl, &CREATOR, &w, Perm::NONE).unwrap(), Perm::NONE);
         }
@@ -447,7 +468,7 @@ mod tests {
             (0o066, 0, 0o600, 0o600),
         ];
         for (mode, o, g, x) in table {
-            let acl = [Access::new(1, mode)];
+            let acl = [Access::new(crate::NodeId(1), mode)];
             for (w, allowed) in [(owner(1), o), (group(1), g), (other(1), x)] {
                 for want in [Perm::READ, Perm::WRITE, Perm::RDWR] {
                     let r = check(&acl, &CREATOR, &w, want);
@@ -466,13 +487,18 @@ mod tests {
         // The owner is in the creator's group too, but only the owner digit counts.
         let w = who(1, 1000, 100, &[100]);
         assert_eq!(
-            code(check(&[Access::new(1, 0o066)], &CREATOR, &w, Perm::READ)),
+            code(check(
+                &[Access::new(crate::NodeId(1), 0o066)],
+                &CREATOR,
+                &w,
+                Perm::READ
+            )),
             27
         );
         // And a group member does not get the other digit.
         assert_eq!(
             code(check(
-                &[Access::new(1, 0o606)],
+                &[Access::new(crate::NodeId(1), 0o606)],
                 &CREATOR,
                 &group(1),
                 Perm::READ
@@ -486,7 +512,13 @@ mod tests {
         let w = who(1, 2000, 200, &[7, 100, 9]);
         assert_eq!(Class::of(&CREATOR, &w), Class::Group);
         assert_eq!(
-            check(&[Access::new(1, 0o060)], &CREATOR, &w, Perm::RDWR).unwrap(),
+            check(
+                &[Access::new(crate::NodeId(1), 0o060)],
+                &CREATOR,
+                &w,
+                Perm::RDWR
+            )
+            .unwrap(),
             Perm::RDWR
         );
         let w = who(1, 2000, 200, &[7, 9]);
@@ -497,11 +529,21 @@ mod tests {
     fn root_gets_no_bypass() {
         let root = who(1, 0, 0, &[]);
         assert_eq!(
-            code(check(&[Access::new(1, 0o660)], &CREATOR, &root, Perm::READ)),
+            code(check(
+                &[Access::new(crate::NodeId(1), 0o660)],
+                &CREATOR,
+                &root,
+                Perm::READ
+            )),
             27
         );
         assert_eq!(
-            code(check(&[Access::new(2, 0o666)], &CREATOR, &root, Perm::READ)),
+            code(check(
+                &[Access::new(crate::NodeId(2), 0o666)],
+                &CREATOR,
+                &root,
+                Perm::READ
+            )),
             8
         );
         // A root creator's owner class is root.
@@ -511,14 +553,26 @@ mod tests {
             umask: 0o022,
         };
         assert_eq!(
-            check(&[Access::new(1, 0o600)], &rc, &root, Perm::RDWR).unwrap(),
+            check(
+                &[Access::new(crate::NodeId(1), 0o600)],
+                &rc,
+                &root,
+                Perm::RDWR
+            )
+            .unwrap(),
             Perm::RDWR
         );
     }
 
     #[test]
     fn denial_says_why() {
-        let e = check(&[Access::new(1, 0o640)], &CREATOR, &group(1), Perm::RDWR).unwrap_err();
+        let e = check(
+            &[Access::new(crate::NodeId(1), 0o640)],
+            &CREATOR,
+            &group(1),
+            Perm::RDWR,
+        )
+        .unwrap_err();
         let s = e.to_string();
         assert!(s.contains("group class"), "{s}");
         assert!(s.contains("0640"), "{s}");
@@ -526,7 +580,8 @@ mod tests {
     }
 
     fn access() -> impl Strategy<Value = Access> {
-        (0u32..8, prop_oneof![0u32..=0o777, any::<u32>()]).prop_map(|(n, p)| Access::new(n, p))
+        (0u32..8, prop_oneof![0u32..=0o777, any::<u32>()])
+            .prop_map(|(n, p)| Access::new(crate::NodeId(n), p))
     }
 
     proptest! {
@@ -571,7 +626,7 @@ mod tests {
             prop_assert_eq!(Class::of(&c, &w), expected);
             // With one digit set to rw and the others 0, exactly the selected class may write.
             for (class, mode) in [(Class::Owner, 0o600), (Class::Group, 0o060), (Class::Other, 0o006)] {
-                let r = check(&[Access::new(1, mode)], &c, &w, Perm::RDWR);
+                let r = check(&[Access::new(crate::NodeId(1), mode)], &c, &w, Perm::RDWR);
                 prop_assert_eq!(r.is_ok(), class == expected);
             }
         }
@@ -592,13 +647,13 @@ mod tests {
             };
             let ok = (!want.allows(Perm::READ) || digit & 4 != 0)
                 && (!want.allows(Perm::WRITE) || digit & 2 != 0);
-            prop_assert_eq!(check(&[Access::new(5, mode)], &c, &w, want).is_ok(), ok);
+            prop_assert_eq!(check(&[Access::new(crate::NodeId(5), mode)], &c, &w, want).is_ok(), ok);
         }
 
         #[test]
         fn validation_matches_the_rule(perm in any::<u32>(), n in 0usize..3) {
-            let mut acl = vec![Access::new(1, 0o600); n];
-            acl.push(Access::new(2, perm));
+            let mut acl = vec![Access::new(crate::NodeId(1), 0o600); n];
+            acl.push(Access::new(crate::NodeId(2), perm));
             let ok = perm <= 0o666 && perm & !0o666 == 0;
             prop_assert_eq!(validate_acl(&acl).is_ok(), ok);
         }

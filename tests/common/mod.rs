@@ -122,9 +122,14 @@ impl Peer {
 
     /// The next line the peer says, within 20 s.
     pub fn recv(&self) -> String {
+        self.recv_within(Duration::from_secs(20))
+    }
+
+    /// The next line the peer says, within `limit` (a whole scenario's verdict).
+    pub fn recv_within(&self, limit: Duration) -> String {
         self.lines
-            .recv_timeout(Duration::from_secs(20))
-            .expect("the peer answered within 20 s")
+            .recv_timeout(limit)
+            .unwrap_or_else(|e| panic!("the peer answered within {limit:?}: {e:?}"))
     }
 
     /// Sends a command line without waiting for an answer.
@@ -374,8 +379,8 @@ pub fn exporter_role() {
         let seg = ctrl.export(size, rsm::ExportFlags::empty()).unwrap();
         (node, seg)
     });
-    let id = rt.block_on(seg.publish(0, &[])).unwrap();
-    say(format!("ready {id}"));
+    let id = rt.block_on(seg.publish(None, &[])).unwrap();
+    say(format!("ready {}", id.get()));
     while let Some(cmd) = next_command() {
         let words: Vec<&str> = cmd.split_whitespace().collect();
         match words.as_slice() {
@@ -434,7 +439,7 @@ pub struct Setup {
     pub node: rsm::Node,
     pub imp: rsm::ImportSegment,
     pub exporter_id: u32,
-    pub segid: u32,
+    pub segid: rsm::SegmentId,
 }
 
 /// Starts the exporter child with `size` bytes on `ctrl` and imports its segment read-write.
@@ -451,7 +456,11 @@ pub fn setup(ctrl: &str, size: usize) -> Setup {
         ],
     );
     let ready = peer.recv();
-    let Some(segid) = ready.strip_prefix("ready ").and_then(|s| s.parse().ok()) else {
+    let Some(segid) = ready
+        .strip_prefix("ready ")
+        .and_then(|s| s.parse().ok())
+        .map(rsm::SegmentId)
+    else {
         peer.kill();
         panic!("the exporter said {ready:?}");
     };
@@ -459,7 +468,10 @@ pub fn setup(ctrl: &str, size: usize) -> Setup {
     let (node, imp) = rt.block_on(async {
         let node = node(fresh_node_id() + 1).await;
         let c = node.controller(ctrl).await.unwrap();
-        let imp = c.import(exporter_id, segid, rsm::Perm::RDWR).await.unwrap();
+        let imp = c
+            .import(rsm::NodeId(exporter_id), segid, rsm::Perm::RDWR)
+            .await
+            .unwrap();
         (node, imp)
     });
     assert_eq!(imp.len(), size as u64);
@@ -480,5 +492,16 @@ pub fn logs() {
             .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
             .with_test_writer()
             .try_init();
+    }
+}
+
+/// An operation's output as these tests check it: the result, and the buffer if it came back.
+pub fn split<T, B>(out: rsm::BufResult<T, B>) -> (rsm::Result<()>, Option<B>) {
+    match out {
+        Ok((_, buf)) => (Ok(()), Some(buf)),
+        Err(e) => {
+            let (e, buf) = e.into_parts();
+            (Err(e), buf)
+        }
     }
 }

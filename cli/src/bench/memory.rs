@@ -24,7 +24,7 @@ use crate::sys::cputime::process_cpu;
 use crate::sys::memstat::MemStat;
 use clap::Args;
 use futures::StreamExt;
-use rsm::{ExportFlags, ExportSegment, Node, Perm};
+use rsm::{ExportFlags, ExportSegment, Node, NodeId, Perm, SegmentId};
 use serde_json::{Value, json};
 use std::io::{BufRead, BufReader, Write};
 use std::process::{Child, ChildStdin, ExitCode, Stdio};
@@ -233,8 +233,8 @@ async fn exporter(
     let mut segs: Vec<(u32, ExportSegment)> = Vec::with_capacity(args.segments as usize);
     for _ in 0..args.segments {
         let seg = ctrl.export(args.size, ExportFlags::empty())?;
-        let id = seg.publish(0, &[]).await?;
-        segs.push((id, seg));
+        let id = seg.publish(None, &[]).await?;
+        segs.push((id.get(), seg));
     }
     let exported = stat()?;
 
@@ -512,7 +512,10 @@ async fn connect_and_wait(args: &MemoryImporterArgs, node: &Node) -> Result<(), 
     let imports: Vec<_> = futures::stream::iter(args.segments.iter().copied())
         .map(|seg| {
             let ctrl = &ctrl;
-            async move { (seg, ctrl.import(args.exporter, seg, Perm::RDWR).await) }
+            async move {
+                let import = ctrl.import(NodeId(args.exporter), SegmentId(seg), Perm::RDWR);
+                (seg, import.await)
+            }
         })
         .buffered(CONNECTS_IN_FLIGHT)
         .collect()
@@ -520,8 +523,9 @@ async fn connect_and_wait(args: &MemoryImporterArgs, node: &Node) -> Result<(), 
     let mut live = Vec::with_capacity(imports.len());
     for (seg, imp) in imports {
         let imp = imp?;
-        let (res, _) = imp.put(0, stamp(seg, args.node).to_vec()).await;
-        res?;
+        imp.put(0, stamp(seg, args.node).to_vec())
+            .await
+            .map_err(rsm::Error::from)?;
         live.push(imp);
     }
     {

@@ -8,6 +8,7 @@ use super::pagebuf::PageBuf;
 use super::report::Progress;
 use super::rsm_side::{RsmInitiator, Vector};
 use super::stats::Summary;
+use futures::FutureExt;
 use futures::StreamExt;
 use futures::future::Either;
 use futures::stream::FuturesUnordered;
@@ -34,6 +35,20 @@ trait Moved: Sized {
 /// An operation's result and what it gives back.
 type Outcome<T> = (Result<()>, Option<T>);
 
+/// The type of [`split`], named so the put and get futures have one type.
+type Split<T> = fn(rsm::BufResult<usize, T>) -> Outcome<T>;
+
+/// An operation's output as the loops check it.
+fn split<T>(out: rsm::BufResult<usize, T>) -> Outcome<T> {
+    match out {
+        Ok((_, buf)) => (Ok(()), Some(buf)),
+        Err(e) => {
+            let (e, buf) = e.into_parts();
+            (Err(e), buf)
+        }
+    }
+}
+
 /// A signal round trip, boxed: its future is several times a put's, and would be moved on
 /// every put of a row.
 type SignalTrip<'a> = Pin<Box<dyn Future<Output = Outcome<PageBuf>> + 'a>>;
@@ -45,8 +60,8 @@ impl Moved for PageBuf {
     fn one(init: &RsmInitiator, op: Op, buf: Self) -> impl Future<Output = Outcome<Self>> + '_ {
         match op {
             // A vector row never hands over a plain buffer (`Vector` moves those).
-            Op::Put | Op::Putv => Either::Left(init.put(0, buf)),
-            Op::Get | Op::Getv => Either::Left(init.get(0, buf)),
+            Op::Put | Op::Putv => Either::Left(init.put(0, buf).map(split as Split<Self>)),
+            Op::Get | Op::Getv => Either::Left(init.get(0, buf).map(split as Split<Self>)),
             Op::Signal => {
                 let trip: SignalTrip<'_> =
                     Box::pin(async move { (init.signal_round_trip().await, Some(buf)) });
@@ -71,16 +86,19 @@ async fn barrier_round(
     count: usize,
 ) -> Result<(), BenchError> {
     barrier.open()?;
-    let handles: Vec<_> = bufs
+    let puts: Vec<_> = bufs
         .drain(..count.min(bufs.len()))
         .map(|b| init.post_put(0, b))
         .collect();
-    barrier.close().await?;
-    for h in handles {
-        let (res, back) = h.await;
+    // Each put is posted at its first poll and done when the provider completed it; the
+    // close makes them all visible.
+    let done = futures::future::join_all(puts).await;
+    let closed = barrier.close().await;
+    for out in done {
+        let (res, back) = split(out);
         bufs.push(returned(res, back)?);
     }
-    Ok(())
+    closed.map_err(BenchError::from)
 }
 
 fn returned<T>(res: Result<()>, buf: Option<T>) -> Result<T, BenchError> {

@@ -26,7 +26,7 @@
 use super::pagebuf::PageBuf;
 use rsm::{
     Barrier, BarrierMode, Error, ExportFlags, ExportSegment, ImportSegment, IoBuf, IoBufMut, Node,
-    Perm, Result, SgEntry, SgFlags, SgLocal,
+    NodeId, Perm, Result, SegmentId, SgEntry, SgFlags, SgLocal,
 };
 use serde::{Deserialize, Serialize};
 use std::cell::UnsafeCell;
@@ -81,11 +81,11 @@ impl RsmPeer {
         let node = builder.start().await?;
         let ctrl = node.controller(controller).await?;
         let seg = ctrl.export(len, ExportFlags::empty())?;
-        let segment_id = seg.publish(0, &[]).await?;
+        let segment_id = seg.publish(None, &[]).await?;
         let info = RsmPeerInfo {
             node_id: id,
             listen: node.listen_addr().to_string(),
-            segment_id,
+            segment_id: segment_id.get(),
         };
         let echo_seg = seg.clone();
         let echo = tokio::spawn(async move {
@@ -142,7 +142,7 @@ impl RsmInitiator {
         let node = builder.start().await?;
         let ctrl = node.controller(controller).await?;
         let imp = ctrl
-            .import(peer.node_id, peer.segment_id, Perm::RDWR)
+            .import(NodeId(peer.node_id), SegmentId(peer.segment_id), Perm::RDWR)
             .await?;
         if imp.len() < len as u64 {
             return Err(Error::bad_length().detail("the peer's segment is too short"));
@@ -161,8 +161,8 @@ impl RsmInitiator {
         Ok(())
     }
 
-    /// Whether every operation is done before its future is first polled (loopback: a
-    /// copy into the mapping), so that operations in flight cannot overlap.
+    /// Whether every operation is a copy the first poll makes or hands to a thread
+    /// (loopback), so that a window adds nothing to awaiting them one by one.
     pub(crate) fn completes_inline(&self) -> bool {
         self.imp.controller().is_loopback()
     }
@@ -172,7 +172,7 @@ impl RsmInitiator {
         self.barrier.as_ref()
     }
 
-    /// Posts a put in explicit mode (the open barrier covers it) and returns its handle.
+    /// A put in explicit mode: posted at its first poll, under the open barrier.
     pub(crate) fn post_put(&self, offset: u64, buf: PageBuf) -> rsm::Op<PageBuf> {
         self.imp.put(offset, buf)
     }

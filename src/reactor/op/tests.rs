@@ -10,7 +10,19 @@ use crate::reactor::engine::{Engine, Tuning};
 use crate::reactor::plan::{Batches, Cut, Dir, OpInfo, Visibility};
 use crate::reactor::tracker::{Tracker, View};
 use std::sync::atomic::{AtomicUsize, Ordering};
+use std::task::Waker;
 use std::time::{Duration, Instant};
+
+/// An operation's output as the tests read it: the result, and the buffer if it came back.
+fn split<B>(out: super::BufResult<usize, B>) -> (crate::Result<()>, Option<B>) {
+    match out {
+        Ok((_, buf)) => (Ok(()), Some(buf)),
+        Err(e) => {
+            let (e, buf) = e.into_parts();
+            (Err(e), buf)
+        }
+    }
+}
 
 /// A buffer that counts its drops.
 struct Counted {
@@ -190,7 +202,7 @@ fn parts_complete_through_tagged_contexts_and_proxies_alike() {
         let (engine, serving) = engines(&p, "shm", full);
         assert_eq!(engine.tagged_parts(), !full);
         let at = (&p.tracker, p.dest);
-        let block = |op| futures::executor::block_on(op);
+        let block = |op| split(futures::executor::block_on(op));
         let data: Vec<u8> = (0..LEN).map(|i| (i % 251) as u8).collect();
         let put = put_op(&engine, at, 0, data.clone(), PIECE, Visibility::FencedRead);
         let (res, _) = block(put);
@@ -223,7 +235,7 @@ fn parts_complete_through_tagged_contexts_and_proxies_alike() {
                 },
                 barrier: None,
             };
-            let (res, buf) = block(Op::new(spec, back));
+            let (res, buf) = split(futures::executor::block_on(Op::new(spec, back)));
             res.expect("the get of 12 parts");
             assert!(
                 buf.expect("the buffer comes back") == data,
@@ -311,7 +323,7 @@ fn a_window_operation_reaped_while_it_yielded_resolves_without_a_read() {
         let deadline = Instant::now() + Duration::from_secs(5);
         loop {
             if let Poll::Ready(out) = Pin::new(&mut *op).poll(cx) {
-                return out;
+                return split(out);
             }
             let _ = target_cq.read(&mut Vec::new());
             assert!(Instant::now() < deadline, "{what} within 5 s");
@@ -339,7 +351,7 @@ fn a_window_operation_reaped_while_it_yielded_resolves_without_a_read() {
         "the first put was reaped"
     );
     let reads = super::super::engine::READS_HERE.with(|r| r.get());
-    let Poll::Ready((res, buf)) = Pin::new(&mut first).poll(&mut cx) else {
+    let Poll::Ready((res, buf)) = Pin::new(&mut first).poll(&mut cx).map(split) else {
         panic!("the reaped put resolves at its next poll");
     };
     res.expect("the first put");
@@ -436,7 +448,7 @@ fn a_window_reader_spins_its_slices_without_progress_then_leaves_to_the_engine()
             let deadline = Instant::now() + Duration::from_secs(5);
             let (res, buf) = loop {
                 if let Poll::Ready(out) = Pin::new(&mut *op).poll(&mut cx) {
-                    break out;
+                    break split(out);
                 }
                 assert!(Instant::now() < deadline, "put {i} within 5 s");
                 std::thread::sleep(Duration::from_millis(1));
@@ -481,7 +493,7 @@ fn a_future_dropped_while_posting_leaves_once_its_posted_parts_complete() {
     let mut warm = Op::new(spec(Op::<Vec<u8>>::contiguous(ptr, len, 8000, 4096)), first);
     let deadline = Instant::now() + Duration::from_secs(5);
     loop {
-        if let Poll::Ready((res, _)) = Pin::new(&mut warm).poll(&mut cx) {
+        if let Poll::Ready((res, _)) = Pin::new(&mut warm).poll(&mut cx).map(split) {
             res.expect("the first put");
             break;
         }
@@ -554,7 +566,7 @@ fn a_tcp_window_larger_than_the_transmit_queue_lands_while_its_poster_reads() {
             .await
             .expect("the window within 5 s");
         assert_eq!(done.len(), OPS);
-        for (res, buf) in done {
+        for (res, buf) in done.into_iter().map(split) {
             res.expect("every put succeeds");
             assert!(buf.is_some(), "the buffer comes back");
         }
@@ -649,7 +661,7 @@ fn a_put_waits_for_its_connection_without_spinning() {
     let deadline = Instant::now() + Duration::from_secs(5);
     let (res, _) = loop {
         if let Poll::Ready(out) = Pin::new(&mut op).poll(&mut cx) {
-            break out;
+            break split(out);
         }
         assert!(Instant::now() < deadline, "the put within 5 s");
         std::thread::sleep(Duration::from_micros(200));
@@ -695,7 +707,7 @@ fn a_put_to_a_peer_that_never_answers_fails_when_its_connect_times_out() {
     let (res, _) = loop {
         if wakes.0.load(Ordering::SeqCst) > 0 {
             if let Poll::Ready(out) = Pin::new(&mut op).poll(&mut cx) {
-                break out;
+                break split(out);
             }
         }
         assert!(
