@@ -69,7 +69,7 @@ pub(crate) struct ExportInner {
     /// Serialises rebinds of this segment.
     rebinding: tokio::sync::Mutex<()>,
     /// Signals, waits, the pollable descriptor and streams (`export/signal.rs`).
-    events: Arc<crate::events::hub::Hub>,
+    events: Arc<crate::events::hub::Hub<crate::events::Importer>>,
 }
 
 struct ExportState {
