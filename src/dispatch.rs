@@ -9,11 +9,11 @@
 //! export's (`export/settle.rs`), and only the acknowledgements come back here.
 
 use crate::context::{Ack, Entry, Inbound, NodeContext};
+use crate::events::Importer;
 use crate::events::SegmentEvent;
 use crate::events::loopback_bell::{self, Ring};
 use crate::events::route::{Word, checks, decode};
 use crate::export::ExportInner;
-use crate::events::Importer;
 use crate::ids::NodeId;
 use crate::import::ImportInner;
 use crate::perm::Perm;
@@ -384,7 +384,10 @@ fn deliver(ctx: &NodeContext, sent: Sent, token: u64, to_importer: bool, no_acc:
     // The importer's own token for the connection, which a doorbell word's check names.
     let importer_token = ctx.signals.importer(token).map(|b| b.token());
     let export = ctx.export_of_conn(token).and_then(export_inner);
-    match (export.and_then(|e| e.importer_node(token).map(|n| (e, n))), importer_token) {
+    match (
+        export.and_then(|e| e.importer_node(token).map(|n| (e, n))),
+        importer_token,
+    ) {
         (Some((e, node)), Some(t)) if from_peer(sent, node, t) => {
             e.on_signal(Importer::new(node, token), no_acc);
         }

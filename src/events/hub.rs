@@ -5,9 +5,9 @@ use super::event::{Importer, STREAM_CAPACITY, SegmentEvent, Signaller};
 use super::stream::EventStream;
 use super::timer;
 use crate::context::NodeContext;
+use crate::ids::NodeId;
 use crate::reactor::engine::Engine;
 use crate::sys::eventfd::EventCounter;
-use crate::ids::NodeId;
 use crate::{Error, Result};
 use std::collections::{HashMap, VecDeque};
 use std::hash::Hash;
@@ -520,9 +520,12 @@ mod tests {
         assert_eq!(hub.pending(), 3);
         futures::executor::block_on(async {
             for _ in 0..3 {
-                assert_eq!(s.next().await, Some(Ok(SegmentEvent::Signal {
+                assert_eq!(
+                    s.next().await,
+                    Some(Ok(SegmentEvent::Signal {
                         from: Signaller::Exporter(NodeId(4))
-                    })));
+                    }))
+                );
             }
         });
         hub.post_many(NodeId(4), u64::MAX);
@@ -601,6 +604,6 @@ mod tests {
         let fd = hub.pollfd("test").unwrap();
         assert!(fd.try_consume());
         assert_eq!(hub.pending(), 999_996);
-        assert!(lock(&hub.state).senders.counts.get(&b).is_none());
+        assert!(!lock(&hub.state).senders.counts.contains_key(&b));
     }
 }

@@ -372,7 +372,12 @@ mod tests {
 
     #[test]
     fn the_signal_word_round_trips() {
-        let w = encode(0x3456_789A, 0x12_ABCD_EF01, true, SignalFlags::NO_ACCUMULATE);
+        let w = encode(
+            0x3456_789A,
+            0x12_ABCD_EF01,
+            true,
+            SignalFlags::NO_ACCUMULATE,
+        );
         assert_eq!(w & 0xFF, 0x03);
         let d = decode(w);
         assert_eq!(
@@ -387,7 +392,12 @@ mod tests {
         assert!(checks(&d, 0x12_ABCD_EF01));
         assert!(checks(&d, 0xCD_EF01));
         assert!(!checks(&d, 0x12_ABCD_EF02));
-        let d = decode(encode(MAX_BELL_TOKEN, u64::MAX, false, SignalFlags::empty()));
+        let d = decode(encode(
+            MAX_BELL_TOKEN,
+            u64::MAX,
+            false,
+            SignalFlags::empty(),
+        ));
         assert_eq!((d.token, d.check), (MAX_BELL_TOKEN, CHECK_MASK));
         assert!(!d.to_importer && !d.no_accumulate);
         // Any word decodes to something; a hostile one only fails its check or lookup.

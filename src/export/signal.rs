@@ -3,9 +3,9 @@
 //! stream of this segment's events. How a signal travels is in [`crate::events::route`].
 
 use super::{ExportInner, ExportSegment};
+use crate::context::NodeContext;
 use crate::events::hub::Hub;
 use crate::events::route::{self, Target};
-use crate::context::NodeContext;
 use crate::events::{EventStream, Importer, PollFd, SignalFlags};
 use crate::{Error, Result};
 use std::future::Future;
