@@ -300,8 +300,8 @@ impl Error {
     /// assert_eq!(e.io_error().and_then(|e| e.raw_os_error()), Some(libc::EMFILE));
     /// assert!(e.source().is_some());
     /// ```
-    pub fn io(mut self, e: std::io::Error) -> Self {
-        self.context_mut().io = Some(Arc::new(e));
+    pub fn io(mut self, e: impl Into<std::io::Error>) -> Self {
+        self.context_mut().io = Some(Arc::new(e.into()));
         self
     }
 

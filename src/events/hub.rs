@@ -366,6 +366,7 @@ impl<S: Sender> Hub<S> {
                 Error::insufficient_resources()
                     .op(op)
                     .detail(format!("eventfd: {e}"))
+                    .io(e)
             })?;
             st.fd = Some(fd);
         }
