@@ -460,6 +460,23 @@ mod tests {
     }
 
     #[test]
+    fn a_signal_counts_only_from_the_connections_peer() {
+        use crate::events::SignalFlags;
+        use crate::events::route::encode;
+        // The side channel's link names the node.
+        assert!(from_peer(Sent::Side(7), 7, 0));
+        assert!(!from_peer(Sent::Side(8), 7, 0));
+        // A doorbell word's check must be the sender's token for the connection.
+        let w = decode(encode(0x1234, 0xAB_CDEF, false, SignalFlags::empty()));
+        assert_eq!(w.token, 0x1234);
+        assert!(from_peer(Sent::Bell(w), 7, 0xAB_CDEF));
+        assert!(!from_peer(Sent::Bell(w), 7, 0xAB_CDEE));
+        // Whatever a peer writes decodes without a panic and fails its check.
+        let hostile = decode(u64::MAX);
+        assert!(!from_peer(Sent::Bell(hostile), 7, 0xAB_CDEF));
+    }
+
+    #[test]
     fn claimed_ids_count_without_kernel_credentials() {
         let r = request();
         let p = peer(None);
