@@ -90,6 +90,9 @@ impl<S> Default for Senders<S> {
 
 impl<S: Copy + Eq + Hash> Senders<S> {
     fn add(&mut self, from: S, n: u64) {
+        if n == 0 {
+            return;
+        }
         match self.counts.get_mut(&from) {
             Some(c) => *c = c.saturating_add(n),
             None => {
@@ -132,7 +135,7 @@ impl<S: Sender> Hub<S> {
     pub(crate) fn post(&self, from: S, no_accumulate: bool) -> bool {
         {
             let mut st = lock(&self.state);
-            if st.closed || (no_accumulate && st.pending > 0) {
+            if st.closed || (no_accumulate && st.pending > 0) || st.pending == u64::MAX {
                 return false;
             }
             st.pending += 1;
@@ -160,7 +163,9 @@ impl<S: Sender> Hub<S> {
             if st.closed {
                 return;
             }
-            st.pending = st.pending.saturating_add(n);
+            // Only what the count can hold, so the senders' counts always add up to it.
+            let n = n.min(u64::MAX - st.pending);
+            st.pending += n;
             st.senders.add(from, n);
             if let Some(fd) = &st.fd {
                 fd.add(n);
@@ -204,7 +209,7 @@ impl<S: Sender> Hub<S> {
     fn try_take(&self) -> std::result::Result<Option<S>, ()> {
         let mut st = lock(&self.state);
         if st.pending > 0 {
-            // The counts agree with `pending`, except past a saturated count (2^64 posts).
+            // The senders' counts add up to `pending`.
             if let Some(from) = st.senders.take() {
                 st.pending -= 1;
                 if let Some(fd) = &st.fd {
