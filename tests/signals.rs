@@ -1,7 +1,8 @@
 //! Remote signals between processes (docs/rsmapi.md §4.7, DESIGN.md, decisions 3, 11, 18, 19) on tcp0, shm0 and
 //! sockets0, by the fabric's doorbells and by the side channel: counting, NO_ACCUMULATE,
 //! put-then-signal order, wait timeouts, the pollable descriptor, event streams, signals
-//! from an import-only read-only node, and an idle node's CPU time.
+//! from an import-only read-only node, which importer signalled and answers to one
+//! (`signal_to`), and an idle node's CPU time.
 //!
 //! The parent exports; the child is an import-only node.
 

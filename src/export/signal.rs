@@ -36,7 +36,8 @@ impl ExportSegment {
     /// Signals every importer of the segment (`rsm_intr_signal_post` on an export handle):
     /// each import handle on each importing node gets one event, unless `flags` has
     /// [`SignalFlags::NO_ACCUMULATE`] and one is already pending there. A segment with no
-    /// importers (or not published) signals nobody and succeeds.
+    /// importers (or not published) signals nobody and succeeds. To answer one importer,
+    /// use [`signal_to`](ExportSegment::signal_to).
     ///
     /// # Errors
     /// `RSMERR_BAD_SEG_HNDL` after destroy. When posting to an importer fails
