@@ -2,8 +2,8 @@
 //!
 //! - The **ledger** (node A) exports a segment of record slots and publishes it. A task awaits
 //!   signals on it; for each one it reads the newest record, adds its amount to a running
-//!   total, and answers with a signal. A second task prints what the segment's event stream
-//!   reports (importer connected and disconnected, signals).
+//!   total, and answers the importer that signalled (`signal_to`). A second task prints what
+//!   the segment's event stream reports (importer connected and disconnected, signals).
 //! - The **teller** (node B) imports the segment (an import-only node), writes records into it
 //!   and signals after each, then awaits the ledger's answer before the next one.
 //!
@@ -107,20 +107,20 @@ async fn ledger(o: &Opts) -> Result<(), Box<dyn std::error::Error>> {
         signals
     });
 
-    // The service: await a signal, read the record, answer.
+    // The service: await a signal, read the record, answer the importer that signalled.
     let service = {
         let seg = seg.clone();
         let expected = o.records;
         tokio::spawn(async move {
             let mut total = 0u64;
             for want in 0..expected {
-                seg.wait_signal(Some(Duration::from_secs(30))).await?;
+                let client = seg.wait_signal(Some(Duration::from_secs(30))).await?;
                 let mut r = [0u8; 16];
                 seg.read_at(0, &mut r)?;
                 let (seq, amount) = decode(&r);
                 assert_eq!(seq, want, "the record of this signal is the newest");
                 total += amount;
-                seg.signal(SignalFlags::empty()).await?;
+                seg.signal_to(client, SignalFlags::empty()).await?;
             }
             Ok::<u64, rsm::Error>(total)
         })

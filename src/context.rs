@@ -98,7 +98,8 @@ impl NodeContext {
             imports: Mutex::new(HashMap::new()),
             acks: Mutex::new(HashMap::new()),
             engines: Mutex::new(Vec::new()),
-            next_conn: AtomicU64::new(rand::random::<u32>() as u64 + 1),
+            // Below 2^32 for 2^31 connections: a signal's doorbell word carries 32 bits of it.
+            next_conn: AtomicU64::new(u64::from(rand::random::<u32>() >> 1) + 1),
             signals: Default::default(),
         })
     }

@@ -9,10 +9,12 @@
 //! export's (`export/settle.rs`), and only the acknowledgements come back here.
 
 use crate::context::{Ack, Entry, Inbound, NodeContext};
+use crate::events::Importer;
 use crate::events::SegmentEvent;
 use crate::events::loopback_bell::{self, Ring};
-use crate::events::route::decode;
-use crate::export::{ExportInner, Importer};
+use crate::events::route::{Word, checks, decode};
+use crate::export::ExportInner;
+use crate::ids::NodeId;
 use crate::import::ImportInner;
 use crate::perm::Perm;
 use crate::sans_io::access::Requester;
@@ -63,7 +65,7 @@ fn admit(ctx: &Arc<NodeContext>, peer: &PeerInfo, r: &ConnectRequest) -> Result<
     let g = export
         .admit(
             conn_id,
-            Importer {
+            crate::export::Importer {
                 node: peer.node_id,
                 incarnation: peer.incarnation,
                 // admit sets it from the grant.
@@ -113,9 +115,9 @@ fn admit(ctx: &Arc<NodeContext>, peer: &PeerInfo, r: &ConnectRequest) -> Result<
         }),
         _ => None,
     };
-    export
-        .events()
-        .emit(SegmentEvent::ImporterConnected { node: peer.node_id });
+    export.events().emit(SegmentEvent::ImporterConnected {
+        node: crate::NodeId(peer.node_id),
+    });
     Ok(ConnectGrant {
         conn_id,
         // keys[0] is the key for the granted mode (read-only for a grant without write).
@@ -285,9 +287,9 @@ impl Handler for NodeHandler {
         for export in exports {
             let conns = export.importers_of(node_id, incarnation);
             if !conns.is_empty() {
-                export
-                    .events()
-                    .emit(SegmentEvent::PeerUnreachable { node: node_id });
+                export.events().emit(SegmentEvent::PeerUnreachable {
+                    node: crate::NodeId(node_id),
+                });
             }
             for conn_id in conns {
                 export.forget(conn_id);
@@ -298,16 +300,26 @@ impl Handler for NodeHandler {
     }
 }
 
-/// A doorbell rang on one of this node's controllers (called on the engine's thread).
+/// A doorbell rang on one of this node's controllers (called on the engine's thread). The
+/// completion does not say who wrote it: the word's check must match the connection it
+/// names.
 fn on_doorbell(ctx: &NodeContext, word: u64) {
-    let (token, to_importer, no_acc) = decode(word);
-    deliver(ctx, None, token, to_importer, no_acc);
+    let w = decode(word);
+    deliver(ctx, Sent::Bell(w), w.token, w.to_importer, w.no_accumulate);
 }
 
 /// A `Signal` arrived over the side channel from `from`.
 fn on_side_signal(ctx: &NodeContext, from: u32, token: u64, flags: u32) {
-    let (_, to_importer, no_acc) = decode(u64::from(flags));
-    deliver(ctx, Some(from), token, to_importer, no_acc);
+    let w = decode(u64::from(flags));
+    deliver(ctx, Sent::Side(from), token, w.to_importer, w.no_accumulate);
+}
+
+/// How a signal says who sent it: the side channel's link names the node; a doorbell word
+/// carries a check of the sender's token for the connection.
+#[derive(Clone, Copy)]
+enum Sent {
+    Side(u32),
+    Bell(Word),
 }
 
 /// A loopback doorbell from `from` rang with a batch: first a `NO_ACCUMULATE` post if
@@ -321,45 +333,74 @@ fn on_loopback_bell(ctx: &NodeContext, ring: Ring) {
         first_no_acc,
         plain,
     } = ring;
-    let hub = if to_importer {
-        ctx.signals
+    // A count beyond any real backlog is the peer's garbage; it is bounded all the same.
+    let plain = plain.min(u64::from(u32::MAX));
+    if to_importer {
+        let Some(imp) = ctx
+            .signals
             .import(token)
             .and_then(import_inner)
             .filter(|imp| imp.node() == from)
-            .map(|imp| Arc::clone(imp.events()))
-    } else {
-        ctx.export_of_conn(token)
-            .and_then(export_inner)
-            .filter(|e| e.importer_node(token) == Some(from))
-            .map(|e| Arc::clone(e.events()))
-    };
-    let Some(hub) = hub else {
+        else {
+            tracing::debug!(token, "loopback signals for an unknown import dropped");
+            return;
+        };
+        let exporter = NodeId(from);
+        if first_no_acc {
+            imp.events().post(exporter, true);
+        }
+        imp.events().post_many(exporter, plain);
+        return;
+    }
+    // The bell is the connection's own: the token names the importer that rang it.
+    let Some(export) = ctx
+        .export_of_conn(token)
+        .and_then(export_inner)
+        .filter(|e| e.importer_node(token) == Some(from))
+    else {
         tracing::debug!(token, "loopback signals for an unknown connection dropped");
         return;
     };
+    let importer = Importer::new(from, token);
     if first_no_acc {
-        hub.post(from, true);
+        export.events().post(importer, true);
     }
-    // A count beyond any real backlog is the peer's garbage; it is bounded all the same.
-    hub.post_many(from, plain.min(u64::from(u32::MAX)));
+    export.events().post_many(importer, plain);
 }
 
-fn deliver(ctx: &NodeContext, from: Option<u32>, token: u64, to_importer: bool, no_acc: bool) {
+/// Delivers a signal for the receiver's `token` to the import or export connection it
+/// names, if the sender is that connection's peer; anything else is dropped (every word
+/// from a peer may be hostile).
+fn deliver(ctx: &NodeContext, sent: Sent, token: u64, to_importer: bool, no_acc: bool) {
     if to_importer {
         match ctx.signals.import(token).and_then(import_inner) {
-            Some(imp) if from.is_none_or(|f| f == imp.node()) => {
+            Some(imp) if from_peer(sent, imp.node(), imp.conn_id()) => {
                 imp.on_signal(no_acc);
             }
             _ => tracing::debug!(token, "signal for an unknown import dropped"),
         }
         return;
     }
+    // The importer's own token for the connection, which a doorbell word's check names.
+    let importer_token = ctx.signals.importer(token).map(|b| b.token());
     let export = ctx.export_of_conn(token).and_then(export_inner);
-    match export.and_then(|e| e.importer_node(token).map(|n| (e, n))) {
-        Some((e, node)) if from.is_none_or(|f| f == node) => {
-            e.on_signal(node, no_acc);
+    match (
+        export.and_then(|e| e.importer_node(token).map(|n| (e, n))),
+        importer_token,
+    ) {
+        (Some((e, node)), Some(t)) if from_peer(sent, node, t) => {
+            e.on_signal(Importer::new(node, token), no_acc);
         }
         _ => tracing::debug!(token, "signal for an unknown connection dropped"),
+    }
+}
+
+/// Whether a signal came from the connection's peer: `node` on a side-channel link, or
+/// a doorbell word whose check matches `sender_token`, the peer's token for it.
+fn from_peer(sent: Sent, node: u32, sender_token: u64) -> bool {
+    match sent {
+        Sent::Side(from) => from == node,
+        Sent::Bell(w) => checks(&w, sender_token),
     }
 }
 
@@ -416,6 +457,23 @@ mod tests {
             groups: Vec::new(),
         }));
         assert!(requester(&p, &r).groups.is_empty());
+    }
+
+    #[test]
+    fn a_signal_counts_only_from_the_connections_peer() {
+        use crate::events::SignalFlags;
+        use crate::events::route::encode;
+        // The side channel's link names the node.
+        assert!(from_peer(Sent::Side(7), 7, 0));
+        assert!(!from_peer(Sent::Side(8), 7, 0));
+        // A doorbell word's check must be the sender's token for the connection.
+        let w = decode(encode(0x1234, 0xAB_CDEF, false, SignalFlags::empty()));
+        assert_eq!(w.token, 0x1234);
+        assert!(from_peer(Sent::Bell(w), 7, 0xAB_CDEF));
+        assert!(!from_peer(Sent::Bell(w), 7, 0xAB_CDEE));
+        // Whatever a peer writes decodes without a panic and fails its check.
+        let hostile = decode(u64::MAX);
+        assert!(!from_peer(Sent::Bell(hostile), 7, 0xAB_CDEF));
     }
 
     #[test]

@@ -5,16 +5,23 @@
 //! controller, segment, node, offset and length were involved and, where libfabric failed, the
 //! call, its errno and the provider's own error number and text.
 //!
+//! Match on the variants, or ask the helpers for the kinds a caller usually decides on
+//! ([`Error::is_timeout`], [`Error::is_unreachable`], [`Error::is_disconnected`],
+//! [`Error::is_permission`]); [`std::error::Error::source`] gives the libfabric or OS failure
+//! behind an error, where there was one.
+//!
 //! ```
 //! use rsm::Error;
 //!
 //! let e = Error::bad_offset().op("put").segment(0x400001).offset(4096).length(8);
-//! assert_eq!(e.code(), 18);
+//! assert!(matches!(e, Error::BadOffset(_)));
+//! assert_eq!(e.code(), 18); // for the C library
 //! assert_eq!(e.name(), "RSMERR_BAD_OFFSET");
 //! assert!(e.to_string().contains("offset"));
 //! ```
 
 use std::fmt;
+use std::sync::Arc;
 
 /// The result type of every fallible `rsm` call.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
@@ -22,7 +29,7 @@ pub type Result<T, E = Error> = std::result::Result<T, E>;
 pub use rsm_fabric::FabricFailure;
 
 /// Where an error happened: each field is set where it applies.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Default)]
 pub struct Context {
     /// The operation, such as `"put"` or `"publish"`.
     pub op: Option<&'static str>,
@@ -40,7 +47,35 @@ pub struct Context {
     pub detail: Option<String>,
     /// The libfabric call that failed, if one did.
     pub fabric: Option<FabricFailure>,
+    /// The operating-system error behind it, if one was (shared: a context is cloned).
+    pub io: Option<Arc<std::io::Error>>,
 }
+
+impl PartialEq for Context {
+    fn eq(&self, o: &Self) -> bool {
+        // io::Error has no equality: the same kind, OS number and text count as equal.
+        let io_eq = match (&self.io, &o.io) {
+            (None, None) => true,
+            (Some(a), Some(b)) => {
+                a.kind() == b.kind()
+                    && a.raw_os_error() == b.raw_os_error()
+                    && a.to_string() == b.to_string()
+            }
+            _ => false,
+        };
+        io_eq
+            && self.op == o.op
+            && self.controller == o.controller
+            && self.segment == o.segment
+            && self.node == o.node
+            && self.offset == o.offset
+            && self.length == o.length
+            && self.detail == o.detail
+            && self.fabric == o.fabric
+    }
+}
+
+impl Eq for Context {}
 
 impl fmt::Display for Context {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -81,7 +116,7 @@ macro_rules! rsm_errors {
         /// An RSMAPI error: one variant per `RSMERR_*` code of docs/rsmapi.md §3.1, each carrying
         /// [`Context`]. Construct with the lowercase constructors (`Error::bad_offset()`) and
         /// add context with the builder methods.
-        #[derive(Debug, thiserror::Error)]
+        #[derive(Debug)]
         #[non_exhaustive]
         pub enum Error {
             $(
@@ -253,6 +288,112 @@ impl Error {
     pub fn fabric_failure(&self) -> Option<&FabricFailure> {
         self.context().fabric.as_ref()
     }
+
+    /// Attaches the operating-system error behind this one; [`std::error::Error::source`]
+    /// returns it (after a libfabric failure, if both are set).
+    ///
+    /// ```
+    /// use std::error::Error as _;
+    ///
+    /// let os = std::io::Error::from_raw_os_error(libc::EMFILE);
+    /// let e = rsm::Error::insufficient_resources().detail("eventfd").io(os);
+    /// assert_eq!(e.io_error().and_then(|e| e.raw_os_error()), Some(libc::EMFILE));
+    /// assert!(e.source().is_some());
+    /// ```
+    pub fn io(mut self, e: impl Into<std::io::Error>) -> Self {
+        self.context_mut().io = Some(Arc::new(e.into()));
+        self
+    }
+
+    /// The operating-system error behind this error, if any.
+    pub fn io_error(&self) -> Option<&std::io::Error> {
+        self.context().io.as_deref()
+    }
+
+    /// Whether the call gave up because its time ran out: `RSMERR_TIMEOUT` (a signal wait, a
+    /// connect that got no answer).
+    ///
+    /// ```no_run
+    /// # async fn f(seg: rsm::ImportSegment) -> rsm::Result<()> {
+    /// use std::time::Duration;
+    ///
+    /// match seg.wait_signal(Some(Duration::from_millis(10))).await {
+    ///     Ok(_) => println!("signalled"),
+    ///     Err(e) if e.is_timeout() => println!("not yet"),
+    ///     Err(e) => return Err(e),
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub fn is_timeout(&self) -> bool {
+        matches!(self, Error::Timeout(_))
+    }
+
+    /// Whether the other node cannot be reached or the connection to it was lost:
+    /// `RSMERR_REMOTE_NODE_UNREACHABLE` (the node is dead or unreachable) and
+    /// `RSMERR_CONN_ABORTED` (the connection was torn down: node lost, segment revoked, or
+    /// the fabric failed). Retrying the same handle does not help; a new import might.
+    ///
+    /// ```
+    /// use rsm::Error;
+    ///
+    /// assert!(Error::remote_node_unreachable().is_unreachable());
+    /// assert!(Error::conn_aborted().is_unreachable());
+    /// assert!(!Error::timeout().is_unreachable());
+    /// ```
+    pub fn is_unreachable(&self) -> bool {
+        matches!(
+            self,
+            Error::RemoteNodeUnreachable(_) | Error::ConnAborted(_)
+        )
+    }
+
+    /// Whether the connection the call needed is gone: `RSMERR_SEG_NOT_CONNECTED` (an
+    /// importer [`signal_to`](crate::ExportSegment::signal_to) named has disconnected or
+    /// is not this segment's) and `RSMERR_CONN_ABORTED` (the connection was torn down).
+    ///
+    /// ```
+    /// use rsm::Error;
+    ///
+    /// assert!(Error::seg_not_connected().is_disconnected());
+    /// assert!(Error::conn_aborted().is_disconnected());
+    /// assert!(!Error::remote_node_unreachable().is_disconnected());
+    /// ```
+    pub fn is_disconnected(&self) -> bool {
+        matches!(self, Error::SegNotConnected(_) | Error::ConnAborted(_))
+    }
+
+    /// Whether access was refused: `RSMERR_PERM_DENIED` (the access check or the OS said
+    /// no) and `RSMERR_SEG_NOT_PUBLISHED_TO_NODE` (the segment's access list leaves this
+    /// node out).
+    ///
+    /// ```no_run
+    /// # async fn f(ctrl: rsm::Controller) -> rsm::Result<()> {
+    /// match ctrl.import(1, 0x400000, rsm::Perm::READ | rsm::Perm::WRITE).await {
+    ///     Ok(seg) => drop(seg),
+    ///     Err(e) if e.is_permission() => {
+    ///         let seg = ctrl.import(1, 0x400000, rsm::Perm::READ).await?; // read-only, then
+    ///         drop(seg);
+    ///     }
+    ///     Err(e) => return Err(e),
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub fn is_permission(&self) -> bool {
+        matches!(self, Error::PermDenied(_) | Error::SegNotPublishedToNode(_))
+    }
+}
+
+impl std::error::Error for Error {
+    /// The libfabric failure behind the error, else the operating-system error, where the
+    /// error has one.
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        let c = self.context();
+        if let Some(f) = &c.fabric {
+            return Some(f);
+        }
+        c.io.as_deref()
+            .map(|e| e as &(dyn std::error::Error + 'static))
+    }
 }
 
 impl From<rsm_fabric::Error> for Error {
@@ -292,6 +433,7 @@ pub(crate) fn clone_error(e: &Error) -> Error {
     if let Some(f) = e.fabric_failure() {
         out = out.fabric(f.clone());
     }
+    out.context_mut().io.clone_from(&e.context().io);
     out
 }
 
@@ -337,6 +479,57 @@ mod tests {
             "{s}"
         );
         assert_eq!(e.fabric_failure().map(|f| f.errno), Some(12));
+    }
+
+    #[test]
+    fn source_is_the_fabric_failure_else_the_os_error() {
+        use std::error::Error as _;
+        assert!(Error::timeout().source().is_none());
+        let os = || std::io::Error::from_raw_os_error(libc::ENOMEM);
+        let e = Error::insufficient_mem().io(os());
+        let src = e.source().expect("the os error");
+        assert_eq!(src.to_string(), os().to_string());
+        let f = FabricFailure {
+            call: "fi_mr_reg",
+            errno: 12,
+            prov_errno: None,
+            message: "Cannot allocate memory".into(),
+        };
+        let e = e.fabric(f.clone());
+        assert_eq!(e.source().map(|s| s.to_string()), Some(f.to_string()));
+        // A copy keeps both.
+        let c = clone_error(&e);
+        assert_eq!(
+            c.io_error().and_then(|e| e.raw_os_error()),
+            Some(libc::ENOMEM)
+        );
+        assert_eq!(c.fabric_failure(), Some(&f));
+        assert_eq!(c.context().io.is_some(), e.context().io.is_some());
+    }
+
+    #[test]
+    fn the_helpers_cover_their_codes() {
+        let names = |f: fn(&Error) -> bool| -> Vec<&str> {
+            ALL_CODES
+                .iter()
+                .filter_map(|(c, _)| Error::from_code(*c))
+                .filter(f)
+                .map(|e| e.name())
+                .collect()
+        };
+        assert_eq!(names(Error::is_timeout), ["RSMERR_TIMEOUT"]);
+        assert_eq!(
+            names(Error::is_unreachable),
+            ["RSMERR_REMOTE_NODE_UNREACHABLE", "RSMERR_CONN_ABORTED"]
+        );
+        assert_eq!(
+            names(Error::is_disconnected),
+            ["RSMERR_CONN_ABORTED", "RSMERR_SEG_NOT_CONNECTED"]
+        );
+        assert_eq!(
+            names(Error::is_permission),
+            ["RSMERR_SEG_NOT_PUBLISHED_TO_NODE", "RSMERR_PERM_DENIED"]
+        );
     }
 
     #[test]

@@ -68,7 +68,7 @@ pub mod segid_ranges {
     };
 }
 pub use error::{Error, Result};
-pub use events::{EventStream, Lagged, PollFd, SegmentEvent, SignalFlags};
+pub use events::{EventStream, Importer, Lagged, PollFd, SegmentEvent, SignalFlags, Signaller};
 pub use export::{ExportSegment, SegmentMemory};
 pub use ids::{NodeId, ProviderKind, SegmentId};
 pub use import::{

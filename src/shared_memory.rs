@@ -67,6 +67,7 @@ impl SharedMemory {
             Error::insufficient_mem()
                 .length(len as u64)
                 .detail(format!("{what}: {e}"))
+                .io(e)
         };
         let fd = shm::sealed_memfd("rsm-segment", total as u64).map_err(|e| fail("memfd", e))?;
         let map = SharedMap::map(fd.as_fd(), 0, total, true, None).map_err(|e| fail("mmap", e))?;

@@ -1,7 +1,8 @@
 //! Remote signals between processes (docs/rsmapi.md §4.7, DESIGN.md, decisions 3, 11, 18, 19) on tcp0, shm0 and
 //! sockets0, by the fabric's doorbells and by the side channel: counting, NO_ACCUMULATE,
 //! put-then-signal order, wait timeouts, the pollable descriptor, event streams, signals
-//! from an import-only read-only node, and an idle node's CPU time.
+//! from an import-only read-only node, which importer signalled and answers to one
+//! (`signal_to`), and an idle node's CPU time.
 //!
 //! The parent exports; the child is an import-only node.
 
@@ -9,7 +10,7 @@ mod common;
 
 use common::{Peer, arg, fresh_node_id, node, runtime, say, serial};
 use futures::StreamExt;
-use rsm::{ExportFlags, Perm, SegmentEvent, SignalFlags};
+use rsm::{Error, ExportFlags, NodeId, Perm, SegmentEvent, SignalFlags, Signaller};
 use std::os::fd::AsRawFd;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -52,7 +53,8 @@ fn importer_role() {
         (node, imp)
     });
     let seen: Arc<Mutex<Vec<String>>> = Arc::default();
-    let mut idle: Option<tokio::task::JoinHandle<rsm::Result<()>>> = None;
+    let mut idle: Option<tokio::task::JoinHandle<rsm::Result<rsm::NodeId>>> = None;
+    let exporter = rsm::NodeId(arg("EXPORTER").parse().unwrap());
     say("ready");
     while let Some(cmd) = common::next_command() {
         let w: Vec<&str> = cmd.split_whitespace().collect();
@@ -69,8 +71,10 @@ fn importer_role() {
             ["wait", n, ms] => rt.block_on(async {
                 let t = Some(Duration::from_millis(ms.parse().unwrap()));
                 for _ in 0..n.parse::<u32>().unwrap() {
-                    if let Err(e) = imp.wait_signal(t).await {
-                        return format!("err {}", e.code());
+                    match imp.wait_signal(t).await {
+                        Ok(from) if from == exporter => {}
+                        Ok(from) => return format!("signalled by {from}, not {exporter}"),
+                        Err(e) => return format!("err {}", e.code()),
                     }
                 }
                 "ok".to_string()
@@ -154,7 +158,7 @@ fn importer_role() {
                 "ok".into()
             }
             ["idle_result"] => match rt.block_on(idle.take().unwrap()).unwrap() {
-                Ok(()) => "ok".into(),
+                Ok(_exporter) => "ok".into(),
                 Err(e) => format!("err {}", e.code()),
             },
             ["quit"] | [] => break,
@@ -444,9 +448,14 @@ fn streams_report_connect_disconnect_revoke_and_death() {
         // The connect happened before the stream existed; a signal shows the importer.
         assert_eq!(s.child.ask("watch"), "ok");
         assert_eq!(s.child.ask("post 1 0"), "ok");
+        let importers = s.seg.importers();
+        assert_eq!(importers.len(), 1);
+        assert_eq!(importers[0].node(), rsm::NodeId(s.child_id));
         assert_eq!(
             next(&s.rt, &mut events),
-            SegmentEvent::Signal { from: s.child_id }
+            SegmentEvent::Signal {
+                from: Signaller::Importer(importers[0])
+            }
         );
         // A stream does not consume: the wait still finds the event.
         s.rt.block_on(s.seg.wait_signal(FIVE_S)).unwrap();
@@ -462,15 +471,19 @@ fn streams_report_connect_disconnect_revoke_and_death() {
                 .unwrap();
             (n, imp)
         });
-        let other_id = other.0.id().get();
+        let other_id = other.0.id();
         assert_eq!(
             next(&s.rt, &mut events),
-            SegmentEvent::ImporterConnected { node: other_id }
+            SegmentEvent::ImporterConnected {
+                node: rsm::NodeId(other_id.get())
+            }
         );
         s.rt.block_on(other.1.disconnect()).unwrap();
         assert_eq!(
             next(&s.rt, &mut events),
-            SegmentEvent::ImporterDisconnected { node: other_id }
+            SegmentEvent::ImporterDisconnected {
+                node: rsm::NodeId(other_id.get())
+            }
         );
         s.rt.block_on(other.0.shutdown());
         // Revoke, seen by the importer's stream.
@@ -490,15 +503,17 @@ fn streams_report_connect_disconnect_revoke_and_death() {
         assert_eq!(
             next(&s.rt, &mut events),
             SegmentEvent::ImporterConnected {
-                node: s.child_id + 7
+                node: rsm::NodeId(s.child_id + 7)
             }
         );
         s2.kill();
         let mut got = Vec::new();
         let dead = s.child_id + 7;
-        while !(got.contains(&SegmentEvent::PeerUnreachable { node: dead })
-            && got.contains(&SegmentEvent::ImporterDisconnected { node: dead }))
-        {
+        while !(got.contains(&SegmentEvent::PeerUnreachable {
+            node: rsm::NodeId(dead),
+        }) && got.contains(&SegmentEvent::ImporterDisconnected {
+            node: rsm::NodeId(dead),
+        })) {
             got.push(next(&s.rt, &mut events));
         }
         // The stream ends with the segment.
@@ -513,6 +528,94 @@ fn streams_report_connect_disconnect_revoke_and_death() {
             rest
         });
         assert!(end.len() < 10, "{end:?}");
+    }
+}
+
+#[test]
+fn two_importers_are_told_apart_and_answered_alone() {
+    let _serial = serial();
+    for (ctrl, side) in paths() {
+        let mut s = setup(ctrl, side, "600");
+        let seg = s.seg.clone();
+        // The second importer never forces the side channel: with `side`, one importer
+        // signals by the side channel and the other by the doorbell.
+        let mut b_child = setup_child(&s, ctrl, seg.id().unwrap());
+        let (a_id, b_id) = (NodeId(s.child_id), NodeId(s.child_id + 7));
+        let importers = seg.importers();
+        assert_eq!(importers.len(), 2, "{ctrl} side={side}");
+        let find = |n: NodeId| importers.iter().copied().find(|i| i.node() == n).unwrap();
+        let (a, b) = (find(a_id), find(b_id));
+        assert_ne!(a.connection(), b.connection());
+
+        // Each wait names the importer that posted.
+        assert_eq!(s.child.ask("post 1 0"), "ok");
+        let who = s.rt.block_on(seg.wait_signal(FIVE_S)).unwrap();
+        assert_eq!(who, a, "{ctrl} side={side}");
+        assert_eq!(b_child.ask("post 1 0"), "ok");
+        let who = s.rt.block_on(seg.wait_signal(FIVE_S)).unwrap();
+        assert_eq!(who, b, "{ctrl} side={side}");
+        // Both pending: n posts are n waits, and the importers are served in turn.
+        assert_eq!(s.child.ask("post 3 0"), "ok");
+        assert_eq!(b_child.ask("post 1 0"), "ok");
+        s.rt.block_on(async {
+            wait_until(|| seg.pending_signals() >= 4).await;
+            let mut got = Vec::new();
+            for _ in 0..4 {
+                got.push(seg.wait_signal(FIVE_S).await.unwrap());
+            }
+            assert_ne!(got[0], got[1], "{ctrl} side={side}: in turn, {got:?}");
+            assert_eq!(got.iter().filter(|w| **w == a).count(), 3, "{got:?}");
+            assert_eq!(got.iter().filter(|w| **w == b).count(), 1, "{got:?}");
+            let late = seg.wait_signal(Some(Duration::from_millis(100))).await;
+            assert!(late.unwrap_err().is_timeout());
+        });
+
+        // signal_to reaches its target only.
+        s.rt.block_on(seg.signal_to(a, SignalFlags::empty()))
+            .unwrap();
+        assert_eq!(s.child.ask("wait 1 5000"), "ok", "{ctrl} side={side}");
+        assert_eq!(b_child.ask("wait 1 300"), "err 42", "{ctrl} side={side}");
+        s.rt.block_on(seg.signal_to(b, SignalFlags::empty()))
+            .unwrap();
+        assert_eq!(b_child.ask("wait 1 5000"), "ok", "{ctrl} side={side}");
+        assert_eq!(s.child.ask("wait 1 300"), "err 42", "{ctrl} side={side}");
+        // NO_ACCUMULATE as for `signal`: one pending at the target.
+        s.rt.block_on(async {
+            for _ in 0..5 {
+                seg.signal_to(a, SignalFlags::NO_ACCUMULATE).await.unwrap();
+            }
+        });
+        std::thread::sleep(Duration::from_millis(300));
+        assert_eq!(s.child.ask("pending"), "1", "{ctrl} side={side}");
+        assert_eq!(b_child.ask("pending"), "0", "{ctrl} side={side}");
+        assert_eq!(s.child.ask("wait 1 5000"), "ok");
+
+        // An importer that left, and one of another segment, get an error and nothing.
+        assert!(b_child.quit(), "the second child exits cleanly");
+        s.rt.block_on(wait_until(|| seg.importers().len() == 1));
+        let e =
+            s.rt.block_on(seg.signal_to(b, SignalFlags::empty()))
+                .unwrap_err();
+        assert!(matches!(e, Error::SegNotConnected(_)), "{ctrl}: {e}");
+        assert!(e.is_disconnected());
+        let other = s.rt.block_on(async {
+            let other = s
+                .node
+                .controller(ctrl)
+                .await
+                .unwrap()
+                .export(common::page(), ExportFlags::empty())
+                .unwrap();
+            other.publish(None, &[]).await.unwrap();
+            other
+        });
+        let e =
+            s.rt.block_on(other.signal_to(a, SignalFlags::empty()))
+                .unwrap_err();
+        assert!(matches!(e, Error::SegNotConnected(_)), "{ctrl}: {e}");
+        assert_eq!(s.child.ask("wait 1 200"), "err 42", "{ctrl} side={side}");
+        s.rt.block_on(other.destroy()).unwrap();
+        s.end();
     }
 }
 
@@ -582,7 +685,9 @@ fn a_signal_to_a_dead_node_is_unreachable() {
                 .expect("an event within 10 s");
             assert_eq!(
                 e.unwrap().unwrap(),
-                SegmentEvent::PeerUnreachable { node: a_id },
+                SegmentEvent::PeerUnreachable {
+                    node: rsm::NodeId(a_id)
+                },
                 "{ctrl}"
             );
             let e = imp.signal(SignalFlags::empty()).await.unwrap_err();

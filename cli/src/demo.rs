@@ -629,7 +629,7 @@ async fn signals_walk(
     );
     let got = within(imp.wait_signal(Some(Duration::from_secs(5))))
         .await
-        .map(|()| String::new());
+        .map(|_exporter| String::new());
     walk.end(&got, Expect::Ok);
 
     walk.begin(
@@ -909,10 +909,17 @@ pub(crate) async fn run_exporter(args: ExporterArgs) -> ExitCode {
                 None => Err(no_segment()),
             },
             ["wait", ms] => match (&seg, ms.parse::<u64>()) {
-                (Some(s), Ok(ms)) => s
-                    .wait_signal(Some(Duration::from_millis(ms)))
-                    .await
-                    .map(|()| format!("one signal consumed, {} pending", s.pending_signals())),
+                (Some(s), Ok(ms)) => {
+                    s.wait_signal(Some(Duration::from_millis(ms)))
+                        .await
+                        .map(|who| {
+                            format!(
+                                "one signal consumed (from node {}), {} pending",
+                                who.node(),
+                                s.pending_signals()
+                            )
+                        })
+                }
                 (None, _) => Err(no_segment()),
                 (_, Err(_)) => Err(Error::bad_conf().detail(format!("bad timeout {ms:?}"))),
             },

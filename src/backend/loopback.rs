@@ -172,7 +172,9 @@ impl LoopbackImport {
             )));
         }
         let implicit = SharedMap::map(fd.as_fd(), 0, total, writable, None).map_err(|e| {
-            Error::insufficient_resources().detail(format!("cannot map the segment: {e}"))
+            Error::insufficient_resources()
+                .detail(format!("cannot map the segment: {e}"))
+                .io(e)
         })?;
         implicit.dont_fork();
         let lo = LoopbackImport {
@@ -210,11 +212,13 @@ impl LoopbackImport {
                 unsafe { cma::read(pid, base.wrapping_add(at as u64), probe.as_mut_ptr(), 1) };
             if let Err(e) = read {
                 return Err(match e.raw_os_error() {
-                    Some(libc::EPERM) => Error::perm_denied().detail(format!(
-                        "the segment is caller memory, not a memfd, and this process may not \
+                    Some(libc::EPERM) => Error::perm_denied()
+                        .detail(format!(
+                            "the segment is caller memory, not a memfd, and this process may not \
                          reach the exporter's ({pid}) with process_vm_readv: {e} (another \
                          user, or Yama's ptrace_scope); export rsm::SharedMemory instead"
-                    )),
+                        ))
+                        .io(e),
                     _ => remote_error(pid, e),
                 });
             }
@@ -419,11 +423,11 @@ impl LoopbackImport {
         }
         implicit
             .remap(fd.as_fd(), 0)
-            .map_err(|e| Error::conn_aborted().detail(format!("remap: {e}")))?;
+            .map_err(|e| Error::conn_aborted().detail(format!("remap: {e}")).io(e))?;
         if let Some(u) = user.as_ref() {
             u.map
                 .remap(fd.as_fd(), u.offset)
-                .map_err(|e| Error::conn_aborted().detail(format!("remap: {e}")))?;
+                .map_err(|e| Error::conn_aborted().detail(format!("remap: {e}")).io(e))?;
         }
         *lock(&self.fd) = Some(Arc::new(fd));
         tracing::debug!(generation, "loopback segment remapped");
@@ -462,10 +466,10 @@ impl LoopbackImport {
                 Some(libc::EACCES) => {
                     Error::bad_perms().detail("the connection does not grant that protection")
                 }
-                Some(libc::ENOMEM) | Some(libc::EAGAIN) => {
-                    Error::insufficient_resources().detail(format!("mmap: {e}"))
-                }
-                _ => Error::map_failed().detail(format!("mmap: {e}")),
+                Some(libc::ENOMEM) | Some(libc::EAGAIN) => Error::insufficient_resources()
+                    .detail(format!("mmap: {e}"))
+                    .io(e),
+                _ => Error::map_failed().detail(format!("mmap: {e}")).io(e),
             }
         })?;
         let ptr = map.as_ptr();
@@ -496,7 +500,7 @@ fn remote_error(pid: u32, e: std::io::Error) -> Error {
         Some(libc::EFAULT) => format!("the segment's memory is no longer mapped in process {pid}"),
         _ => format!("cannot reach the memory of process {pid}: {e}"),
     };
-    Error::conn_aborted().detail(why)
+    Error::conn_aborted().detail(why).io(e)
 }
 
 /// Copies between segment memory and a buffer. An aligned access of 1, 2, 4 or 8 bytes is
@@ -538,7 +542,11 @@ pub(crate) fn share(mem: &Memory, writable: bool) -> Result<Arc<OwnedFd>> {
     }
     crate::sys::shm::reopen_read_only(m.fd().as_fd())
         .map(Arc::new)
-        .map_err(|e| Error::insufficient_resources().detail(format!("read-only reopen: {e}")))
+        .map_err(|e| {
+            Error::insufficient_resources()
+                .detail(format!("read-only reopen: {e}"))
+                .io(e)
+        })
 }
 
 /// What a connect grant carries for `mem`: the descriptor to offer (a memfd), or the

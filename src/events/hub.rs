@@ -1,13 +1,16 @@
-//! One segment's events: the pending-signal count that waits and the pollable descriptor
-//! consume, and the broadcast that streams observe.
+//! One segment's events: the pending signals that waits and the pollable descriptor
+//! consume, with who posted them, and the broadcast that streams observe.
 
-use super::event::{STREAM_CAPACITY, SegmentEvent};
+use super::event::{Importer, STREAM_CAPACITY, SegmentEvent, Signaller};
 use super::stream::EventStream;
 use super::timer;
 use crate::context::NodeContext;
+use crate::ids::NodeId;
 use crate::reactor::engine::Engine;
 use crate::sys::eventfd::EventCounter;
 use crate::{Error, Result};
+use std::collections::{HashMap, VecDeque};
+use std::hash::Hash;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, RawFd};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
@@ -18,8 +21,14 @@ use tokio::sync::{Notify, broadcast};
 /// not keep this node emitting.
 const MAX_EMITTED: u64 = 1 << 20;
 
-pub(crate) struct Hub {
-    state: Mutex<HubState>,
+/// Who can post to a hub: an export's hub counts per [`Importer`], an import's per exporter
+/// ([`NodeId`]).
+pub(crate) trait Sender: Copy + Eq + Hash + Into<Signaller> + Send + Sync + 'static {}
+impl Sender for Importer {}
+impl Sender for NodeId {}
+
+pub(crate) struct Hub<S: Sender> {
+    state: Mutex<HubState<S>>,
     /// Wakes every waiter when an event arrives or the hub closes; they race to take it.
     notify: Notify,
     /// The streams' broadcast, made at the first subscription: its buffer of
@@ -36,9 +45,11 @@ enum Tx {
     Closed,
 }
 
-#[derive(Default)]
-struct HubState {
+struct HubState<S> {
     pending: u64,
+    /// Who the pending signals are from: one entry per sender with its count, so a peer's
+    /// flood costs no memory; served one at a time in turn (`Senders::take`).
+    senders: Senders<S>,
     /// The pollable descriptor, created at the first `pollfd`; its value mirrors `pending`.
     fd: Option<EventCounter>,
     fd_refs: usize,
@@ -46,12 +57,72 @@ struct HubState {
     peer_lost: bool,
 }
 
-fn lock(m: &Mutex<HubState>) -> MutexGuard<'_, HubState> {
+impl<S> Default for HubState<S> {
+    fn default() -> Self {
+        HubState {
+            pending: 0,
+            senders: Senders::default(),
+            fd: None,
+            fd_refs: 0,
+            closed: false,
+            peer_lost: false,
+        }
+    }
+}
+
+/// The senders of pending signals, at most one entry each: a queue of senders in the order
+/// their first pending signal arrived, and each one's count. A take serves the front and
+/// sends it to the back while it has more, so one busy importer does not keep the others'
+/// signals waiting behind all of its own.
+struct Senders<S> {
+    order: VecDeque<S>,
+    counts: HashMap<S, u64>,
+}
+
+impl<S> Default for Senders<S> {
+    fn default() -> Self {
+        Senders {
+            order: VecDeque::new(),
+            counts: HashMap::new(),
+        }
+    }
+}
+
+impl<S: Copy + Eq + Hash> Senders<S> {
+    fn add(&mut self, from: S, n: u64) {
+        if n == 0 {
+            return;
+        }
+        match self.counts.get_mut(&from) {
+            Some(c) => *c = c.saturating_add(n),
+            None => {
+                self.counts.insert(from, n);
+                self.order.push_back(from);
+            }
+        }
+    }
+
+    fn take(&mut self) -> Option<S> {
+        let from = self.order.pop_front()?;
+        match self.counts.get_mut(&from) {
+            Some(c) if *c > 1 => {
+                *c -= 1;
+                self.order.push_back(from);
+            }
+            _ => {
+                self.counts.remove(&from);
+            }
+        }
+        Some(from)
+    }
+}
+
+fn lock<S>(m: &Mutex<HubState<S>>) -> MutexGuard<'_, HubState<S>> {
     m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
-impl Hub {
-    pub(crate) fn new() -> Arc<Hub> {
+impl<S: Sender> Hub<S> {
+    pub(crate) fn new() -> Arc<Hub<S>> {
         Arc::new(Hub {
             state: Mutex::new(HubState::default()),
             notify: Notify::new(),
@@ -61,20 +132,21 @@ impl Hub {
 
     /// A signal from `from` arrived; with `no_accumulate` it is dropped while one is
     /// pending (DESIGN.md, decision 3). Returns whether it counted.
-    pub(crate) fn post(&self, from: u32, no_accumulate: bool) -> bool {
+    pub(crate) fn post(&self, from: S, no_accumulate: bool) -> bool {
         {
             let mut st = lock(&self.state);
-            if st.closed || (no_accumulate && st.pending > 0) {
+            if st.closed || (no_accumulate && st.pending > 0) || st.pending == u64::MAX {
                 return false;
             }
             st.pending += 1;
+            st.senders.add(from, 1);
             if let Some(fd) = &st.fd {
                 fd.add(1);
             }
             // Told to the streams before a wait can take it (the state lock): a stream
             // subscribed after a wait that consumed this signal must not see it arrive
             // (found by the demo, 1 run in 30). Lock order: state, then tx.
-            self.emit(SegmentEvent::Signal { from });
+            self.emit(SegmentEvent::Signal { from: from.into() });
         }
         self.notify.notify_waiters();
         true
@@ -82,7 +154,7 @@ impl Hub {
 
     /// `n` signals from `from` arrived at once, none with `NO_ACCUMULATE` (a loopback
     /// doorbell's batch). Streams see each, up to [`MAX_EMITTED`] of one batch.
-    pub(crate) fn post_many(&self, from: u32, n: u64) {
+    pub(crate) fn post_many(&self, from: S, n: u64) {
         if n == 0 {
             return;
         }
@@ -91,13 +163,16 @@ impl Hub {
             if st.closed {
                 return;
             }
-            st.pending = st.pending.saturating_add(n);
+            // Only what the count can hold, so the senders' counts always add up to it.
+            let n = n.min(u64::MAX - st.pending);
+            st.pending += n;
+            st.senders.add(from, n);
             if let Some(fd) = &st.fd {
                 fd.add(n);
             }
             // As in `post`: told before a wait can take them.
             for _ in 0..n.min(MAX_EMITTED) {
-                self.emit(SegmentEvent::Signal { from });
+                self.emit(SegmentEvent::Signal { from: from.into() });
             }
         }
         self.notify.notify_waiters();
@@ -114,7 +189,9 @@ impl Hub {
     pub(crate) fn peer_lost(&self, node: u32) {
         let first = !std::mem::replace(&mut lock(&self.state).peer_lost, true);
         if first {
-            self.emit(SegmentEvent::PeerUnreachable { node });
+            self.emit(SegmentEvent::PeerUnreachable {
+                node: crate::NodeId(node),
+            });
         }
     }
 
@@ -130,17 +207,20 @@ impl Hub {
         self.notify.notify_waiters();
     }
 
-    /// Takes one pending event; `Err` once closed.
-    fn try_take(&self) -> std::result::Result<bool, ()> {
+    /// Takes one pending event and says who posted it; `Err` once closed.
+    fn try_take(&self) -> std::result::Result<Option<S>, ()> {
         let mut st = lock(&self.state);
         if st.pending > 0 {
-            st.pending -= 1;
-            if let Some(fd) = &st.fd {
-                fd.take_one();
+            // The senders' counts add up to `pending`.
+            if let Some(from) = st.senders.take() {
+                st.pending -= 1;
+                if let Some(fd) = &st.fd {
+                    fd.take_one();
+                }
+                return Ok(Some(from));
             }
-            return Ok(true);
         }
-        if st.closed { Err(()) } else { Ok(false) }
+        if st.closed { Err(()) } else { Ok(None) }
     }
 
     /// Events pending (posted, not yet consumed).
@@ -148,17 +228,17 @@ impl Hub {
         lock(&self.state).pending
     }
 
-    /// Waits for one event and consumes it (docs/rsmapi.md §4.7, `rsm_intr_signal_wait`): `None` waits
-    /// forever, `Some(ZERO)` only looks. `RSMERR_TIMEOUT` only once the time has really
-    /// passed (DESIGN.md, decision 11). Cancel safe: an event is consumed only by a wait that
-    /// returns `Ok`.
+    /// Waits for one event, consumes it and says who posted it (docs/rsmapi.md §4.7,
+    /// `rsm_intr_signal_wait`): `None` waits forever, `Some(ZERO)` only looks.
+    /// `RSMERR_TIMEOUT` only once the time has really passed (DESIGN.md, decision 11).
+    /// Cancel safe: an event is consumed only by a wait that returns `Ok`.
     pub(crate) async fn wait(
         &self,
         node: &Arc<NodeContext>,
         timeout: Option<Duration>,
         op: &'static str,
         mut reader: Option<Reader<'_>>,
-    ) -> Result<()> {
+    ) -> Result<S> {
         let deadline = timeout.map(|t| Instant::now().checked_add(t));
         // A timeout too long to represent waits forever.
         let deadline = deadline.flatten();
@@ -168,8 +248,8 @@ impl Hub {
             let mut notified = std::pin::pin!(notified);
             notified.as_mut().enable();
             match self.try_take() {
-                Ok(true) => return Ok(()),
-                Ok(false) => {}
+                Ok(Some(from)) => return Ok(from),
+                Ok(None) => {}
                 Err(()) => {
                     return Err(Error::bad_seg_hndl()
                         .op(op)
@@ -177,8 +257,8 @@ impl Hub {
                 }
             }
             if let Some(r) = reader.take() {
-                if self.read_for_signal(node, r, deadline) {
-                    return Ok(());
+                if let Some(from) = self.read_for_signal(node, r, deadline) {
+                    return Ok(from);
                 }
                 // Armed again: a signal the engine delivers from here wakes this task.
                 continue;
@@ -217,13 +297,13 @@ impl Hub {
         node: &NodeContext,
         reader: Reader<'_>,
         deadline: Option<Instant>,
-    ) -> bool {
+    ) -> Option<S> {
         match reader {
             Reader::Queue(engine) => {
                 let budget = engine.signal_spin();
                 if budget.is_zero() {
                     engine.reader_wanted();
-                    return false;
+                    return None;
                 }
                 // The engine stays off the queue (and off the CPU) while this thread reads it.
                 engine.reaper_arrives();
@@ -234,33 +314,35 @@ impl Hub {
             }
             Reader::Bells => {
                 let bells = node.signals.loopback_bells();
-                !bells.is_empty()
-                    && self.look_until(LOOPBACK_SIGNAL_SPIN, deadline, || {
-                        bells.iter().fold(false, |found, b| b.look() | found)
-                    })
+                if bells.is_empty() {
+                    return None;
+                }
+                self.look_until(LOOPBACK_SIGNAL_SPIN, deadline, || {
+                    bells.iter().fold(false, |found, b| b.look() | found)
+                })
             }
         }
     }
 
     /// Calls `look` (which says whether it found anything) until a signal can be taken, for
-    /// up to `budget` or until `deadline`; returns whether one was taken.
+    /// up to `budget` or until `deadline`; returns who posted the one taken.
     fn look_until(
         &self,
         budget: Duration,
         deadline: Option<Instant>,
         mut look: impl FnMut() -> bool,
-    ) -> bool {
+    ) -> Option<S> {
         let start = Instant::now();
         let until = deadline.map_or(start + budget, |d| d.min(start + budget));
         while Instant::now() < until {
             if !look() {
                 std::hint::spin_loop();
             }
-            if self.try_take() == Ok(true) {
-                return true;
+            if let Ok(Some(from)) = self.try_take() {
+                return Some(from);
             }
         }
-        false
+        None
     }
 
     /// A new stream of this segment's events (ends at once on a closed segment).
@@ -291,13 +373,15 @@ impl Hub {
                 Error::insufficient_resources()
                     .op(op)
                     .detail(format!("eventfd: {e}"))
+                    .io(e)
             })?;
             st.fd = Some(fd);
         }
         st.fd_refs += 1;
         let raw = st.fd.as_ref().map_or(-1, EventCounter::raw);
+        drop(st);
         Ok(PollFd {
-            hub: Arc::clone(self),
+            hub: Arc::clone(self) as Arc<dyn Consume>,
             fd: raw,
         })
     }
@@ -305,6 +389,25 @@ impl Hub {
     /// Whether a [`PollFd`] is held (destroy and disconnect refuse, DESIGN.md, decision 5).
     pub(crate) fn pollfd_in_use(&self) -> bool {
         lock(&self.state).fd_refs > 0
+    }
+}
+
+/// What a [`PollFd`] needs of its hub, whoever its senders are.
+trait Consume: Send + Sync {
+    /// Takes one pending event, whoever posted it.
+    fn consume(&self) -> bool;
+    /// A `PollFd` was dropped.
+    fn release(&self);
+}
+
+impl<S: Sender> Consume for Hub<S> {
+    fn consume(&self) -> bool {
+        matches!(self.try_take(), Ok(Some(_)))
+    }
+
+    fn release(&self) {
+        let mut st = lock(&self.state);
+        st.fd_refs = st.fd_refs.saturating_sub(1);
     }
 }
 
@@ -356,7 +459,7 @@ const LOOPBACK_SIGNAL_SPIN: Duration = Duration::from_micros(100);
 /// # Ok(()) }
 /// ```
 pub struct PollFd {
-    hub: Arc<Hub>,
+    hub: Arc<dyn Consume>,
     fd: RawFd,
 }
 
@@ -364,7 +467,7 @@ impl PollFd {
     /// Consumes one pending event without waiting; `false` if none was pending (another
     /// consumer took it first).
     pub fn try_consume(&self) -> bool {
-        matches!(self.hub.try_take(), Ok(true))
+        self.hub.consume()
     }
 }
 
@@ -390,8 +493,7 @@ impl AsFd for PollFd {
 
 impl Drop for PollFd {
     fn drop(&mut self) {
-        let mut st = lock(&self.hub.state);
-        st.fd_refs = st.fd_refs.saturating_sub(1);
+        self.hub.release();
     }
 }
 
@@ -402,45 +504,50 @@ mod tests {
 
     #[test]
     fn posts_count_and_no_accumulate_drops_while_pending() {
-        let hub = Hub::new();
-        assert!(hub.post(2, false));
-        assert!(hub.post(2, false));
-        assert!(!hub.post(2, true), "dropped: events are pending");
+        let hub = Hub::<NodeId>::new();
+        assert!(hub.post(NodeId(2), false));
+        assert!(hub.post(NodeId(2), false));
+        assert!(!hub.post(NodeId(2), true), "dropped: events are pending");
         assert_eq!(hub.pending(), 2);
-        assert_eq!(hub.try_take(), Ok(true));
-        assert_eq!(hub.try_take(), Ok(true));
-        assert_eq!(hub.try_take(), Ok(false));
-        assert!(hub.post(2, true), "nothing pending: counted");
-        assert!(!hub.post(2, true));
+        assert_eq!(hub.try_take(), Ok(Some(NodeId(2))));
+        assert_eq!(hub.try_take(), Ok(Some(NodeId(2))));
+        assert_eq!(hub.try_take(), Ok(None));
+        assert!(hub.post(NodeId(2), true), "nothing pending: counted");
+        assert!(!hub.post(NodeId(2), true));
         assert_eq!(hub.pending(), 1);
         hub.close();
-        assert!(!hub.post(2, false));
+        assert!(!hub.post(NodeId(2), false));
     }
 
     #[test]
     fn a_batch_counts_each_signal_and_streams_see_each() {
-        let hub = Hub::new();
+        let hub = Hub::<NodeId>::new();
         let mut s = hub.subscribe();
-        hub.post_many(4, 3);
-        assert!(!hub.post(4, true), "pending: dropped");
+        hub.post_many(NodeId(4), 3);
+        assert!(!hub.post(NodeId(4), true), "pending: dropped");
         assert_eq!(hub.pending(), 3);
         futures::executor::block_on(async {
             for _ in 0..3 {
-                assert_eq!(s.next().await, Some(Ok(SegmentEvent::Signal { from: 4 })));
+                assert_eq!(
+                    s.next().await,
+                    Some(Ok(SegmentEvent::Signal {
+                        from: Signaller::Exporter(NodeId(4))
+                    }))
+                );
             }
         });
-        hub.post_many(4, u64::MAX);
+        hub.post_many(NodeId(4), u64::MAX);
         assert_eq!(hub.pending(), u64::MAX, "saturates");
     }
 
     #[test]
     fn streams_observe_lag_and_end() {
-        let hub = Hub::new();
+        let hub = Hub::<NodeId>::new();
         let mut slow = hub.subscribe();
         let mut fast = hub.subscribe();
         let extra = 10u64;
         for _ in 0..STREAM_CAPACITY as u64 + extra {
-            hub.post(3, false);
+            hub.post(NodeId(3), false);
         }
         // Streams consume nothing.
         assert_eq!(hub.pending(), STREAM_CAPACITY as u64 + extra);
@@ -451,7 +558,9 @@ mod tests {
             );
             assert_eq!(
                 slow.next().await,
-                Some(Ok(SegmentEvent::Signal { from: 3 }))
+                Some(Ok(SegmentEvent::Signal {
+                    from: Signaller::Exporter(NodeId(3))
+                }))
             );
             hub.close();
             let mut n = 0;
@@ -467,8 +576,8 @@ mod tests {
 
     #[test]
     fn the_pollfd_is_counted() {
-        let hub = Hub::new();
-        hub.post(1, false);
+        let hub = Hub::<NodeId>::new();
+        hub.post(NodeId(1), false);
         let a = hub.pollfd("test").unwrap();
         let b = hub.pollfd("test").unwrap();
         assert!(hub.pollfd_in_use());
@@ -478,5 +587,31 @@ mod tests {
         assert!(hub.pollfd_in_use());
         drop(b);
         assert!(!hub.pollfd_in_use());
+    }
+
+    #[test]
+    fn waits_name_their_senders_in_turn_and_a_flood_takes_one_entry() {
+        let hub = Hub::<Importer>::new();
+        let (a, b) = (Importer::new(2, 10), Importer::new(3, 11));
+        hub.post_many(a, 1_000_000);
+        hub.post(b, false);
+        hub.post(b, false);
+        {
+            let st = lock(&hub.state);
+            assert_eq!(st.senders.order.len(), 2, "one entry per sender");
+            assert_eq!(st.senders.counts.len(), 2);
+        }
+        assert_eq!(hub.pending(), 1_000_002);
+        // In turn: the flood does not keep b waiting.
+        assert_eq!(hub.try_take(), Ok(Some(a)));
+        assert_eq!(hub.try_take(), Ok(Some(b)));
+        assert_eq!(hub.try_take(), Ok(Some(a)));
+        assert_eq!(hub.try_take(), Ok(Some(b)));
+        assert_eq!(hub.try_take(), Ok(Some(a)));
+        assert_eq!(hub.pending(), 999_997);
+        let fd = hub.pollfd("test").unwrap();
+        assert!(fd.try_consume());
+        assert_eq!(hub.pending(), 999_996);
+        assert!(!lock(&hub.state).senders.counts.contains_key(&b));
     }
 }

@@ -115,7 +115,9 @@ impl LoopbackBell {
         };
         if before == 0 {
             eventfd::ring(self.out.as_fd()).map_err(|e| {
-                Error::conn_aborted().detail(format!("cannot ring the loopback doorbell: {e}"))
+                Error::conn_aborted()
+                    .detail(format!("cannot ring the loopback doorbell: {e}"))
+                    .io(e)
             })?;
         }
         Ok(())

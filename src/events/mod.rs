@@ -23,6 +23,6 @@ pub(crate) mod route;
 mod stream;
 mod timer;
 
-pub use event::{STREAM_CAPACITY, SegmentEvent, SignalFlags};
+pub use event::{Importer, STREAM_CAPACITY, SegmentEvent, SignalFlags, Signaller};
 pub use hub::PollFd;
 pub use stream::{EventStream, Lagged};

@@ -8,14 +8,20 @@
 //! `fi_inject_writedata` to the peer's doorbell whose 64-bit completion data is
 //!
 //! ```text
-//! bits 8..64: the receiver's token | bit 1: NO_ACCUMULATE | bit 0: 1 = to an importer
+//! bits 40..64: check | bits 8..40: the receiver's token | bit 1: NO_ACCUMULATE | bit 0: 1 = to an importer
 //! ```
 //!
 //! so that any node can signal and be signalled, import-only and read-only ones included
-//! (the doorbell is not the segment). Where the fabric cannot carry it (no doorbell on either
-//! side, completion data narrower than 8 bytes) or when the node was built with
-//! [`NodeBuilder::signals_over_side_channel`](crate::NodeBuilder::signals_over_side_channel),
-//! the same word goes as a side-channel `Signal` message (token, flag bits).
+//! (the doorbell is not the segment). A doorbell's completion does not say who wrote it, so
+//! the word names the connection at both ends: the receiver's token finds it, and the check
+//! (the low 24 bits of the sender's token for it: the importer's token to the exporter, the
+//! exporter's connection id to the importer) must match what the receiver recorded at
+//! connect, else the signal is dropped. The exporter then knows which importer signalled
+//! from the connection alone. Where the fabric cannot carry it (no doorbell on either side,
+//! completion data narrower than 8 bytes, a token beyond 32 bits) or when the node was built
+//! with [`NodeBuilder::signals_over_side_channel`](crate::NodeBuilder::signals_over_side_channel),
+//! the same word goes as a side-channel `Signal` message (the whole token, flag bits), whose
+//! link names the sending node.
 //!
 //! On `loopback` a connection has its own doorbell instead (`events/loopback_bell.rs`): a
 //! shared word and an eventfd each way, handed over with the segment's memfd; the side
@@ -47,12 +53,18 @@ const TO_IMPORTER: u64 = 0x01;
 /// Bit 1: `RSM_SIGPOST_NO_ACCUMULATE`.
 const NO_ACCUMULATE: u64 = 0x02;
 const TOKEN_SHIFT: u32 = 8;
-/// Tokens fit in the 56 bits above the flags.
-pub(crate) const MAX_TOKEN: u64 = (1 << (64 - TOKEN_SHIFT)) - 1;
+/// Tokens a doorbell word carries (32 bits); larger ones go over the side channel.
+pub(crate) const MAX_BELL_TOKEN: u64 = u32::MAX as u64;
+const CHECK_SHIFT: u32 = 40;
+/// The check: the low 24 bits of the sender's token.
+pub(crate) const CHECK_MASK: u64 = (1 << (64 - CHECK_SHIFT)) - 1;
+/// Tokens this node hands out stay below 2^32 for a long while: random start in 2^31.
+pub(crate) const MAX_TOKEN: u64 = (1 << 56) - 1;
 
-/// The 64-bit completion data of a signal.
-pub(crate) fn encode(token: u64, to_importer: bool, flags: SignalFlags) -> u64 {
-    let mut w = (token & MAX_TOKEN) << TOKEN_SHIFT;
+/// The 64-bit completion data of a signal to the receiver's `token` from the sender whose
+/// token for the connection is `sender`.
+pub(crate) fn encode(token: u64, sender: u64, to_importer: bool, flags: SignalFlags) -> u64 {
+    let mut w = ((token & MAX_BELL_TOKEN) << TOKEN_SHIFT) | ((sender & CHECK_MASK) << CHECK_SHIFT);
     if to_importer {
         w |= TO_IMPORTER;
     }
@@ -62,13 +74,30 @@ pub(crate) fn encode(token: u64, to_importer: bool, flags: SignalFlags) -> u64 {
     w
 }
 
-/// Token, direction (to an importer?) and whether `NO_ACCUMULATE` was asked for.
-pub(crate) fn decode(word: u64) -> (u64, bool, bool) {
-    (
-        word >> TOKEN_SHIFT,
-        word & TO_IMPORTER != 0,
-        word & NO_ACCUMULATE != 0,
-    )
+/// What a signal word says: the receiver's token, the check, the direction (to an
+/// importer?) and whether `NO_ACCUMULATE` was asked for. A side-channel `Signal` has only
+/// the flag bits in its word.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Word {
+    pub(crate) token: u64,
+    pub(crate) check: u64,
+    pub(crate) to_importer: bool,
+    pub(crate) no_accumulate: bool,
+}
+
+pub(crate) fn decode(word: u64) -> Word {
+    Word {
+        token: (word >> TOKEN_SHIFT) & MAX_BELL_TOKEN,
+        check: word >> CHECK_SHIFT,
+        to_importer: word & TO_IMPORTER != 0,
+        no_accumulate: word & NO_ACCUMULATE != 0,
+    }
+}
+
+/// Whether `sender`, the sender's token as the receiver recorded it, is what a word's check
+/// says.
+pub(crate) fn checks(word: &Word, sender: u64) -> bool {
+    sender & CHECK_MASK == word.check
 }
 
 /// An importer as its exporter signals it.
@@ -137,7 +166,7 @@ impl Default for Routes {
     fn default() -> Self {
         Routes {
             force_side: AtomicBool::new(false),
-            next_token: AtomicU64::new(u64::from(rand::random::<u32>()) + 1),
+            next_token: AtomicU64::new(u64::from(rand::random::<u32>() >> 1) + 1),
             imports: Mutex::new(HashMap::new()),
             importers: Mutex::new(HashMap::new()),
             loopback: Mutex::new(HashMap::new()),
@@ -157,7 +186,7 @@ impl Routes {
         self.force_side.load(Ordering::Relaxed)
     }
 
-    /// A fresh importer token.
+    /// A fresh importer token (below 2^32, so the doorbell carries it, for 2^31 imports).
     pub(crate) fn new_token(&self) -> u64 {
         self.next_token.fetch_add(1, Ordering::Relaxed) & MAX_TOKEN
     }
@@ -250,6 +279,8 @@ impl Routes {
 pub(crate) struct Target<'a> {
     pub(crate) node: u32,
     pub(crate) token: u64,
+    /// The sender's own token for the connection (the word's check).
+    pub(crate) sender: u64,
     pub(crate) to_importer: bool,
     pub(crate) bell: Option<&'a Doorbell>,
     pub(crate) dest: Option<ffi::fi_addr_t>,
@@ -264,7 +295,7 @@ pub(crate) async fn send(
     flags: SignalFlags,
     op: &'static str,
 ) -> Result<()> {
-    let word = encode(t.token, t.to_importer, flags);
+    let word = encode(t.token, t.sender, t.to_importer, flags);
     if backend.is_none() && !routes.side_channel_forced() {
         if let Some(bell) = routes.loopback_bell(t.node, t.to_importer, t.token) {
             bell.ring(flags.contains(SignalFlags::NO_ACCUMULATE))
@@ -278,7 +309,10 @@ pub(crate) async fn send(
     let fabric = backend
         .filter(|b| !routes.side_channel_forced() && b.carries_signals() && b.doorbell().is_some());
     if let (Some(backend), Some(bell), Some(dest)) = (fabric, t.bell, t.dest) {
-        return ring(backend, t.node, dest, bell, word, op).await;
+        // A token the word cannot hold goes by the side channel, which carries all of it.
+        if t.token <= MAX_BELL_TOKEN {
+            return ring(backend, t.node, dest, bell, word, op).await;
+        }
     }
     let side = side.map_err(|e| e.op(op))?;
     routes.sent_by_side.fetch_add(1, Ordering::Relaxed);
@@ -338,12 +372,36 @@ mod tests {
 
     #[test]
     fn the_signal_word_round_trips() {
-        let w = encode(0x12_3456_789A, true, SignalFlags::NO_ACCUMULATE);
-        assert_eq!(w & 0xFF, 0x03);
-        assert_eq!(decode(w), (0x12_3456_789A, true, true));
-        assert_eq!(
-            decode(encode(MAX_TOKEN, false, SignalFlags::empty())),
-            (MAX_TOKEN, false, false)
+        let w = encode(
+            0x3456_789A,
+            0x12_ABCD_EF01,
+            true,
+            SignalFlags::NO_ACCUMULATE,
         );
+        assert_eq!(w & 0xFF, 0x03);
+        let d = decode(w);
+        assert_eq!(
+            d,
+            Word {
+                token: 0x3456_789A,
+                check: 0xCD_EF01,
+                to_importer: true,
+                no_accumulate: true
+            }
+        );
+        assert!(checks(&d, 0x12_ABCD_EF01));
+        assert!(checks(&d, 0xCD_EF01));
+        assert!(!checks(&d, 0x12_ABCD_EF02));
+        let d = decode(encode(
+            MAX_BELL_TOKEN,
+            u64::MAX,
+            false,
+            SignalFlags::empty(),
+        ));
+        assert_eq!((d.token, d.check), (MAX_BELL_TOKEN, CHECK_MASK));
+        assert!(!d.to_importer && !d.no_accumulate);
+        // Any word decodes to something; a hostile one only fails its check or lookup.
+        let d = decode(u64::MAX);
+        assert_eq!((d.token, d.check), (MAX_BELL_TOKEN, CHECK_MASK));
     }
 }

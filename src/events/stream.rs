@@ -2,6 +2,7 @@
 
 use super::event::SegmentEvent;
 use futures::Stream;
+use futures::stream::FusedStream;
 use std::pin::Pin;
 use std::task::{Context, Poll};
 use tokio::sync::broadcast;
@@ -24,7 +25,8 @@ type Inner = Pin<Box<dyn Stream<Item = Result<SegmentEvent, Lagged>> + Send>>;
 /// [`STREAM_CAPACITY`](crate::events::STREAM_CAPACITY) of them, and yields `Err(Lagged(n))` when it fell behind. Streams observe: they consume
 /// nothing that waits count. A stream ends when its segment is destroyed or disconnected.
 ///
-/// Works on any executor.
+/// Works on any executor. It is a [`FusedStream`]: once it ended, it stays ended (and says
+/// so), so it can sit in a `futures::select!` loop.
 ///
 /// ```no_run
 /// # async fn f(seg: rsm::ExportSegment) {
@@ -34,7 +36,7 @@ type Inner = Pin<Box<dyn Stream<Item = Result<SegmentEvent, Lagged>> + Send>>;
 /// let mut events = seg.events();
 /// while let Some(e) = events.next().await {
 ///     match e {
-///         Ok(SegmentEvent::Signal { from }) => println!("signal from node {from}"),
+///         Ok(SegmentEvent::Signal { from }) => println!("signal from node {}", from.node()),
 ///         Ok(other) => println!("{other:?}"),
 ///         Err(lagged) => println!("{lagged}"),
 ///     }
@@ -43,10 +45,13 @@ type Inner = Pin<Box<dyn Stream<Item = Result<SegmentEvent, Lagged>> + Send>>;
 /// ```
 pub struct EventStream {
     inner: Inner,
+    /// The stream ended: the inner one is not polled again.
+    ended: bool,
 }
 
 impl EventStream {
     pub(crate) fn new(rx: Option<broadcast::Receiver<SegmentEvent>>) -> EventStream {
+        let ended = rx.is_none();
         let inner: Inner = match rx {
             None => Box::pin(futures::stream::empty()),
             Some(rx) => Box::pin(futures::stream::unfold(rx, |mut rx| async move {
@@ -57,13 +62,15 @@ impl EventStream {
                 }
             })),
         };
-        EventStream { inner }
+        EventStream { inner, ended }
     }
 }
 
 impl std::fmt::Debug for EventStream {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("EventStream").finish_non_exhaustive()
+        f.debug_struct("EventStream")
+            .field("ended", &self.ended)
+            .finish_non_exhaustive()
     }
 }
 
@@ -71,6 +78,41 @@ impl Stream for EventStream {
     type Item = Result<SegmentEvent, Lagged>;
 
     fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
-        self.inner.as_mut().poll_next(cx)
+        if self.ended {
+            return Poll::Ready(None);
+        }
+        let next = self.inner.as_mut().poll_next(cx);
+        if let Poll::Ready(None) = next {
+            self.ended = true;
+        }
+        next
+    }
+}
+
+impl FusedStream for EventStream {
+    fn is_terminated(&self) -> bool {
+        self.ended
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use futures::StreamExt;
+
+    #[test]
+    fn an_ended_stream_stays_ended_and_says_so() {
+        let (tx, rx) = broadcast::channel(4);
+        let mut s = EventStream::new(Some(rx));
+        assert!(!s.is_terminated());
+        tx.send(SegmentEvent::Revoked).unwrap();
+        drop(tx);
+        futures::executor::block_on(async {
+            assert_eq!(s.next().await, Some(Ok(SegmentEvent::Revoked)));
+            assert_eq!(s.next().await, None);
+            assert!(s.is_terminated());
+            assert_eq!(s.next().await, None);
+        });
+        assert!(EventStream::new(None).is_terminated());
     }
 }

@@ -70,7 +70,7 @@ pub(crate) struct ImportInner {
     /// The barrier `init_barrier` attached last.
     pub(super) barrier: std::sync::Mutex<Option<Arc<BarrierCore>>>,
     /// Signals, waits, the pollable descriptor and streams (`import/signal.rs`).
-    pub(super) events: Arc<crate::events::hub::Hub>,
+    pub(super) events: Arc<crate::events::hub::Hub<crate::ids::NodeId>>,
     /// The exporter's doorbell on this controller, if it has one.
     pub(super) bell: Option<crate::sans_io::wire::Doorbell>,
     /// This node's token for the connection: the exporter's signals carry it.

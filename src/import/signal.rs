@@ -6,6 +6,7 @@ use super::{ImportInner, ImportSegment};
 use crate::events::hub::Hub;
 use crate::events::route::{self, Target};
 use crate::events::{EventStream, PollFd, SignalFlags};
+use crate::ids::NodeId;
 use crate::{Error, Result};
 use std::future::Future;
 use std::sync::Arc;
@@ -17,13 +18,18 @@ impl ImportInner {
         self.node
     }
 
-    pub(crate) fn events(&self) -> &Arc<Hub> {
+    /// The exporter's id for the connection (its signals' check).
+    pub(crate) fn conn_id(&self) -> u64 {
+        self.conn_id
+    }
+
+    pub(crate) fn events(&self) -> &Arc<Hub<NodeId>> {
         &self.events
     }
 
     /// The exporter signalled this import.
     pub(crate) fn on_signal(&self, no_accumulate: bool) {
-        self.events.post(self.node, no_accumulate);
+        self.events.post(NodeId(self.node), no_accumulate);
     }
 }
 
@@ -82,6 +88,7 @@ impl ImportSegment {
         let target = Target {
             node: inner.node,
             token: inner.conn_id,
+            sender: inner.token,
             to_importer: false,
             bell: inner.bell.as_ref(),
             dest: Some(inner.dest),
@@ -100,7 +107,10 @@ impl ImportSegment {
 
     /// Waits for a signal from the exporter and consumes it (`rsm_intr_signal_wait`): `n`
     /// posts satisfy `n` waits, unless `NO_ACCUMULATE` dropped some. `None` waits forever;
-    /// `Some(Duration::ZERO)` only takes one already pending.
+    /// `Some(Duration::ZERO)` only takes one already pending. Returns who signalled: the
+    /// exporting node (an import has one sender; on an export,
+    /// [`ExportSegment::wait_signal`](crate::ExportSegment::wait_signal) names the
+    /// importer).
     ///
     /// Works on any executor (the timer runs on the node's own runtime when the caller has
     /// no tokio runtime).
@@ -118,13 +128,13 @@ impl ImportSegment {
     /// use std::time::Duration;
     ///
     /// match seg.wait_signal(Some(Duration::from_secs(1))).await {
-    ///     Ok(()) => println!("signalled"),
-    ///     Err(e) if e.code() == 42 => println!("RSMERR_TIMEOUT"),
+    ///     Ok(exporter) => println!("node {exporter} signalled"),
+    ///     Err(e) if e.is_timeout() => println!("nothing within a second"),
     ///     Err(e) => return Err(e),
     /// }
     /// # Ok(()) }
     /// ```
-    pub async fn wait_signal(&self, timeout: Option<Duration>) -> Result<()> {
+    pub async fn wait_signal(&self, timeout: Option<Duration>) -> Result<NodeId> {
         const OP: &str = "intr_signal_wait";
         let inner = &self.inner;
         let state = inner.state.upgrade().ok_or_else(|| {

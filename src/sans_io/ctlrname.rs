@@ -36,7 +36,7 @@ impl ControllerName {
     ///            ControllerName::Unit { kind: "tcp".into(), unit: 0 });
     /// assert_eq!(ControllerName::parse(Some("loopback3")).unwrap(), ControllerName::Loopback);
     /// assert_eq!(ControllerName::parse(None).unwrap(), ControllerName::Loopback);
-    /// assert_eq!(ControllerName::parse(Some("bogus!")).unwrap_err().code(), 4);
+    /// assert!(matches!(ControllerName::parse(Some("bogus!")).unwrap_err(), rsm::Error::CtlrNotPresent(_)));
     /// ```
     pub fn parse(name: Option<&str>) -> Result<Self> {
         let Some(raw) = name.map(str::trim).filter(|s| !s.is_empty()) else {

@@ -51,6 +51,7 @@ pub(super) fn bind_unix(node: u32) -> Result<StdUnixListener> {
             .op("start side channel")
             .node(node)
             .detail(what)
+            .io(e)
     };
     let addr = UnixAddr::from_abstract_name(name.as_bytes()).map_err(fail)?;
     let listener = StdUnixListener::bind_addr(&addr).map_err(fail)?;

@@ -56,6 +56,7 @@ impl FdService {
             Error::insufficient_resources()
                 .op("publish")
                 .detail(format!("cannot listen on the unix socket @{name}: {e}"))
+                .io(e)
         };
         let listener = super::accept::bind_abstract(&name).map_err(fail)?;
         let service = Arc::new(FdService {

@@ -107,6 +107,7 @@ impl SideChannel {
                 .op("start side channel")
                 .node(id.node_id)
                 .detail(format!("{what}: {e}"))
+                .io(e)
         };
         let _runtime = handle.enter();
         let tcp_addr = tcp.local_addr().ok();

@@ -408,7 +408,7 @@ pub fn exporter_role() {
             ["wait", ms] => {
                 let timeout = std::time::Duration::from_millis(ms.parse().unwrap());
                 match rt.block_on(seg.wait_signal(Some(timeout))) {
-                    Ok(()) => say("signalled"),
+                    Ok(_importer) => say("signalled"),
                     Err(e) => say(e.name()),
                 }
             }

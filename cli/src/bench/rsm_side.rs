@@ -210,6 +210,7 @@ impl RsmInitiator {
         self.imp
             .wait_signal(Some(std::time::Duration::from_secs(5)))
             .await
+            .map(|_exporter| ())
     }
 
     /// Disconnects and closes everything.
