@@ -368,10 +368,12 @@ impl Error {
     ///
     /// ```no_run
     /// # async fn f(ctrl: rsm::Controller) -> rsm::Result<()> {
-    /// match ctrl.import(1, 0x400000, rsm::Perm::READ | rsm::Perm::WRITE).await {
+    /// use rsm::{NodeId, SegmentId};
+    /// let (node, id) = (NodeId(1), SegmentId(0x400000));
+    /// match ctrl.import(node, id, rsm::Perm::READ | rsm::Perm::WRITE).await {
     ///     Ok(seg) => drop(seg),
     ///     Err(e) if e.is_permission() => {
-    ///         let seg = ctrl.import(1, 0x400000, rsm::Perm::READ).await?; // read-only, then
+    ///         let seg = ctrl.import(node, id, rsm::Perm::READ).await?; // read-only, then
     ///         drop(seg);
     ///     }
     ///     Err(e) => return Err(e),
