@@ -46,6 +46,11 @@ pub mod topology;
 #[cfg(feature = "test-util")]
 pub mod test_util;
 
+/// The README's code blocks, compiled and run by `cargo test --doc`.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+pub struct ReadmeDoctests;
+
 pub use controller::{Controller, ControllerAttr, ControllerInfo};
 pub use sans_io::segid::{SegmentIdRange, get_segmentid_range};
 pub use sans_io::wire::ByteOrder;

@@ -7,8 +7,6 @@
 //! child's standard input and output: one command, one answer line (`ok [text]` or
 //! `err <RSMERR_NAME> <detail>`). The child is always ended and reaped, also when a step fails
 //! or this process panics.
-//!
-//! The README's code blocks are compiled and run from here too (`ReadmeDoctests`).
 
 use clap::Args;
 use futures::StreamExt;
@@ -19,11 +17,6 @@ use std::io::{BufRead, BufReader, Write};
 use std::process::{Child, ChildStdin, ExitCode, Stdio};
 use std::time::{Duration, Instant};
 use tokio::sync::mpsc;
-
-/// The README's code blocks, compiled and run by `cargo test --doc`.
-#[cfg(doctest)]
-#[doc = include_str!("../README.md")]
-pub(crate) struct ReadmeDoctests;
 
 /// How long the exporter or a local call may take to answer before the demo gives up.
 const ANSWER_TIMEOUT: Duration = Duration::from_secs(30);
