@@ -25,6 +25,7 @@ use std::collections::HashMap;
 use std::net::IpAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, Weak};
+use std::time::Duration;
 
 pub(crate) mod info;
 
@@ -124,6 +125,35 @@ impl Controller {
         &self.inner.kind
     }
 
+    /// The longest time a task awaiting an operation or a signal on this controller
+    /// busy-polls (reads the completion queue, spins) inside one `poll` before it returns
+    /// `Pending`: the node's spin budget capping the provider's tuned figure (see
+    /// [`crate::NodeBuilder::spin_budget`]). Zero means the progress engine does all the
+    /// reading and wakes the task; `loopback`, whose operations are copies, says zero.
+    ///
+    /// ```
+    /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+    /// rt.block_on(async {
+    ///     let node = rsm::Node::builder()
+    ///         .ignore_environment()
+    ///         .id(9121)
+    ///         .spin_budget(std::time::Duration::ZERO)
+    ///         .start()
+    ///         .await?;
+    ///     let tcp = node.controller("tcp0").await?;
+    ///     assert!(tcp.spin_budget().is_zero());
+    ///     Ok::<_, rsm::Error>(())
+    /// })?;
+    /// # Ok(()) }
+    /// ```
+    pub fn spin_budget(&self) -> Duration {
+        match &self.inner.backend {
+            Backend::Fabric(b) => b.engine().spin_budget(),
+            Backend::Loopback(_) => Duration::ZERO,
+        }
+    }
+
     pub(crate) fn fabric(&self) -> Option<&Arc<FabricBackend>> {
         match &self.inner.backend {
             Backend::Fabric(b) => Some(b),
@@ -149,12 +179,21 @@ impl Controller {
     }
 }
 
+/// The user's spin budgets: the node's, and per controller name (as `Node::controller`
+/// takes it), the later of two naming one controller winning.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct SpinBudgets {
+    pub(crate) node: Option<Duration>,
+    pub(crate) per_controller: Vec<(String, Duration)>,
+}
+
 /// The controllers of one node: what `fi_getinfo` offers on its interface, and the open ones.
 pub(crate) struct ControllerRegistry {
     local_ip: IpAddr,
     node: Weak<NodeContext>,
     candidates: OnceLock<std::result::Result<Vec<Candidate>, String>>,
     open: Mutex<HashMap<String, Weak<ControllerInner>>>,
+    budgets: SpinBudgets,
 }
 
 static SERIAL: AtomicU64 = AtomicU64::new(1);
@@ -166,7 +205,46 @@ impl ControllerRegistry {
             node,
             candidates: OnceLock::new(),
             open: Mutex::new(HashMap::new()),
+            budgets: SpinBudgets::default(),
         }
+    }
+
+    /// The same, with the user's spin budgets for the controllers it opens.
+    pub(crate) fn with_budgets(mut self, budgets: SpinBudgets) -> Self {
+        self.budgets = budgets;
+        self
+    }
+
+    /// The spin budget of candidate `c`: the last override whose name resolves to it, else
+    /// the node's.
+    fn budget_for(&self, c: &Candidate) -> Option<Duration> {
+        let named = self.budgets.per_controller.iter().rev().find(|(name, _)| {
+            ControllerName::parse(Some(name)).is_ok_and(|parsed| {
+                !matches!(parsed, ControllerName::Loopback)
+                    && self.resolve(&parsed, name).is_ok_and(|r| r.name == c.name)
+            })
+        });
+        named.map(|(_, d)| *d).or(self.budgets.node)
+    }
+
+    /// Whether `name` is open already or needs no libfabric call to open (`loopback`): a
+    /// `get` of it is quick.
+    pub(crate) fn is_quick(&self, name: Option<&str>) -> bool {
+        let Ok(parsed) = ControllerName::parse(name) else {
+            return true;
+        };
+        if matches!(parsed, ControllerName::Loopback) {
+            return true;
+        }
+        // Listing the candidates calls `fi_getinfo`: not quick the first time.
+        if self.candidates.get().is_none() {
+            return false;
+        }
+        let Ok(c) = self.resolve(&parsed, name.unwrap_or_default()) else {
+            return true;
+        };
+        let open = self.open.lock().unwrap_or_else(|p| p.into_inner());
+        open.get(&c.name).is_some_and(|w| w.strong_count() > 0)
     }
 
     fn candidates(&self) -> Result<&[Candidate]> {
@@ -197,11 +275,10 @@ impl ControllerRegistry {
         }
         let inner = Arc::new(match parsed {
             ControllerName::Loopback => open_loopback(self.node.clone()),
-            _ => open_fabric(
-                self.resolve(&parsed, &key)?,
-                self.local_ip,
-                self.node.clone(),
-            )?,
+            _ => {
+                let c = self.resolve(&parsed, &key)?;
+                open_fabric(c, self.local_ip, self.node.clone(), self.budget_for(c))?
+            }
         });
         open.retain(|_, w| w.strong_count() > 0);
         open.insert(key, Arc::downgrade(&inner));
@@ -263,9 +340,10 @@ fn open_fabric(
     c: &Candidate,
     local_ip: IpAddr,
     node: Weak<NodeContext>,
+    spin_budget: Option<Duration>,
 ) -> Result<ControllerInner> {
     let (info, domain) = discovery::describe(c, local_ip)?;
-    let backend = FabricBackend::open(domain, &c.name, &c.kind)
+    let backend = FabricBackend::open(domain, &c.name, &c.kind, spin_budget)
         .map_err(|e| e.op("get_controller").controller(c.name.clone()))?;
     if let Some(state) = node.upgrade() {
         state.add_engine(backend.engine());
