@@ -70,11 +70,11 @@ pub mod segid_ranges {
 pub use error::{Error, Result};
 pub use events::{EventStream, Lagged, PollFd, SegmentEvent, SignalFlags};
 pub use export::{ExportSegment, SegmentMemory};
+pub use ids::{NodeId, ProviderKind, SegmentId};
 pub use import::{
     Barrier, BarrierMode, ImportMapping, ImportSegment, MAX_SGIOREQS, MapAt, SgEntry, SgFlags,
     SgLocal, SgOp, SgOutcome,
 };
-pub use ids::{NodeId, ProviderKind, SegmentId};
 pub use local::LocalMemory;
 pub use node::{Node, NodeBuilder, NodeConfig};
 pub use perm::{Access, ExportFlags, Perm};

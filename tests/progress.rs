@@ -174,7 +174,9 @@ fn a_controller_budget_overrides_the_nodes_and_caps_the_tuned_figure() {
 }
 
 async fn node_with_budget(budget: Option<Duration>) -> rsm::Node {
-    let b = rsm::Node::builder().ignore_environment().id(fresh_node_id());
+    let b = rsm::Node::builder()
+        .ignore_environment()
+        .id(fresh_node_id());
     match budget {
         Some(d) => b.spin_budget(d),
         None => b,
@@ -206,7 +208,7 @@ fn blocking_setup_calls_run_off_the_callers_thread() {
             seg.republish(&[]).await.expect("republish");
             let cb = b.controller(ctrl).await.expect("controller");
             let imp = cb.import(a_id, id, Perm::RDWR).await.expect("import");
-            let local = cb.local_memory(1 << 20).expect("local memory");
+            let local = cb.local_memory(1 << 20).await.expect("local memory");
             local.write_at(0, b"registered").expect("write");
             let (res, _) = imp.put(0, b"published!".to_vec()).await;
             res.expect("put");

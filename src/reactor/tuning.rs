@@ -162,7 +162,10 @@ mod tests {
     #[test]
     fn a_budget_caps_the_spins_and_zero_hands_off() {
         let tcp = Tuning::for_kind("tcp");
-        assert_eq!(tcp.with_budget(None).spin_budget(), Duration::from_micros(100));
+        assert_eq!(
+            tcp.with_budget(None).spin_budget(),
+            Duration::from_micros(100)
+        );
         let capped = tcp.with_budget(Some(Duration::from_micros(30)));
         assert_eq!(capped.inline_spin, Duration::from_micros(30));
         assert_eq!(capped.signal_spin, Duration::from_micros(30));
