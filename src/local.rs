@@ -111,9 +111,9 @@ impl Controller {
     /// # rt.block_on(async {
     /// let node = rsm::Node::builder().ignore_environment().id(9532).start().await?;
     /// let ctrl = node.controller("tcp0").await?;
-    /// // An empty Vec holds no byte.
+    /// // An empty Vec's dangling address is not page-aligned.
     /// let e = ctrl.local_memory_from(Vec::<u8>::new()).await.unwrap_err();
-    /// assert_eq!(e.name(), "RSMERR_BAD_LENGTH");
+    /// assert_eq!(e.name(), "RSMERR_BAD_ADDR");
     /// let mem = ctrl.local_memory_from(rsm::SharedMemory::new(4096)?).await?;
     /// assert_eq!(mem.len(), 4096);
     /// node.shutdown().await;
