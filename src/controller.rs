@@ -129,7 +129,8 @@ impl Controller {
     /// busy-polls (reads the completion queue, spins) inside one `poll` before it returns
     /// `Pending`: the node's spin budget capping the provider's tuned figure (see
     /// [`crate::NodeBuilder::spin_budget`]). Zero means the progress engine does all the
-    /// reading and wakes the task; `loopback`, whose operations are copies, says zero.
+    /// reading and wakes the task. On `loopback`, whose operations are copies, it is how
+    /// long a signal wait looks at its doorbells before it parks.
     ///
     /// ```
     /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
@@ -150,7 +151,11 @@ impl Controller {
     pub fn spin_budget(&self) -> Duration {
         match &self.inner.backend {
             Backend::Fabric(b) => b.engine().spin_budget(),
-            Backend::Loopback(_) => Duration::ZERO,
+            Backend::Loopback(_) => self
+                .inner
+                .node
+                .upgrade()
+                .map_or(Duration::ZERO, |n| n.loopback_signal_spin()),
         }
     }
 
@@ -185,6 +190,19 @@ impl Controller {
 pub(crate) struct SpinBudgets {
     pub(crate) node: Option<Duration>,
     pub(crate) per_controller: Vec<(String, Duration)>,
+}
+
+impl SpinBudgets {
+    /// The `loopback` controller's: the last override naming it, else the node's.
+    pub(crate) fn loopback(&self) -> Option<Duration> {
+        let named = self.per_controller.iter().rev().find(|(name, _)| {
+            matches!(
+                ControllerName::parse(Some(name)),
+                Ok(ControllerName::Loopback)
+            )
+        });
+        named.map(|(_, d)| *d).or(self.node)
+    }
 }
 
 /// The controllers of one node: what `fi_getinfo` offers on its interface, and the open ones.

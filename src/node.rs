@@ -585,7 +585,8 @@ impl NodeBuilder {
     /// wake-up, which saves 10-15 µs per operation; but it holds its executor thread while
     /// it spins, so the thread's other tasks (timers, sockets) wait. The default is each
     /// provider's tuned figure (100 µs on `tcp0` per slice, 20 µs on `shm0`, and 100 µs
-    /// before a signal wait parks; none on `sockets0`), right for a latency-bound loop. A
+    /// before a signal wait parks, also on `loopback`; none on `sockets0`), right for a
+    /// latency-bound loop. A
     /// budget caps every one of them (a long transfer still spins in several polls, each at
     /// most the budget, yielding to the executor between them).
     ///
@@ -611,7 +612,8 @@ impl NodeBuilder {
     /// Sets the spin budget of one controller (see [`NodeBuilder::spin_budget`]), named as
     /// [`Node::controller`] takes it (`tcp0`, `tcp:lo`, case-insensitive); it overrides the
     /// node's budget for that controller. A name that opens nothing is ignored; of two
-    /// settings naming one controller, the later wins. `loopback` has no queue to read.
+    /// settings naming one controller, the later wins. On `loopback` (no queue: its
+    /// operations are copies) it caps a signal wait's look at its doorbells.
     ///
     /// ```
     /// use std::time::Duration;
@@ -701,6 +703,7 @@ impl NodeBuilder {
         })?;
         let incarnation = rand::rng().random_range(1..=u64::MAX);
         let state = NodeContext::new(handle.clone());
+        state.set_loopback_spin_budget(budgets.loopback());
         state
             .signals
             .force_side_channel(self.signals_over_side_channel);
@@ -864,16 +867,21 @@ const ENV_SPIN_BUDGET_US: &str = "RSM_SPIN_BUDGET_US";
 
 /// The spin budget `RSM_SPIN_BUDGET_US` sets, if any.
 fn env_spin_budget() -> Result<Option<Duration>> {
-    let Ok(text) = std::env::var(ENV_SPIN_BUDGET_US) else {
-        return Ok(None);
-    };
+    std::env::var(ENV_SPIN_BUDGET_US)
+        .ok()
+        .map(|text| parse_spin_budget_us(&text))
+        .transpose()
+}
+
+/// A spin budget in microseconds, as `RSM_SPIN_BUDGET_US` holds it.
+fn parse_spin_budget_us(text: &str) -> Result<Duration> {
     let us: u64 = text.trim().parse().map_err(|_| {
         Error::bad_conf().op("start").detail(format!(
             "{ENV_SPIN_BUDGET_US}: {:?} is not a number of microseconds",
             text.chars().take(32).collect::<String>()
         ))
     })?;
-    Ok(Some(Duration::from_micros(us)))
+    Ok(Duration::from_micros(us))
 }
 
 fn bind(addr: SocketAddr) -> Result<TcpListener> {
@@ -941,6 +949,20 @@ mod tests {
             waited >= NAME_RELEASE_WAIT && waited < NAME_RELEASE_WAIT + Duration::from_secs(2),
             "{waited:?}"
         );
+    }
+
+    #[test]
+    fn the_spin_budget_variable_is_microseconds() {
+        assert_eq!(parse_spin_budget_us(" 0").unwrap(), Duration::ZERO);
+        assert_eq!(
+            parse_spin_budget_us("25").unwrap(),
+            Duration::from_micros(25)
+        );
+        for bad in ["", "-1", "1.5", "10us", "99999999999999999999999"] {
+            let e = parse_spin_budget_us(bad).unwrap_err();
+            assert_eq!(e.code(), 44, "{bad:?}: {e}");
+            assert!(e.to_string().contains(ENV_SPIN_BUDGET_US), "{e}");
+        }
     }
 
     #[test]

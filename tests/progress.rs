@@ -198,14 +198,17 @@ fn a_controller_budget_overrides_the_nodes_and_caps_the_tuned_figure() {
         // sockets never spins: a budget only caps.
         let sockets = node.controller("sockets0").await.unwrap();
         assert_eq!(sockets.spin_budget(), Duration::ZERO);
+        // loopback's budget caps how long a signal wait looks at its doorbells.
         let loopback = node.controller("loopback").await.unwrap();
-        assert_eq!(loopback.spin_budget(), Duration::ZERO);
+        assert_eq!(loopback.spin_budget(), Duration::from_micros(7));
         node.shutdown().await;
 
         // The default: the provider's tuned figures.
         let node = node_with_budget(None).await;
         let tcp = node.controller("tcp0").await.unwrap();
         assert!(tcp.spin_budget() > Duration::ZERO);
+        let loopback = node.controller("loopback").await.unwrap();
+        assert!(loopback.spin_budget() > Duration::ZERO);
         node.shutdown().await;
     });
 }
@@ -260,6 +263,72 @@ fn blocking_setup_calls_run_off_the_callers_thread() {
             late.worst, late.held, late.ticks
         );
         assert!(late.ticks > 0, "the timer ran beside the setup calls");
+        a.shutdown().await;
+        b.shutdown().await;
+    });
+}
+
+/// A controller's opening dropped half-way leaves nothing behind in the node's table: the
+/// next opening makes a fresh controller, which nobody else holds, and which works.
+#[test]
+fn a_dropped_controller_opening_leaves_nothing_behind() {
+    let _serial = serial();
+    runtime().block_on(async {
+        let node = node_with_budget(None).await;
+        let mut opening = Box::pin(node.controller("tcp0"));
+        // The first poll starts the opening on the node's thread (listing the providers
+        // first, which takes milliseconds); then the future is dropped.
+        let first = futures::poll!(opening.as_mut());
+        drop(first);
+        drop(opening);
+        let tcp = node.controller("tcp0").await.expect("opens again");
+        assert_eq!(tcp.ref_count(), 1, "nobody else holds it");
+        let mem = tcp.local_memory(4096).await.expect("registers");
+        // A dropped registration closes on the node's thread; the controller goes on.
+        let mut registering = Box::pin(tcp.local_memory(1 << 20));
+        let _ = futures::poll!(registering.as_mut());
+        drop(registering);
+        mem.write_at(0, b"still here").expect("write");
+        mem.free().expect("free");
+        node.shutdown().await;
+    });
+}
+
+/// With a zero spin budget signals still go both ways promptly: the engines (or, on
+/// loopback, the doorbells' watch) deliver them to tasks that never read for them.
+#[test]
+fn signals_round_trip_with_a_zero_spin_budget() {
+    let _serial = serial();
+    runtime().block_on(async {
+        let a = node_with_budget(Some(Duration::ZERO)).await;
+        let b = node_with_budget(Some(Duration::ZERO)).await;
+        for ctrl in ["loopback", "tcp0", "shm0"] {
+            let seg = a
+                .controller(ctrl)
+                .await
+                .unwrap()
+                .export(page(), ExportFlags::empty())
+                .unwrap();
+            let id = seg.publish(0, &[]).await.unwrap();
+            let imp = b
+                .controller(ctrl)
+                .await
+                .unwrap()
+                .import(a.id(), id, Perm::RDWR)
+                .await
+                .unwrap();
+            let five = Some(Duration::from_secs(5));
+            for _ in 0..20 {
+                imp.signal(rsm::SignalFlags::empty()).await.unwrap();
+                seg.wait_signal(five)
+                    .await
+                    .unwrap_or_else(|e| panic!("{ctrl}: {e}"));
+                seg.signal(rsm::SignalFlags::empty()).await.unwrap();
+                imp.wait_signal(five)
+                    .await
+                    .unwrap_or_else(|e| panic!("{ctrl}: {e}"));
+            }
+        }
         a.shutdown().await;
         b.shutdown().await;
     });
