@@ -9,6 +9,8 @@
 //! 2. the variables `RSM_NODE_ID`, `RSM_LISTEN` and `RSM_PEERS` (`2=127.0.0.1:7402,...`);
 //! 3. the builder's own settings.
 //!
+//! `RSM_SPIN_BUDGET_US` sets [`NodeBuilder::spin_budget`] when the builder does not.
+//!
 //! With nothing configured the node is node 1, listening on 127.0.0.1 with an ephemeral port.
 //! The parsing and the rules live in [`crate::sans_io::config`].
 //!
