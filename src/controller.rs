@@ -211,6 +211,8 @@ pub(crate) struct ControllerRegistry {
     node: Weak<NodeContext>,
     candidates: OnceLock<std::result::Result<Vec<Candidate>, String>>,
     open: Mutex<HashMap<String, Weak<ControllerInner>>>,
+    /// Held while a libfabric controller opens (on the node's blocking thread).
+    opening: Mutex<()>,
     budgets: SpinBudgets,
 }
 
@@ -223,6 +225,7 @@ impl ControllerRegistry {
             node,
             candidates: OnceLock::new(),
             open: Mutex::new(HashMap::new()),
+            opening: Mutex::new(()),
             budgets: SpinBudgets::default(),
         }
     }
@@ -245,24 +248,27 @@ impl ControllerRegistry {
         named.map(|(_, d)| *d).or(self.budgets.node)
     }
 
-    /// Whether `name` is open already or needs no libfabric call to open (`loopback`): a
-    /// `get` of it is quick.
-    pub(crate) fn is_quick(&self, name: Option<&str>) -> bool {
-        let Ok(parsed) = ControllerName::parse(name) else {
-            return true;
+    /// `get`, if it needs no libfabric call: `loopback`, a name that does not parse or
+    /// names nothing present, a controller open already. `None`: `get` would open one.
+    pub(crate) fn get_quick(&self, name: Option<&str>) -> Option<Result<Controller>> {
+        let parsed = match ControllerName::parse(name) {
+            Ok(ControllerName::Loopback) | Err(_) => return Some(self.get(name)),
+            Ok(p) => p,
         };
-        if matches!(parsed, ControllerName::Loopback) {
-            return true;
-        }
         // Listing the candidates calls `fi_getinfo`: not quick the first time.
-        if self.candidates.get().is_none() {
-            return false;
-        }
-        let Ok(c) = self.resolve(&parsed, name.unwrap_or_default()) else {
-            return true;
+        self.candidates.get()?;
+        let c = match self.resolve(&parsed, name.unwrap_or_default()) {
+            Ok(c) => c,
+            Err(e) => return Some(Err(e)),
         };
+        self.lookup(&c.name).map(Ok)
+    }
+
+    /// The open controller of canonical name `key`.
+    fn lookup(&self, key: &str) -> Option<Controller> {
         let open = self.open.lock().unwrap_or_else(|p| p.into_inner());
-        open.get(&c.name).is_some_and(|w| w.strong_count() > 0)
+        let inner = open.get(key).and_then(Weak::upgrade)?;
+        Some(Controller { inner })
     }
 
     fn candidates(&self) -> Result<&[Candidate]> {
@@ -287,17 +293,34 @@ impl ControllerRegistry {
                 .name
                 .clone(),
         };
-        let mut open = self.open.lock().unwrap_or_else(|p| p.into_inner());
-        if let Some(inner) = open.get(&key).and_then(Weak::upgrade) {
+        if let ControllerName::Loopback = parsed {
+            // Cheap: opened under the table's lock.
+            let mut open = self.open.lock().unwrap_or_else(|p| p.into_inner());
+            if let Some(inner) = open.get(&key).and_then(Weak::upgrade) {
+                return Ok(Controller { inner });
+            }
+            let inner = Arc::new(open_loopback(self.node.clone()));
+            open.retain(|_, w| w.strong_count() > 0);
+            open.insert(key, Arc::downgrade(&inner));
             return Ok(Controller { inner });
         }
-        let inner = Arc::new(match parsed {
-            ControllerName::Loopback => open_loopback(self.node.clone()),
-            _ => {
-                let c = self.resolve(&parsed, &key)?;
-                open_fabric(c, self.local_ip, self.node.clone(), self.budget_for(c))?
-            }
-        });
+        if let Some(c) = self.lookup(&key) {
+            return Ok(c);
+        }
+        // One opening at a time, outside the table's lock: a lookup (from a caller's
+        // executor thread) never waits for an opening.
+        let _opening = self.opening.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(c) = self.lookup(&key) {
+            return Ok(c);
+        }
+        let c = self.resolve(&parsed, &key)?;
+        let inner = Arc::new(open_fabric(
+            c,
+            self.local_ip,
+            self.node.clone(),
+            self.budget_for(c),
+        )?);
+        let mut open = self.open.lock().unwrap_or_else(|p| p.into_inner());
         open.retain(|_, w| w.strong_count() > 0);
         open.insert(key, Arc::downgrade(&inner));
         Ok(Controller { inner })

@@ -265,8 +265,8 @@ impl Node {
     /// ```
     pub async fn controller(&self, name: &str) -> Result<Controller> {
         let registry = Arc::clone(&self.inner.registry);
-        if registry.is_quick(Some(name)) {
-            return registry.get(Some(name));
+        if let Some(quick) = registry.get_quick(Some(name)) {
+            return quick;
         }
         let name = name.to_string();
         // libfabric calls block: off the caller's executor.
