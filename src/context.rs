@@ -73,7 +73,14 @@ pub(crate) struct NodeContext {
     next_conn: AtomicU64,
     /// Signal routes: importer tokens and importers' doorbells (`events/route.rs`).
     pub(crate) signals: Routes,
+    /// How long a loopback signal wait looks at the doorbells before its task parks (the
+    /// user's spin budget over [`LOOPBACK_SIGNAL_SPIN`]).
+    loopback_signal_spin: OnceLock<Duration>,
 }
+
+/// How long a loopback signal wait looks at the doorbells before its task parks, without a
+/// spin budget: longer than a wake-up, as shm's (`Tuning::signal_spin`).
+const LOOPBACK_SIGNAL_SPIN: Duration = Duration::from_micros(100);
 
 struct Exports {
     by_id: HashMap<u32, Weak<Entry>>,
@@ -101,7 +108,22 @@ impl NodeContext {
             // Below 2^32 for 2^31 connections: a signal's doorbell word carries 32 bits of it.
             next_conn: AtomicU64::new(u64::from(rand::random::<u32>() >> 1) + 1),
             signals: Default::default(),
+            loopback_signal_spin: OnceLock::new(),
         })
+    }
+
+    /// Sets the spin budget of the `loopback` controller (`None`: the tuned figure); once.
+    pub(crate) fn set_loopback_spin_budget(&self, budget: Option<Duration>) {
+        let spin = budget.map_or(LOOPBACK_SIGNAL_SPIN, |b| b.min(LOOPBACK_SIGNAL_SPIN));
+        let _ = self.loopback_signal_spin.set(spin);
+    }
+
+    /// How long a loopback signal wait looks at the doorbells before its task parks.
+    pub(crate) fn loopback_signal_spin(&self) -> Duration {
+        self.loopback_signal_spin
+            .get()
+            .copied()
+            .unwrap_or(LOOPBACK_SIGNAL_SPIN)
     }
 
     pub(crate) fn set_side_channel(&self, side: Arc<SideChannel>) {

@@ -25,6 +25,7 @@ use std::collections::HashMap;
 use std::net::IpAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, Weak};
+use std::time::Duration;
 
 pub(crate) mod info;
 
@@ -129,6 +130,40 @@ impl Controller {
         &self.inner.kind
     }
 
+    /// The longest time a task awaiting an operation or a signal on this controller
+    /// busy-polls (reads the completion queue, spins) inside one `poll` before it returns
+    /// `Pending`: the node's spin budget capping the provider's tuned figure (see
+    /// [`crate::NodeBuilder::spin_budget`]). Zero means the progress engine does all the
+    /// reading and wakes the task. On `loopback`, whose operations are copies, it is how
+    /// long a signal wait looks at its doorbells before it parks.
+    ///
+    /// ```
+    /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+    /// rt.block_on(async {
+    ///     let node = rsm::Node::builder()
+    ///         .ignore_environment()
+    ///         .id(9121)
+    ///         .spin_budget(std::time::Duration::ZERO)
+    ///         .start()
+    ///         .await?;
+    ///     let tcp = node.controller("tcp0").await?;
+    ///     assert!(tcp.spin_budget().is_zero());
+    ///     Ok::<_, rsm::Error>(())
+    /// })?;
+    /// # Ok(()) }
+    /// ```
+    pub fn spin_budget(&self) -> Duration {
+        match &self.inner.backend {
+            Backend::Fabric(b) => b.engine().spin_budget(),
+            Backend::Loopback(_) => self
+                .inner
+                .node
+                .upgrade()
+                .map_or(Duration::ZERO, |n| n.loopback_signal_spin()),
+        }
+    }
+
     pub(crate) fn fabric(&self) -> Option<&Arc<FabricBackend>> {
         match &self.inner.backend {
             Backend::Fabric(b) => Some(b),
@@ -154,12 +189,36 @@ impl Controller {
     }
 }
 
+/// The user's spin budgets: the node's, and per controller name (as `Node::controller`
+/// takes it), the later of two naming one controller winning.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct SpinBudgets {
+    pub(crate) node: Option<Duration>,
+    pub(crate) per_controller: Vec<(String, Duration)>,
+}
+
+impl SpinBudgets {
+    /// The `loopback` controller's: the last override naming it, else the node's.
+    pub(crate) fn loopback(&self) -> Option<Duration> {
+        let named = self.per_controller.iter().rev().find(|(name, _)| {
+            matches!(
+                ControllerName::parse(Some(name)),
+                Ok(ControllerName::Loopback)
+            )
+        });
+        named.map(|(_, d)| *d).or(self.node)
+    }
+}
+
 /// The controllers of one node: what `fi_getinfo` offers on its interface, and the open ones.
 pub(crate) struct ControllerRegistry {
     local_ip: IpAddr,
     node: Weak<NodeContext>,
     candidates: OnceLock<std::result::Result<Vec<Candidate>, String>>,
     open: Mutex<HashMap<String, Weak<ControllerInner>>>,
+    /// Held while a libfabric controller opens (on the node's blocking thread).
+    opening: Mutex<()>,
+    budgets: SpinBudgets,
 }
 
 static SERIAL: AtomicU64 = AtomicU64::new(1);
@@ -171,7 +230,50 @@ impl ControllerRegistry {
             node,
             candidates: OnceLock::new(),
             open: Mutex::new(HashMap::new()),
+            opening: Mutex::new(()),
+            budgets: SpinBudgets::default(),
         }
+    }
+
+    /// The same, with the user's spin budgets for the controllers it opens.
+    pub(crate) fn with_budgets(mut self, budgets: SpinBudgets) -> Self {
+        self.budgets = budgets;
+        self
+    }
+
+    /// The spin budget of candidate `c`: the last override whose name resolves to it, else
+    /// the node's.
+    fn budget_for(&self, c: &Candidate) -> Option<Duration> {
+        let named = self.budgets.per_controller.iter().rev().find(|(name, _)| {
+            ControllerName::parse(Some(name)).is_ok_and(|parsed| {
+                !matches!(parsed, ControllerName::Loopback)
+                    && self.resolve(&parsed, name).is_ok_and(|r| r.name == c.name)
+            })
+        });
+        named.map(|(_, d)| *d).or(self.budgets.node)
+    }
+
+    /// `get`, if it needs no libfabric call: `loopback`, a name that does not parse or
+    /// names nothing present, a controller open already. `None`: `get` would open one.
+    pub(crate) fn get_quick(&self, name: Option<&str>) -> Option<Result<Controller>> {
+        let parsed = match ControllerName::parse(name) {
+            Ok(ControllerName::Loopback) | Err(_) => return Some(self.get(name)),
+            Ok(p) => p,
+        };
+        // Listing the candidates calls `fi_getinfo`: not quick the first time.
+        self.candidates.get()?;
+        let c = match self.resolve(&parsed, name.unwrap_or_default()) {
+            Ok(c) => c,
+            Err(e) => return Some(Err(e)),
+        };
+        self.lookup(&c.name).map(Ok)
+    }
+
+    /// The open controller of canonical name `key`.
+    fn lookup(&self, key: &str) -> Option<Controller> {
+        let open = self.open.lock().unwrap_or_else(|p| p.into_inner());
+        let inner = open.get(key).and_then(Weak::upgrade)?;
+        Some(Controller { inner })
     }
 
     fn candidates(&self) -> Result<&[Candidate]> {
@@ -196,18 +298,34 @@ impl ControllerRegistry {
                 .name
                 .clone(),
         };
-        let mut open = self.open.lock().unwrap_or_else(|p| p.into_inner());
-        if let Some(inner) = open.get(&key).and_then(Weak::upgrade) {
+        if let ControllerName::Loopback = parsed {
+            // Cheap: opened under the table's lock.
+            let mut open = self.open.lock().unwrap_or_else(|p| p.into_inner());
+            if let Some(inner) = open.get(&key).and_then(Weak::upgrade) {
+                return Ok(Controller { inner });
+            }
+            let inner = Arc::new(open_loopback(self.node.clone()));
+            open.retain(|_, w| w.strong_count() > 0);
+            open.insert(key, Arc::downgrade(&inner));
             return Ok(Controller { inner });
         }
-        let inner = Arc::new(match parsed {
-            ControllerName::Loopback => open_loopback(self.node.clone()),
-            _ => open_fabric(
-                self.resolve(&parsed, &key)?,
-                self.local_ip,
-                self.node.clone(),
-            )?,
-        });
+        if let Some(c) = self.lookup(&key) {
+            return Ok(c);
+        }
+        // One opening at a time, outside the table's lock: a lookup (from a caller's
+        // executor thread) never waits for an opening.
+        let _opening = self.opening.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(c) = self.lookup(&key) {
+            return Ok(c);
+        }
+        let c = self.resolve(&parsed, &key)?;
+        let inner = Arc::new(open_fabric(
+            c,
+            self.local_ip,
+            self.node.clone(),
+            self.budget_for(c),
+        )?);
+        let mut open = self.open.lock().unwrap_or_else(|p| p.into_inner());
         open.retain(|_, w| w.strong_count() > 0);
         open.insert(key, Arc::downgrade(&inner));
         Ok(Controller { inner })
@@ -268,9 +386,10 @@ fn open_fabric(
     c: &Candidate,
     local_ip: IpAddr,
     node: Weak<NodeContext>,
+    spin_budget: Option<Duration>,
 ) -> Result<ControllerInner> {
     let (info, domain) = discovery::describe(c, local_ip)?;
-    let backend = FabricBackend::open(domain, &c.name, &c.kind)
+    let backend = FabricBackend::open(domain, &c.name, &c.kind, spin_budget)
         .map_err(|e| e.op("get_controller").controller(c.name.clone()))?;
     if let Some(state) = node.upgrade() {
         state.add_engine(backend.engine());

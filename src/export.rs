@@ -397,7 +397,9 @@ impl ExportSegment {
     /// recorded at export time, and root gets no bypass (DESIGN.md, decision 15).
     ///
     /// The segment is registered twice with the provider, read-write and read-only, under
-    /// different keys; a read-only importer only learns the read-only key.
+    /// different keys; a read-only importer only learns the read-only key. Registering may
+    /// take long for a large segment (the provider, for some the kernel, pins and maps the
+    /// pages): it runs on a blocking thread of the node's runtime, not on the caller's.
     ///
     /// Errors: `RSMERR_NOT_CREATOR` from a forked child, `RSMERR_RESERVED_SEGID` for an id
     /// outside the allowed ranges, `RSMERR_SEG_ALREADY_PUBLISHED`, `RSMERR_BAD_ACL` (before
@@ -425,7 +427,9 @@ impl ExportSegment {
     /// ```
     ///
     /// # Cancel safety
-    /// Cancel safe: the segment is published once this returns `Ok`, and not before.
+    /// Cancel safe: the segment is published once this returns `Ok`, and not before. A
+    /// registration under way when the future is dropped finishes on the node's thread and
+    /// is closed there at once.
     pub async fn publish(
         &self,
         id: impl Into<Option<SegmentId>>,
@@ -456,7 +460,9 @@ impl ExportSegment {
         let mem = self.memory(OP)?;
         let (reg, reg_ro) = match backend {
             Some(backend) => {
-                let (reg, reg_ro) = register_both(backend, &mem)?;
+                let (reg, reg_ro) = register_off_thread(&node, backend, &mem)
+                    .await
+                    .map_err(|e| e.op(OP))?;
                 (Some(reg), Some(reg_ro))
             }
             None => (None, None),
@@ -588,6 +594,9 @@ impl ExportSegment {
     /// page-aligned, and the provider's registration errors (the segment then keeps its old
     /// memory). On any error `mem` is dropped.
     ///
+    /// A published segment's new memory is registered as [`ExportSegment::publish`]
+    /// registers (which may take long), on a blocking thread of the node's runtime.
+    ///
     /// ```
     /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
     /// # let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
@@ -613,7 +622,8 @@ impl ExportSegment {
     /// # Cancel safety
     /// Not cancel safe: once the new keys went out, a dropped future leaves the
     /// acknowledgement phase running in the background; the segment uses the new memory
-    /// either way. Dropped before that, the segment keeps its old memory.
+    /// either way. Dropped before that, the segment keeps its old memory (a registration
+    /// under way finishes on the node's thread and is closed there).
     pub async fn rebind(&self, mem: impl SegmentMemory) -> Result<()> {
         const OP: &str = "export_rebind";
         let mem = Memory::caller(mem);
@@ -659,7 +669,10 @@ impl ExportSegment {
             let published = self.inner.lock().published.is_some();
             let regs = match self.inner.ctrl.fabric() {
                 Some(backend) if published => {
-                    let (reg, reg_ro) = register_both(backend, &mem).map_err(ctx)?;
+                    let node = self.node(OP)?;
+                    let (reg, reg_ro) = register_off_thread(&node, backend, &mem)
+                        .await
+                        .map_err(ctx)?;
                     Some((Some(reg), Some(reg_ro)))
                 }
                 // Loopback registers nothing.
@@ -820,6 +833,26 @@ fn register_both(
     // SAFETY: as above.
     let reg_ro = unsafe { backend.register(mem.as_ptr(), mem.len(), MrAccess::REMOTE_READ) }?;
     Ok((reg, reg_ro))
+}
+
+/// [`register_both`] on a blocking thread of the node's runtime, not the caller's: a
+/// registration pins and maps the pages (in the provider, for some in the kernel), which
+/// takes long for a large segment. A dropped future leaves the task to finish; what it
+/// registered then closes with its output, before that output's count of the memory goes.
+async fn register_off_thread(
+    node: &NodeContext,
+    backend: &Arc<crate::backend::fabric::FabricBackend>,
+    mem: &Arc<Memory>,
+) -> Result<(Registration, Registration)> {
+    let (backend, mem) = (Arc::clone(backend), Arc::clone(mem));
+    let task = node.runtime().spawn_blocking(move || {
+        // Tuple fields drop in order: the registrations before the memory.
+        register_both(&backend, &mem).map(|(reg, reg_ro)| (reg, reg_ro, mem))
+    });
+    match task.await {
+        Ok(regs) => regs.map(|(reg, reg_ro, _)| (reg, reg_ro)),
+        Err(e) => Err(Error::interrupted().detail(format!("the node's task ended: {e}"))),
+    }
 }
 
 /// Phase 2 of a revoke (DESIGN.md §4): the connections end, every importer is told, and

@@ -24,7 +24,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 /// # rt.block_on(async {
 /// let node = rsm::Node::builder().ignore_environment().id(9530).start().await?;
 /// let ctrl = node.controller("tcp0").await?;
-/// let mem = ctrl.local_memory(8192)?;
+/// let mem = ctrl.local_memory(8192).await?;
 /// mem.write_at(100, b"gather me")?;
 /// let mut back = [0u8; 9];
 /// mem.read_at(100, &mut back)?;
@@ -68,23 +68,32 @@ impl Controller {
     /// `RSMERR_INSUFFICIENT_MEM` when the memory cannot be had (naming the locked-memory
     /// limit when that is the cause).
     ///
+    /// Registering may take long for a large handle (the provider, for some the kernel, pins
+    /// and maps the pages): on a libfabric controller the allocation and the registration
+    /// run on a blocking thread of the node's runtime, not on the caller's.
+    ///
+    /// # Cancel safety
+    /// Cancel safe: a dropped future leaves the work to finish on the node's thread, where
+    /// the handle it made is freed at once (the registration closes before the memory goes).
+    ///
     /// ```
     /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
     /// # let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
     /// # rt.block_on(async {
     /// let node = rsm::Node::builder().ignore_environment().id(9531).start().await?;
     /// let ctrl = node.controller("tcp0").await?;
-    /// assert_eq!(ctrl.local_memory(0).unwrap_err().name(), "RSMERR_BAD_LENGTH");
-    /// let mem = ctrl.local_memory(100)?;
+    /// assert_eq!(ctrl.local_memory(0).await.unwrap_err().name(), "RSMERR_BAD_LENGTH");
+    /// let mem = ctrl.local_memory(100).await?;
     /// assert_eq!(mem.len(), 100);
     /// node.shutdown().await;
     /// # Ok::<_, rsm::Error>(())
     /// # })?;
     /// # Ok(()) }
     /// ```
-    pub fn local_memory(&self, len: usize) -> Result<LocalMemory> {
-        self.context("create_localmemory_handle")?;
-        LocalMemory::allocate(self, len)
+    pub async fn local_memory(&self, len: usize) -> Result<LocalMemory> {
+        let ctrl = self.clone();
+        self.off_thread(move || LocalMemory::allocate(&ctrl, len))
+            .await
     }
 
     /// Creates a local memory handle over memory the caller hands over
@@ -92,9 +101,53 @@ impl Controller {
     /// page boundary (`RSMERR_BAD_ADDR`) and hold at least one byte (`RSMERR_BAD_LENGTH`).
     /// `rsm` owns the memory from now on, and drops it after the handle was freed and the
     /// last operation using it completed.
-    pub fn local_memory_from<M: SegmentMemory>(&self, mem: M) -> Result<LocalMemory> {
-        self.context("create_localmemory_handle")?;
-        LocalMemory::adopt(self, mem)
+    ///
+    /// The registration may take long, and runs off the caller's thread, as in
+    /// [`Controller::local_memory`].
+    ///
+    /// ```
+    /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// # let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+    /// # rt.block_on(async {
+    /// let node = rsm::Node::builder().ignore_environment().id(9532).start().await?;
+    /// let ctrl = node.controller("tcp0").await?;
+    /// // An empty Vec's dangling address is not page-aligned.
+    /// let e = ctrl.local_memory_from(Vec::<u8>::new()).await.unwrap_err();
+    /// assert_eq!(e.name(), "RSMERR_BAD_ADDR");
+    /// let mem = ctrl.local_memory_from(rsm::SharedMemory::new(4096)?).await?;
+    /// assert_eq!(mem.len(), 4096);
+    /// node.shutdown().await;
+    /// # Ok::<_, rsm::Error>(())
+    /// # })?;
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// # Cancel safety
+    /// Cancel safe, as [`Controller::local_memory`]: a dropped future's handle is freed on
+    /// the node's thread, and with it `mem`.
+    pub async fn local_memory_from<M: SegmentMemory>(&self, mem: M) -> Result<LocalMemory> {
+        let ctrl = self.clone();
+        self.off_thread(move || LocalMemory::adopt(&ctrl, mem))
+            .await
+    }
+
+    /// Runs `make` (which registers memory) on a blocking thread of the node's runtime;
+    /// on `loopback`, which registers nothing, here.
+    async fn off_thread(
+        &self,
+        make: impl FnOnce() -> Result<LocalMemory> + Send + 'static,
+    ) -> Result<LocalMemory> {
+        const OP: &str = "create_localmemory_handle";
+        let node = self.context(OP)?;
+        if self.fabric().is_none() {
+            return make();
+        }
+        node.runtime().spawn_blocking(make).await.map_err(|e| {
+            Error::interrupted()
+                .op(OP)
+                .controller(self.name())
+                .detail(format!("the node's task ended: {e}"))
+        })?
     }
 }
 

@@ -34,7 +34,7 @@ fn vectors_land_exactly(ctrl: &str) {
     let _serial = serial();
     let mut s = setup(ctrl, SEG);
     let ctl = s.rt.block_on(s.node.controller(ctrl)).unwrap();
-    let mem = ctl.local_memory(16 * PIECE + 5000).unwrap();
+    let mem = s.rt.block_on(ctl.local_memory(16 * PIECE + 5000)).unwrap();
     for i in (0..16).step_by(2) {
         mem.write_at(3 + i * PIECE, &pattern(i as u64, PIECE))
             .unwrap();
@@ -63,7 +63,7 @@ fn vectors_land_exactly(ctrl: &str) {
         );
     }
     // And back with getv, into fresh handle memory and fresh buffers.
-    let mem2 = ctl.local_memory(16 * PIECE).unwrap();
+    let mem2 = s.rt.block_on(ctl.local_memory(16 * PIECE)).unwrap();
     let entries: Vec<SgEntry<Vec<u8>>> = (0..16)
         .map(|i| {
             if i % 2 == 0 {
@@ -95,8 +95,8 @@ fn invalid_entry_stops_the_vector(ctrl: &str) {
     let _serial = serial();
     let mut s = setup(ctrl, SEG);
     let ctl = s.rt.block_on(s.node.controller(ctrl)).unwrap();
-    let mem = ctl.local_memory(4096).unwrap();
-    let freed = ctl.local_memory(4096).unwrap();
+    let mem = s.rt.block_on(ctl.local_memory(4096)).unwrap();
+    let freed = s.rt.block_on(ctl.local_memory(4096)).unwrap();
     freed.clone().free().unwrap();
     let at = |i: usize| (i * 8192) as u64;
     // Each invalid kind at position 6: the 6 before it land, nothing from it on.
@@ -215,17 +215,26 @@ fn local_memory_handles() {
     let _serial = serial();
     let mut s = setup("tcp0", SEG);
     let ctl = s.rt.block_on(s.node.controller("tcp0")).unwrap();
-    assert_eq!(ctl.local_memory(0).unwrap_err().name(), "RSMERR_BAD_LENGTH");
-    let e = ctl.local_memory(usize::MAX / 2).unwrap_err();
+    assert_eq!(
+        s.rt.block_on(ctl.local_memory(0)).unwrap_err().name(),
+        "RSMERR_BAD_LENGTH"
+    );
+    let e = s.rt.block_on(ctl.local_memory(usize::MAX / 2)).unwrap_err();
     assert_eq!(e.name(), "RSMERR_INSUFFICIENT_MEM", "{e}");
-    let e = ctl.local_memory_from(Pages::new(4096, 8)).unwrap_err();
+    let e =
+        s.rt.block_on(ctl.local_memory_from(Pages::new(4096, 8)))
+            .unwrap_err();
     assert_eq!(e.name(), "RSMERR_BAD_ADDR", "an unaligned address: {e}");
-    let e = ctl.local_memory_from(Vec::<u8>::new()).unwrap_err();
+    let e =
+        s.rt.block_on(ctl.local_memory_from(Vec::<u8>::new()))
+            .unwrap_err();
     assert!(
         matches!(e.name(), "RSMERR_BAD_ADDR" | "RSMERR_BAD_LENGTH"),
         "{e}"
     );
-    let caller = ctl.local_memory_from(Pages::new(8192, 0)).unwrap();
+    let caller =
+        s.rt.block_on(ctl.local_memory_from(Pages::new(8192, 0)))
+            .unwrap();
     assert_eq!(caller.len(), 8192);
     caller.write_at(8190, b"ok").unwrap();
     assert_eq!(
@@ -235,7 +244,7 @@ fn local_memory_handles() {
 
     // A handle of another controller is not this one's.
     let other = s.rt.block_on(s.node.controller("sockets0")).unwrap();
-    let foreign = other.local_memory(4096).unwrap();
+    let foreign = s.rt.block_on(other.local_memory(4096)).unwrap();
     let out = s.rt.block_on(s.imp.putv(
         vec![SgEntry::<Vec<u8>>::handle(&foreign, 0, 0, 16)],
         SgFlags::empty(),
@@ -243,7 +252,7 @@ fn local_memory_handles() {
     assert_eq!(out.result.unwrap_err().name(), "RSMERR_BAD_LOCALMEM_HNDL");
 
     // Freed while a vector uses it: the vector still completes, the memory outlives it.
-    let mem = ctl.local_memory(1 << 16).unwrap();
+    let mem = s.rt.block_on(ctl.local_memory(1 << 16)).unwrap();
     mem.write_at(0, &pattern(9, 1 << 16)).unwrap();
     let op = s.imp.putv(
         vec![SgEntry::<Vec<u8>>::handle(&mem, 0, 4096, 1 << 16)],

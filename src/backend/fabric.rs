@@ -35,11 +35,17 @@ pub(crate) mod discovery;
 mod doorbell;
 
 impl FabricBackend {
-    /// Opens the endpoint and starts the progress engine on `domain`.
-    pub(crate) fn open(domain: Arc<Domain>, name: &str, kind: &str) -> Result<Arc<Self>> {
+    /// Opens the endpoint and starts the progress engine on `domain`, with the user's spin
+    /// budget over the provider's tuning (`None`: the tuned figures).
+    pub(crate) fn open(
+        domain: Arc<Domain>,
+        name: &str,
+        kind: &str,
+        spin_budget: Option<std::time::Duration>,
+    ) -> Result<Arc<Self>> {
         let v = domain.info().view();
         let tx = v.tx_size().max(16);
-        let tuning = Tuning::for_kind(kind);
+        let tuning = Tuning::for_kind(kind).with_budget(spin_budget);
         let cq = CompletionQueue::open(&domain, tx * 2, tuning.wait_fd)?;
         let ep = Endpoint::open_for(&domain, cq)?;
         let engine = Engine::start(ep, name, tuning, tx)?;

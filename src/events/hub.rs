@@ -317,7 +317,7 @@ impl<S: Sender> Hub<S> {
                 if bells.is_empty() {
                     return None;
                 }
-                self.look_until(LOOPBACK_SIGNAL_SPIN, deadline, || {
+                self.look_until(node.loopback_signal_spin(), deadline, || {
                     bells.iter().fold(false, |found, b| b.look() | found)
                 })
             }
@@ -430,10 +430,6 @@ impl Reader<'_> {
         }
     }
 }
-
-/// How long a loopback signal wait looks at the doorbells before its task parks: longer
-/// than a wake-up, as shm's (`Tuning::signal_spin`).
-const LOOPBACK_SIGNAL_SPIN: Duration = Duration::from_micros(100);
 
 /// A segment's pollable descriptor (docs/rsmapi.md §4.7, `rsm_memseg_get_pollfd`, DESIGN.md, decision 5): an
 /// eventfd that is readable (`POLLIN`) exactly while signals are pending for the segment, for

@@ -721,6 +721,10 @@ impl Engine {
     /// reading it right now; returns whether anything completed. The queue keeps one reader
     /// at a time (the lock), whichever thread it is.
     pub(crate) fn try_progress(&self) -> bool {
+        // A zero spin budget: the user's threads never read the queue.
+        if self.tuning.hands_off {
+            return false;
+        }
         match self.reader.try_lock() {
             Ok(mut entries) => {
                 let reaped = self.drain_with(&mut entries) > 0;
@@ -805,6 +809,10 @@ impl Engine {
     /// the engine if it sleeps; if someone is reading right now, wakes the engine
     /// unconditionally, so that it cannot go to sleep past the post.
     pub(crate) fn progress_after_inject(&self) {
+        if self.tuning.hands_off {
+            self.wake.wake();
+            return;
+        }
         match self.reader.try_lock() {
             Ok(mut entries) => {
                 self.drain_with(&mut entries);
@@ -845,6 +853,12 @@ impl Engine {
 
     pub(crate) fn signal_spin(&self) -> Duration {
         self.tuning.signal_spin
+    }
+
+    /// The longest a task busy-polls this queue inside one poll (the user's spin budget,
+    /// or the tuned figure).
+    pub(crate) fn spin_budget(&self) -> Duration {
+        self.tuning.spin_budget()
     }
 
     fn drain_with(&self, entries: &mut Vec<CqEntry>) -> usize {

@@ -39,6 +39,9 @@ pub(crate) struct Tuning {
     /// How long a signal wait reads the queue itself before its task parks (see
     /// `events::hub`).
     pub(crate) signal_spin: Duration,
+    /// The user's spin budget is zero: the awaiting thread never reads the queue (not even
+    /// once after a post), the engine does all the progress.
+    pub(crate) hands_off: bool,
 }
 
 impl Tuning {
@@ -57,6 +60,7 @@ impl Tuning {
                 window_slices: 0,
                 eio_is_lost_peer: true,
                 signal_spin: Duration::ZERO,
+                hands_off: false,
             },
             // tcp's connected endpoints, tuned as tcp;ofi_rxm was: the awaiting thread reads
             // the queue (and so drives tcp's progress) while the engine stays off it.
@@ -79,6 +83,7 @@ impl Tuning {
                 eio_is_lost_peer: false,
                 // As shm's: the waiting reader gets a signal's answer without a wake-up.
                 signal_spin: Duration::from_micros(100),
+                hands_off: false,
             },
             // shm: a completion read by the awaiting thread saves the 10-15 µs cross-thread
             // wake-up.
@@ -102,8 +107,42 @@ impl Tuning {
                 // Longer than a wake-up (tens of µs here): an answer that comes after the
                 // other side parked is still read.
                 signal_spin: Duration::from_micros(100),
+                hands_off: false,
             },
         }
+    }
+}
+
+impl Tuning {
+    /// This tuning under the user's spin budget (`NodeBuilder::spin_budget`): the longest a
+    /// task busy-polls inside one poll. It caps the inline spin (and so each slice of a long
+    /// transfer or a window) and the signal spin; zero hands all reading to the engine.
+    pub(crate) fn with_budget(self, budget: Option<Duration>) -> Tuning {
+        let Some(budget) = budget else { return self };
+        if budget.is_zero() {
+            return Tuning {
+                inline_spin: Duration::ZERO,
+                signal_spin: Duration::ZERO,
+                window_look: false,
+                window_spin: false,
+                window_slices: 0,
+                hands_off: true,
+                ..self
+            };
+        }
+        Tuning {
+            inline_spin: self.inline_spin.min(budget),
+            signal_spin: self.signal_spin.min(budget),
+            ..self
+        }
+    }
+
+    /// The longest a task busy-polls inside one poll under this tuning.
+    pub(crate) fn spin_budget(&self) -> Duration {
+        if self.hands_off {
+            return Duration::ZERO;
+        }
+        self.inline_spin.max(self.signal_spin)
     }
 }
 
@@ -114,4 +153,28 @@ pub(crate) fn longest_idle_window() -> Duration {
         .map(|k| Tuning::for_kind(k).idle_window)
         .max()
         .unwrap_or(Duration::ZERO)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_budget_caps_the_spins_and_zero_hands_off() {
+        let tcp = Tuning::for_kind("tcp");
+        assert_eq!(
+            tcp.with_budget(None).spin_budget(),
+            Duration::from_micros(100)
+        );
+        let capped = tcp.with_budget(Some(Duration::from_micros(30)));
+        assert_eq!(capped.inline_spin, Duration::from_micros(30));
+        assert_eq!(capped.signal_spin, Duration::from_micros(30));
+        assert!(!capped.hands_off && capped.window_spin);
+        let above = tcp.with_budget(Some(Duration::from_secs(1)));
+        assert_eq!(above.inline_spin, tcp.inline_spin);
+        let zero = Tuning::for_kind("shm").with_budget(Some(Duration::ZERO));
+        assert!(zero.hands_off && !zero.window_spin && !zero.window_look);
+        assert_eq!(zero.spin_budget(), Duration::ZERO);
+        assert!(zero.inline_spin.is_zero() && zero.signal_spin.is_zero());
+    }
 }

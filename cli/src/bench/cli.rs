@@ -227,6 +227,10 @@ pub(crate) struct BenchArgs {
     /// One JSON object per line and row instead of a table.
     #[arg(long)]
     pub(crate) json: bool,
+    /// The spin budget of the measuring node, in microseconds (`NodeBuilder::spin_budget`;
+    /// 0: the engine does all the progress). Default: the provider's tuned figures.
+    #[arg(long, value_name = "US")]
+    pub(crate) spin_budget_us: Option<u64>,
     /// Run against a peer started by hand with `rsm bench-peer --serve ADDR` (on this or
     /// another host) instead of starting one; its controller and size must cover the run.
     #[arg(long, value_name = "ADDR")]

@@ -311,8 +311,13 @@ async fn bench(args: &BenchArgs, progress: &mut Progress) -> Result<Vec<Row>, Be
                 "the peer could not start its rsm side: {why}"
             )));
         };
-        let mut init =
-            RsmInitiator::connect(&args.controller, &pi, peer.hello.len as usize).await?;
+        let mut init = RsmInitiator::connect(
+            &args.controller,
+            &pi,
+            peer.hello.len as usize,
+            args.spin_budget_us.map(std::time::Duration::from_micros),
+        )
+        .await?;
         if args.barrier == BarrierArg::Explicit {
             init.explicit()?;
         }

@@ -11,7 +11,8 @@
 //!   segment; the harness calls them only while no operation is in flight (fill before a
 //!   get run, checksum after a put run).
 //! - [`RsmInitiator::connect`] runs in `rsm bench`: it starts a node that knows the peer,
-//!   opens the controller and imports the segment read-write.
+//!   opens the controller (with the spin budget asked for) and imports the segment
+//!   read-write.
 //! - [`RsmInitiator::put`] / [`RsmInitiator::get`]: one awaited operation of `buf.len()`
 //!   bytes at `offset` of the imported segment, giving the buffer back. A put has the
 //!   implicit-barrier meaning (the data is visible at the target when it resolves): the
@@ -131,9 +132,13 @@ impl RsmInitiator {
         controller: &str,
         peer: &RsmPeerInfo,
         len: usize,
+        spin_budget: Option<std::time::Duration>,
     ) -> Result<RsmInitiator> {
         let id = peer.node_id | 1;
         let mut builder = Node::builder().ignore_environment().id(id);
+        if let Some(budget) = spin_budget {
+            builder = builder.spin_budget(budget);
+        }
         // On one host the side channel finds the peer by its id; from another host only
         // by this address.
         if let Ok(addr) = peer.listen.parse() {

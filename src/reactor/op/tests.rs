@@ -727,3 +727,43 @@ fn a_put_to_a_peer_that_never_answers_fails_when_its_connect_times_out() {
     drop(silent);
     stop_then_release(&parked.engine, &parked.serving, p.mr, p.memory);
 }
+
+/// With a zero spin budget the awaiting thread never reads the queue: the engines do all
+/// the progress, and puts complete all the same on tcp, where the awaiting thread otherwise
+/// drives the provider's progress (shm: `tests/progress.rs`; a second shm pair here would
+/// share the region name of the other tests' pairs).
+#[test]
+fn with_a_zero_spin_budget_the_engine_alone_reads_the_queue() {
+    const LEN: usize = 1 << 16;
+    let kind = "tcp";
+    let tuning = Tuning::for_kind(kind).with_budget(Some(Duration::ZERO));
+    let p = pair(kind, tuning, LEN, 0xB7);
+    let engine = Engine::start(Arc::clone(&p.initiator), "test-initiator", tuning, 64)
+        .expect("the initiator's engine");
+    let serving = Engine::start(Arc::clone(&p.target), "test-target", tuning, 16)
+        .expect("the target's engine");
+    let target = Arc::clone(&serving);
+    engine.set_kick(Box::new(move |_| target.nudge()));
+    let reads = super::super::engine::READS_HERE.with(|r| r.get());
+    for (i, len) in [8, LEN].into_iter().enumerate() {
+        let data = vec![i as u8 + 1; len];
+        let put = put_op(
+            &engine,
+            (&p.tracker, p.dest),
+            0,
+            data.clone(),
+            len,
+            Visibility::DeliveryComplete,
+        );
+        let (res, buf) = split(futures::executor::block_on(put));
+        res.unwrap_or_else(|e| panic!("{kind}: put of {len}: {e}"));
+        assert_eq!(buf.as_deref(), Some(&data[..]), "{kind}: the buffer back");
+        assert_eq!(&p.memory[..len], &data[..], "{kind}: {len} bytes landed");
+    }
+    assert_eq!(
+        super::super::engine::READS_HERE.with(|r| r.get()),
+        reads,
+        "{kind}: the awaiting thread read the queue"
+    );
+    stop_then_release(&engine, &serving, p.mr, p.memory);
+}
