@@ -52,6 +52,9 @@ pub use info::{
 /// })?;
 /// # Ok(()) }
 /// ```
+///
+/// **Drop.** The last handle's drop (or [`Controller::release`]) closes the controller once
+/// no segment, import or local memory of it is left: those hold it open.
 #[derive(Clone)]
 pub struct Controller {
     inner: Arc<ControllerInner>,

@@ -42,6 +42,10 @@ use std::sync::{Arc, Mutex, MutexGuard, Weak};
 /// })?;
 /// # Ok(()) }
 /// ```
+///
+/// **Drop.** When the last handle of a published segment goes without
+/// [`ExportSegment::destroy`], the node revokes the importers in the background and frees
+/// the memory only when each has acknowledged (or is gone).
 #[derive(Clone)]
 pub struct ExportSegment {
     pub(crate) inner: Arc<ExportInner>,

@@ -35,6 +35,9 @@ use std::sync::atomic::{AtomicBool, Ordering};
 /// # })?;
 /// # Ok(()) }
 /// ```
+///
+/// **Drop.** The last handle's drop (or [`LocalMemory::free`]) closes the registration once
+/// no operation in flight uses it.
 #[derive(Clone)]
 pub struct LocalMemory {
     inner: Arc<Inner>,

@@ -82,6 +82,11 @@ const NAME_RELEASE_WAIT: Duration = Duration::from_secs(2);
 /// })
 /// # }
 /// ```
+///
+/// **Drop.** The last handle's drop stops the node in the background without waiting: the
+/// side channel closes (peers see this node lost), and the node's runtime shuts down
+/// without blocking; operations in flight are left to their engines. [`Node::shutdown`]
+/// does it in order and waits.
 #[derive(Clone)]
 pub struct Node {
     pub(crate) inner: Arc<NodeInner>,

@@ -149,6 +149,24 @@ impl Drop for Busy<'_> {
     }
 }
 
+impl crate::reactor::copy::Copier for LoopbackImport {
+    unsafe fn copy(
+        &self,
+        offset: usize,
+        local: *mut u8,
+        len: usize,
+        into_target: bool,
+    ) -> Result<()> {
+        if into_target {
+            // SAFETY: forwarded (a write only reads `local`).
+            unsafe { self.write(offset, local, len) }
+        } else {
+            // SAFETY: forwarded.
+            unsafe { self.read(offset, local, len) }
+        }
+    }
+}
+
 impl LoopbackImport {
     /// Claims the descriptor of a grant and maps it (readable, and writable if `writable`).
     pub(crate) async fn attach(

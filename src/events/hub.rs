@@ -454,6 +454,9 @@ impl Reader<'_> {
 /// drop(fd); // rsm_memseg_release_pollfd
 /// # Ok(()) }
 /// ```
+///
+/// **Drop.** Dropping it releases the descriptor (`rsm_memseg_release_pollfd`): destroy and
+/// disconnect are allowed again.
 pub struct PollFd {
     hub: Arc<dyn Consume>,
     fd: RawFd,

@@ -43,6 +43,8 @@ type Inner = Pin<Box<dyn Stream<Item = Result<SegmentEvent, Lagged>> + Send>>;
 /// }
 /// # }
 /// ```
+///
+/// **Drop.** Dropping it unsubscribes it; nothing else changes (it consumes no signal).
 pub struct EventStream {
     inner: Inner,
     /// The stream ended: the inner one is not polled again.

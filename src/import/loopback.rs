@@ -7,6 +7,7 @@
 use super::ImportSegment;
 use crate::backend::loopback::LoopbackImport;
 use crate::perm::Perm;
+use crate::reactor::copy::{Copier, PendingCopy};
 use crate::reactor::slot::Outcome;
 use crate::reactor::{IoBuf, IoBufMut, Op};
 use crate::{Error, Result};
@@ -53,6 +54,10 @@ impl ImportSegment {
         if len == 0 {
             return Op::done(buf);
         }
+        if len <= INLINE_COPY {
+            let local = buf.stable_ptr().cast_mut();
+            return Op::copy_later(self.pending(lo, "put", offset, local, len, true), buf);
+        }
         let (lo, seg) = (Arc::clone(lo), self.clone());
         self.copy_later(len, buf, move |buf: &mut B| {
             // SAFETY: the buffer is valid for reads of len bytes (IoBuf) and is Rust memory,
@@ -66,7 +71,7 @@ impl ImportSegment {
         &self,
         lo: &Arc<LoopbackImport>,
         offset: u64,
-        buf: B,
+        mut buf: B,
     ) -> Op<B> {
         let len = buf.bytes_len();
         let at = match self.check_loopback("get", Perm::READ, offset, len) {
@@ -76,6 +81,10 @@ impl ImportSegment {
         if len == 0 {
             return Op::done(buf);
         }
+        if len <= INLINE_COPY {
+            let local = buf.stable_mut_ptr();
+            return Op::copy_later(self.pending(lo, "get", offset, local, len, false), buf);
+        }
         let (lo, seg) = (Arc::clone(lo), self.clone());
         self.copy_later(len, buf, move |buf: &mut B| {
             // SAFETY: the buffer is valid for writes of len bytes (IoBufMut) and is Rust
@@ -83,6 +92,26 @@ impl ImportSegment {
             unsafe { lo.read(at, buf.stable_mut_ptr(), len) }
                 .map_err(|e| (0, seg.loopback_context("get", offset, len, e)))
         })
+    }
+
+    /// The copy of a small put or get, made by the operation's first poll.
+    fn pending(
+        &self,
+        lo: &Arc<LoopbackImport>,
+        op: &'static str,
+        offset: u64,
+        local: *mut u8,
+        len: usize,
+        into_target: bool,
+    ) -> PendingCopy {
+        PendingCopy {
+            copier: Arc::clone(lo) as Arc<dyn Copier>,
+            offset: offset as usize, // in bounds: checked against the segment
+            local,
+            len,
+            into_target,
+            info: self.info(op, offset),
+        }
     }
 
     /// The operation that runs `copy` (of `len` bytes) at its first poll: there, or on the

@@ -67,6 +67,8 @@ pub enum MapAt {
 /// # })?;
 /// # Ok(()) }
 /// ```
+///
+/// **Drop.** Dropping it unmaps the range (as [`ImportMapping::unmap`]).
 pub struct ImportMapping {
     seg: ImportSegment,
     lo: Arc<LoopbackImport>,

@@ -12,6 +12,7 @@ pub(crate) mod barrier;
 pub(crate) mod buf;
 mod buf_result;
 mod context;
+pub(crate) mod copy;
 mod drive;
 pub(crate) mod engine;
 mod failure;

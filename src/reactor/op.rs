@@ -4,6 +4,7 @@
 
 use super::buf::{IoBuf, IoBufMut};
 use super::buf_result::{BufError, BufResult};
+use super::copy::PendingCopy;
 use super::drive::Drive;
 use super::plan::{Piece, Plan};
 use super::slot::{Outcome, Slot, Spec};
@@ -38,6 +39,8 @@ pub struct Op<B: Send + 'static> {
     verdict: Option<Box<Held<B>>>,
     /// What the first poll does, for an operation that is not a slot's posting from the start.
     start: Option<Start<B>>,
+    /// A copy the first poll makes (loopback), into or out of the buffer.
+    pending_copy: Option<PendingCopy>,
     /// A copy running off the caller's thread (loopback), which owns the buffer until done.
     copy: Option<oneshot::Receiver<Outcome<B>>>,
     /// The bytes the operation moves, reported on success.
@@ -82,6 +85,7 @@ impl<B: Send + 'static> Op<B> {
             ready: None,
             verdict: None,
             start: None,
+            pending_copy: None,
             copy: None,
             len: 0,
         }
@@ -92,6 +96,15 @@ impl<B: Send + 'static> Op<B> {
     pub(crate) fn deferred(start: impl FnOnce() -> Op<B> + Send + 'static) -> Self {
         let mut op = Op::empty();
         op.start = Some(Box::new(start));
+        op
+    }
+
+    /// An operation that makes `copy` (whose local pointer lies in `buf`) at its first poll.
+    pub(crate) fn copy_later(copy: PendingCopy, buf: B) -> Self {
+        let mut op = Op::empty();
+        op.len = copy.len;
+        op.pending_copy = Some(copy);
+        op.ready = Some(Outcome::copied(Ok(()), buf));
         op
     }
 
@@ -183,6 +196,14 @@ impl<B: Send + 'static> Op<B> {
     pub(crate) fn poll_outcome(&mut self, cx: &mut Context<'_>) -> Poll<Outcome<B>> {
         if let Some(start) = self.start.take() {
             *self = start();
+        }
+        if let Some(copy) = self.pending_copy.take() {
+            if let Err(e) = copy.run() {
+                if let Some(ready) = self.ready.as_mut() {
+                    ready.result = Err(e);
+                    ready.failed_entry = Some(0);
+                }
+            }
         }
         if let Some(rx) = self.copy.as_mut() {
             let Ok(outcome) = std::task::ready!(Pin::new(rx).poll(cx)) else {
