@@ -47,6 +47,7 @@ pub use info::{
 ///     let b = node.controller("LOOPBACK0").await?;
 ///     assert!(rsm::Controller::same(&a, &b));
 ///     assert_eq!(a.name(), "loopback");
+///     assert_eq!(a.kind(), rsm::ProviderKind::Loopback);
 ///     assert!(a.attr().page_size >= 4096);
 ///     Ok::<_, rsm::Error>(())
 /// })?;
@@ -123,7 +124,8 @@ impl Controller {
     /// Drops this handle (`rsm_release_controller`); the last release closes the controller.
     pub fn release(self) {}
 
-    /// The provider type: `tcp`, `shm`, `sockets`, ..., or `loopback`.
+    /// The provider type: [`ProviderKind::Tcp`](crate::ProviderKind::Tcp), `Shm`, `Sockets`,
+    /// ..., or `Loopback`; [`ControllerInfo::provider`] has the provider's full name.
     pub fn kind(&self) -> crate::ProviderKind {
         crate::ProviderKind::from_name(&self.inner.kind)
     }

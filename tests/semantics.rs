@@ -20,8 +20,16 @@ struct Pair {
     imp: ImportSegment,
 }
 
-async fn pair(ctrl: &str) -> Pair {
-    let (a, b, a_id) = common::two_nodes().await;
+async fn pair(ctrl: &str, budget: Option<Duration>) -> Pair {
+    let a_id = common::fresh_node_id();
+    let node = |id: u32| {
+        let mut b = Node::builder().ignore_environment().id(id);
+        if let Some(d) = budget {
+            b = b.spin_budget(d);
+        }
+        async move { b.start().await.expect("node starts") }
+    };
+    let (a, b) = (node(a_id).await, node(a_id + 1).await);
     let seg = a
         .controller(ctrl)
         .await
@@ -68,9 +76,10 @@ impl Pair {
     }
 }
 
-/// Each rule, on one controller, in one barrier mode.
-async fn rules(ctrl: &str, mode: BarrierMode) {
-    let p = pair(ctrl).await;
+/// Each rule, on one controller, in one barrier mode, with a spin budget (`None`: the
+/// default; zero moves large loopback copies to the node's threads).
+async fn rules(ctrl: &str, mode: BarrierMode, budget: Option<Duration>) {
+    let p = pair(ctrl, budget).await;
     p.imp.set_mode(mode).unwrap();
     let barrier = match mode {
         BarrierMode::Explicit => {
@@ -80,7 +89,7 @@ async fn rules(ctrl: &str, mode: BarrierMode) {
         }
         BarrierMode::Implicit => None,
     };
-    let what = format!("{ctrl}, {mode:?} mode");
+    let what = format!("{ctrl}, {mode:?} mode, budget {budget:?}");
 
     // Created and dropped before its first poll: nothing moves, for a small and a large one.
     for (offset, len) in [(4096u64, 8usize), (8192, 256 * 1024)] {
@@ -94,8 +103,14 @@ async fn rules(ctrl: &str, mode: BarrierMode) {
     let (n, back) = put.await.unwrap();
     assert_eq!((n, &back[..]), (17, &b"from the importer"[..]), "{what}");
 
-    // Polled once, then dropped: it still completes (the barrier's close waits for it).
+    // Polled once, then dropped: it still completes (the barrier's close waits for it), also
+    // a large one whose first poll made only part of it.
     let mut cx = Context::from_waker(Waker::noop());
+    let mut large = p.imp.put(3 << 18, vec![0xA5; 256 * 1024]);
+    if let Poll::Ready(out) = large.poll_unpin(&mut cx) {
+        out.unwrap();
+    }
+    drop(large);
     let mut started = p.imp.put(1 << 19, vec![0x5A; 64 * 1024]);
     if let Poll::Ready(out) = started.poll_unpin(&mut cx) {
         out.unwrap();
@@ -157,8 +172,10 @@ fn both_modes(ctrl: &str) {
     let _serial = common::serial();
     let rt = common::runtime();
     rt.block_on(async {
-        for mode in [BarrierMode::Implicit, BarrierMode::Explicit] {
-            rules(ctrl, mode).await;
+        for budget in [None, Some(Duration::ZERO)] {
+            for mode in [BarrierMode::Implicit, BarrierMode::Explicit] {
+                rules(ctrl, mode, budget).await;
+            }
         }
     });
 }

@@ -1,8 +1,9 @@
 //! put and get on the `loopback` controller: copies into and out of the mapping of the
-//! exporter's memfd, made at the operation's first poll. No system call, no provider: an
-//! awaited put resolves with its data already visible to the exporter and every other
-//! importer. Copies larger than [`INLINE_COPY`] run on the node's blocking threads, not the
-//! caller's executor thread.
+//! exporter's memfd, made from the operation's first poll on. No system call, no provider:
+//! an awaited put resolves with its data already visible to the exporter and every other
+//! importer. A copy larger than [`INLINE_COPY`] is made in slices, each poll copying for at
+//! most the controller's spin budget before it yields, as a libfabric transfer's awaiting
+//! thread reads the queue; with a zero budget it runs on the node's blocking threads.
 
 use super::ImportSegment;
 use crate::backend::loopback::LoopbackImport;
@@ -12,10 +13,12 @@ use crate::reactor::slot::Outcome;
 use crate::reactor::{IoBuf, IoBufMut, Op};
 use crate::{Error, Result};
 use std::sync::Arc;
+use std::time::Duration;
 
-/// The largest copy made on the polling thread: a libfabric put of this size also copies it
-/// there (into the socket or the shared queue) as it posts; larger ones leave the thread.
-pub(crate) const INLINE_COPY: usize = 64 * 1024;
+/// The largest copy always made in one poll, whatever the spin budget: a libfabric put of
+/// this size also copies it on the polling thread (into the socket or the shared queue) as
+/// it posts.
+pub(crate) const INLINE_COPY: usize = crate::reactor::copy::SLICE;
 
 impl ImportSegment {
     /// The checks of [`ImportSegment::put`] and [`ImportSegment::get`] in their order, on
@@ -54,9 +57,11 @@ impl ImportSegment {
         if len == 0 {
             return Op::done(buf);
         }
-        if len <= INLINE_COPY {
+        if let Some(budget) = self.copy_budget(len) {
             let local = buf.stable_ptr().cast_mut();
-            return Op::copy_later(self.pending(lo, "put", offset, local, len, true), buf);
+            let mut copy = self.pending(lo, "put", offset, local, len, true);
+            copy.budget = budget;
+            return Op::copy_later(copy, buf);
         }
         let (lo, seg) = (Arc::clone(lo), self.clone());
         self.copy_later(len, buf, move |buf: &mut B| {
@@ -81,9 +86,11 @@ impl ImportSegment {
         if len == 0 {
             return Op::done(buf);
         }
-        if len <= INLINE_COPY {
+        if let Some(budget) = self.copy_budget(len) {
             let local = buf.stable_mut_ptr();
-            return Op::copy_later(self.pending(lo, "get", offset, local, len, false), buf);
+            let mut copy = self.pending(lo, "get", offset, local, len, false);
+            copy.budget = budget;
+            return Op::copy_later(copy, buf);
         }
         let (lo, seg) = (Arc::clone(lo), self.clone());
         self.copy_later(len, buf, move |buf: &mut B| {
@@ -94,7 +101,24 @@ impl ImportSegment {
         })
     }
 
-    /// The copy of a small put or get, made by the operation's first poll.
+    /// How long each poll of a copy of `len` bytes made on the polling thread may copy (the
+    /// controller's spin budget), or `None` for a copy the node's blocking threads make: one
+    /// over [`INLINE_COPY`] with a zero budget, as a libfabric transfer's progress then
+    /// leaves the polling thread too.
+    fn copy_budget(&self, len: usize) -> Option<Duration> {
+        if len <= INLINE_COPY {
+            // One slice, whatever the budget.
+            return Some(Duration::ZERO);
+        }
+        let budget = self
+            .inner
+            .state
+            .upgrade()
+            .map_or(Duration::ZERO, |n| n.loopback_signal_spin());
+        (!budget.is_zero()).then_some(budget)
+    }
+
+    /// The copy of a put or get, made by the operation's polls.
     fn pending(
         &self,
         lo: &Arc<LoopbackImport>,
@@ -111,6 +135,8 @@ impl ImportSegment {
             len,
             into_target,
             info: self.info(op, offset),
+            budget: Duration::ZERO,
+            done: 0,
         }
     }
 

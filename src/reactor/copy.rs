@@ -4,6 +4,11 @@
 use super::plan::OpInfo;
 use crate::Result;
 use std::sync::Arc;
+use std::task::Poll;
+use std::time::{Duration, Instant};
+
+/// The most a copy moves between two looks at the clock: a few µs of memcpy.
+pub(crate) const SLICE: usize = 64 * 1024;
 
 /// Memory an operation reaches by copying (a loopback import's mapping).
 pub(crate) trait Copier: Send + Sync + 'static {
@@ -31,6 +36,11 @@ pub(crate) struct PendingCopy {
     pub(crate) len: usize,
     pub(crate) into_target: bool,
     pub(crate) info: OpInfo,
+    /// How long one poll may copy before it yields (the controller's spin budget); the
+    /// first slice is always copied.
+    pub(crate) budget: Duration,
+    /// The bytes copied so far.
+    pub(crate) done: usize,
 }
 
 // SAFETY: `local` points into the buffer the same operation owns, which travels with it;
@@ -40,16 +50,44 @@ unsafe impl Send for PendingCopy {}
 unsafe impl Sync for PendingCopy {}
 
 impl PendingCopy {
-    /// Makes the copy.
-    pub(crate) fn run(self) -> Result<()> {
-        // SAFETY: `local` lies in the operation's buffer, alive and valid for `len` bytes
-        // for the operation's life (the `IoBuf`/`IoBufMut` contract of the buffer it was
-        // taken from, mutable for a get), and Rust memory, not the target; the range was
-        // checked against the segment when the operation was created.
-        unsafe {
-            self.copier
-                .copy(self.offset, self.local, self.len, self.into_target)
+    /// Copies slices until the copy is done (its result) or this poll's budget is spent
+    /// (`Pending`: more to copy at the next poll).
+    pub(crate) fn run(&mut self) -> Poll<Result<()>> {
+        let mut started: Option<Instant> = None;
+        loop {
+            let n = SLICE.min(self.len - self.done);
+            // SAFETY: `local` lies in the operation's buffer, alive and valid for `len`
+            // bytes for the operation's life (the `IoBuf`/`IoBufMut` contract of the buffer
+            // it was taken from, mutable for a get), and Rust memory, not the target; the
+            // range was checked against the segment when the operation was created, and
+            // `done + n <= len`.
+            let res = unsafe {
+                self.copier.copy(
+                    self.offset + self.done,
+                    self.local.add(self.done),
+                    n,
+                    self.into_target,
+                )
+            };
+            if let Err(e) = res {
+                return Poll::Ready(Err(self.info.annotate(e, self.len)));
+            }
+            self.done += n;
+            if self.done == self.len {
+                return Poll::Ready(Ok(()));
+            }
+            if started.get_or_insert_with(Instant::now).elapsed() >= self.budget {
+                return Poll::Pending;
+            }
         }
-        .map_err(|e| self.info.annotate(e, self.len))
+    }
+
+    /// Finishes a copy whose operation was dropped after its first poll: a started
+    /// operation completes (the crate docs' "Operations").
+    pub(crate) fn finish(&mut self) {
+        if self.done > 0 {
+            self.budget = Duration::MAX;
+            let _ = self.run();
+        }
     }
 }

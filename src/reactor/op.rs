@@ -57,6 +57,9 @@ impl<B: Send + 'static> Unpin for Op<B> {}
 
 impl<B: Send + 'static> Drop for Op<B> {
     fn drop(&mut self) {
+        if let Some(copy) = self.pending_copy.as_mut() {
+            copy.finish();
+        }
         // A future dropped between its post and its spin leaves the operation to the
         // engine, which may sleep since the post did not wake it.
         if let Some(slot) = &self.slot {
@@ -197,12 +200,19 @@ impl<B: Send + 'static> Op<B> {
         if let Some(start) = self.start.take() {
             *self = start();
         }
-        if let Some(copy) = self.pending_copy.take() {
-            if let Err(e) = copy.run() {
-                if let Some(ready) = self.ready.as_mut() {
-                    ready.result = Err(e);
-                    ready.failed_entry = Some(0);
+        if let Some(copy) = self.pending_copy.as_mut() {
+            let res = match copy.run() {
+                Poll::Ready(res) => res,
+                Poll::Pending => {
+                    // More to copy: the task's other futures and tasks run first.
+                    cx.waker().wake_by_ref();
+                    return Poll::Pending;
                 }
+            };
+            self.pending_copy = None;
+            if let (Err(e), Some(ready)) = (res, self.ready.as_mut()) {
+                ready.result = Err(e);
+                ready.failed_entry = Some(0);
             }
         }
         if let Some(rx) = self.copy.as_mut() {
