@@ -316,20 +316,7 @@ fn signals_round_trip_with_a_zero_spin_budget() {
         let a = node_with_budget(Some(Duration::ZERO)).await;
         let b = node_with_budget(Some(Duration::ZERO)).await;
         for ctrl in ["loopback", "tcp0", "shm0"] {
-            let seg = a
-                .controller(ctrl)
-                .await
-                .unwrap()
-                .export(page(), ExportFlags::empty())
-                .unwrap();
-            let id = seg.publish(None, &[]).await.unwrap();
-            let imp = b
-                .controller(ctrl)
-                .await
-                .unwrap()
-                .import(a.id(), id, Perm::RDWR)
-                .await
-                .unwrap();
+            let (seg, imp) = export_and_import(&a, &b, ctrl, page(), ExportFlags::empty()).await;
             let five = Some(Duration::from_secs(5));
             for _ in 0..20 {
                 imp.signal(rsm::SignalFlags::empty()).await.unwrap();

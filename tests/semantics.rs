@@ -6,7 +6,7 @@
 mod common;
 
 use futures::FutureExt;
-use rsm::{BarrierMode, ExportFlags, ExportSegment, ImportSegment, Node, Perm};
+use rsm::{BarrierMode, ExportFlags, ExportSegment, ImportSegment, Node};
 use std::task::{Context, Poll, Waker};
 use std::time::{Duration, Instant};
 
@@ -30,20 +30,7 @@ async fn pair(ctrl: &str, budget: Option<Duration>) -> Pair {
         async move { b.start().await.expect("node starts") }
     };
     let (a, b) = (node(a_id).await, node(a_id + 1).await);
-    let seg = a
-        .controller(ctrl)
-        .await
-        .unwrap()
-        .export(LEN, ExportFlags::empty())
-        .unwrap();
-    let id = seg.publish(None, &[]).await.unwrap();
-    let imp = b
-        .controller(ctrl)
-        .await
-        .unwrap()
-        .import(rsm::NodeId(a_id), id, Perm::RDWR)
-        .await
-        .unwrap();
+    let (seg, imp) = common::export_and_import(&a, &b, ctrl, LEN, ExportFlags::empty()).await;
     // The first operation sets up the provider's connection.
     imp.put(0, vec![0u8; 8]).await.unwrap();
     Pair { a, b, seg, imp }

@@ -661,20 +661,8 @@ fn a_signal_to_a_dead_node_is_unreachable() {
     rt.block_on(async {
         for ctrl in CONTROLLERS {
             let (a, b, a_id) = common::two_nodes().await;
-            let seg = a
-                .controller(ctrl)
-                .await
-                .unwrap()
-                .export(common::page(), ExportFlags::empty())
-                .unwrap();
-            let id = seg.publish(None, &[]).await.unwrap();
-            let imp = b
-                .controller(ctrl)
-                .await
-                .unwrap()
-                .import(rsm::NodeId(a_id), id, Perm::RDWR)
-                .await
-                .unwrap();
+            let (seg, imp) =
+                common::export_and_import(&a, &b, ctrl, common::page(), ExportFlags::empty()).await;
             let mut events = imp.events();
             imp.signal(SignalFlags::empty()).await.unwrap();
             seg.wait_signal(FIVE_S).await.unwrap();

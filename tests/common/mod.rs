@@ -505,3 +505,29 @@ pub fn split<T, B>(out: rsm::BufResult<T, B>) -> (rsm::Result<()>, Option<B>) {
         }
     }
 }
+
+/// Node `a` exports `size` bytes on `ctrl` with `flags` and publishes them to everyone;
+/// node `b` imports them read-write.
+pub async fn export_and_import(
+    a: &rsm::Node,
+    b: &rsm::Node,
+    ctrl: &str,
+    size: usize,
+    flags: rsm::ExportFlags,
+) -> (rsm::ExportSegment, rsm::ImportSegment) {
+    let seg = a
+        .controller(ctrl)
+        .await
+        .unwrap()
+        .export(size, flags)
+        .unwrap();
+    let id = seg.publish(None, &[]).await.unwrap();
+    let imp = b
+        .controller(ctrl)
+        .await
+        .unwrap()
+        .import(a.id(), id, rsm::Perm::RDWR)
+        .await
+        .unwrap();
+    (seg, imp)
+}
