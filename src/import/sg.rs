@@ -146,7 +146,7 @@ pub struct SgOutcome<B> {
 /// # Cancel safety
 /// As for [`Op`]: dropping it stops the waiting, not the transfers already posted; the
 /// entries' buffers and handles stay with the operation until the provider is done.
-#[must_use = "a vector does nothing until awaited (in implicit barrier mode)"]
+#[must_use = "a vector does nothing until polled"]
 pub struct SgOp<B: Send + 'static> {
     op: Option<Op<Vec<SgEntry<B>>>>,
     count: usize,
