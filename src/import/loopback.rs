@@ -140,9 +140,9 @@ impl ImportSegment {
         }
     }
 
-    /// The operation that runs `copy` (of `len` bytes) at its first poll: there, or on the
-    /// node's blocking threads for more than [`INLINE_COPY`] bytes, the copy owning the
-    /// buffer until it is done.
+    /// The operation that runs `copy` (of `len` bytes) at its first poll: there (a vector's
+    /// pieces, in one go), or on the node's blocking threads for more than [`INLINE_COPY`]
+    /// bytes with a zero spin budget, the copy owning the buffer until it is done.
     pub(super) fn copy_later<B: Send + 'static>(
         &self,
         len: usize,
@@ -150,10 +150,11 @@ impl ImportSegment {
         copy: impl FnOnce(&mut B) -> std::result::Result<(), (usize, Error)> + Send + 'static,
     ) -> Op<B> {
         let node = self.inner.state.clone();
+        let offload = self.copy_budget(len).is_none();
         Op::deferred(move || {
             let mut buf = buf;
             match node.upgrade() {
-                Some(node) if len > INLINE_COPY => {
+                Some(node) if offload => {
                     let (tx, rx) = tokio::sync::oneshot::channel();
                     node.runtime().spawn_blocking(move || {
                         let res = copy(&mut buf);
