@@ -53,6 +53,7 @@ pub struct ReadmeDoctests;
 
 pub use controller::{Controller, ControllerAttr, ControllerInfo};
 pub use sans_io::segid::{SegmentIdRange, get_segmentid_range};
+pub use sans_io::keys::{NodeKey, PublicKey};
 pub use sans_io::wire::ByteOrder;
 
 /// The segment-id ranges RSMAPI reserves (docs/rsmapi.md §3.6). Ids a caller chooses lie in
@@ -81,7 +82,7 @@ pub use import::{
     SgLocal, SgOp, SgOutcome,
 };
 pub use local::LocalMemory;
-pub use node::{Node, NodeBuilder, NodeConfig};
+pub use node::{KeySource, Node, NodeBuilder, NodeConfig};
 pub use perm::{Access, ExportFlags, Perm};
 pub use reactor::{BufError, BufResult, IoBuf, IoBufMut, Op};
 pub use shared_memory::SharedMemory;

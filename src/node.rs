@@ -6,8 +6,13 @@
 //!
 //! 1. the TOML file named by `RSM_CONFIG` (default `/etc/rsm/rsm.toml`, optional) or by
 //!    [`NodeBuilder::config_file`];
-//! 2. the variables `RSM_NODE_ID`, `RSM_LISTEN` and `RSM_PEERS` (`2=127.0.0.1:7402,...`);
+//! 2. the variables `RSM_NODE_ID`, `RSM_LISTEN`, `RSM_PEERS` (`2=127.0.0.1:7402,...`),
+//!    `RSM_KEY_FILE` and `RSM_TRUST_FILE`;
 //! 3. the builder's own settings.
+//!
+//! Without a key the node reaches only nodes of its host, whose kernel vouches for them;
+//! with one ([`NodeBuilder::key_file`], `rsm keygen`) every link proves both nodes' keys
+//! (DESIGN.md §8, SECURITY.md).
 //!
 //! `RSM_SPIN_BUDGET_US` sets [`NodeBuilder::spin_budget`] when the builder does not.
 //!
@@ -29,12 +34,13 @@
 //! # }
 //! ```
 
+mod identity;
+
 use std::collections::BTreeMap;
 use std::fmt;
-use std::fs::File;
-use std::io::{self, Read};
+use std::io;
 use std::net::{SocketAddr, TcpListener};
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -45,13 +51,14 @@ use crate::NodeId;
 use crate::context::NodeContext;
 use crate::controller::{Controller, ControllerRegistry, SpinBudgets};
 use crate::dispatch::NodeHandler;
-pub use crate::sans_io::config::NodeConfig;
+pub use crate::sans_io::config::{KeySource, NodeConfig};
 use crate::sans_io::config::{
-    self, DEFAULT_CONFIG_PATH, ENV_CONFIG, ENV_LISTEN, ENV_NODE_ID, ENV_PEERS, MAX_FILE_BYTES,
-    Origin, PartialConfig,
+    self, DEFAULT_CONFIG_PATH, ENV_CONFIG, ENV_KEY_FILE, ENV_LISTEN, ENV_NODE_ID, ENV_PEERS,
+    ENV_TRUST_FILE, MAX_FILE_BYTES, Origin, PartialConfig,
 };
+use crate::sans_io::keys::{NodeKey, PublicKey};
 use crate::sans_io::wire::ByteOrder;
-use crate::sidechannel::{self, LocalIdentity, SideChannel, SideChannelConfig};
+use crate::sidechannel::{self, Auth, LocalIdentity, SideChannel, SideChannelConfig};
 use crate::{Error, Result};
 
 /// The side-channel listener's accept backlog: peers connect once and stay connected, so a
@@ -97,6 +104,7 @@ pub(crate) struct NodeInner {
     config: NodeConfig,
     listen_addr: SocketAddr,
     incarnation: u64,
+    public_key: Option<PublicKey>,
     /// The controllers opened from this node, shared so that `rsm_get_controller` is
     /// reference-counted per node.
     pub(crate) registry: Arc<ControllerRegistry>,
@@ -230,7 +238,7 @@ impl Node {
     /// let node = rt.block_on(rsm::Node::builder().id(9210).ignore_environment().start())?;
     /// assert_eq!(node.config().node_id, 9210);
     /// assert_eq!(node.config().listen.port(), 0);
-    /// assert!(!node.config().allow_non_loopback);
+    /// assert!(node.config().key.is_none());
     /// # Ok(())
     /// # }
     /// ```
@@ -238,6 +246,21 @@ impl Node {
     /// [`listen_addr`]: Node::listen_addr
     pub fn config(&self) -> &NodeConfig {
         &self.inner.config
+    }
+
+    /// The public key this node proves on every side-channel link, or `None` for a node
+    /// without keys (which reaches only nodes of its host).
+    ///
+    /// ```
+    /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// # let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+    /// let node = rt.block_on(rsm::Node::builder().id(9211).ignore_environment().start())?;
+    /// assert_eq!(node.public_key(), None);
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn public_key(&self) -> Option<PublicKey> {
+        self.inner.public_key
     }
 
     /// Opens a controller by name (docs/rsmapi.md §4.1 `rsm_get_controller`): `<type><unit>`
@@ -464,7 +487,8 @@ impl NodeBuilder {
     }
 
     /// Sets the side-channel listen address; port 0 asks for an ephemeral port. Only
-    /// 127.0.0.0/8 and `::1` are accepted unless [`allow_non_loopback`] is set.
+    /// 127.0.0.0/8 and `::1` are accepted unless the node has a key ([`key_file`]): a node
+    /// without keys reaches only nodes of its own host.
     ///
     /// ```
     /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
@@ -474,7 +498,7 @@ impl NodeBuilder {
     /// # }
     /// ```
     ///
-    /// [`allow_non_loopback`]: NodeBuilder::allow_non_loopback
+    /// [`key_file`]: NodeBuilder::key_file
     pub fn listen(mut self, addr: SocketAddr) -> Self {
         self.settings.set_listen(addr);
         self
@@ -496,30 +520,68 @@ impl NodeBuilder {
         self
     }
 
-    /// Accepts a listen address beyond the host (default `false`). The side channel is not
-    /// authenticated yet, so any host that reaches this address could talk to the node; only
-    /// the program can opt in, never a file or a variable.
+    /// Gives the node the key in `path` (as `rsm keygen` writes it, mode 0600), instead of
+    /// the one `key_file` or `RSM_KEY_FILE` names. With a key every side-channel link opens
+    /// with a Noise handshake in which both nodes prove the key the other trusts for them
+    /// ([`trust_file`](Self::trust_file), [`peer_key`](Self::peer_key)), and the node may
+    /// listen beyond its host.
+    ///
+    /// ```
+    /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let builder = rsm::Node::builder()
+    ///     .key_file("/etc/rsm/node.key")
+    ///     .trust_file("/etc/rsm/cluster.keys")
+    ///     .listen("0.0.0.0:7401".parse()?);
+    /// # let _ = builder;
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn key_file(mut self, path: impl Into<PathBuf>) -> Self {
+        self.settings.set_key(KeySource::File(path.into()));
+        self
+    }
+
+    /// Gives the node a key the program holds (see [`key_file`](Self::key_file)).
     ///
     /// ```
     /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
     /// let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
-    /// let refused = rt.block_on(
-    ///     rsm::Node::builder().listen("0.0.0.0:0".parse()?).ignore_environment().start(),
-    /// );
-    /// assert!(matches!(refused.unwrap_err(), rsm::Error::BadConf(_)));
+    /// let key = rsm::NodeKey::generate();
+    /// let public = key.public();
     /// let node = rt.block_on(
-    ///     rsm::Node::builder()
-    ///         .id(9438).listen("0.0.0.0:0".parse()?)
-    ///         .allow_non_loopback(true)
-    ///         .ignore_environment()
-    ///         .start(),
+    ///     rsm::Node::builder().id(9438).key(key).ignore_environment().start(),
     /// )?;
-    /// assert!(node.config().allow_non_loopback);
+    /// assert_eq!(node.public_key(), Some(public));
     /// # Ok(())
     /// # }
     /// ```
-    pub fn allow_non_loopback(mut self, allow: bool) -> Self {
-        self.settings.set_allow_non_loopback(allow);
+    pub fn key(mut self, key: NodeKey) -> Self {
+        self.settings.set_key(KeySource::Inline(key));
+        self
+    }
+
+    /// Names the trust file: one `<node id> <public key>` line per node this node talks
+    /// to, such as a cluster shares. Keys set by [`peer_key`](Self::peer_key) or a
+    /// configuration file's `[keys]` override its lines.
+    ///
+    /// ```
+    /// let builder = rsm::Node::builder().trust_file("/etc/rsm/cluster.keys");
+    /// # let _ = builder;
+    /// ```
+    pub fn trust_file(mut self, path: impl Into<PathBuf>) -> Self {
+        self.settings.set_trust_file(path.into());
+        self
+    }
+
+    /// Trusts `key` as node `id`'s public key: a peer claiming `id` must prove it.
+    ///
+    /// ```
+    /// let peer = rsm::NodeKey::generate();
+    /// let builder = rsm::Node::builder().peer_key(2, peer.public());
+    /// # let _ = builder;
+    /// ```
+    pub fn peer_key(mut self, id: impl Into<NodeId>, key: PublicKey) -> Self {
+        self.settings.insert_peer_key(id.into().get(), key);
         self
     }
 
@@ -718,6 +780,11 @@ impl NodeBuilder {
                 config.listen
             ))
         })?;
+        let auth = identity::auth(&config)?;
+        let public_key = match &auth {
+            Auth::Kernel => None,
+            Auth::Keys(cred) => Some(cred.key.public()),
+        };
         let incarnation = rand::rng().random_range(1..=u64::MAX);
         let state = NodeContext::new(handle.clone());
         state.set_loopback_spin_budget(budgets.loopback());
@@ -731,6 +798,7 @@ impl NodeBuilder {
                 incarnation,
                 doorbells: Vec::new(),
                 byte_order: self.byte_order,
+                auth,
             },
             listener,
             config.peers.clone(),
@@ -755,6 +823,7 @@ impl NodeBuilder {
                 config,
                 listen_addr,
                 incarnation,
+                public_key,
                 state,
                 side,
                 runtime: Mutex::new(runtime.0.take()),
@@ -814,7 +883,7 @@ impl NodeBuilder {
             FileChoice::Optional(path) => (path.as_path(), None),
         };
         let source = path.display().to_string();
-        match read_config_file(path) {
+        match crate::sys::files::read_small(path, MAX_FILE_BYTES) {
             Ok(text) => config::from_toml(&text, &source).map(Some),
             Err(e) if e.kind() == io::ErrorKind::NotFound && named_by.is_none() => {
                 tracing::debug!(path = %source, "no configuration file, using the defaults");
@@ -832,33 +901,16 @@ impl NodeBuilder {
     }
 }
 
-/// Reads at most [`MAX_FILE_BYTES`] + 1 bytes, so that `from_toml` sees an oversized file as
-/// such without this reading all of it.
-fn read_config_file(path: &Path) -> io::Result<String> {
-    let file = File::open(path)?;
-    if file.metadata()?.is_dir() {
-        return Err(io::Error::new(
-            io::ErrorKind::InvalidInput,
-            "is a directory",
-        ));
-    }
-    let mut bytes = Vec::new();
-    file.take(MAX_FILE_BYTES as u64 + 1)
-        .read_to_end(&mut bytes)?;
-    if bytes.len() > MAX_FILE_BYTES {
-        return Err(io::Error::new(
-            io::ErrorKind::InvalidData,
-            format!("larger than {MAX_FILE_BYTES} bytes"),
-        ));
-    }
-    String::from_utf8(bytes)
-        .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, format!("not UTF-8: {e}")))
-}
-
 /// The `RSM_*` variables of this process, read, never set.
 fn env_layer() -> Result<PartialConfig> {
-    let mut vars = Vec::with_capacity(3);
-    for name in [ENV_NODE_ID, ENV_LISTEN, ENV_PEERS] {
+    let mut vars = Vec::with_capacity(5);
+    for name in [
+        ENV_NODE_ID,
+        ENV_LISTEN,
+        ENV_PEERS,
+        ENV_KEY_FILE,
+        ENV_TRUST_FILE,
+    ] {
         match std::env::var(name) {
             Ok(value) => vars.push((name, value)),
             Err(std::env::VarError::NotPresent) => {}
@@ -988,7 +1040,7 @@ mod tests {
         assert!(builder.file_choice().is_none());
         let named = Node::builder().config_file("/x.toml").ignore_environment();
         assert!(
-            matches!(named.file_choice(), Some(FileChoice::Required(p, _)) if p == Path::new("/x.toml"))
+            matches!(named.file_choice(), Some(FileChoice::Required(p, _)) if p == std::path::Path::new("/x.toml"))
         );
     }
 }

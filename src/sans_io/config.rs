@@ -5,8 +5,10 @@
 //!
 //! Sources, each later one overriding the earlier:
 //!
-//! 1. a TOML file ([`from_toml`]): `node_id`, `listen` and a `[peers]` table;
-//! 2. the variables `RSM_NODE_ID`, `RSM_LISTEN` and `RSM_PEERS` ([`from_env`]);
+//! 1. a TOML file ([`from_toml`]): `node_id`, `listen`, `key_file`, `trust_file`, a
+//!    `[peers]` table of addresses and a `[keys]` table of public keys;
+//! 2. the variables `RSM_NODE_ID`, `RSM_LISTEN`, `RSM_PEERS`, `RSM_KEY_FILE` and
+//!    `RSM_TRUST_FILE` ([`from_env`]);
 //! 3. the builder's explicit settings ([`PartialConfig::new`] with [`Origin::Builder`]).
 //!
 //! Peers merge entry by entry: a later source overrides the address of a node id it names and
@@ -29,9 +31,11 @@
 use std::collections::BTreeMap;
 use std::fmt;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::path::PathBuf;
 
 use serde::Deserialize;
 
+use super::keys::{NodeKey, PublicKey};
 use crate::{Error, Result};
 
 /// The largest configuration file accepted, in bytes (1 MiB).
@@ -55,6 +59,12 @@ pub const ENV_LISTEN: &str = "RSM_LISTEN";
 /// The variable holding the peer table, such as `2=127.0.0.1:7402,3=[::1]:7403`.
 pub const ENV_PEERS: &str = "RSM_PEERS";
 
+/// The variable naming this node's key file (written by `rsm keygen`).
+pub const ENV_KEY_FILE: &str = "RSM_KEY_FILE";
+
+/// The variable naming the trust file: `<node id> <public key>` per line.
+pub const ENV_TRUST_FILE: &str = "RSM_TRUST_FILE";
+
 /// The longest excerpt of an offending value quoted in an error: the inputs are unbounded and
 /// an error message should stay readable.
 const MAX_QUOTED_CHARS: usize = 64;
@@ -62,7 +72,8 @@ const MAX_QUOTED_CHARS: usize = 64;
 /// The resolved configuration of a node.
 ///
 /// With nothing configured ([`NodeConfig::default`]): node 1, listening on 127.0.0.1 with an
-/// ephemeral port, no peers, non-loopback listen addresses refused.
+/// ephemeral port, no peers, no keys: the node then talks only to nodes of its host, over
+/// their Unix sockets, and refuses a non-loopback listen address (DESIGN.md §8).
 ///
 /// ```
 /// use rsm::NodeConfig;
@@ -71,7 +82,7 @@ const MAX_QUOTED_CHARS: usize = 64;
 /// assert_eq!(config.node_id, 1);
 /// assert_eq!(config.listen, "127.0.0.1:0".parse()?);
 /// assert!(config.peers.is_empty());
-/// assert!(!config.allow_non_loopback);
+/// assert!(config.key.is_none());
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -82,8 +93,23 @@ pub struct NodeConfig {
     pub listen: SocketAddr,
     /// The peer table: node id to side-channel address.
     pub peers: BTreeMap<u32, SocketAddr>,
-    /// Whether a non-loopback listen address is accepted (only the builder can set it).
-    pub allow_non_loopback: bool,
+    /// This node's key: with one, every link opens with a handshake that proves both nodes'
+    /// keys; without, only nodes of this host are reached.
+    pub key: Option<KeySource>,
+    /// The trust file: each node's public key, one `<node id> <public key>` per line.
+    pub trust_file: Option<PathBuf>,
+    /// Peers' public keys set directly (they override the trust file's).
+    pub peer_keys: BTreeMap<u32, PublicKey>,
+}
+
+/// Where a node's key comes from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum KeySource {
+    /// A key file, as `rsm keygen` writes it (mode 0600).
+    File(PathBuf),
+    /// A key the program holds ([`NodeBuilder::key`](crate::NodeBuilder::key)).
+    Inline(NodeKey),
 }
 
 impl Default for NodeConfig {
@@ -92,7 +118,9 @@ impl Default for NodeConfig {
             node_id: 1,
             listen: SocketAddr::new(IpAddr::V4(Ipv4Addr::LOCALHOST), 0),
             peers: BTreeMap::new(),
-            allow_non_loopback: false,
+            key: None,
+            trust_file: None,
+            peer_keys: BTreeMap::new(),
         }
     }
 }
@@ -133,7 +161,9 @@ enum Field {
     NodeId,
     Listen,
     Peers,
-    AllowNonLoopback,
+    Key,
+    TrustFile,
+    Keys,
 }
 
 impl Field {
@@ -142,7 +172,9 @@ impl Field {
             Field::NodeId => "node_id",
             Field::Listen => "listen",
             Field::Peers => "peers",
-            Field::AllowNonLoopback => "allow_non_loopback",
+            Field::Key => "key_file",
+            Field::TrustFile => "trust_file",
+            Field::Keys => "keys",
         }
     }
 }
@@ -155,6 +187,8 @@ impl Origin {
             (Origin::Environment, Field::NodeId) => ENV_NODE_ID.to_string(),
             (Origin::Environment, Field::Listen) => ENV_LISTEN.to_string(),
             (Origin::Environment, Field::Peers) => ENV_PEERS.to_string(),
+            (Origin::Environment, Field::Key) => ENV_KEY_FILE.to_string(),
+            (Origin::Environment, Field::TrustFile) => ENV_TRUST_FILE.to_string(),
             _ => format!("{self}: {}", field.key()),
         }
     }
@@ -203,7 +237,9 @@ pub struct PartialConfig {
     node_id: Option<Sourced<u32>>,
     listen: Option<Sourced<SocketAddr>>,
     peers: BTreeMap<u32, Sourced<SocketAddr>>,
-    allow_non_loopback: Option<Sourced<bool>>,
+    key: Option<Sourced<KeySource>>,
+    trust_file: Option<Sourced<PathBuf>>,
+    peer_keys: BTreeMap<u32, Sourced<PublicKey>>,
 }
 
 impl PartialConfig {
@@ -222,7 +258,9 @@ impl PartialConfig {
             node_id: None,
             listen: None,
             peers: BTreeMap::new(),
-            allow_non_loopback: None,
+            key: None,
+            trust_file: None,
+            peer_keys: BTreeMap::new(),
         }
     }
 
@@ -249,7 +287,9 @@ impl PartialConfig {
         self.node_id.is_none()
             && self.listen.is_none()
             && self.peers.is_empty()
-            && self.allow_non_loopback.is_none()
+            && self.key.is_none()
+            && self.trust_file.is_none()
+            && self.peer_keys.is_empty()
     }
 
     /// The node id, if this layer sets one.
@@ -294,17 +334,30 @@ impl PartialConfig {
         self.peers.iter().map(|(id, s)| (*id, s.value)).collect()
     }
 
-    /// The non-loopback opt-in, if this layer sets it.
+    /// This node's key, if this layer sets one.
+    ///
+    /// ```
+    /// use rsm::test_util::config::{KeySource, Origin, PartialConfig};
+    ///
+    /// let mut layer = PartialConfig::new(Origin::Builder);
+    /// layer.set_key(KeySource::File("/etc/rsm/node.key".into()));
+    /// assert!(matches!(layer.key(), Some(KeySource::File(_))));
+    /// ```
+    pub fn key(&self) -> Option<&KeySource> {
+        self.key.as_ref().map(|s| &s.value)
+    }
+
+    /// The peers' public keys this layer names (a copy).
     ///
     /// ```
     /// use rsm::test_util::config::{Origin, PartialConfig};
     ///
     /// let mut layer = PartialConfig::new(Origin::Builder);
-    /// layer.set_allow_non_loopback(true);
-    /// assert_eq!(layer.allow_non_loopback(), Some(true));
+    /// layer.insert_peer_key(2, rsm::PublicKey::from_bytes([2; 32]));
+    /// assert_eq!(layer.peer_keys()[&2].as_bytes(), &[2; 32]);
     /// ```
-    pub fn allow_non_loopback(&self) -> Option<bool> {
-        self.allow_non_loopback.as_ref().map(|s| s.value)
+    pub fn peer_keys(&self) -> BTreeMap<u32, PublicKey> {
+        self.peer_keys.iter().map(|(id, s)| (*id, s.value)).collect()
     }
 
     /// Sets the node id.
@@ -353,19 +406,49 @@ impl PartialConfig {
         self
     }
 
-    /// Sets the non-loopback opt-in. [`resolve`] honours it only from [`Origin::Builder`]:
-    /// the side channel is not authenticated yet, so only the program itself may decide to
-    /// listen beyond the host, never a file or a variable.
+    /// Sets this node's key.
+    ///
+    /// ```
+    /// use rsm::test_util::config::{KeySource, Origin, PartialConfig, resolve};
+    ///
+    /// let mut layer = PartialConfig::new(Origin::Builder);
+    /// layer.set_key(KeySource::Inline(rsm::NodeKey::generate()));
+    /// assert!(resolve(&[layer])?.key.is_some());
+    /// # Ok::<(), rsm::Error>(())
+    /// ```
+    pub fn set_key(&mut self, key: KeySource) -> &mut Self {
+        self.key = Some(self.sourced(key));
+        self
+    }
+
+    /// Sets the trust file.
     ///
     /// ```
     /// use rsm::test_util::config::{Origin, PartialConfig, resolve};
     ///
-    /// let mut env = PartialConfig::new(Origin::Environment);
-    /// env.set_allow_non_loopback(true);
-    /// assert!(matches!(resolve(&[env]).unwrap_err(), rsm::Error::BadConf(_)));
+    /// let mut layer = PartialConfig::new(Origin::Builder);
+    /// layer.set_trust_file("/etc/rsm/cluster.keys".into());
+    /// assert!(resolve(&[layer])?.trust_file.is_some());
+    /// # Ok::<(), rsm::Error>(())
     /// ```
-    pub fn set_allow_non_loopback(&mut self, allow: bool) -> &mut Self {
-        self.allow_non_loopback = Some(self.sourced(allow));
+    pub fn set_trust_file(&mut self, path: PathBuf) -> &mut Self {
+        self.trust_file = Some(self.sourced(path));
+        self
+    }
+
+    /// Adds a peer's public key, or replaces the one this layer names for `id`.
+    ///
+    /// ```
+    /// use rsm::test_util::config::{Origin, PartialConfig, resolve};
+    ///
+    /// let mut layer = PartialConfig::new(Origin::Builder);
+    /// layer.insert_peer_key(2, rsm::PublicKey::from_bytes([2; 32]));
+    /// assert_eq!(resolve(&[layer])?.peer_keys.len(), 1);
+    /// # Ok::<(), rsm::Error>(())
+    /// ```
+    pub fn insert_peer_key(&mut self, id: u32, key: PublicKey) -> &mut Self {
+        let value = self.sourced(key);
+        self.peer_keys.insert(id, value);
         self
     }
 
@@ -390,11 +473,17 @@ impl PartialConfig {
         if let Some(listen) = &later.listen {
             self.listen = Some(listen.clone());
         }
-        if let Some(allow) = &later.allow_non_loopback {
-            self.allow_non_loopback = Some(allow.clone());
+        if let Some(key) = &later.key {
+            self.key = Some(key.clone());
+        }
+        if let Some(trust) = &later.trust_file {
+            self.trust_file = Some(trust.clone());
         }
         for (id, addr) in &later.peers {
             self.peers.insert(*id, addr.clone());
+        }
+        for (id, key) in &later.peer_keys {
+            self.peer_keys.insert(*id, key.clone());
         }
     }
 
@@ -445,12 +534,16 @@ struct RawFile {
     node_id: Option<toml::Value>,
     listen: Option<toml::Value>,
     peers: Option<toml::Value>,
+    key_file: Option<toml::Value>,
+    trust_file: Option<toml::Value>,
+    keys: Option<toml::Value>,
 }
 
 /// Parses a configuration file's text; `source` names the file in errors.
 ///
-/// Keys: `node_id` (an integer), `listen` (`"ip:port"`) and a `[peers]` table from node id to
-/// `"ip:port"`. Unknown keys are refused, so a misspelt key is not silently ignored; so is a
+/// Keys: `node_id` (an integer), `listen` (`"ip:port"`), `key_file` and `trust_file` (paths),
+/// a `[peers]` table from node id to `"ip:port"` and a `[keys]` table from node id to public
+/// key (64 hex digits). Unknown keys are refused, so a misspelt key is not silently ignored; so is a
 /// text over [`MAX_FILE_BYTES`] or a table of more than [`MAX_PEERS`] peers.
 ///
 /// ```
@@ -493,6 +586,19 @@ pub fn from_toml(text: &str, source: &str) -> Result<PartialConfig> {
             layer.insert_peer(id, addr);
         }
     }
+    if let Some(value) = raw.key_file {
+        let path = toml_path(value).map_err(|m| field_error(&origin, Field::Key, &m))?;
+        layer.set_key(KeySource::File(path));
+    }
+    if let Some(value) = raw.trust_file {
+        let path = toml_path(value).map_err(|m| field_error(&origin, Field::TrustFile, &m))?;
+        layer.set_trust_file(path);
+    }
+    if let Some(value) = raw.keys {
+        for (id, key) in toml_keys(value, &origin)? {
+            layer.insert_peer_key(id, key);
+        }
+    }
     Ok(layer)
 }
 
@@ -522,6 +628,47 @@ fn toml_string(value: toml::Value) -> std::result::Result<String, String> {
             other.type_str()
         )),
     }
+}
+
+fn toml_path(value: toml::Value) -> std::result::Result<PathBuf, String> {
+    match value {
+        toml::Value::String(s) if !s.is_empty() => Ok(PathBuf::from(s)),
+        toml::Value::String(_) => Err("an empty path".to_string()),
+        other => Err(format!(
+            "invalid type: {}, expected a path string",
+            other.type_str()
+        )),
+    }
+}
+
+/// The `[keys]` table: ids as keys, public keys (64 hex digits) as values.
+fn toml_keys(value: toml::Value, origin: &Origin) -> Result<Vec<(u32, PublicKey)>> {
+    let toml::Value::Table(table) = value else {
+        return Err(field_error(
+            origin,
+            Field::Keys,
+            "expected a table such as [keys] 2 = \"<64 hex digits>\"",
+        ));
+    };
+    if table.len() > MAX_PEERS {
+        return Err(too_many_peers(&origin.label(Field::Keys), table.len()));
+    }
+    let mut keys = BTreeMap::new();
+    for (key, value) in table {
+        let label = format!("{}.{}", origin.label(Field::Keys), key_for_error(&key));
+        let entry_error = |m: String| bad_conf(format!("{label}: {m}"));
+        let id = parse_node_id(&key).map_err(entry_error)?;
+        let toml::Value::String(text) = value else {
+            return Err(entry_error("expected a public key string".to_string()));
+        };
+        let public: PublicKey = text
+            .parse()
+            .map_err(|_| entry_error("the public key is not 64 hex digits".to_string()))?;
+        if keys.insert(id, public).is_some() {
+            return Err(entry_error(format!("node {id} is listed twice")));
+        }
+    }
+    Ok(keys.into_iter().collect())
 }
 
 /// The `[peers]` table: ids as keys, `"ip:port"` strings as values.
@@ -573,7 +720,8 @@ fn too_many_peers(label: &str, count: usize) -> Error {
     ))
 }
 
-/// Reads `RSM_NODE_ID`, `RSM_LISTEN` and `RSM_PEERS` through `get`, which returns a
+/// Reads `RSM_NODE_ID`, `RSM_LISTEN`, `RSM_PEERS`, `RSM_KEY_FILE` and `RSM_TRUST_FILE`
+/// through `get`, which returns a
 /// variable's value or `None` when it is unset; the caller decides where variables come from,
 /// so that tests need no real environment.
 ///
@@ -612,6 +760,12 @@ pub fn from_env(get: impl Fn(&str) -> Option<String>) -> Result<PartialConfig> {
             layer.insert_peer(id, addr);
         }
     }
+    if let Some(text) = set(ENV_KEY_FILE) {
+        layer.set_key(KeySource::File(PathBuf::from(text.trim())));
+    }
+    if let Some(text) = set(ENV_TRUST_FILE) {
+        layer.set_trust_file(PathBuf::from(text.trim()));
+    }
     Ok(layer)
 }
 
@@ -642,14 +796,14 @@ fn parse_env_peers(text: &str) -> Result<Vec<(u32, SocketAddr)>> {
 /// [`NodeConfig::default`], then validates the result.
 ///
 /// Refused with `RSMERR_BAD_CONF`, naming the source that set the value:
-/// - a listen address outside 127.0.0.0/8 and other than `::1`, unless the builder opted in
-///   with `allow_non_loopback` (the side channel is not authenticated yet);
-/// - `allow_non_loopback` from any source but [`Origin::Builder`];
+/// - a listen address outside 127.0.0.0/8 and other than `::1` without a key: a node
+///   without keys cannot prove who it is beyond its host (DESIGN.md §8);
+/// - peers' keys or a trust file without a key of this node;
 /// - a peer with the node's own id;
 /// - more than [`MAX_PEERS`] peers in all.
 ///
 /// ```
-/// use rsm::test_util::config::{from_toml, resolve, Origin, PartialConfig};
+/// use rsm::test_util::config::{from_toml, resolve, KeySource, Origin, PartialConfig};
 ///
 /// let file = from_toml("listen = \"192.0.2.2:7401\"", "rsm.toml")?;
 /// let err = resolve(&[file.clone()]).unwrap_err();
@@ -657,8 +811,8 @@ fn parse_env_peers(text: &str) -> Result<Vec<(u32, SocketAddr)>> {
 /// assert!(err.to_string().contains("rsm.toml: listen"));
 ///
 /// let mut builder = PartialConfig::new(Origin::Builder);
-/// builder.set_allow_non_loopback(true);
-/// assert!(resolve(&[file, builder])?.allow_non_loopback);
+/// builder.set_key(KeySource::Inline(rsm::NodeKey::generate()));
+/// assert!(resolve(&[file, builder])?.key.is_some());
 /// # Ok::<(), rsm::Error>(())
 /// ```
 pub fn resolve(layers: &[PartialConfig]) -> Result<NodeConfig> {
@@ -667,10 +821,28 @@ pub fn resolve(layers: &[PartialConfig]) -> Result<NodeConfig> {
         merged.merge(layer);
     }
     let defaults = NodeConfig::default();
-    let allow_non_loopback = check_allow_origin(merged.allow_non_loopback.as_ref())?;
     let node_id = merged.node_id().unwrap_or(defaults.node_id);
     if let Some(listen) = &merged.listen {
-        check_listen(listen, allow_non_loopback)?;
+        check_listen(listen, merged.key.is_some())?;
+    }
+    if merged.key.is_none() {
+        let named = merged
+            .trust_file
+            .as_ref()
+            .map(|t| t.origin.label(Field::TrustFile))
+            .or_else(|| {
+                merged
+                    .peer_keys
+                    .values()
+                    .next()
+                    .map(|k| k.origin.label(Field::Keys))
+            });
+        if let Some(label) = named {
+            return Err(bad_conf(format!(
+                "{label}: peers' keys are set but this node has no key of its own; set \
+                 key_file (a key from `rsm keygen`)"
+            )));
+        }
     }
     if merged.peers.len() > MAX_PEERS {
         return Err(too_many_peers("peers (all sources)", merged.peers.len()));
@@ -686,24 +858,14 @@ pub fn resolve(layers: &[PartialConfig]) -> Result<NodeConfig> {
         node_id,
         listen: merged.listen().unwrap_or(defaults.listen),
         peers: merged.peers(),
-        allow_non_loopback,
+        peer_keys: merged.peer_keys(),
+        key: merged.key.map(|k| k.value),
+        trust_file: merged.trust_file.map(|t| t.value),
     })
 }
 
-fn check_allow_origin(allow: Option<&Sourced<bool>>) -> Result<bool> {
-    match allow {
-        None => Ok(false),
-        Some(s) if s.origin == Origin::Builder => Ok(s.value),
-        Some(s) => Err(bad_conf(format!(
-            "{}: only the program may allow a non-loopback listen address \
-             (NodeBuilder::allow_non_loopback), never a file or a variable",
-            s.origin.label(Field::AllowNonLoopback)
-        ))),
-    }
-}
-
-/// Whether `ip` is 127.0.0.0/8 or `::1`, the only addresses an unauthenticated side channel
-/// may listen on.
+/// Whether `ip` is 127.0.0.0/8 or `::1`, the only addresses a node without keys may listen
+/// on.
 fn is_loopback(ip: IpAddr) -> bool {
     match ip {
         IpAddr::V4(v4) => v4.is_loopback(),
@@ -711,13 +873,14 @@ fn is_loopback(ip: IpAddr) -> bool {
     }
 }
 
-fn check_listen(listen: &Sourced<SocketAddr>, allow_non_loopback: bool) -> Result<()> {
-    if allow_non_loopback || is_loopback(listen.value.ip()) {
+fn check_listen(listen: &Sourced<SocketAddr>, keyed: bool) -> Result<()> {
+    if keyed || is_loopback(listen.value.ip()) {
         return Ok(());
     }
     Err(bad_conf(format!(
-        "{}: {} is not a loopback address and the side channel is not authenticated yet; \
-         listen on 127.0.0.1 or ::1, or opt in with NodeBuilder::allow_non_loopback(true)",
+        "{}: {} is not a loopback address, and a node without keys reaches only nodes of its \
+         own host; listen on 127.0.0.1 or ::1, or give the node a key (key_file, from \
+         `rsm keygen`) and its peers' keys (trust_file or [keys])",
         listen.origin.label(Field::Listen),
         listen.value.ip()
     )))

@@ -7,5 +7,7 @@
 pub mod access;
 pub mod config;
 pub mod ctlrname;
+pub mod handshake;
+pub mod keys;
 pub mod segid;
 pub mod wire;

@@ -28,7 +28,7 @@
 //! use rsm::test_util::wire::{Message, decode, encode};
 //!
 //! let frame = encode(&Message::Heartbeat { seq: 7 })?;
-//! assert_eq!(&frame[..], &[2, 0, 11, 7, 0, 0, 0, 0, 0, 0, 0]);
+//! assert_eq!(&frame[..], &[3, 0, 11, 7, 0, 0, 0, 0, 0, 0, 0]);
 //! assert_eq!(decode(&frame)?, Message::Heartbeat { seq: 7 });
 //! assert!(decode(&frame[..5]).is_err());
 //! # Ok::<(), rsm::test_util::wire::WireError>(())
@@ -37,11 +37,14 @@
 use bytes::{BufMut, Bytes, BytesMut};
 
 /// The wire version this node speaks; it opens every frame.
-pub const WIRE_VERSION: u16 = 2;
-/// The largest frame body, in bytes (the side channel's length prefix excluded).
-pub const MAX_FRAME: usize = 64 * 1024;
+pub const WIRE_VERSION: u16 = 3;
+/// The largest frame body, in bytes (the side channel's length prefix excluded): one Noise
+/// transport message with its 16-byte tag fits 65535 bytes.
+pub const MAX_FRAME: usize = 65535 - 16;
 /// The longest authentication blob in [`Hello::auth`], in bytes.
 pub const MAX_AUTH: usize = 256;
+/// The longest Noise handshake message a [`Message::Handshake`] carries, in bytes.
+pub const MAX_HANDSHAKE: usize = 512;
 /// The most doorbells in [`Hello::doorbells`].
 pub const MAX_DOORBELLS: usize = 64;
 /// The longest controller name, in bytes of UTF-8.
@@ -67,6 +70,7 @@ mod tag {
     pub(super) const WAKE: u8 = 10;
     pub(super) const HEARTBEAT: u8 = 11;
     pub(super) const GOODBYE: u8 = 12;
+    pub(super) const HANDSHAKE: u8 = 13;
 }
 
 /// Why a frame did not decode, or a message could not be encoded.
@@ -311,6 +315,12 @@ pub enum Message {
     },
     /// An orderly close of the link.
     Goodbye,
+    /// One message of the Noise handshake that opens a link between nodes with keys
+    /// (DESIGN.md §8), 1 to [`MAX_HANDSHAKE`] bytes; sent in the clear, before any hello.
+    Handshake {
+        /// The Noise message.
+        noise: Vec<u8>,
+    },
 }
 
 impl Message {
@@ -329,6 +339,7 @@ impl Message {
             Message::Wake { .. } => "wake",
             Message::Heartbeat { .. } => "heartbeat",
             Message::Goodbye => "goodbye",
+            Message::Handshake { .. } => "handshake",
         }
     }
 
@@ -346,6 +357,7 @@ impl Message {
             Message::Wake { .. } => tag::WAKE,
             Message::Heartbeat { .. } => tag::HEARTBEAT,
             Message::Goodbye => tag::GOODBYE,
+            Message::Handshake { .. } => tag::HANDSHAKE,
         }
     }
 }
@@ -464,6 +476,9 @@ pub fn encode(msg: &Message) -> Result<Bytes, WireError> {
             w.bytes("wake controller", controller.as_bytes(), 0, MAX_CONTROLLER)?;
         }
         Message::Goodbye => {}
+        Message::Handshake { noise } => {
+            w.bytes("handshake", noise, 1, MAX_HANDSHAKE)?;
+        }
     }
     let frame = w.finish();
     if frame.len() > MAX_FRAME {
@@ -595,6 +610,9 @@ pub fn decode(frame: &[u8]) -> Result<Message, WireError> {
             seq: r.u64("heartbeat sequence")?,
         },
         tag::GOODBYE => Message::Goodbye,
+        tag::HANDSHAKE => Message::Handshake {
+            noise: r.bytes("handshake", 1, MAX_HANDSHAKE)?,
+        },
         other => return Err(WireError::UnknownTag(other)),
     };
     if !r.buf.is_empty() {

@@ -13,7 +13,9 @@ use socket2::{SockRef, TcpKeepalive};
 use tokio::net::{TcpListener, TcpStream, UnixListener, UnixStream};
 
 use super::held::HeldName;
+use super::link::Via;
 use super::shared::Shared;
+use super::unix_name::unix_name;
 use super::{creds, link};
 use crate::{Error, Result};
 
@@ -26,11 +28,6 @@ const KEEPALIVE: TcpKeepalive = TcpKeepalive::new()
     .with_time(Duration::from_secs(10))
     .with_interval(Duration::from_secs(2))
     .with_retries(3);
-
-/// The abstract Unix socket name of node `node`, without the leading NUL.
-pub(super) fn unix_name(node: u32) -> String {
-    format!("rsm-node-{node}")
-}
 
 /// Binds `rsm-node-<node>` in the abstract namespace, non-blocking.
 ///
@@ -120,8 +117,12 @@ pub(super) async fn tcp_loop(shared: Arc<Shared>, counted: Counted<TcpListener>)
         };
         match accepted {
             Ok((stream, from)) => {
+                let Some(permit) = handshake_permit(&shared) else {
+                    continue;
+                };
                 let s = Arc::clone(&shared);
                 shared.handle.spawn(async move {
+                    let _permit = permit;
                     tokio::select! {
                         () = s.closed.cancelled() => {}
                         () = greet_tcp(&s, stream, from) => {}
@@ -147,8 +148,12 @@ pub(super) async fn unix_loop(shared: Arc<Shared>, counted: Counted<UnixListener
         };
         match accepted {
             Ok((stream, _)) => {
+                let Some(permit) = handshake_permit(&shared) else {
+                    continue;
+                };
                 let s = Arc::clone(&shared);
                 shared.handle.spawn(async move {
+                    let _permit = permit;
                     tokio::select! {
                         () = s.closed.cancelled() => {}
                         () = greet_unix(&s, stream) => {}
@@ -164,11 +169,26 @@ pub(super) async fn unix_loop(shared: Arc<Shared>, counted: Counted<UnixListener
     tracing::debug!(node = shared.me.node_id, "unix listener closed");
 }
 
+/// A place among the handshakes in progress, or `None` (the accepted link is dropped,
+/// closing it) when `max_handshakes` are.
+fn handshake_permit(shared: &Shared) -> Option<tokio::sync::OwnedSemaphorePermit> {
+    match Arc::clone(&shared.handshakes).try_acquire_owned() {
+        Ok(permit) => Some(permit),
+        Err(_) => {
+            tracing::warn!(
+                max = shared.cfg.max_handshakes,
+                "too many side-channel handshakes in progress; a new link is closed"
+            );
+            None
+        }
+    }
+}
+
 async fn greet_tcp(shared: &Arc<Shared>, stream: TcpStream, from: SocketAddr) {
     tune_tcp(&stream);
     let (read, write) = stream.into_split();
-    if let Err(why) = greet(shared, read, write, None).await {
-        tracing::info!(%from, "side-channel link refused: {why}");
+    if let Err(why) = greet(shared, read, write, Via::Tcp).await {
+        log_refusal(&why, &format!("{from}"));
     }
 }
 
@@ -182,32 +202,43 @@ async fn greet_unix(shared: &Arc<Shared>, stream: UnixStream) {
     };
     let pid = creds.pid;
     let (read, write) = stream.into_split();
-    if let Err(why) = greet(shared, read, write, Some(creds)).await {
-        tracing::info!(?pid, "unix side-channel link refused: {why}");
+    if let Err(why) = greet(shared, read, write, Via::Unix(creds)).await {
+        log_refusal(&why, &format!("unix pid {pid:?}"));
     }
 }
 
-/// The hello exchange of an accepted link, then its establishment.
+/// A refused link is worth a line, except the probe of a peer checking that this node holds
+/// its name, which closes before its first frame.
+fn log_refusal(why: &str, from: &str) {
+    if why == link::CLOSED_IN_HANDSHAKE {
+        tracing::debug!(from, "side-channel link closed before its first frame");
+    } else {
+        tracing::info!(from, "side-channel link refused: {why}");
+    }
+}
+
+/// The handshake of an accepted link, then its establishment.
 async fn greet<R, W>(
     shared: &Arc<Shared>,
     read: R,
     write: W,
-    creds: Option<creds::PeerCreds>,
+    via: Via,
 ) -> std::result::Result<(), String>
 where
     R: tokio::io::AsyncRead + Unpin + Send + 'static,
     W: tokio::io::AsyncWrite + Unpin + Send + 'static,
 {
-    let greeted = link::handshake(shared, read, write, shared.cfg.hello_timeout).await?;
+    let greeted =
+        link::accept_handshake(shared, read, write, &via, shared.cfg.hello_timeout).await?;
     if greeted.hello.node_id == shared.me.node_id {
-        return Err(if greeted.hello.incarnation == shared.me.incarnation {
-            "this node dialled itself".to_string()
-        } else {
-            format!(
-                "another node claims this node's id {}; check the node ids",
-                shared.me.node_id
-            )
-        });
+        return Err(format!(
+            "another node claims this node's id {}; check the node ids",
+            shared.me.node_id
+        ));
     }
+    let creds = match via {
+        Via::Unix(creds) => Some(creds),
+        Via::Tcp => None,
+    };
     link::establish(shared, greeted, creds).map(drop)
 }

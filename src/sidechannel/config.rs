@@ -1,8 +1,10 @@
 //! How a side channel is set up: its timing and transports, and what this node says about
 //! itself.
 
+use std::sync::Arc;
 use std::time::Duration;
 
+use crate::sans_io::handshake::Credentials;
 use crate::sans_io::wire::{ByteOrder, Doorbell};
 
 /// Timing and transports of a side channel.
@@ -20,6 +22,11 @@ pub(crate) struct SideChannelConfig {
     pub hello_timeout: Duration,
     /// Listen on and dial the abstract Unix sockets (default `true`); `false` leaves TCP only.
     pub unix: bool,
+    /// Links in their handshake at once, over both listeners (default 64); a link accepted
+    /// beyond it is closed at once.
+    pub max_handshakes: usize,
+    /// Live links per peer node (default 8); a further link from it is refused.
+    pub max_links_per_peer: usize,
 }
 
 impl Default for SideChannelConfig {
@@ -31,6 +38,8 @@ impl Default for SideChannelConfig {
             request_timeout: Duration::from_secs(5),
             hello_timeout: Duration::from_secs(5),
             unix: true,
+            max_handshakes: 64,
+            max_links_per_peer: 8,
         }
     }
 }
@@ -48,4 +57,17 @@ pub(crate) struct LocalIdentity {
     /// The byte order the hello announces: [`ByteOrder::native`], except where the
     /// `fault-injection` feature makes a node pretend otherwise (DESIGN.md, decision 4).
     pub byte_order: ByteOrder,
+    /// How this node and its peers prove who they are.
+    pub auth: Auth,
+}
+
+/// How the nodes at both ends of a link prove who they are (DESIGN.md §8).
+#[derive(Debug, Clone)]
+pub(crate) enum Auth {
+    /// No keys: only nodes of this host, on the Unix sockets, where the kernel says who is at
+    /// the other end; a node is the process that holds its name `rsm-node-<id>`.
+    Kernel,
+    /// Keys: every link, TCP or Unix, opens with a Noise handshake in which both nodes prove
+    /// the key their peer trusts for them.
+    Keys(Arc<Credentials>),
 }

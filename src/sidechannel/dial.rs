@@ -1,5 +1,7 @@
-//! Dialling a peer that has no live link: first its Unix socket on this host, then its TCP
-//! address from the peer table, all within the connect timeout.
+//! Dialling a peer that has no live link, within the connect timeout: its Unix socket when
+//! the peer is known to be on this host, then (between nodes with keys) its TCP address from
+//! the peer table. Without keys only the Unix socket is dialled: the holder of a node's name
+//! is that node (DESIGN.md §8).
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -7,10 +9,12 @@ use std::sync::Arc;
 use tokio::net::{TcpStream, UnixStream};
 use tokio::time::Instant;
 
-use super::accept::{tune_tcp, unix_name};
+use super::accept::tune_tcp;
+use super::config::Auth;
 use super::dial_locks::DialSlot;
 use super::peers::LinkHandle;
 use super::shared::Shared;
+use super::unix_name::unix_name;
 use super::{creds, link};
 use crate::{Error, Result};
 
@@ -54,7 +58,11 @@ impl Shared {
             return Ok(link);
         }
         let mut tried = Vec::with_capacity(2);
-        if self.cfg.unix {
+        let keys = matches!(self.me.auth, Auth::Keys(_));
+        // With keys, a peer configured at an address beyond this host is never looked for on
+        // a Unix name, which anyone here could hold.
+        let here = self.addrs.get(&node).is_none_or(|a| a.ip().is_loopback());
+        if self.cfg.unix && (here || !keys) {
             let name = unix_name(node);
             match tokio::time::timeout_at(deadline, self.dial_unix(node, &name)).await {
                 Ok(Ok(link)) => return Ok(link),
@@ -63,6 +71,11 @@ impl Shared {
             }
         }
         match self.addrs.get(&node) {
+            Some(_) if !keys => tried.push(
+                "not its tcp address: this node has no keys, so it reaches only nodes of this \
+                 host, on their unix sockets"
+                    .to_string(),
+            ),
             Some(&addr) => {
                 match tokio::time::timeout_at(deadline, self.dial_tcp(node, addr)).await {
                     Ok(Ok(link)) => return Ok(link),
@@ -91,7 +104,7 @@ impl Shared {
         self.greet(node, read, write, None).await
     }
 
-    /// The hello exchange of a dialled link: the hello must come from the node dialled.
+    /// The handshake of a dialled link: it must reach the node dialled.
     async fn greet<R, W>(
         self: &Arc<Self>,
         node: u32,
@@ -103,13 +116,8 @@ impl Shared {
         R: tokio::io::AsyncRead + Unpin + Send + 'static,
         W: tokio::io::AsyncWrite + Unpin + Send + 'static,
     {
-        let greeted = link::handshake(self, read, write, self.cfg.hello_timeout).await?;
-        if greeted.hello.node_id != node {
-            return Err(format!(
-                "a different node ({}) answers there",
-                greeted.hello.node_id
-            ));
-        }
+        let greeted =
+            link::dial_handshake(self, read, write, node, self.cfg.hello_timeout).await?;
         link::establish(self, greeted, creds)
     }
 }

@@ -17,7 +17,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use bytes::Bytes;
+use bytes::{Bytes, BytesMut};
 use futures::{SinkExt, StreamExt};
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::sync::mpsc;
@@ -25,10 +25,13 @@ use tokio::time::{Instant, MissedTickBehavior};
 use tokio_util::codec::{FramedRead, FramedWrite, LengthDelimitedCodec};
 use tokio_util::sync::CancellationToken;
 
+use super::config::Auth;
 use super::creds::PeerCreds;
 use super::handler::PeerInfo;
 use super::peers::LinkHandle;
 use super::shared::Shared;
+use super::unix_name;
+use crate::sans_io::handshake::{Initiator, Opener, Responder, Sealer, TAG_LEN};
 use crate::sans_io::wire::{self, Hello, MAX_FRAME, Message};
 
 /// Frames queued for one link's writer. A peer that leaves this many unread is not reading:
@@ -39,55 +42,212 @@ pub(super) const LINK_QUEUE: usize = 1024;
 const CLOSE_FLUSH: Duration = Duration::from_millis(500);
 
 /// The framing of every link: a 4-byte little-endian length, then a frame body of at most
-/// [`MAX_FRAME`] bytes; a longer frame is an error that closes the link.
+/// [`MAX_FRAME`] bytes (plus the tag, encrypted); a longer frame is an error that closes
+/// the link.
 pub(super) fn codec() -> LengthDelimitedCodec {
     LengthDelimitedCodec::builder()
         .little_endian()
         .length_field_type::<u32>()
-        .max_frame_length(MAX_FRAME)
+        .max_frame_length(MAX_FRAME + TAG_LEN)
         .new_codec()
 }
 
-/// A link after a successful hello exchange, not yet established.
+/// A link after a successful handshake and hello exchange, not yet established.
 pub(super) struct Greeted<R, W> {
     pub(super) reader: FramedRead<R, LengthDelimitedCodec>,
     pub(super) writer: FramedWrite<W, LengthDelimitedCodec>,
     pub(super) hello: Hello,
+    /// The link's encryption, on links between nodes with keys.
+    pub(super) cipher: Option<(Sealer, Opener)>,
 }
 
-/// Sends this node's hello and waits up to `wait` for the peer's, which must come first.
-/// The error says what went wrong, in words.
-pub(super) async fn handshake<R, W>(
+/// How an accepted link reached this node.
+pub(super) enum Via {
+    Tcp,
+    /// A Unix link, with the kernel's credentials of the peer.
+    Unix(PeerCreds),
+}
+
+/// Why a handshake failed when the peer closed the link before its next frame.
+pub(super) const CLOSED_IN_HANDSHAKE: &str = "closed during the handshake";
+
+type Reader<R> = FramedRead<R, LengthDelimitedCodec>;
+type Writer<W> = FramedWrite<W, LengthDelimitedCodec>;
+
+async fn next_frame<R: AsyncRead + Unpin>(reader: &mut Reader<R>) -> Result<BytesMut, String> {
+    match reader.next().await {
+        None => Err(CLOSED_IN_HANDSHAKE.into()),
+        Some(Err(e)) => Err(format!("unreadable handshake frame: {e}")),
+        Some(Ok(frame)) => Ok(frame),
+    }
+}
+
+async fn send<W: AsyncWrite + Unpin>(writer: &mut Writer<W>, frame: Bytes) -> Result<(), String> {
+    writer
+        .send(frame)
+        .await
+        .map_err(|e| format!("cannot send during the handshake: {e}"))
+}
+
+async fn send_noise<W: AsyncWrite + Unpin>(
+    writer: &mut Writer<W>,
+    noise: Vec<u8>,
+) -> Result<(), String> {
+    let frame = wire::encode(&Message::Handshake { noise })
+        .map_err(|e| format!("cannot encode a handshake message: {e}"))?;
+    send(writer, frame).await
+}
+
+async fn read_noise<R: AsyncRead + Unpin>(reader: &mut Reader<R>) -> Result<Vec<u8>, String> {
+    match wire::decode(&next_frame(reader).await?) {
+        Ok(Message::Handshake { noise }) => Ok(noise),
+        Ok(Message::Hello(_)) => Err(NO_PEER_KEY.into()),
+        Ok(other) => Err(format!("sent a {} during the handshake", other.kind())),
+        Err(e) => Err(format!("a handshake frame does not decode: {e}")),
+    }
+}
+
+/// The peer's hello, the first frame after the handshake (encrypted under `opener` if any).
+async fn read_hello<R: AsyncRead + Unpin>(
+    reader: &mut Reader<R>,
+    opener: Option<&mut Opener>,
+) -> Result<Hello, String> {
+    let frame = next_frame(reader).await?;
+    let plain = match opener {
+        Some(o) => o.open(&frame).map_err(|e| e.to_string())?,
+        None => frame.to_vec(),
+    };
+    match wire::decode(&plain) {
+        Ok(Message::Hello(hello)) => Ok(hello),
+        Ok(Message::Handshake { .. }) => Err(NO_OWN_KEY.into()),
+        Ok(other) => Err(format!("sent a {} before its hello", other.kind())),
+        Err(e) => Err(format!("its hello does not decode: {e}")),
+    }
+}
+
+const NO_PEER_KEY: &str =
+    "the peer proves no key (it sent a plain hello): this node accepts only nodes with keys";
+const NO_OWN_KEY: &str =
+    "the peer authenticates with a key, but this node has no keys configured";
+
+fn framed<R: AsyncRead, W: AsyncWrite>(read: R, write: W) -> (Reader<R>, Writer<W>) {
+    (FramedRead::new(read, codec()), FramedWrite::new(write, codec()))
+}
+
+/// The dialler's side of a link's opening, within `wait`: with keys the Noise handshake
+/// (DESIGN.md §8), which proves that `node` answers, then the hellos, encrypted; without keys
+/// (only on this host's Unix sockets, whose name proves the node) the hellos alone.
+pub(super) async fn dial_handshake<R, W>(
     shared: &Shared,
     read: R,
     write: W,
+    node: u32,
     wait: Duration,
 ) -> Result<Greeted<R, W>, String>
 where
     R: AsyncRead + Unpin,
     W: AsyncWrite + Unpin,
 {
-    let mut reader = FramedRead::new(read, codec());
-    let mut writer = FramedWrite::new(write, codec());
-    writer
-        .send(shared.hello.clone())
-        .await
-        .map_err(|e| format!("cannot send the hello: {e}"))?;
-    let first = match tokio::time::timeout(wait, reader.next()).await {
-        Err(_) => return Err(format!("no hello within {wait:?}")),
-        Ok(None) => return Err("closed before its hello".into()),
-        Ok(Some(Err(e))) => return Err(format!("unreadable hello: {e}")),
-        Ok(Some(Ok(frame))) => frame,
+    let (mut reader, mut writer) = framed(read, write);
+    let opened = async {
+        match &shared.me.auth {
+            Auth::Kernel => {
+                send(&mut writer, shared.hello.clone()).await?;
+                read_hello(&mut reader, None).await.map(|h| (h, None))
+            }
+            Auth::Keys(cred) => {
+                let (dial, first) = Initiator::start(cred, node).map_err(|e| e.to_string())?;
+                send_noise(&mut writer, first).await?;
+                let second = read_noise(&mut reader).await?;
+                let (third, mut sealer, mut opener) =
+                    dial.finish(&second).map_err(|e| e.to_string())?;
+                send_noise(&mut writer, third).await?;
+                let hello = sealer.seal(&shared.hello).map_err(|e| e.to_string())?;
+                send(&mut writer, hello.into()).await?;
+                let hello = read_hello(&mut reader, Some(&mut opener)).await?;
+                Ok((hello, Some((sealer, opener))))
+            }
+        }
     };
-    match wire::decode(&first) {
-        Ok(Message::Hello(hello)) => Ok(Greeted {
-            reader,
-            writer,
-            hello,
-        }),
-        Ok(other) => Err(format!("sent a {} before its hello", other.kind())),
-        Err(e) => Err(format!("its hello does not decode: {e}")),
+    let (hello, cipher) = tokio::time::timeout(wait, opened)
+        .await
+        .map_err(|_| format!("no handshake within {wait:?}"))??;
+    if hello.node_id != node {
+        return Err(format!("a different node ({}) answers there", hello.node_id));
     }
+    Ok(Greeted {
+        reader,
+        writer,
+        hello,
+        cipher,
+    })
+}
+
+/// The acceptor's side of a link's opening, within `wait`. With keys: the Noise handshake,
+/// then the hellos. Without: only a Unix peer, and only once the kernel shows it holds the
+/// name of the node its hello claims; then this node's hello. Nothing of this node but its
+/// id and public key goes to a peer before it has proven who it is.
+pub(super) async fn accept_handshake<R, W>(
+    shared: &Shared,
+    read: R,
+    write: W,
+    via: &Via,
+    wait: Duration,
+) -> Result<Greeted<R, W>, String>
+where
+    R: AsyncRead + Unpin,
+    W: AsyncWrite + Unpin,
+{
+    let (mut reader, mut writer) = framed(read, write);
+    let opened = async {
+        let first = wire::decode(&next_frame(&mut reader).await?)
+            .map_err(|e| format!("its first frame does not decode: {e}"))?;
+        match (&shared.me.auth, first) {
+            (Auth::Kernel, Message::Hello(hello)) => {
+                let Via::Unix(creds) = via else {
+                    return Err("this node has no keys: it accepts only nodes of this host, on \
+                         its unix socket (configure keys to accept peers over tcp)"
+                        .to_string());
+                };
+                if hello.node_id == shared.me.node_id {
+                    return Err(format!("the peer claims this node's own id {}", hello.node_id));
+                }
+                unix_name::holds_name(hello.node_id, creds.pid).await?;
+                send(&mut writer, shared.hello.clone()).await?;
+                Ok((hello, None))
+            }
+            (Auth::Kernel, Message::Handshake { .. }) => Err(NO_OWN_KEY.to_string()),
+            (Auth::Keys(cred), Message::Handshake { noise }) => {
+                let (accept, second) =
+                    Responder::accept(cred, &noise).map_err(|e| e.to_string())?;
+                send_noise(&mut writer, second).await?;
+                let third = read_noise(&mut reader).await?;
+                let (peer, mut sealer, mut opener) =
+                    accept.finish(&third).map_err(|e| e.to_string())?;
+                let hello = sealer.seal(&shared.hello).map_err(|e| e.to_string())?;
+                send(&mut writer, hello.into()).await?;
+                let hello = read_hello(&mut reader, Some(&mut opener)).await?;
+                if hello.node_id != peer {
+                    return Err(format!(
+                        "its hello claims node {} after it proved node {peer}",
+                        hello.node_id
+                    ));
+                }
+                Ok((hello, Some((sealer, opener))))
+            }
+            (Auth::Keys(_), Message::Hello(_)) => Err(NO_PEER_KEY.to_string()),
+            (_, other) => Err(format!("sent a {} before its handshake", other.kind())),
+        }
+    };
+    let (hello, cipher) = tokio::time::timeout(wait, opened)
+        .await
+        .map_err(|_| format!("no handshake within {wait:?}"))??;
+    Ok(Greeted {
+        reader,
+        writer,
+        hello,
+        cipher,
+    })
 }
 
 /// Enters a greeted link into the peer table and starts its tasks. `creds` are the kernel's
@@ -107,7 +267,9 @@ where
         reader,
         writer,
         hello,
+        cipher,
     } = greeted;
+    let (sealer, opener) = cipher.map_or((None, None), |(s, o)| (Some(s), Some(o)));
     let same_host =
         creds.is_some() || (hello.boot_id != [0; 16] && hello.boot_id == shared.boot_id);
     let info = Arc::new(PeerInfo {
@@ -127,8 +289,8 @@ where
     };
     let replaced = shared
         .peers
-        .attach(link.clone())
-        .map_err(|_| "the side channel is shut down".to_string())?;
+        .attach(link.clone(), shared.cfg.max_links_per_peer)
+        .map_err(|e| e.to_string())?;
     if let Some(old) = replaced {
         if old.incarnation == info.incarnation {
             tracing::info!(
@@ -157,6 +319,7 @@ where
     );
     shared.handle.spawn(write_loop(
         writer,
+        sealer,
         rx,
         link.closing.clone(),
         shared.cfg.heartbeat_interval,
@@ -165,7 +328,7 @@ where
     ));
     shared
         .handle
-        .spawn(read_loop(Arc::clone(shared), link.clone(), reader));
+        .spawn(read_loop(Arc::clone(shared), link.clone(), reader, opener));
     Ok(link)
 }
 
@@ -188,6 +351,7 @@ async fn read_loop<R>(
     shared: Arc<Shared>,
     link: LinkHandle,
     mut frames: FramedRead<R, LengthDelimitedCodec>,
+    mut opener: Option<Opener>,
 ) where
     R: AsyncRead + Unpin,
 {
@@ -219,6 +383,14 @@ async fn read_loop<R>(
             }
             Ok(Some(Ok(frame))) => frame,
         };
+        let frame = match opener.as_mut().map(|o| o.open(&frame)) {
+            None => frame.freeze(),
+            Some(Ok(plain)) => Bytes::from(plain),
+            Some(Err(e)) => {
+                tracing::warn!(node = info.node_id, link = info.link_id, error = %e, "a frame does not open; closing the link");
+                break "bad frame";
+            }
+        };
         let msg = match wire::decode(&frame) {
             Ok(msg) => msg,
             Err(e) => {
@@ -229,11 +401,11 @@ async fn read_loop<R>(
         match msg {
             Message::Heartbeat { .. } => {}
             Message::Goodbye => break "goodbye",
-            Message::Hello(_) => {
+            Message::Hello(_) | Message::Handshake { .. } => {
                 tracing::warn!(
                     node = info.node_id,
                     link = info.link_id,
-                    "a second hello; closing the link"
+                    "a hello or handshake after the link opened; closing the link"
                 );
                 break "second hello";
             }
@@ -287,6 +459,7 @@ fn queue_reply(link: &LinkHandle, reply: &Message) -> Result<(), String> {
 /// closes the link: the peer is not reading.
 async fn write_loop<W>(
     mut sink: FramedWrite<W, LengthDelimitedCodec>,
+    mut sealer: Option<Sealer>,
     mut rx: mpsc::Receiver<Bytes>,
     closing: CancellationToken,
     heartbeat: Duration,
@@ -312,6 +485,15 @@ async fn write_loop<W>(
                     Ok(frame) => frame,
                     Err(_) => continue,
                 }
+            }
+        };
+        let frame = match sealer.as_mut().map(|s| s.seal(&frame)) {
+            None => frame,
+            Some(Ok(sealed)) => Bytes::from(sealed),
+            Some(Err(e)) => {
+                tracing::warn!(link = link_id, error = %e, "cannot encrypt a frame; closing the link");
+                closing.cancel();
+                return;
             }
         };
         match tokio::time::timeout(dead_after, sink.send(frame)).await {

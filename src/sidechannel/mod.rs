@@ -39,6 +39,7 @@ mod host;
 mod link;
 mod peers;
 mod shared;
+mod unix_name;
 #[cfg(test)]
 mod tests;
 
@@ -50,7 +51,7 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use tokio::runtime::Handle;
 use tokio_util::sync::CancellationToken;
 
-pub(crate) use self::config::{LocalIdentity, SideChannelConfig};
+pub(crate) use self::config::{Auth, LocalIdentity, SideChannelConfig};
 #[cfg(test)]
 pub(crate) use self::creds::PeerCreds;
 use self::dial_locks::DialLocks;
@@ -127,14 +128,13 @@ impl SideChannel {
         tracing::info!(
             node = id.node_id,
             tcp = ?tcp_addr,
-            unix = unix.is_some().then(|| accept::unix_name(id.node_id)),
+            unix = unix.is_some().then(|| unix_name::unix_name(id.node_id)),
             "side channel listening"
         );
         let shared = Arc::new(Shared {
             me: id,
             hello,
             boot_id,
-            cfg,
             handler,
             handle: handle.clone(),
             addrs: peers,
@@ -144,6 +144,8 @@ impl SideChannel {
             next_link: AtomicU64::new(1),
             next_req: AtomicU64::new(1),
             open_listeners: AtomicUsize::new(0),
+            handshakes: Arc::new(tokio::sync::Semaphore::new(cfg.max_handshakes)),
+            cfg,
         });
         let tcp = accept::Counted {
             listener: tcp,

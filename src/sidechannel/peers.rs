@@ -77,8 +77,16 @@ pub(super) struct Detached {
     pub(super) orphans: Vec<ReplySender>,
 }
 
-/// The table is closed: the side channel shut down.
-pub(super) struct Closed;
+/// Why a link was not attached.
+#[derive(Debug, thiserror::Error)]
+pub(super) enum Refusal {
+    /// The side channel shut down.
+    #[error("the side channel is shut down")]
+    Closed,
+    /// The peer has as many live links as it may.
+    #[error("node {node} already has {max} live links to this node")]
+    TooManyLinks { node: u32, max: usize },
+}
 
 impl PeerTable {
     /// The lock. The table stays consistent whatever panics elsewhere (no method panics
@@ -93,10 +101,15 @@ impl PeerTable {
     /// replaces that incarnation, which is returned for the caller to close and report; so
     /// does a link of the same incarnation whose other links are all closing (their readers
     /// have not detached them yet), so that the loss of those is reported all the same.
-    pub(super) fn attach(&self, link: LinkHandle) -> Result<Option<Replaced>, Closed> {
+    /// A peer with `max_links` live links gets no more.
+    pub(super) fn attach(
+        &self,
+        link: LinkHandle,
+        max_links: usize,
+    ) -> Result<Option<Replaced>, Refusal> {
         let mut inner = self.lock();
         if inner.closed {
-            return Err(Closed);
+            return Err(Refusal::Closed);
         }
         let node = link.info.node_id;
         let incarnation = link.info.incarnation;
@@ -105,6 +118,13 @@ impl PeerTable {
                 if entry.incarnation == incarnation
                     && entry.links.iter().any(LinkHandle::is_live) =>
             {
+                let live = entry.links.iter().filter(|l| l.is_live()).count();
+                if live >= max_links {
+                    return Err(Refusal::TooManyLinks {
+                        node,
+                        max: max_links,
+                    });
+                }
                 entry.links.push(link);
                 Ok(None)
             }
@@ -201,12 +221,14 @@ impl PeerTable {
         self.lock().pending.remove(&req);
     }
 
-    /// Takes the request a reply from `node` answers; a reply from another node than the one
-    /// asked answers nothing.
-    pub(super) fn take_pending(&self, req: u64, node: u32) -> Option<ReplySender> {
+    /// Takes the request a reply from `node` on link `link_id` answers; a reply from another
+    /// node, or on another link than the request went out on, answers nothing.
+    pub(super) fn take_pending(&self, req: u64, node: u32, link_id: u64) -> Option<ReplySender> {
         let mut inner = self.lock();
         match inner.pending.get(&req) {
-            Some(p) if p.node == node => inner.pending.remove(&req).map(|p| p.tx),
+            Some(p) if p.node == node && p.link_id == link_id => {
+                inner.pending.remove(&req).map(|p| p.tx)
+            }
             _ => None,
         }
     }
@@ -238,8 +260,8 @@ mod tests {
     fn the_newest_live_link_is_used_and_the_last_one_loses_the_peer() {
         let table = PeerTable::default();
         let (a, b) = (link(7, 1, 1), link(7, 1, 2));
-        assert!(table.attach(a.clone()).ok().flatten().is_none());
-        assert!(table.attach(b.clone()).ok().flatten().is_none());
+        assert!(table.attach(a.clone(), 8).ok().flatten().is_none());
+        assert!(table.attach(b.clone(), 8).ok().flatten().is_none());
         assert_eq!(table.newest(7).map(|l| l.info.link_id), Some(2));
         b.closing.cancel();
         assert_eq!(table.newest(7).map(|l| l.info.link_id), Some(1));
@@ -254,9 +276,9 @@ mod tests {
     fn a_new_incarnation_replaces_the_old_once() {
         let table = PeerTable::default();
         let old = link(7, 1, 1);
-        assert!(table.attach(old.clone()).ok().flatten().is_none());
+        assert!(table.attach(old.clone(), 8).ok().flatten().is_none());
         let replaced = table
-            .attach(link(7, 2, 2))
+            .attach(link(7, 2, 2), 8)
             .ok()
             .flatten()
             .expect("the old incarnation is replaced");
@@ -271,10 +293,10 @@ mod tests {
     fn a_link_to_a_peer_whose_links_are_all_closing_starts_afresh() {
         let table = PeerTable::default();
         let dying = link(7, 1, 1);
-        table.attach(dying.clone()).ok();
+        table.attach(dying.clone(), 8).ok();
         dying.closing.cancel();
         let replaced = table
-            .attach(link(7, 1, 2))
+            .attach(link(7, 1, 2), 8)
             .ok()
             .flatten()
             .expect("the dead links are replaced");
@@ -288,25 +310,43 @@ mod tests {
     fn requests_follow_their_link() {
         let table = PeerTable::default();
         let a = link(7, 1, 1);
-        table.attach(a.clone()).ok();
+        table.attach(a.clone(), 8).ok();
         let (tx1, mut rx1) = oneshot::channel();
         let (tx2, _rx2) = oneshot::channel();
         table.add_pending(10, 7, 1, tx1);
         table.add_pending(11, 7, 9, tx2);
-        assert!(table.take_pending(11, 8).is_none(), "another node's reply");
+        assert!(table.take_pending(11, 8, 9).is_none(), "another node's reply");
+        assert!(table.take_pending(11, 7, 1).is_none(), "a reply on another link");
         let detached = table.detach(&a.info);
         assert_eq!(detached.orphans.len(), 1);
         drop(detached);
         assert!(rx1.try_recv().is_err());
-        assert!(table.take_pending(11, 7).is_some());
-        assert!(table.take_pending(11, 7).is_none());
+        assert!(table.take_pending(11, 7, 9).is_some());
+        assert!(table.take_pending(11, 7, 9).is_none());
+    }
+
+    #[test]
+    fn a_peer_gets_no_more_live_links_than_its_limit() {
+        let table = PeerTable::default();
+        let links: Vec<LinkHandle> = (1..=3).map(|i| link(7, 1, i)).collect();
+        for l in &links[..2] {
+            assert!(table.attach(l.clone(), 2).is_ok());
+        }
+        assert!(matches!(
+            table.attach(links[2].clone(), 2),
+            Err(Refusal::TooManyLinks { node: 7, max: 2 })
+        ));
+        // A closed link makes room.
+        links[0].closing.cancel();
+        assert!(table.attach(links[2].clone(), 2).is_ok());
+        assert!(table.attach(link(8, 1, 4), 2).is_ok(), "other peers are not limited");
     }
 
     #[test]
     fn a_closed_table_takes_no_links() {
         let table = PeerTable::default();
-        table.attach(link(7, 1, 1)).ok();
+        table.attach(link(7, 1, 1), 8).ok();
         assert_eq!(table.close().len(), 1);
-        assert!(table.attach(link(8, 1, 2)).is_err());
+        assert!(table.attach(link(8, 1, 2), 8).is_err());
     }
 }

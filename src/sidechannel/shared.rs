@@ -38,6 +38,8 @@ pub(super) struct Shared {
     pub(super) next_req: AtomicU64,
     /// Listeners not yet closed (their accept loops hold them).
     pub(super) open_listeners: AtomicUsize,
+    /// Places among the accepted links still in their handshake.
+    pub(super) handshakes: Arc<tokio::sync::Semaphore>,
 }
 
 pub(super) fn encode(node: u32, msg: &Message) -> Result<Bytes> {
@@ -120,7 +122,7 @@ impl Shared {
     /// Hands a connect reply to the request waiting for it.
     pub(super) fn complete_request(&self, peer: &PeerInfo, reply: ConnectReply) {
         let req = reply.req;
-        match self.peers.take_pending(req, peer.node_id) {
+        match self.peers.take_pending(req, peer.node_id, peer.link_id) {
             Some(tx) => {
                 let _ = tx.send(Ok((peer.clone(), Message::ConnectReply(reply))));
             }

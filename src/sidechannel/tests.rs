@@ -1,5 +1,6 @@
 //! Side channels in one process, talking over real sockets, and raw peers that misbehave.
 
+use std::cell::Cell;
 use std::io;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
@@ -9,6 +10,8 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
 use super::*;
+use crate::sans_io::handshake::{Credentials, Initiator, Opener, Responder, Sealer};
+use crate::sans_io::keys::NodeKey;
 use crate::sans_io::wire::{
     ByteOrder, ConnectGrant, ConnectReply, ConnectRequest, Doorbell, MAX_FRAME,
 };
@@ -145,6 +148,8 @@ fn fast() -> SideChannelConfig {
         request_timeout: Duration::from_millis(800),
         hello_timeout: Duration::from_millis(800),
         unix: true,
+        max_handshakes: 64,
+        max_links_per_peer: 8,
     }
 }
 
@@ -155,9 +160,40 @@ fn tcp_only() -> SideChannelConfig {
     }
 }
 
-/// A node id unlikely to clash with parallel tests: the Unix names are per host.
+/// The node ids of one test: a block of [`BLOCK`] from a random base, so that tests in
+/// parallel rarely clash (the Unix names are per host) and every id has a known key.
+const BLOCK: u32 = 64;
+
+thread_local! {
+    static BASE: u32 = rand::rng().random_range(16_000..30_000) * BLOCK;
+    static NEXT: Cell<u32> = const { Cell::new(0) };
+}
+
+/// The next node id of this test's block.
 fn random_id() -> u32 {
-    rand::rng().random_range(1_000_000..2_000_000)
+    let n = NEXT.with(|c| {
+        let n = c.get();
+        c.set((n + 1) % BLOCK);
+        n
+    });
+    BASE.with(|b| b + n)
+}
+
+/// The key of test node `id`: derived from the id, so that every node of a test knows it.
+fn test_key(id: u32) -> NodeKey {
+    let mut secret = [0xA5u8; 32];
+    secret[..4].copy_from_slice(&id.to_le_bytes());
+    NodeKey::from_secret(secret)
+}
+
+/// The credentials of test node `id`, trusting every node of this test's block.
+fn creds(id: u32) -> Credentials {
+    let base = BASE.with(|b| *b);
+    Credentials {
+        node_id: id,
+        key: test_key(id),
+        trust: (base..base + BLOCK).map(|i| (i, test_key(i).public())).collect(),
+    }
 }
 
 struct TestNode {
@@ -168,7 +204,18 @@ struct TestNode {
     rec: Arc<Recorder>,
 }
 
+/// Starts node `id`: with keys when it has no Unix socket (tcp needs keys), else without.
 fn start_as(id: u32, peers: &[(u32, SocketAddr)], cfg: SideChannelConfig) -> Result<TestNode> {
+    let keyed = !cfg.unix;
+    start_with(id, peers, cfg, keyed)
+}
+
+fn start_with(
+    id: u32,
+    peers: &[(u32, SocketAddr)],
+    cfg: SideChannelConfig,
+    keyed: bool,
+) -> Result<TestNode> {
     let tcp = std::net::TcpListener::bind("127.0.0.1:0").expect("bind an ephemeral port");
     let addr = tcp.local_addr().expect("bound");
     let rec = Arc::new(Recorder::default());
@@ -184,6 +231,11 @@ fn start_as(id: u32, peers: &[(u32, SocketAddr)], cfg: SideChannelConfig) -> Res
                 key: u64::from(id),
             }],
             byte_order: ByteOrder::native(),
+            auth: if keyed {
+                Auth::Keys(Arc::new(creds(id)))
+            } else {
+                Auth::Kernel
+            },
         },
         tcp,
         peers.iter().copied().collect(),
@@ -199,10 +251,21 @@ fn start_as(id: u32, peers: &[(u32, SocketAddr)], cfg: SideChannelConfig) -> Res
     })
 }
 
-/// Starts a node under a fresh random id (retrying on the rare clash).
+/// Starts a node under a fresh id (retrying on the rare clash): with keys when it has no
+/// Unix socket.
 fn start(peers: &[(u32, SocketAddr)], cfg: SideChannelConfig) -> TestNode {
+    let keyed = !cfg.unix;
+    start_keyed_if(peers, cfg, keyed)
+}
+
+/// As [`start`], with keys.
+fn start_keyed(peers: &[(u32, SocketAddr)], cfg: SideChannelConfig) -> TestNode {
+    start_keyed_if(peers, cfg, true)
+}
+
+fn start_keyed_if(peers: &[(u32, SocketAddr)], cfg: SideChannelConfig, keyed: bool) -> TestNode {
     for _ in 0..8 {
-        match start_as(random_id(), peers, cfg.clone()) {
+        match start_with(random_id(), peers, cfg.clone(), keyed) {
             Ok(node) => return node,
             Err(e) if e.code() == 31 => continue,
             Err(e) => panic!("start: {e}"),
@@ -237,14 +300,19 @@ fn hello_of(node_id: u32, incarnation: u64) -> Vec<u8> {
     .to_vec()
 }
 
-async fn write_frame(stream: &mut TcpStream, body: &[u8]) -> io::Result<()> {
+async fn write_frame<S: tokio::io::AsyncWrite + Unpin>(
+    stream: &mut S,
+    body: &[u8],
+) -> io::Result<()> {
     let len = u32::try_from(body.len()).expect("small frame");
     stream.write_all(&len.to_le_bytes()).await?;
     stream.write_all(body).await
 }
 
 /// Reads one frame body; `None` at end of stream.
-async fn read_frame(stream: &mut TcpStream) -> io::Result<Option<Vec<u8>>> {
+async fn read_frame<S: tokio::io::AsyncRead + Unpin>(
+    stream: &mut S,
+) -> io::Result<Option<Vec<u8>>> {
     let mut len = [0u8; 4];
     match stream.read_exact(&mut len).await {
         Ok(_) => {}
@@ -265,18 +333,58 @@ async fn closed_within(stream: &mut TcpStream, limit: Duration) -> bool {
     )
 }
 
-/// A raw peer over TCP: connects, exchanges hellos as node `id`.
-async fn raw_peer(to: SocketAddr, id: u32, incarnation: u64) -> TcpStream {
-    let mut s = TcpStream::connect(to).await.expect("connect");
-    write_frame(&mut s, &hello_of(id, incarnation))
+fn handshake_frame(noise: Vec<u8>) -> Vec<u8> {
+    wire::encode(&Message::Handshake { noise })
+        .expect("encodes")
+        .to_vec()
+}
+
+fn noise_of(frame: &[u8]) -> Vec<u8> {
+    match wire::decode(frame) {
+        Ok(Message::Handshake { noise }) => noise,
+        other => panic!("expected a handshake, got {other:?}"),
+    }
+}
+
+/// A raw peer over TCP: dials node `expect` as node `id` with `key`, proves it in the
+/// handshake, exchanges hellos; returns the stream and the link's two directions.
+async fn raw_peer_with(
+    to: SocketAddr,
+    id: u32,
+    key: NodeKey,
+    expect: u32,
+    incarnation: u64,
+) -> io::Result<(TcpStream, Sealer, Opener)> {
+    let mut cred = creds(id);
+    cred.key = key;
+    let mut s = TcpStream::connect(to).await?;
+    let (dial, first) = Initiator::start(&cred, expect).expect("trusted");
+    write_frame(&mut s, &handshake_frame(first)).await?;
+    let Some(second) = read_frame(&mut s).await? else {
+        return Err(io::ErrorKind::UnexpectedEof.into());
+    };
+    let (third, mut seal, mut open) = dial
+        .finish(&noise_of(&second))
+        .map_err(|e| io::Error::other(e.0))?;
+    write_frame(&mut s, &handshake_frame(third)).await?;
+    let hello = seal.seal(&hello_of(id, incarnation)).expect("seals");
+    write_frame(&mut s, &hello).await?;
+    match read_frame(&mut s).await? {
+        Some(frame) => {
+            let plain = open.open(&frame).map_err(|e| io::Error::other(e.0))?;
+            assert!(matches!(wire::decode(&plain), Ok(Message::Hello(_))));
+            Ok((s, seal, open))
+        }
+        None => Err(io::ErrorKind::UnexpectedEof.into()),
+    }
+}
+
+/// [`raw_peer_with`] with node `id`'s own key.
+async fn raw_peer(to: SocketAddr, id: u32, expect: u32, incarnation: u64) -> (TcpStream, Sealer) {
+    let (s, seal, _) = raw_peer_with(to, id, test_key(id), expect, incarnation)
         .await
-        .expect("send hello");
-    let first = read_frame(&mut s)
-        .await
-        .expect("read")
-        .expect("a hello comes");
-    assert!(matches!(wire::decode(&first), Ok(Message::Hello(_))));
-    s
+        .expect("handshake");
+    (s, seal)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -477,8 +585,8 @@ async fn try_send_never_dials() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_garbage_frame_closes_only_its_link() {
-    let b = start(&[], fast());
-    let a = start(&[], fast());
+    let b = start_keyed(&[], fast());
+    let a = start_keyed(&[], fast());
     assert!(a.sc.probe(b.id).await);
 
     // Garbage instead of a hello.
@@ -493,15 +601,23 @@ async fn a_garbage_frame_closes_only_its_link() {
         .expect("write");
     assert!(closed_within(&mut raw, Duration::from_secs(2)).await);
 
-    // Garbage after a good hello: that peer is lost, the link closed.
+    // Garbage after a good hello, encrypted: that peer is lost, the link closed.
     let fake = random_id();
-    let mut raw = raw_peer(b.addr, fake, 5).await;
+    let (mut raw, mut seal) = raw_peer(b.addr, fake, b.id, 5).await;
     assert!(wait_until(Duration::from_secs(2), || b.sc.peer(fake).is_some()).await);
-    write_frame(&mut raw, &[2, 0, 250, 1, 2, 3])
-        .await
-        .expect("write");
+    let garbage = seal.seal(&[3, 0, 250, 1, 2, 3]).expect("seals");
+    write_frame(&mut raw, &garbage).await.expect("write");
     assert!(closed_within(&mut raw, Duration::from_secs(2)).await);
     assert!(wait_until(Duration::from_secs(2), || b.rec.lost(fake) == [5]).await);
+
+    // A frame in the clear after the handshake fails its authentication.
+    let fake = random_id();
+    let (mut raw, _) = raw_peer(b.addr, fake, b.id, 6).await;
+    assert!(wait_until(Duration::from_secs(2), || b.sc.peer(fake).is_some()).await);
+    let beat = wire::encode(&Message::Heartbeat { seq: 1 }).expect("encodes");
+    write_frame(&mut raw, &beat).await.expect("write");
+    assert!(closed_within(&mut raw, Duration::from_secs(2)).await);
+    assert!(wait_until(Duration::from_secs(2), || b.rec.lost(fake) == [6]).await);
 
     // b still serves a, on the link it had.
     let link_before = b.sc.peer(a.id).map(|p| p.link_id);
@@ -547,9 +663,9 @@ async fn shutdown_is_seen_as_peer_lost() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_silent_peer_is_lost_after_dead_after() {
-    let b = start(&[], fast());
+    let b = start(&[], tcp_only());
     let fake = random_id();
-    let _raw = raw_peer(b.addr, fake, 77).await;
+    let _raw = raw_peer(b.addr, fake, b.id, 77).await;
     assert!(wait_until(Duration::from_secs(2), || b.sc.peer(fake).is_some()).await);
     let started = Instant::now();
     // The raw peer keeps its socket open and says nothing more.
@@ -596,7 +712,7 @@ async fn unknown_nodes_are_unreachable_within_the_connect_timeout() {
         l.local_addr().expect("bound")
     };
     let (mute_id, closed_id, nowhere_id) = (random_id(), random_id(), random_id());
-    let a = start(&[(mute_id, mute_addr), (closed_id, closed_addr)], fast());
+    let a = start_keyed(&[(mute_id, mute_addr), (closed_id, closed_addr)], fast());
     let limit = fast().connect_timeout + Duration::from_secs(2);
     for (node, expect) in [
         (nowhere_id, "not in the peer table".to_string()),
@@ -642,7 +758,7 @@ async fn a_different_node_at_the_address_is_refused() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_new_incarnation_replaces_the_old() {
-    let b = start(&[], fast());
+    let b = start_keyed(&[], fast());
     let old = start(&[(b.id, b.addr)], tcp_only());
     assert!(old.sc.probe(b.id).await);
     assert!(wait_until(Duration::from_secs(2), || a_sees(&b, old.id)).await);
@@ -703,13 +819,21 @@ async fn a_link_lost_during_a_request_fails_it_at_once() {
         .expect("bind");
     let addr = listener.local_addr().expect("bound");
     let fake = random_id();
+    let fake_creds = creds(fake);
     let server = tokio::spawn(async move {
         let (mut s, _) = listener.accept().await.expect("accept");
-        write_frame(&mut s, &hello_of(fake, 3))
+        let first = read_frame(&mut s).await.expect("read").expect("a frame");
+        let (accept, second) = Responder::accept(&fake_creds, &noise_of(&first)).expect("ok");
+        write_frame(&mut s, &handshake_frame(second))
             .await
-            .expect("hello");
+            .expect("write");
+        let third = read_frame(&mut s).await.expect("read").expect("a frame");
+        let (_, mut seal, mut open) = accept.finish(&noise_of(&third)).expect("proven");
+        let hello = seal.seal(&hello_of(fake, 3)).expect("seals");
+        write_frame(&mut s, &hello).await.expect("hello");
         while let Ok(Some(frame)) = read_frame(&mut s).await {
-            if matches!(wire::decode(&frame), Ok(Message::ConnectRequest(_))) {
+            let plain = open.open(&frame).expect("opens");
+            if matches!(wire::decode(&plain), Ok(Message::ConnectRequest(_))) {
                 break;
             }
         }
@@ -773,21 +897,165 @@ fn the_defaults_detect_a_dead_peer_within_five_seconds() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_newcomer_without_hello_is_dropped() {
-    let b = start(&[], fast());
+    let b = start(&[], tcp_only());
     let mut raw = TcpStream::connect(b.addr).await.expect("connect");
-    // b's hello arrives, then nothing, then the close after the hello timeout.
-    let first = read_frame(&mut raw).await.expect("read").expect("a hello");
-    assert!(
-        matches!(wire::decode(&first), Ok(Message::Hello(Hello { node_id, .. })) if node_id == b.id)
-    );
+    // Nothing comes from b before the peer has proven who it is; the close comes after the
+    // handshake timeout.
     let started = Instant::now();
-    assert!(closed_within(&mut raw, fast().hello_timeout + Duration::from_secs(2)).await);
+    let got = tokio::time::timeout(
+        fast().hello_timeout + Duration::from_secs(2),
+        read_frame(&mut raw),
+    )
+    .await;
+    assert!(matches!(got, Ok(Ok(None)) | Ok(Err(_))), "{got:?}");
     assert!(started.elapsed() >= fast().hello_timeout / 2);
 
-    // A heartbeat is no hello either.
+    // A heartbeat is no handshake either.
     let mut raw = TcpStream::connect(b.addr).await.expect("connect");
     let beat = wire::encode(&Message::Heartbeat { seq: 1 }).expect("encodes");
     write_frame(&mut raw, &beat).await.expect("write");
     assert!(closed_within(&mut raw, Duration::from_secs(2)).await);
     assert!(b.sc.live_peers().is_empty());
+}
+
+/// What a peer that proves nothing gets before the close: no frame at all.
+async fn gets_nothing<S: tokio::io::AsyncRead + Unpin>(stream: &mut S) -> bool {
+    matches!(
+        tokio::time::timeout(Duration::from_secs(3), read_frame(stream)).await,
+        Ok(Ok(None)) | Ok(Err(_))
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_keys_a_tcp_peer_gets_nothing_whatever_it_claims() {
+    let a = start(&[], fast());
+    let b = start(&[], fast());
+    assert!(a.sc.probe(b.id).await);
+    // Any node id, a's among them, over tcp: closed, not even b's hello comes back.
+    for claimed in [a.id, random_id()] {
+        let mut raw = TcpStream::connect(b.addr).await.expect("connect");
+        write_frame(&mut raw, &hello_of(claimed, 9))
+            .await
+            .expect("write");
+        assert!(gets_nothing(&mut raw).await, "claimed {claimed}");
+    }
+    assert!(b.sc.peer(a.id).is_some_and(|p| p.incarnation == a.incarnation));
+    assert!(b.rec.lost(a.id).is_empty(), "a was not displaced");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_keys_a_unix_peer_must_hold_the_name_it_claims() {
+    let a = start(&[], fast());
+    let b = start(&[], fast());
+    assert!(a.sc.probe(b.id).await);
+    // This process holds a's name, so claim a node whose name another process holds: a
+    // child that binds it and waits.
+    let held = random_id();
+    let mut holder = std::process::Command::new("python3")
+        .args([
+            "-c",
+            &format!(
+                "import socket,time\ns=socket.socket(socket.AF_UNIX)\ns.bind(b'\\0rsm-node-{held}')\ns.listen(1)\nprint('ready',flush=True)\ntime.sleep(30)"
+            ),
+        ])
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .expect("python3 runs");
+    let mut line = String::new();
+    std::io::BufRead::read_line(
+        &mut std::io::BufReader::new(holder.stdout.take().expect("piped")),
+        &mut line,
+    )
+    .expect("ready");
+    let unclaimed = random_id();
+    for claimed in [held, unclaimed] {
+        let mut raw = tokio::net::UnixStream::connect(format!("\0rsm-node-{}", b.id))
+            .await
+            .expect("connect");
+        write_frame(&mut raw, &hello_of(claimed, 9))
+            .await
+            .expect("write");
+        assert!(gets_nothing(&mut raw).await, "claimed {claimed}");
+        assert!(b.sc.peer(claimed).is_none());
+    }
+    let _ = holder.kill();
+    let _ = holder.wait();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_keys_a_wrong_key_or_no_key_gets_nothing() {
+    let a = start(&[], tcp_only());
+    let b = start(&[(a.id, a.addr)], tcp_only());
+    assert!(b.sc.probe(a.id).await);
+    // a's id with another key: the handshake fails at its last message, before any hello.
+    let err = raw_peer_with(b.addr, a.id, NodeKey::generate(), b.id, 9)
+        .await
+        .err()
+        .expect("refused");
+    assert!(
+        matches!(err.kind(), io::ErrorKind::UnexpectedEof | io::ErrorKind::ConnectionReset),
+        "{err}"
+    );
+    // A plain hello to a node with keys.
+    let mut raw = TcpStream::connect(b.addr).await.expect("connect");
+    write_frame(&mut raw, &hello_of(a.id, 9)).await.expect("write");
+    assert!(gets_nothing(&mut raw).await);
+    // An id nobody trusts, with a key of its own.
+    let stranger = BASE.with(|base| base + BLOCK + 1);
+    let mut cred = creds(stranger);
+    cred.trust.insert(b.id, test_key(b.id).public());
+    let mut raw = TcpStream::connect(b.addr).await.expect("connect");
+    let (dial, first) = Initiator::start(&cred, b.id).expect("b trusted");
+    write_frame(&mut raw, &handshake_frame(first)).await.expect("write");
+    let second = read_frame(&mut raw).await.expect("read").expect("second");
+    let (third, _, _) = dial.finish(&noise_of(&second)).expect("b proves its key");
+    write_frame(&mut raw, &handshake_frame(third)).await.expect("write");
+    assert!(gets_nothing(&mut raw).await);
+    // a is still b's peer, on its one incarnation.
+    assert!(b.sc.peer(a.id).is_some_and(|p| p.incarnation == a.incarnation));
+    assert!(b.rec.lost(a.id).is_empty());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn handshakes_in_progress_are_bounded() {
+    let cfg = SideChannelConfig {
+        max_handshakes: 3,
+        hello_timeout: Duration::from_secs(10),
+        ..tcp_only()
+    };
+    let b = start(&[], cfg);
+    let mut idle = Vec::new();
+    for _ in 0..3 {
+        idle.push(TcpStream::connect(b.addr).await.expect("connect"));
+    }
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    // The fourth is closed at once, long before the handshake timeout.
+    let mut extra = TcpStream::connect(b.addr).await.expect("connect");
+    assert!(closed_within(&mut extra, Duration::from_secs(2)).await);
+    // Once the idle ones go, a real peer gets in.
+    drop(idle);
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let fake = random_id();
+    let _peer = raw_peer(b.addr, fake, b.id, 1).await;
+    assert!(wait_until(Duration::from_secs(2), || b.sc.peer(fake).is_some()).await);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn links_per_peer_are_bounded() {
+    let cfg = SideChannelConfig {
+        max_links_per_peer: 2,
+        // The raw peers send no heartbeats.
+        dead_after: Duration::from_secs(10),
+        ..tcp_only()
+    };
+    let b = start(&[], cfg);
+    let fake = random_id();
+    let (_one, _) = raw_peer(b.addr, fake, b.id, 4).await;
+    let (_two, _) = raw_peer(b.addr, fake, b.id, 4).await;
+    let (mut three, _) = raw_peer(b.addr, fake, b.id, 4).await;
+    assert!(closed_within(&mut three, Duration::from_secs(2)).await);
+    let other = random_id();
+    let _ = raw_peer(b.addr, other, b.id, 5).await;
+    assert!(wait_until(Duration::from_secs(2), || b.sc.peer(other).is_some()).await);
+    assert!(b.rec.lost(fake).is_empty(), "the first two links live on");
 }

@@ -9,6 +9,7 @@ pub(crate) mod eventfd;
 #[cfg(feature = "fault-injection")]
 pub(crate) mod fault;
 pub(crate) mod fdpass;
+pub(crate) mod files;
 pub(crate) mod limits;
 pub(crate) mod mem;
 pub(crate) mod shm;

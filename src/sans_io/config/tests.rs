@@ -42,8 +42,8 @@ fn nothing_configured_gives_the_defaults() {
     assert_eq!(resolve(&empty).expect("defaults"), NodeConfig::default());
     let d = NodeConfig::default();
     assert_eq!(
-        (d.node_id, d.listen, d.allow_non_loopback),
-        (1, addr("127.0.0.1:0"), false)
+        (d.node_id, d.listen, d.key.is_none(), d.trust_file.is_none()),
+        (1, addr("127.0.0.1:0"), true, true)
     );
 }
 
@@ -60,7 +60,47 @@ fn toml_reads_every_key() {
     assert_eq!(peers.len(), 2);
     assert_eq!(peers[&2], addr("127.0.0.1:7402"));
     assert_eq!(peers[&3], addr("[::1]:7403"));
-    assert_eq!(layer.allow_non_loopback(), None);
+    assert_eq!(layer.key(), None);
+}
+
+#[test]
+fn toml_reads_the_keys() {
+    let key = "ab".repeat(32);
+    let text = format!(
+        "key_file = \"/etc/rsm/node.key\"\ntrust_file = \"/etc/rsm/cluster.keys\"\n[keys]\n2 = \"{key}\"\n"
+    );
+    let c = resolve(&[from_toml(&text, "f").expect("valid")]).expect("resolves");
+    assert_eq!(
+        c.key,
+        Some(KeySource::File("/etc/rsm/node.key".into()))
+    );
+    assert_eq!(c.trust_file, Some("/etc/rsm/cluster.keys".into()));
+    assert_eq!(c.peer_keys[&2].to_string(), key);
+    assert_bad_conf(
+        from_toml("[keys]\n2 = \"abc\"", "f"),
+        "f: keys.2: the public key is not 64 hex digits",
+    );
+    assert_bad_conf(from_toml("key_file = 3", "f"), "f: key_file: invalid type");
+    assert_bad_conf(from_toml("keys = 3", "f"), "f: keys: expected a table");
+}
+
+#[test]
+fn peers_keys_without_a_key_of_its_own_are_refused() {
+    let text = format!("[keys]\n2 = \"{}\"\n", "ab".repeat(32));
+    assert_bad_conf(
+        resolve(&[from_toml(&text, "f").expect("valid")]),
+        "f: keys: peers' keys are set but this node has no key",
+    );
+    assert_bad_conf(
+        resolve(&[env(&[("RSM_TRUST_FILE", "/etc/rsm/cluster.keys")]).expect("env")]),
+        "RSM_TRUST_FILE: peers' keys are set",
+    );
+    let with_key = env(&[
+        ("RSM_TRUST_FILE", "/etc/rsm/cluster.keys"),
+        ("RSM_KEY_FILE", "/etc/rsm/node.key"),
+    ])
+    .expect("env");
+    assert!(resolve(&[with_key]).is_ok());
 }
 
 #[test]
@@ -327,27 +367,22 @@ fn non_loopback_listen_is_refused_without_the_opt_in() {
 }
 
 #[test]
-fn the_builder_may_allow_non_loopback() {
-    let env_layer = env(&[("RSM_LISTEN", "192.0.2.2:7401")]).expect("env");
-    let mut b = builder();
-    b.set_allow_non_loopback(true);
-    let c = resolve(&[env_layer, b]).expect("opted in");
+fn a_key_lets_a_non_loopback_address_through() {
+    let env_layer = env(&[
+        ("RSM_LISTEN", "192.0.2.2:7401"),
+        ("RSM_KEY_FILE", "/etc/rsm/node.key"),
+    ])
+    .expect("env");
+    let c = resolve(&[env_layer]).expect("keyed");
     assert_eq!(c.listen, addr("192.0.2.2:7401"));
-    assert!(c.allow_non_loopback);
 
-    let mut off = builder();
-    off.set_allow_non_loopback(false)
+    let mut b = builder();
+    b.set_key(KeySource::Inline(crate::NodeKey::generate()))
         .set_listen(addr("192.0.2.2:1"));
+    assert!(resolve(&[b]).is_ok());
+    let mut off = builder();
+    off.set_listen(addr("192.0.2.2:1"));
     assert_bad_conf(resolve(&[off]), "builder: listen:");
-}
-
-#[test]
-fn only_the_builder_may_allow_non_loopback() {
-    for origin in [Origin::Environment, Origin::File("f.toml".into())] {
-        let mut layer = PartialConfig::new(origin);
-        layer.set_allow_non_loopback(true);
-        assert_bad_conf(resolve(&[layer]), "allow_non_loopback: only the program");
-    }
 }
 
 #[test]

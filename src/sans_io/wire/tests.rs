@@ -85,6 +85,9 @@ fn samples() -> Vec<Message> {
         },
         Message::Heartbeat { seq: u64::MAX },
         Message::Goodbye,
+        Message::Handshake {
+            noise: vec![7; MAX_HANDSHAKE],
+        },
     ]
 }
 
@@ -93,7 +96,7 @@ fn every_message_round_trips() {
     let all = samples();
     let mut tags: Vec<u8> = all.iter().map(Message::tag).collect();
     tags.dedup();
-    assert_eq!(tags.len(), 12, "every message kind is covered");
+    assert_eq!(tags.len(), 13, "every message kind is covered");
     for msg in all {
         let frame = encode(&msg).expect("encodes");
         assert_eq!(&frame[..2], &WIRE_VERSION.to_le_bytes());
@@ -110,7 +113,7 @@ fn the_layout_is_little_endian_and_stable() {
     .expect("encodes");
     assert_eq!(
         &frame[..],
-        &[2, 0, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0x0D, 0x0C, 0x0B, 0x0A]
+        &[3, 0, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0x0D, 0x0C, 0x0B, 0x0A]
     );
 }
 
@@ -123,8 +126,8 @@ fn another_version_is_refused() {
 
 #[test]
 fn an_unknown_tag_is_refused() {
-    assert_eq!(decode(&[2, 0, 0]), Err(WireError::UnknownTag(0)));
-    assert_eq!(decode(&[2, 0, 200]), Err(WireError::UnknownTag(200)));
+    assert_eq!(decode(&[3, 0, 0]), Err(WireError::UnknownTag(0)));
+    assert_eq!(decode(&[3, 0, 200]), Err(WireError::UnknownTag(200)));
 }
 
 #[test]
@@ -185,7 +188,7 @@ fn oversize_fields_are_refused_on_both_sides() {
     ));
 
     // Hand-made frame: a hello whose auth claims 257 bytes, and carries them.
-    let mut frame = vec![2, 0, tag::HELLO];
+    let mut frame = vec![3, 0, tag::HELLO];
     frame.extend_from_slice(&[0; 4 + 8 + 1 + 16]);
     frame.extend_from_slice(&257u16.to_le_bytes());
     frame.extend_from_slice(&[0; 257]);
@@ -229,7 +232,7 @@ fn oversize_fields_are_refused_on_both_sides() {
 #[test]
 fn a_length_beyond_the_frame_is_truncation_not_allocation() {
     // A connect request whose groups count is 64 but whose frame ends right after it.
-    let mut frame = vec![2, 0, tag::CONNECT_REQUEST];
+    let mut frame = vec![3, 0, tag::CONNECT_REQUEST];
     frame.extend_from_slice(&[0; 8 + 4]);
     frame.extend_from_slice(&0u16.to_le_bytes());
     frame.extend_from_slice(&[0; 12]);
@@ -402,6 +405,7 @@ fn arb_message() -> impl Strategy<Value = Message> {
         "[a-z0-9]{0,8}".prop_map(|controller| Message::Wake { controller }),
         any::<u64>().prop_map(|seq| Message::Heartbeat { seq }),
         Just(Message::Goodbye),
+        vec(any::<u8>(), 1..=MAX_HANDSHAKE).prop_map(|noise| Message::Handshake { noise }),
     ]
 }
 
@@ -425,7 +429,7 @@ proptest! {
         tag in 0u8..16,
         body in vec(any::<u8>(), 0..1024),
     ) {
-        let mut frame = vec![2, 0, tag];
+        let mut frame = vec![3, 0, tag];
         frame.extend_from_slice(&body);
         if let Ok(msg) = decode(&frame) {
             // Whatever decodes re-encodes to the same bytes: the format has one spelling.
