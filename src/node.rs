@@ -58,7 +58,7 @@ use crate::sans_io::config::{
 };
 use crate::sans_io::keys::{NodeKey, PublicKey};
 use crate::sans_io::wire::ByteOrder;
-use crate::sidechannel::{self, Auth, LocalIdentity, SideChannel, SideChannelConfig};
+use crate::sidechannel::{self, LocalIdentity, SideChannel, SideChannelConfig};
 use crate::{Error, Result};
 
 /// The side-channel listener's accept backlog: peers connect once and stay connected, so a
@@ -246,6 +246,28 @@ impl Node {
     /// [`listen_addr`]: Node::listen_addr
     pub fn config(&self) -> &NodeConfig {
         &self.inner.config
+    }
+
+    /// Trusts `key` as node `id`'s public key from now on, beside the configured ones: for
+    /// clusters whose members learn each other's keys while they run (from a coordinator, a
+    /// registry). Links already open keep the key they proved.
+    ///
+    /// # Errors
+    /// `RSMERR_BAD_CONF` on a node without a key, or for the node's own id.
+    ///
+    /// ```
+    /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// # let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+    /// let node = rt.block_on(
+    ///     rsm::Node::builder().id(9212).key(rsm::NodeKey::generate()).ignore_environment().start(),
+    /// )?;
+    /// node.trust(7, rsm::NodeKey::generate().public())?;
+    /// assert!(node.trust(9212, rsm::NodeKey::generate().public()).is_err());
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn trust(&self, id: impl Into<NodeId>, key: PublicKey) -> Result<()> {
+        self.inner.side.trust(id.into().get(), key)
     }
 
     /// The public key this node proves on every side-channel link, or `None` for a node
@@ -781,10 +803,7 @@ impl NodeBuilder {
             ))
         })?;
         let auth = identity::auth(&config)?;
-        let public_key = match &auth {
-            Auth::Kernel => None,
-            Auth::Keys(cred) => Some(cred.key.public()),
-        };
+        let public_key = auth.credentials().map(|c| c.key.public());
         let incarnation = rand::rng().random_range(1..=u64::MAX);
         let state = NodeContext::new(handle.clone());
         state.set_loopback_spin_budget(budgets.loopback());

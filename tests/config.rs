@@ -188,19 +188,93 @@ async fn a_non_loopback_listen_address_is_refused() {
 }
 
 #[tokio::test]
-async fn the_opt_in_lets_a_non_loopback_address_through_to_bind() {
+async fn a_key_lets_a_non_loopback_address_through_to_bind() {
     let _serial = SERIAL.lock().await;
     // 198.51.100.0/24 is TEST-NET-2, on no interface here: configuration passes, bind fails.
     let err = Node::builder()
         .id(7_000_001)
         .listen(addr("198.51.100.7:0"))
-        .allow_non_loopback(true)
+        .key(rsm::NodeKey::generate())
         .ignore_environment()
         .start()
         .await
         .expect_err("no interface has that address");
     assert_eq!(err.code(), 31, "{err}");
     assert!(detail(&err).contains("198.51.100.7:0"), "{err}");
+}
+
+/// A key file with `mode`, holding a fresh key; and that key.
+fn key_file(mode: u32) -> (tempfile::NamedTempFile, rsm::NodeKey) {
+    use std::os::unix::fs::PermissionsExt;
+    let key = rsm::NodeKey::generate();
+    let file = config_file(&key.to_text());
+    std::fs::set_permissions(file.path(), std::fs::Permissions::from_mode(mode)).expect("chmod");
+    (file, key)
+}
+
+#[tokio::test]
+async fn a_key_file_others_may_read_is_refused() {
+    let _serial = SERIAL.lock().await;
+    let (file, _) = key_file(0o644);
+    let err = Node::builder()
+        .id(7_000_002)
+        .key_file(file.path())
+        .ignore_environment()
+        .start()
+        .await
+        .expect_err("mode 0644");
+    assert_eq!(err.code(), 44);
+    assert!(detail(&err).contains("mode 0644"), "{err}");
+    assert!(detail(&err).contains("chmod 600"), "{err}");
+
+    let (file, key) = key_file(0o600);
+    let node = Node::builder()
+        .id(7_000_002)
+        .key_file(file.path())
+        .ignore_environment()
+        .start()
+        .await
+        .expect("a private key file");
+    assert_eq!(node.public_key(), Some(key.public()));
+}
+
+#[tokio::test]
+async fn trust_files_are_checked() {
+    let _serial = SERIAL.lock().await;
+    let (file, key) = key_file(0o600);
+    // A trust file that names another key for this node.
+    let other = rsm::NodeKey::generate().public();
+    let trust = config_file(&format!("# cluster\n7000003 {other}\n2 {}\n", key.public()));
+    let err = Node::builder()
+        .id(7_000_003)
+        .key_file(file.path())
+        .trust_file(trust.path())
+        .ignore_environment()
+        .start()
+        .await
+        .expect_err("another key for this node");
+    assert_eq!(err.code(), 44);
+    assert!(detail(&err).contains("names key"), "{err}");
+    // A malformed line, named.
+    let trust = config_file("2 not-a-key\n");
+    let err = Node::builder()
+        .id(7_000_003)
+        .key_file(file.path())
+        .trust_file(trust.path())
+        .ignore_environment()
+        .start()
+        .await
+        .expect_err("malformed");
+    assert!(detail(&err).contains("line 1"), "{err}");
+    // Peers' keys without a key of its own.
+    let err = Node::builder()
+        .id(7_000_003)
+        .peer_key(2, other)
+        .ignore_environment()
+        .start()
+        .await
+        .expect_err("no key of its own");
+    assert_eq!(err.code(), 44);
 }
 
 #[tokio::test]

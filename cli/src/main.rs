@@ -4,6 +4,7 @@
 
 mod bench;
 mod demo;
+mod keyfile;
 mod sys;
 
 use clap::{Parser, Subcommand};
@@ -28,6 +29,22 @@ enum Command {
         /// One JSON array of objects instead of a table.
         #[arg(long)]
         json: bool,
+    },
+    /// Make a node key: write the key file (mode 0600) and print its public key, the line
+    /// the other nodes' trust files list for this node.
+    Keygen {
+        /// The key file to write (the configuration's `key_file`).
+        #[arg(long, short, required_unless_present = "show", conflicts_with = "show")]
+        out: Option<std::path::PathBuf>,
+        /// Replace an existing file.
+        #[arg(long)]
+        force: bool,
+        /// Print the public key of an existing key file instead.
+        #[arg(long, value_name = "FILE")]
+        show: Option<std::path::PathBuf>,
+        /// The node id to print before the public key, as a trust file lists it.
+        #[arg(long)]
+        node: Option<u32>,
     },
     /// Print the local node, its controllers and the remote nodes each reaches.
     Topology {
@@ -97,6 +114,24 @@ fn main() -> ExitCode {
 
 async fn run(command: Command) -> rsm::Result<()> {
     match command {
+        Command::Keygen {
+            out,
+            force,
+            show,
+            node,
+        } => {
+            let public = match (out, show) {
+                (_, Some(path)) => keyfile::show(&path)?,
+                (Some(path), None) => keyfile::write(&path, force)?,
+                (None, None) => {
+                    return Err(rsm::Error::bad_conf().detail("keygen: give --out FILE or --show FILE"));
+                }
+            };
+            match node {
+                Some(id) => println!("{id} {public}"),
+                None => println!("{public}"),
+            }
+        }
         Command::Info { json } => {
             // Listing needs only the node's interface, not a running node.
             let config = rsm::Node::builder().resolve()?;

@@ -3,7 +3,7 @@
 
 use std::collections::BTreeMap;
 use std::path::Path;
-use std::sync::Arc;
+use std::sync::{Arc, RwLock};
 
 use crate::sans_io::config::{KeySource, MAX_FILE_BYTES, NodeConfig};
 use crate::sans_io::handshake::Credentials;
@@ -49,11 +49,11 @@ pub(super) fn auth(config: &NodeConfig) -> Result<Auth> {
         }
         _ => {}
     }
-    Ok(Auth::Keys(Arc::new(Credentials {
+    Ok(Auth::Keys(Arc::new(RwLock::new(Credentials {
         node_id: config.node_id,
         key,
         trust,
-    })))
+    }))))
 }
 
 fn read_key(path: &Path) -> Result<NodeKey> {

@@ -1,7 +1,7 @@
 //! How a side channel is set up: its timing and transports, and what this node says about
 //! itself.
 
-use std::sync::Arc;
+use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
 use crate::sans_io::handshake::Credentials;
@@ -68,6 +68,16 @@ pub(crate) enum Auth {
     /// the other end; a node is the process that holds its name `rsm-node-<id>`.
     Kernel,
     /// Keys: every link, TCP or Unix, opens with a Noise handshake in which both nodes prove
-    /// the key their peer trusts for them.
-    Keys(Arc<Credentials>),
+    /// the key their peer trusts for them. The trust list may grow while the node runs.
+    Keys(Arc<RwLock<Credentials>>),
+}
+
+impl Auth {
+    /// The credentials as they are now, for one handshake.
+    pub(crate) fn credentials(&self) -> Option<Credentials> {
+        match self {
+            Auth::Kernel => None,
+            Auth::Keys(cred) => Some(cred.read().unwrap_or_else(|p| p.into_inner()).clone()),
+        }
+    }
 }

@@ -25,7 +25,6 @@ use tokio::time::{Instant, MissedTickBehavior};
 use tokio_util::codec::{FramedRead, FramedWrite, LengthDelimitedCodec};
 use tokio_util::sync::CancellationToken;
 
-use super::config::Auth;
 use super::creds::PeerCreds;
 use super::handler::PeerInfo;
 use super::peers::LinkHandle;
@@ -150,13 +149,13 @@ where
 {
     let (mut reader, mut writer) = framed(read, write);
     let opened = async {
-        match &shared.me.auth {
-            Auth::Kernel => {
+        match shared.me.auth.credentials() {
+            None => {
                 send(&mut writer, shared.hello.clone()).await?;
                 read_hello(&mut reader, None).await.map(|h| (h, None))
             }
-            Auth::Keys(cred) => {
-                let (dial, first) = Initiator::start(cred, node).map_err(|e| e.to_string())?;
+            Some(cred) => {
+                let (dial, first) = Initiator::start(&cred, node).map_err(|e| e.to_string())?;
                 send_noise(&mut writer, first).await?;
                 let second = read_noise(&mut reader).await?;
                 let (third, mut sealer, mut opener) =
@@ -202,8 +201,8 @@ where
     let opened = async {
         let first = wire::decode(&next_frame(&mut reader).await?)
             .map_err(|e| format!("its first frame does not decode: {e}"))?;
-        match (&shared.me.auth, first) {
-            (Auth::Kernel, Message::Hello(hello)) => {
+        match (shared.me.auth.credentials(), first) {
+            (None, Message::Hello(hello)) => {
                 let Via::Unix(creds) = via else {
                     return Err("this node has no keys: it accepts only nodes of this host, on \
                          its unix socket (configure keys to accept peers over tcp)"
@@ -216,10 +215,10 @@ where
                 send(&mut writer, shared.hello.clone()).await?;
                 Ok((hello, None))
             }
-            (Auth::Kernel, Message::Handshake { .. }) => Err(NO_OWN_KEY.to_string()),
-            (Auth::Keys(cred), Message::Handshake { noise }) => {
+            (None, Message::Handshake { .. }) => Err(NO_OWN_KEY.to_string()),
+            (Some(cred), Message::Handshake { noise }) => {
                 let (accept, second) =
-                    Responder::accept(cred, &noise).map_err(|e| e.to_string())?;
+                    Responder::accept(&cred, &noise).map_err(|e| e.to_string())?;
                 send_noise(&mut writer, second).await?;
                 let third = read_noise(&mut reader).await?;
                 let (peer, mut sealer, mut opener) =
@@ -235,7 +234,7 @@ where
                 }
                 Ok((hello, Some((sealer, opener))))
             }
-            (Auth::Keys(_), Message::Hello(_)) => Err(NO_PEER_KEY.to_string()),
+            (Some(_), Message::Hello(_)) => Err(NO_PEER_KEY.to_string()),
             (_, other) => Err(format!("sent a {} before its handshake", other.kind())),
         }
     };

@@ -60,6 +60,7 @@ pub(crate) use self::held::released_soon as names_released_soon;
 use self::held::{HeldName, Name};
 use self::peers::PeerTable;
 use self::shared::{Shared, encode, link_closed};
+use crate::sans_io::keys::PublicKey;
 use crate::sans_io::wire::{self, Hello, Message};
 use crate::{Error, Result};
 
@@ -245,6 +246,30 @@ impl SideChannel {
         self.on_runtime(async move { shared.ensure_link(node).await })
             .await
             .is_ok()
+    }
+
+    /// Trusts `key` as node `node`'s from the next handshake on (links already open keep
+    /// the key they proved).
+    ///
+    /// # Errors
+    /// `RSMERR_BAD_CONF` on a node without keys, or for this node's own id.
+    pub(crate) fn trust(&self, node: u32, key: PublicKey) -> Result<()> {
+        let Auth::Keys(cred) = &self.shared.me.auth else {
+            return Err(Error::bad_conf().op("trust").node(node).detail(
+                "this node has no key: it reaches only nodes of its host (give it a key first)",
+            ));
+        };
+        if node == self.shared.me.node_id {
+            return Err(Error::bad_conf()
+                .op("trust")
+                .node(node)
+                .detail("this is the node's own id"));
+        }
+        cred.write()
+            .unwrap_or_else(|p| p.into_inner())
+            .trust
+            .insert(node, key);
+        Ok(())
     }
 
     /// The peer `node` as its newest live link sees it.

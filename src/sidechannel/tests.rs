@@ -232,7 +232,7 @@ fn start_with(
             }],
             byte_order: ByteOrder::native(),
             auth: if keyed {
-                Auth::Keys(Arc::new(creds(id)))
+                Auth::Keys(Arc::new(std::sync::RwLock::new(creds(id))))
             } else {
                 Auth::Kernel
             },

@@ -311,11 +311,20 @@ async fn bench(args: &BenchArgs, progress: &mut Progress) -> Result<Vec<Row>, Be
                 "the peer could not start its rsm side: {why}"
             )));
         };
+        // A peer with a key (beyond its host) trusts this run's key, told on the line.
+        let key = pi.public_key.as_ref().map(|_| rsm::NodeKey::generate());
+        if let Some(key) = &key {
+            peer.expect_ok(&Command::Trust {
+                node: RsmInitiator::node_id(&pi),
+                key: key.public(),
+            })?;
+        }
         let mut init = RsmInitiator::connect(
             &args.controller,
             &pi,
             peer.hello.len as usize,
             args.spin_budget_us.map(std::time::Duration::from_micros),
+            key,
         )
         .await?;
         if args.barrier == BarrierArg::Explicit {

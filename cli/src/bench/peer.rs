@@ -348,6 +348,10 @@ fn execute(
             }
             Ok("ok".into())
         }
+        Command::Trust { node, key } => {
+            rsm()?.trust(node, key).map_err(e)?;
+            Ok("ok".into())
+        }
         Command::Progress
         | Command::Quit
         | Command::Echo { .. }

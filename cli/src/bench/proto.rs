@@ -10,6 +10,7 @@
 //! | `corrupt <offset> [raw\|rsm]` | `ok` once that byte is flipped (test hook) |
 //! | `bell <name>` | `ok` once the peer fetched the bell page from the abstract Unix socket `name` (loopback signal baseline) |
 //! | `rings` | how many rings of the bell page the peer answered so far, in decimal |
+//! | `trust <node> <key>` | `ok` once the peer's rsm node trusts that public key for that node (runs across hosts, where the peer's node has a key) |
 //! | `quit` | `bye`, then the peer closes everything and exits |
 //!
 //! A command that fails is answered `err <text>`. The target defaults to `raw` (the buffer
@@ -105,6 +106,15 @@ pub(crate) enum Command {
     Bell(String),
     /// How many bell rings the peer answered.
     Rings,
+    /// Trust the initiator's node key: its node id and public key (64 hex digits). The two
+    /// processes exchange keys over this unauthenticated line, which is good enough for a
+    /// measurement and nothing else.
+    Trust {
+        /// The initiator's node id.
+        node: u32,
+        /// Its public key.
+        key: rsm::PublicKey,
+    },
     /// Close everything and exit.
     Quit,
 }
@@ -161,6 +171,15 @@ impl Command {
             },
             "bell" => Command::Bell(bell_name(w.next())?),
             "rings" => Command::Rings,
+            "trust" => Command::Trust {
+                node: u32::try_from(num(w.next(), "node")?)
+                    .map_err(|_| "trust: bad node".to_string())?,
+                key: w
+                    .next()
+                    .ok_or("trust: missing key")?
+                    .parse()
+                    .map_err(|_| "trust: bad key".to_string())?,
+            },
             "quit" => Command::Quit,
             other => return Err(format!("unknown command {other:?}")),
         };
@@ -185,6 +204,7 @@ impl Command {
             Command::Echo { key, base } => format!("echo {key} {base}"),
             Command::Bell(name) => format!("bell {name}"),
             Command::Rings => "rings".into(),
+            Command::Trust { node, key } => format!("trust {node} {key}"),
             Command::Quit => "quit".into(),
         }
     }
@@ -239,6 +259,10 @@ mod tests {
             },
             Command::Bell("rsm-bench-bell-12-00ff".into()),
             Command::Rings,
+            Command::Trust {
+                node: 7,
+                key: rsm::PublicKey::from_bytes([0xab; 32]),
+            },
             Command::Quit,
         ];
         for c in all {
@@ -265,6 +289,9 @@ mod tests {
             "bell a/b",
             "bell x y",
             "rings 3",
+            "trust 7",
+            "trust x aa",
+            "trust 7 abc",
         ] {
             assert!(Command::parse(bad).is_err(), "{bad:?} accepted");
         }

@@ -44,6 +44,9 @@ pub(crate) struct RsmPeerInfo {
     pub(crate) listen: String,
     /// The published segment's id.
     pub(crate) segment_id: u32,
+    /// The peer node's public key, when it has one (it listens beyond its host).
+    #[serde(default)]
+    pub(crate) public_key: Option<String>,
 }
 
 /// Node ids on one host must differ (the side channel's local names are per node id): the
@@ -77,7 +80,12 @@ impl RsmPeer {
         let id = node_id(std::process::id(), false);
         let mut builder = Node::builder().ignore_environment().id(id);
         if let Some(addr) = listen {
-            builder = builder.listen(addr).allow_non_loopback(true);
+            builder = builder.listen(addr);
+            // Beyond its host a node needs a key; the initiator learns it from the hello
+            // line and tells its own with `trust`.
+            if !addr.ip().is_loopback() {
+                builder = builder.key(rsm::NodeKey::generate());
+            }
         }
         let node = builder.start().await?;
         let ctrl = node.controller(controller).await?;
@@ -87,6 +95,7 @@ impl RsmPeer {
             node_id: id,
             listen: node.listen_addr().to_string(),
             segment_id: segment_id.get(),
+            public_key: node.public_key().map(|k| k.to_string()),
         };
         let echo_seg = seg.clone();
         let echo = tokio::spawn(async move {
@@ -100,6 +109,11 @@ impl RsmPeer {
     }
 
     /// Copies `data` into the segment at `offset`.
+    /// Trusts the initiator's node key (`trust` on the command line).
+    pub(crate) fn trust(&self, node: u32, key: rsm::PublicKey) -> Result<()> {
+        self.node.trust(node, key)
+    }
+
     pub(crate) fn write_at(&self, offset: usize, data: &[u8]) -> Result<()> {
         self.seg.write_at(offset as u64, data)
     }
@@ -126,6 +140,11 @@ pub(crate) struct RsmInitiator {
 }
 
 impl RsmInitiator {
+    /// The initiator's node id for a run against `peer`.
+    pub(crate) fn node_id(peer: &RsmPeerInfo) -> u32 {
+        peer.node_id | 1
+    }
+
     /// Starts a node that knows the peer, opens `controller` and imports the peer's segment
     /// (`len` bytes) read-write.
     pub(crate) async fn connect(
@@ -133,9 +152,13 @@ impl RsmInitiator {
         peer: &RsmPeerInfo,
         len: usize,
         spin_budget: Option<std::time::Duration>,
+        key: Option<rsm::NodeKey>,
     ) -> Result<RsmInitiator> {
-        let id = peer.node_id | 1;
+        let id = Self::node_id(peer);
         let mut builder = Node::builder().ignore_environment().id(id);
+        if let (Some(key), Some(theirs)) = (key, &peer.public_key) {
+            builder = builder.key(key).peer_key(peer.node_id, theirs.parse()?);
+        }
         if let Some(budget) = spin_budget {
             builder = builder.spin_budget(budget);
         }
