@@ -52,8 +52,8 @@ pub mod test_util;
 pub struct ReadmeDoctests;
 
 pub use controller::{Controller, ControllerAttr, ControllerInfo};
-pub use sans_io::segid::{SegmentIdRange, get_segmentid_range};
 pub use sans_io::keys::{NodeKey, PublicKey};
+pub use sans_io::segid::{SegmentIdRange, get_segmentid_range};
 pub use sans_io::wire::ByteOrder;
 
 /// The segment-id ranges RSMAPI reserves (docs/rsmapi.md §3.6). Ids a caller chooses lie in

@@ -51,11 +51,11 @@ use crate::NodeId;
 use crate::context::NodeContext;
 use crate::controller::{Controller, ControllerRegistry, SpinBudgets};
 use crate::dispatch::NodeHandler;
-pub use crate::sans_io::config::{KeySource, NodeConfig};
 use crate::sans_io::config::{
     self, DEFAULT_CONFIG_PATH, ENV_CONFIG, ENV_KEY_FILE, ENV_LISTEN, ENV_NODE_ID, ENV_PEERS,
     ENV_TRUST_FILE, MAX_FILE_BYTES, Origin, PartialConfig,
 };
+pub use crate::sans_io::config::{KeySource, NodeConfig};
 use crate::sans_io::keys::{NodeKey, PublicKey};
 use crate::sans_io::wire::ByteOrder;
 use crate::sidechannel::{self, LocalIdentity, SideChannel, SideChannelConfig};

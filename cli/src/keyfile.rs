@@ -8,7 +8,9 @@ use std::path::Path;
 use rsm::{Error, NodeKey, PublicKey};
 
 fn failed(path: &Path, what: &str, e: std::io::Error) -> Error {
-    Error::bad_conf().op("keygen").detail(format!("{}: {what}: {e}", path.display()))
+    Error::bad_conf()
+        .op("keygen")
+        .detail(format!("{}: {what}: {e}", path.display()))
 }
 
 /// Writes a new key to `path` (created with mode 0600; an existing file only with `force`)
@@ -36,7 +38,7 @@ pub(crate) fn write(path: &Path, force: bool) -> rsm::Result<PublicKey> {
 
 /// The public key of the key file at `path`.
 pub(crate) fn show(path: &Path) -> rsm::Result<PublicKey> {
-    let text = std::fs::read_to_string(path)
-        .map_err(|e| failed(path, "cannot read the key file", e))?;
+    let text =
+        std::fs::read_to_string(path).map_err(|e| failed(path, "cannot read the key file", e))?;
     Ok(NodeKey::parse(&text, &path.display().to_string())?.public())
 }

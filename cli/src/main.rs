@@ -124,7 +124,9 @@ async fn run(command: Command) -> rsm::Result<()> {
                 (_, Some(path)) => keyfile::show(&path)?,
                 (Some(path), None) => keyfile::write(&path, force)?,
                 (None, None) => {
-                    return Err(rsm::Error::bad_conf().detail("keygen: give --out FILE or --show FILE"));
+                    return Err(
+                        rsm::Error::bad_conf().detail("keygen: give --out FILE or --show FILE")
+                    );
                 }
             };
             match node {

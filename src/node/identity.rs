@@ -34,7 +34,10 @@ pub(super) fn auth(config: &NodeConfig) -> Result<Auth> {
     let mut trust = BTreeMap::new();
     if let Some(path) = &config.trust_file {
         let text = read_small(path, MAX_FILE_BYTES).map_err(|e| {
-            bad_conf(format!("{}: cannot read the trust file: {e}", path.display()))
+            bad_conf(format!(
+                "{}: cannot read the trust file: {e}",
+                path.display()
+            ))
         })?;
         trust = parse_trust(&text, &path.display().to_string())?;
     }
@@ -58,7 +61,8 @@ pub(super) fn auth(config: &NodeConfig) -> Result<Auth> {
 
 fn read_key(path: &Path) -> Result<NodeKey> {
     let shown = path.display().to_string();
-    let unreadable = |e: std::io::Error| bad_conf(format!("{shown}: cannot read the key file: {e}"));
+    let unreadable =
+        |e: std::io::Error| bad_conf(format!("{shown}: cannot read the key file: {e}"));
     if let Some(mode) = loose_permissions(path).map_err(unreadable)? {
         return Err(bad_conf(format!(
             "{shown}: the key file has mode {mode:04o}; a node's secret must be its owner's \

@@ -357,7 +357,10 @@ impl PartialConfig {
     /// assert_eq!(layer.peer_keys()[&2].as_bytes(), &[2; 32]);
     /// ```
     pub fn peer_keys(&self) -> BTreeMap<u32, PublicKey> {
-        self.peer_keys.iter().map(|(id, s)| (*id, s.value)).collect()
+        self.peer_keys
+            .iter()
+            .map(|(id, s)| (*id, s.value))
+            .collect()
     }
 
     /// Sets the node id.

@@ -124,7 +124,10 @@ fn check_key(cred: &Credentials, node: u32, remote: Option<&[u8]>) -> Result<(),
         Some(r) if r == expected.as_bytes() => Ok(()),
         Some(r) => Err(Refused(format!(
             "the peer claims node {node} but proves another key ({}...)",
-            r.iter().take(4).map(|b| format!("{b:02x}")).collect::<String>()
+            r.iter()
+                .take(4)
+                .map(|b| format!("{b:02x}"))
+                .collect::<String>()
         ))),
         None => Err("the peer proved no static key".into()),
     }
@@ -141,7 +144,10 @@ fn write(hs: &mut HandshakeState, payload: &[u8]) -> Result<Vec<u8>, Refused> {
 
 fn read(hs: &mut HandshakeState, msg: &[u8]) -> Result<Vec<u8>, Refused> {
     if msg.len() > MAX_HANDSHAKE {
-        return Err(Refused(format!("a handshake message of {} bytes", msg.len())));
+        return Err(Refused(format!(
+            "a handshake message of {} bytes",
+            msg.len()
+        )));
     }
     let mut payload = vec![0u8; MAX_HANDSHAKE];
     let n = hs
@@ -255,7 +261,9 @@ impl Responder {
         let payload = read(&mut self.hs, msg)?;
         let node = claimed_id(&payload)?;
         if node == self.cred.node_id {
-            return Err(Refused(format!("the peer claims this node's own id {node}")));
+            return Err(Refused(format!(
+                "the peer claims this node's own id {node}"
+            )));
         }
         check_key(&self.cred, node, self.hs.get_remote_static())?;
         let (sealer, opener) = split(self.hs)?;
@@ -307,7 +315,10 @@ impl Opener {
     /// dropped before it, or from someone else), or shorter than its tag.
     pub fn open(&mut self, sealed: &[u8]) -> Result<Vec<u8>, Refused> {
         if sealed.len() < TAG_LEN || sealed.len() > MAX_FRAME + TAG_LEN {
-            return Err(Refused(format!("an encrypted frame of {} bytes", sealed.len())));
+            return Err(Refused(format!(
+                "an encrypted frame of {} bytes",
+                sealed.len()
+            )));
         }
         let mut out = vec![0u8; sealed.len()];
         let n = self

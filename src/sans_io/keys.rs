@@ -305,14 +305,26 @@ mod tests {
 
     #[test]
     fn malformed_text_is_refused_without_panics() {
-        for bad in ["", "#x\n", "zz", &"a".repeat(63), &"a".repeat(65), "é".repeat(32).as_str()] {
+        for bad in [
+            "",
+            "#x\n",
+            "zz",
+            &"a".repeat(63),
+            &"a".repeat(65),
+            "é".repeat(32).as_str(),
+        ] {
             assert!(NodeKey::parse(bad, "k").is_err(), "{bad:?}");
             assert!(bad.parse::<PublicKey>().is_err(), "{bad:?}");
         }
         let two = format!("{}\n{}\n", "a".repeat(64), "b".repeat(64));
         assert!(NodeKey::parse(&two, "k").is_err());
         let dup = format!("1 {}\n1 {}\n", "a".repeat(64), "b".repeat(64));
-        assert!(parse_trust(&dup, "t").unwrap_err().to_string().contains("line 2"));
+        assert!(
+            parse_trust(&dup, "t")
+                .unwrap_err()
+                .to_string()
+                .contains("line 2")
+        );
         assert!(parse_trust("1", "t").is_err());
         assert!(parse_trust(&format!("x {}", "a".repeat(64)), "t").is_err());
     }

@@ -12,6 +12,7 @@ use std::time::Duration;
 use socket2::{SockRef, TcpKeepalive};
 use tokio::net::{TcpListener, TcpStream, UnixListener, UnixStream};
 
+use super::gate::{Pass, Source};
 use super::held::HeldName;
 use super::link::Via;
 use super::shared::Shared;
@@ -117,7 +118,7 @@ pub(super) async fn tcp_loop(shared: Arc<Shared>, counted: Counted<TcpListener>)
         };
         match accepted {
             Ok((stream, from)) => {
-                let Some(permit) = handshake_permit(&shared) else {
+                let Some(permit) = handshake_permit(&shared, Source::Ip(from.ip())) else {
                     continue;
                 };
                 let s = Arc::clone(&shared);
@@ -148,7 +149,10 @@ pub(super) async fn unix_loop(shared: Arc<Shared>, counted: Counted<UnixListener
         };
         match accepted {
             Ok((stream, _)) => {
-                let Some(permit) = handshake_permit(&shared) else {
+                let Some(uid) = stream.peer_cred().ok().map(|c| c.uid()) else {
+                    continue;
+                };
+                let Some(permit) = handshake_permit(&shared, Source::Uid(uid)) else {
                     continue;
                 };
                 let s = Arc::clone(&shared);
@@ -170,18 +174,22 @@ pub(super) async fn unix_loop(shared: Arc<Shared>, counted: Counted<UnixListener
 }
 
 /// A place among the handshakes in progress, or `None` (the accepted link is dropped,
-/// closing it) when `max_handshakes` are.
-fn handshake_permit(shared: &Shared) -> Option<tokio::sync::OwnedSemaphorePermit> {
-    match Arc::clone(&shared.handshakes).try_acquire_owned() {
-        Ok(permit) => Some(permit),
-        Err(_) => {
-            tracing::warn!(
-                max = shared.cfg.max_handshakes,
-                "too many side-channel handshakes in progress; a new link is closed"
-            );
-            None
-        }
+/// closing it) when `max_handshakes` are, or the source's share of them.
+fn handshake_permit(shared: &Shared, source: Source) -> Option<Pass> {
+    let gate = match source {
+        Source::Ip(_) => &shared.tcp_gate,
+        Source::Uid(_) => &shared.unix_gate,
+    };
+    let pass = gate.enter(source);
+    if pass.is_none() {
+        tracing::warn!(
+            ?source,
+            max = shared.cfg.max_handshakes,
+            per_source = shared.cfg.max_handshakes_per_source,
+            "too many side-channel handshakes in progress; a new link is closed"
+        );
     }
+    pass
 }
 
 async fn greet_tcp(shared: &Arc<Shared>, stream: TcpStream, from: SocketAddr) {

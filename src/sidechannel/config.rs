@@ -22,9 +22,11 @@ pub(crate) struct SideChannelConfig {
     pub hello_timeout: Duration,
     /// Listen on and dial the abstract Unix sockets (default `true`); `false` leaves TCP only.
     pub unix: bool,
-    /// Links in their handshake at once, over both listeners (default 64); a link accepted
+    /// Links in their handshake at once, on each listener (default 64); a link accepted
     /// beyond it is closed at once.
     pub max_handshakes: usize,
+    /// Of those, from one IP address (TCP) or one uid (Unix) (default 8).
+    pub max_handshakes_per_source: usize,
     /// Live links per peer node (default 8); a further link from it is refused.
     pub max_links_per_peer: usize,
 }
@@ -39,6 +41,7 @@ impl Default for SideChannelConfig {
             hello_timeout: Duration::from_secs(5),
             unix: true,
             max_handshakes: 64,
+            max_handshakes_per_source: 8,
             max_links_per_peer: 8,
         }
     }

@@ -116,8 +116,7 @@ impl Shared {
         R: tokio::io::AsyncRead + Unpin + Send + 'static,
         W: tokio::io::AsyncWrite + Unpin + Send + 'static,
     {
-        let greeted =
-            link::dial_handshake(self, read, write, node, self.cfg.hello_timeout).await?;
+        let greeted = link::dial_handshake(self, read, write, node, self.cfg.hello_timeout).await?;
         link::establish(self, greeted, creds)
     }
 }

@@ -126,11 +126,13 @@ async fn read_hello<R: AsyncRead + Unpin>(
 
 const NO_PEER_KEY: &str =
     "the peer proves no key (it sent a plain hello): this node accepts only nodes with keys";
-const NO_OWN_KEY: &str =
-    "the peer authenticates with a key, but this node has no keys configured";
+const NO_OWN_KEY: &str = "the peer authenticates with a key, but this node has no keys configured";
 
 fn framed<R: AsyncRead, W: AsyncWrite>(read: R, write: W) -> (Reader<R>, Writer<W>) {
-    (FramedRead::new(read, codec()), FramedWrite::new(write, codec()))
+    (
+        FramedRead::new(read, codec()),
+        FramedWrite::new(write, codec()),
+    )
 }
 
 /// The dialler's side of a link's opening, within `wait`: with keys the Noise handshake
@@ -172,7 +174,10 @@ where
         .await
         .map_err(|_| format!("no handshake within {wait:?}"))??;
     if hello.node_id != node {
-        return Err(format!("a different node ({}) answers there", hello.node_id));
+        return Err(format!(
+            "a different node ({}) answers there",
+            hello.node_id
+        ));
     }
     Ok(Greeted {
         reader,
@@ -204,12 +209,17 @@ where
         match (shared.me.auth.credentials(), first) {
             (None, Message::Hello(hello)) => {
                 let Via::Unix(creds) = via else {
-                    return Err("this node has no keys: it accepts only nodes of this host, on \
+                    return Err(
+                        "this node has no keys: it accepts only nodes of this host, on \
                          its unix socket (configure keys to accept peers over tcp)"
-                        .to_string());
+                            .to_string(),
+                    );
                 };
                 if hello.node_id == shared.me.node_id {
-                    return Err(format!("the peer claims this node's own id {}", hello.node_id));
+                    return Err(format!(
+                        "the peer claims this node's own id {}",
+                        hello.node_id
+                    ));
                 }
                 unix_name::holds_name(hello.node_id, creds.pid).await?;
                 send(&mut writer, shared.hello.clone()).await?;

@@ -33,15 +33,16 @@ mod creds;
 mod dial;
 mod dial_locks;
 pub(crate) mod fdpass;
+mod gate;
 mod handler;
 pub(crate) mod held;
 mod host;
 mod link;
 mod peers;
 mod shared;
-mod unix_name;
 #[cfg(test)]
 mod tests;
+mod unix_name;
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -55,6 +56,7 @@ pub(crate) use self::config::{Auth, LocalIdentity, SideChannelConfig};
 #[cfg(test)]
 pub(crate) use self::creds::PeerCreds;
 use self::dial_locks::DialLocks;
+use self::gate::Gate;
 pub(crate) use self::handler::{Handler, PeerInfo};
 pub(crate) use self::held::released_soon as names_released_soon;
 use self::held::{HeldName, Name};
@@ -145,7 +147,8 @@ impl SideChannel {
             next_link: AtomicU64::new(1),
             next_req: AtomicU64::new(1),
             open_listeners: AtomicUsize::new(0),
-            handshakes: Arc::new(tokio::sync::Semaphore::new(cfg.max_handshakes)),
+            tcp_gate: Gate::new(cfg.max_handshakes, cfg.max_handshakes_per_source),
+            unix_gate: Gate::new(cfg.max_handshakes, cfg.max_handshakes_per_source),
             cfg,
         });
         let tcp = accept::Counted {

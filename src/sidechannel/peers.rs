@@ -315,8 +315,14 @@ mod tests {
         let (tx2, _rx2) = oneshot::channel();
         table.add_pending(10, 7, 1, tx1);
         table.add_pending(11, 7, 9, tx2);
-        assert!(table.take_pending(11, 8, 9).is_none(), "another node's reply");
-        assert!(table.take_pending(11, 7, 1).is_none(), "a reply on another link");
+        assert!(
+            table.take_pending(11, 8, 9).is_none(),
+            "another node's reply"
+        );
+        assert!(
+            table.take_pending(11, 7, 1).is_none(),
+            "a reply on another link"
+        );
         let detached = table.detach(&a.info);
         assert_eq!(detached.orphans.len(), 1);
         drop(detached);
@@ -339,7 +345,10 @@ mod tests {
         // A closed link makes room.
         links[0].closing.cancel();
         assert!(table.attach(links[2].clone(), 2).is_ok());
-        assert!(table.attach(link(8, 1, 4), 2).is_ok(), "other peers are not limited");
+        assert!(
+            table.attach(link(8, 1, 4), 2).is_ok(),
+            "other peers are not limited"
+        );
     }
 
     #[test]

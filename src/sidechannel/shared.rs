@@ -14,6 +14,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::config::{LocalIdentity, SideChannelConfig};
 use super::dial_locks::DialLocks;
+use super::gate::Gate;
 use super::handler::{Handler, PeerInfo};
 use super::peers::PeerTable;
 use crate::sans_io::wire::{self, ConnectReply, Message};
@@ -38,8 +39,9 @@ pub(super) struct Shared {
     pub(super) next_req: AtomicU64,
     /// Listeners not yet closed (their accept loops hold them).
     pub(super) open_listeners: AtomicUsize,
-    /// Places among the accepted links still in their handshake.
-    pub(super) handshakes: Arc<tokio::sync::Semaphore>,
+    /// Places among the accepted links still in their handshake, on each listener.
+    pub(super) tcp_gate: Arc<Gate>,
+    pub(super) unix_gate: Arc<Gate>,
 }
 
 pub(super) fn encode(node: u32, msg: &Message) -> Result<Bytes> {

@@ -149,6 +149,7 @@ fn fast() -> SideChannelConfig {
         hello_timeout: Duration::from_millis(800),
         unix: true,
         max_handshakes: 64,
+        max_handshakes_per_source: 8,
         max_links_per_peer: 8,
     }
 }
@@ -192,7 +193,9 @@ fn creds(id: u32) -> Credentials {
     Credentials {
         node_id: id,
         key: test_key(id),
-        trust: (base..base + BLOCK).map(|i| (i, test_key(i).public())).collect(),
+        trust: (base..base + BLOCK)
+            .map(|i| (i, test_key(i).public()))
+            .collect(),
     }
 }
 
@@ -939,7 +942,10 @@ async fn without_keys_a_tcp_peer_gets_nothing_whatever_it_claims() {
             .expect("write");
         assert!(gets_nothing(&mut raw).await, "claimed {claimed}");
     }
-    assert!(b.sc.peer(a.id).is_some_and(|p| p.incarnation == a.incarnation));
+    assert!(
+        b.sc.peer(a.id)
+            .is_some_and(|p| p.incarnation == a.incarnation)
+    );
     assert!(b.rec.lost(a.id).is_empty(), "a was not displaced");
 }
 
@@ -993,12 +999,17 @@ async fn with_keys_a_wrong_key_or_no_key_gets_nothing() {
         .err()
         .expect("refused");
     assert!(
-        matches!(err.kind(), io::ErrorKind::UnexpectedEof | io::ErrorKind::ConnectionReset),
+        matches!(
+            err.kind(),
+            io::ErrorKind::UnexpectedEof | io::ErrorKind::ConnectionReset
+        ),
         "{err}"
     );
     // A plain hello to a node with keys.
     let mut raw = TcpStream::connect(b.addr).await.expect("connect");
-    write_frame(&mut raw, &hello_of(a.id, 9)).await.expect("write");
+    write_frame(&mut raw, &hello_of(a.id, 9))
+        .await
+        .expect("write");
     assert!(gets_nothing(&mut raw).await);
     // An id nobody trusts, with a key of its own.
     let stranger = BASE.with(|base| base + BLOCK + 1);
@@ -1006,13 +1017,20 @@ async fn with_keys_a_wrong_key_or_no_key_gets_nothing() {
     cred.trust.insert(b.id, test_key(b.id).public());
     let mut raw = TcpStream::connect(b.addr).await.expect("connect");
     let (dial, first) = Initiator::start(&cred, b.id).expect("b trusted");
-    write_frame(&mut raw, &handshake_frame(first)).await.expect("write");
+    write_frame(&mut raw, &handshake_frame(first))
+        .await
+        .expect("write");
     let second = read_frame(&mut raw).await.expect("read").expect("second");
     let (third, _, _) = dial.finish(&noise_of(&second)).expect("b proves its key");
-    write_frame(&mut raw, &handshake_frame(third)).await.expect("write");
+    write_frame(&mut raw, &handshake_frame(third))
+        .await
+        .expect("write");
     assert!(gets_nothing(&mut raw).await);
     // a is still b's peer, on its one incarnation.
-    assert!(b.sc.peer(a.id).is_some_and(|p| p.incarnation == a.incarnation));
+    assert!(
+        b.sc.peer(a.id)
+            .is_some_and(|p| p.incarnation == a.incarnation)
+    );
     assert!(b.rec.lost(a.id).is_empty());
 }
 
@@ -1055,7 +1073,7 @@ async fn links_per_peer_are_bounded() {
     let (mut three, _) = raw_peer(b.addr, fake, b.id, 4).await;
     assert!(closed_within(&mut three, Duration::from_secs(2)).await);
     let other = random_id();
-    let _ = raw_peer(b.addr, other, b.id, 5).await;
+    let _other_link = raw_peer(b.addr, other, b.id, 5).await;
     assert!(wait_until(Duration::from_secs(2), || b.sc.peer(other).is_some()).await);
     assert!(b.rec.lost(fake).is_empty(), "the first two links live on");
 }

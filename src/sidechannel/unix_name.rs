@@ -16,9 +16,8 @@ pub(super) fn unix_name(node: u32) -> String {
 /// In words: no pid for the peer (another pid namespace), nobody holds the name, or another
 /// process does.
 pub(super) async fn holds_name(node: u32, pid: Option<u32>) -> Result<(), String> {
-    let pid = pid.ok_or(
-        "the kernel gives no pid for the peer (another pid namespace?): configure keys",
-    )?;
+    let pid =
+        pid.ok_or("the kernel gives no pid for the peer (another pid namespace?): configure keys")?;
     let name = unix_name(node);
     let probe = UnixStream::connect(format!("\0{name}"))
         .await

@@ -70,10 +70,7 @@ fn toml_reads_the_keys() {
         "key_file = \"/etc/rsm/node.key\"\ntrust_file = \"/etc/rsm/cluster.keys\"\n[keys]\n2 = \"{key}\"\n"
     );
     let c = resolve(&[from_toml(&text, "f").expect("valid")]).expect("resolves");
-    assert_eq!(
-        c.key,
-        Some(KeySource::File("/etc/rsm/node.key".into()))
-    );
+    assert_eq!(c.key, Some(KeySource::File("/etc/rsm/node.key".into())));
     assert_eq!(c.trust_file, Some("/etc/rsm/cluster.keys".into()));
     assert_eq!(c.peer_keys[&2].to_string(), key);
     assert_bad_conf(

@@ -69,8 +69,17 @@ fn unknown_nodes_and_its_own_id_are_refused() {
     let c = cluster(2);
     let mut stranger = c[0].clone();
     stranger.node_id = 9;
-    assert!(run(&stranger, &c[1], 2).err().expect("refused").0.contains("node 9 has no key"));
-    assert!(Initiator::start(&c[0], 7).is_err(), "no key for the node dialled");
+    assert!(
+        run(&stranger, &c[1], 2)
+            .err()
+            .expect("refused")
+            .0
+            .contains("node 9 has no key")
+    );
+    assert!(
+        Initiator::start(&c[0], 7).is_err(),
+        "no key for the node dialled"
+    );
     let mut twin = c[1].clone();
     twin.node_id = 2;
     twin.trust.insert(2, c[1].key.public());

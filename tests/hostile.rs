@@ -1,0 +1,275 @@
+//! Hostile peers against real nodes, speaking the side channel's wire protocol directly
+//! (DESIGN.md §8, SECURITY.md): what a process that merely claims a node id, a uid or a
+//! key gets, on tcp0 and loopback. It must get nothing: no frame at all, not even the
+//! node's hello, and the node keeps serving its real peers.
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use rsm::test_util::handshake::{Credentials, Initiator};
+use rsm::test_util::wire::{self, ConnectRequest, Hello, Message};
+use rsm::{Access, ExportFlags, Node, NodeKey, Perm, SegmentId};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use tokio::net::{TcpStream, UnixStream};
+
+async fn write_frame<S: AsyncWrite + Unpin>(s: &mut S, body: &[u8]) -> std::io::Result<()> {
+    let len = u32::try_from(body.len()).expect("small frame");
+    s.write_all(&len.to_le_bytes()).await?;
+    s.write_all(body).await
+}
+
+/// The next frame, or `None` once the node closed the link (or within 3 s, nothing came).
+async fn next_frame<S: AsyncRead + Unpin>(s: &mut S) -> Option<Vec<u8>> {
+    let read = async {
+        let mut len = [0u8; 4];
+        s.read_exact(&mut len).await.ok()?;
+        let mut body = vec![0u8; u32::from_le_bytes(len) as usize];
+        s.read_exact(&mut body).await.ok()?;
+        Some(body)
+    };
+    tokio::time::timeout(Duration::from_secs(3), read)
+        .await
+        .ok()
+        .flatten()
+}
+
+fn encode(msg: &Message) -> Vec<u8> {
+    wire::encode(msg).expect("encodes").to_vec()
+}
+
+fn hello(node_id: u32) -> Vec<u8> {
+    encode(&Message::Hello(Hello {
+        node_id,
+        incarnation: 42,
+        byte_order: rsm::ByteOrder::native(),
+        boot_id: [0; 16],
+        auth: Vec::new(),
+        doorbells: Vec::new(),
+    }))
+}
+
+/// A connect request for `segment` on `controller` claiming to be the exporter's own user.
+fn connect_as_owner(segment: u32, controller: &str) -> Vec<u8> {
+    encode(&Message::ConnectRequest(ConnectRequest {
+        req: 1,
+        segment_id: segment,
+        controller: controller.into(),
+        perm: 0o600,
+        uid: rustix::process::geteuid().as_raw(),
+        gid: rustix::process::getegid().as_raw(),
+        groups: Vec::new(),
+        fabric_addr: Vec::new(),
+        signal_token: 1,
+        doorbell: None,
+    }))
+}
+
+/// Sends a hello as `claimed`, then a connect request as the owner; whatever arrives.
+async fn claim<S: AsyncRead + AsyncWrite + Unpin>(
+    s: &mut S,
+    claimed: u32,
+    segment: u32,
+    controller: &str,
+) -> Option<Vec<u8>> {
+    write_frame(s, &hello(claimed)).await.ok()?;
+    // The request may meet a closed socket: that is the point.
+    let _ = write_frame(s, &connect_as_owner(segment, controller)).await;
+    next_frame(s).await
+}
+
+/// An owner-only segment of `exporter` on `ctrl`, published to node `to` only.
+async fn owner_only(exporter: &Node, ctrl: &str, to: u32) -> (rsm::ExportSegment, SegmentId) {
+    let seg = exporter
+        .controller(ctrl)
+        .await
+        .expect("controller")
+        .export(4096, ExportFlags::empty())
+        .expect("export");
+    let id = seg
+        .publish(None, &[Access::new(rsm::NodeId(to), 0o600)])
+        .await
+        .expect("publish");
+    (seg, id)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_keys_any_node_id_and_uid_over_tcp_get_nothing() {
+    let exporter = common::node(common::fresh_node_id()).await;
+    let victim = common::fresh_node_id() + 1;
+    for ctrl in ["tcp0", "loopback"] {
+        let (_seg, segment) = owner_only(&exporter, ctrl, victim).await;
+        let mut s = TcpStream::connect(exporter.listen_addr())
+            .await
+            .expect("connect");
+        assert_eq!(
+            claim(&mut s, victim, segment.get(), ctrl).await,
+            None,
+            "{ctrl}"
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_keys_a_unix_peer_must_hold_the_name_it_claims() {
+    let exporter = common::node(common::fresh_node_id()).await;
+    let victim = common::fresh_node_id() + 1;
+    for ctrl in ["tcp0", "loopback"] {
+        let (_seg, segment) = owner_only(&exporter, ctrl, victim).await;
+        let name = format!("\0rsm-node-{}", exporter.id());
+        let mut s = UnixStream::connect(name).await.expect("connect");
+        assert_eq!(
+            claim(&mut s, victim, segment.get(), ctrl).await,
+            None,
+            "{ctrl}"
+        );
+    }
+    // The real node of that id, once it runs, gets in.
+    let real = common::node(victim).await;
+    let (_seg, segment) = owner_only(&exporter, "loopback", victim).await;
+    let imp = real
+        .controller("loopback")
+        .await
+        .expect("controller")
+        .import(exporter.id(), segment, Perm::RDWR)
+        .await
+        .expect("the name's holder is the node");
+    imp.put(0, vec![7u8; 8]).await.expect("put");
+}
+
+/// Two nodes that trust each other's keys, and the exporter's key.
+async fn keyed_pair() -> (Node, Node, NodeKey) {
+    let (e_id, i_id) = (common::fresh_node_id(), common::fresh_node_id());
+    let (e_key, i_key) = (NodeKey::generate(), NodeKey::generate());
+    let start = |id: u32, key: NodeKey, peer: u32, peer_key: rsm::PublicKey| {
+        Node::builder()
+            .ignore_environment()
+            .id(id)
+            .key(key)
+            .peer_key(peer, peer_key)
+            .start()
+    };
+    let exporter = start(e_id, e_key.clone(), i_id, i_key.public())
+        .await
+        .expect("exporter");
+    let importer = start(i_id, i_key, e_id, e_key.public())
+        .await
+        .expect("importer");
+    (exporter, importer, e_key)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_keys_nodes_work_and_a_wrong_key_gets_nothing() {
+    let (exporter, importer, e_key) = keyed_pair().await;
+    for ctrl in ["tcp0", "loopback"] {
+        let (seg, segment) = owner_only(&exporter, ctrl, importer.id().get()).await;
+        // The real importer: connect, put, get.
+        let imp = importer
+            .controller(ctrl)
+            .await
+            .expect("controller")
+            .import(exporter.id(), segment, Perm::RDWR)
+            .await
+            .expect("trusted import");
+        imp.put(8, b"keyed!!!".to_vec()).await.expect("put");
+        let (_, back) = imp.get(8, vec![0u8; 8]).await.expect("get");
+        assert_eq!(&back, b"keyed!!!");
+        let mut local = [0u8; 8];
+        seg.read_at(8, &mut local).expect("read");
+        assert_eq!(&local, b"keyed!!!");
+
+        // The importer's id, another key: the handshake fails before any hello.
+        let mut cred = Credentials {
+            node_id: importer.id().get(),
+            key: NodeKey::generate(),
+            trust: [(exporter.id().get(), e_key.public())].into(),
+        };
+        let mut s = TcpStream::connect(exporter.listen_addr())
+            .await
+            .expect("connect");
+        let (dial, first) = Initiator::start(&cred, exporter.id().get()).expect("start");
+        write_frame(&mut s, &encode(&Message::Handshake { noise: first }))
+            .await
+            .expect("write");
+        let second = next_frame(&mut s)
+            .await
+            .expect("the exporter proves its key");
+        let Ok(Message::Handshake { noise }) = wire::decode(&second) else {
+            panic!("a handshake answer");
+        };
+        let (third, _, _) = dial.finish(&noise).expect("the exporter is who it says");
+        write_frame(&mut s, &encode(&Message::Handshake { noise: third }))
+            .await
+            .expect("write");
+        assert_eq!(
+            next_frame(&mut s).await,
+            None,
+            "{ctrl}: no hello for a wrong key"
+        );
+        // A plain hello, and a claim of the owner's uid, to a node with keys.
+        let mut s = TcpStream::connect(exporter.listen_addr())
+            .await
+            .expect("connect");
+        assert_eq!(
+            claim(&mut s, importer.id().get(), segment.get(), ctrl).await,
+            None
+        );
+        cred.key = NodeKey::generate();
+        drop(cred);
+        // The real import is untouched.
+        imp.put(0, vec![1u8; 8]).await.expect("still connected");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn nodes_with_and_without_keys_do_not_talk() {
+    let (exporter, _importer, _) = keyed_pair().await;
+    let (_seg, segment) = owner_only(&exporter, "tcp0", 0).await;
+    let keyless = common::node(common::fresh_node_id()).await;
+    let err = keyless
+        .controller("tcp0")
+        .await
+        .expect("controller")
+        .import(exporter.id(), segment, Perm::RDWR)
+        .await
+        .expect_err("no common ground");
+    assert!(matches!(err, rsm::Error::RemoteNodeUnreachable(_)), "{err}");
+}
+
+/// Open descriptors of this process.
+fn open_fds() -> usize {
+    std::fs::read_dir("/proc/self/fd").map_or(0, |d| d.count())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_flood_of_links_keeps_descriptors_bounded_and_the_node_serving() {
+    let (exporter, importer, _) = keyed_pair().await;
+    let (_seg, segment) = owner_only(&exporter, "tcp0", importer.id().get()).await;
+    let before = open_fds();
+    const FLOOD: usize = 400;
+    let mut flood = Vec::with_capacity(FLOOD);
+    for _ in 0..FLOOD {
+        if let Ok(s) = TcpStream::connect(exporter.listen_addr()).await {
+            flood.push(s);
+        }
+    }
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    // Ours are FLOOD; the node holds at most its 64 handshakes in progress of them.
+    let held = open_fds().saturating_sub(before + flood.len());
+    assert!(
+        held <= 64 + 16,
+        "the node holds {held} descriptors for the flood"
+    );
+    // The real importer still gets in, while the flood holds on.
+    let started = Instant::now();
+    let imp = importer
+        .controller("tcp0")
+        .await
+        .expect("controller")
+        .import(exporter.id(), segment, Perm::RDWR)
+        .await
+        .expect("served during the flood");
+    imp.put(0, vec![3u8; 64]).await.expect("put");
+    assert!(started.elapsed() < Duration::from_secs(5));
+    drop(flood);
+}
