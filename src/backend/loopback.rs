@@ -175,20 +175,23 @@ impl LoopbackImport {
         size: u64,
         writable: bool,
     ) -> Result<Arc<Self>> {
-        let fd = fdpass::fetch(&service, ticket).await?;
         let page = crate::sys::limits::page_size();
-        let size = usize::try_from(size).map_err(|_| Error::bad_length())?;
+        // Segments are whole pages (so 8-byte accesses are aligned) and never empty.
+        let size = usize::try_from(size)
+            .ok()
+            .filter(|s| *s != 0 && s % page == 0)
+            .ok_or_else(|| {
+                Error::conn_aborted().detail(format!(
+                    "the exporter granted {size} bytes, not a non-zero multiple of the page size"
+                ))
+            })?;
         let total = size
             .checked_add(page)
             .ok_or_else(|| Error::bad_length().detail("the granted length does not fit"))?;
-        let have = rustix::fs::fstat(&fd)
-            .map(|s| s.st_size as u64)
-            .unwrap_or(0);
-        if have != total as u64 {
-            return Err(Error::conn_aborted().detail(format!(
-                "the exporter's memfd holds {have} bytes, not the {total} the grant promised"
-            )));
-        }
+        let fd = fdpass::fetch(&service, ticket).await?;
+        // Checked before mapping: an unsealed or resized memfd could SIGBUS us later.
+        crate::sys::shm::check_peer_memfd(fd.as_fd(), total as u64)
+            .map_err(|why| Error::conn_aborted().detail(format!("the exporter's memfd: {why}")))?;
         let implicit = SharedMap::map(fd.as_fd(), 0, total, writable, None).map_err(|e| {
             Error::insufficient_resources()
                 .detail(format!("cannot map the segment: {e}"))
@@ -429,12 +432,9 @@ impl LoopbackImport {
             }
         };
         let fd = fdpass::fetch(&self.service, ticket).await?;
-        let have = rustix::fs::fstat(&fd)
-            .map(|s| s.st_size as u64)
-            .unwrap_or(0);
-        if have != implicit.len() as u64 {
-            return Err(Error::conn_aborted().detail("the new memfd has another size"));
-        }
+        crate::sys::shm::check_peer_memfd(fd.as_fd(), implicit.len() as u64).map_err(|why| {
+            Error::conn_aborted().detail(format!("the exporter's new memfd: {why}"))
+        })?;
         let user = lock(&self.user);
         if self.revoked.load(Ordering::SeqCst) {
             return Ok(());
