@@ -54,7 +54,7 @@ impl AddressVector {
     /// Addresses come from the network: each is checked against the domain's address
     /// format (`addr.rs`) before the provider parses it (`ErrorKind::BadAddr`).
     pub fn insert(&self, addr: &[u8]) -> Result<ffi::fi_addr_t> {
-        crate::addr::check(self.format, addr)?;
+        self.check(addr)?;
         let mut out: ffi::fi_addr_t = ffi::FI_ADDR_NOTAVAIL;
         // SAFETY: addr points to addr.len() readable bytes holding one address of the
         // domain's format (checked above: a string one ends in its NUL); out receives one
@@ -82,6 +82,11 @@ impl AddressVector {
                 )));
         }
         Ok(out)
+    }
+
+    /// Checks a peer's address against the domain's format, as `insert` does first.
+    pub fn check(&self, addr: &[u8]) -> Result<()> {
+        crate::addr::check(self.format, addr)
     }
 
     /// Removes an address inserted before.

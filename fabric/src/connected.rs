@@ -586,7 +586,7 @@ fn timed_out(link: &mut Link) -> FabricFailure {
 /// A peer's listening address, as its `fi_getname` gave it: the tcp provider reads as many
 /// bytes as the family in the first two says, so the length must match that family
 /// (`addr.rs`). The bytes come from the network.
-fn check_sockaddr(addr: &[u8]) -> Result<()> {
+pub(crate) fn check_sockaddr(addr: &[u8]) -> Result<()> {
     crate::addr::check_sockaddr(addr, &[libc::AF_INET, libc::AF_INET6])
 }
 
