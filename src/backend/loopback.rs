@@ -712,6 +712,54 @@ mod tests {
         (svc, lo, rt)
     }
 
+    /// An exporter that sends a memfd without its seals, of another size, or a grant of a
+    /// length that is not whole pages: the importer refuses before mapping anything.
+    #[test]
+    fn peer_memfds_are_checked_before_they_are_mapped() {
+        use rustix::fs::{MemfdFlags, SealFlags, fcntl_add_seals, ftruncate, memfd_create};
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        let page = crate::sys::limits::page_size() as u64;
+        rt.block_on(async {
+            let svc = FdService::start(|f| {
+                tokio::spawn(f);
+            })
+            .unwrap();
+            let memfd = |len: u64, seals: SealFlags| {
+                let fd = memfd_create("rsm-test", MemfdFlags::ALLOW_SEALING).unwrap();
+                ftruncate(&fd, len).unwrap();
+                if !seals.is_empty() {
+                    fcntl_add_seals(&fd, seals).unwrap();
+                }
+                Arc::new(fd)
+            };
+            let name = svc.name().as_bytes().to_vec();
+            let me = crate::sys::creds::pid();
+            let cases = [
+                (memfd(2 * page, SealFlags::empty()), page, "seals"),
+                (memfd(2 * page, SealFlags::SHRINK), page, "seals"),
+                (memfd(3 * page, crate::sys::shm::SEALS), page, "bytes"),
+                (
+                    memfd(2 * page, crate::sys::shm::SEALS),
+                    page + 8,
+                    "page size",
+                ),
+                (memfd(2 * page, crate::sys::shm::SEALS), 0, "page size"),
+            ];
+            for (fd, granted, why) in cases {
+                let t = svc.offer(fd, me);
+                let e = LoopbackImport::attach(name.clone(), t, granted, true)
+                    .await
+                    .err()
+                    .expect("refused");
+                assert!(matches!(e, Error::ConnAborted(_)), "{e}");
+                assert!(e.to_string().contains(why), "{why}: {e}");
+            }
+        });
+    }
+
     fn put(lo: &LoopbackImport, v: u64) -> Result<()> {
         let b = v.to_ne_bytes();
         // SAFETY: a local array of 8 bytes, within the one-page segment.
