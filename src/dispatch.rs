@@ -61,6 +61,11 @@ fn admit(ctx: &Arc<NodeContext>, peer: &PeerInfo, r: &ConnectRequest) -> Result<
         })?),
         false => None,
     };
+    // The importer's fabric address reaches the provider later (signals): refuse a bad one now.
+    if let Some(b) = export.controller().fabric() {
+        b.check_peer_address(&r.fabric_addr)
+            .map_err(|e| e.segment(r.segment_id))?;
+    }
     let conn_id = ctx.next_conn_id();
     let g = export
         .admit(
@@ -435,6 +440,51 @@ mod tests {
             doorbells: Vec::new(),
             link_id: 1,
         }
+    }
+
+    /// A connect whose fabric address the provider could not parse is refused before the
+    /// exporter admits anyone (RSMERR_BAD_ADDR), and no key goes back.
+    #[test]
+    fn hostile_fabric_addresses_are_refused_at_connect() {
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()
+            .unwrap();
+        rt.block_on(async {
+            let id = 7_000_000 + (rand::random::<u32>() % 1_000_000) * 2;
+            let node = crate::Node::builder()
+                .ignore_environment()
+                .id(id)
+                .start()
+                .await
+                .unwrap();
+            let ctrl = node.controller("tcp0").await.unwrap();
+            let seg = ctrl.export(4096, crate::ExportFlags::empty()).unwrap();
+            let segid = seg.publish(None, &[]).await.unwrap();
+            let ctx = Arc::clone(&node.inner.state);
+            let mut v4 = vec![0u8; 16];
+            v4[..2].copy_from_slice(&(libc::AF_INET as u16).to_ne_bytes());
+            for hostile in [Vec::new(), vec![0xff; 16], v4, vec![2, 0, 1], vec![7; 600]] {
+                let r = ConnectRequest {
+                    segment_id: segid.get(),
+                    perm: 0o400,
+                    fabric_addr: hostile.clone(),
+                    ..request()
+                };
+                match handle_connect(&ctx, &peer(None), r) {
+                    Message::ConnectReply(ConnectReply {
+                        result: Err(code), ..
+                    }) => {
+                        assert_eq!(code, 16, "{hostile:?}: RSMERR_BAD_ADDR")
+                    }
+                    other => panic!("{hostile:?} was answered {other:?}"),
+                }
+            }
+            assert_eq!(seg.importer_count(), 0);
+            seg.destroy().await.unwrap();
+            node.shutdown().await;
+        });
     }
 
     #[test]

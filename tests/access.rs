@@ -1,6 +1,7 @@
 //! Access control across real processes (docs/rsmapi.md §6, DESIGN.md, decisions 10, 12, 14, 15): the error codes
 //! of publish, republish and connect, and the owner/group/other classes, on `tcp0`, `shm0` and
-//! `sockets0`.
+//! `sockets0`; mode 0000 on `loopback` and `tcp0`; and that a read-only `loopback` grant held
+//! by another uid cannot be made writable.
 //!
 //! The permission cases run importers in children that drop to unprivileged ids before their
 //! node starts (CI runs as root, and the check has no root bypass); the exporter runs as an
@@ -239,12 +240,78 @@ fn importer() {
                 let (r, _) = common::split(rt.block_on(imp.put(off.parse().unwrap(), data)));
                 say(answer(r, |()| "ok".into()));
             }
+            ["attack"] => say(attack_read_only_grant()),
             ["quit"] | [] => break,
             _ => panic!("unknown command {cmd}"),
         }
     }
     drop(held);
     rt.block_on(node.shutdown());
+}
+
+/// What a read-only loopback importer of another uid could try on the memfd it was passed
+/// (found in `/proc/self/fd`): reopen it read-write through `/proc/self/fd/N`, map it
+/// writable and shared, or `fchmod` its inode open. Each must fail; a read-only shared
+/// mapping works and shows the exporter's bytes (so the attack aimed at the right
+/// descriptor). Returns `ok` or `fail ...`.
+fn attack_read_only_grant() -> String {
+    let mut found = 0;
+    for entry in std::fs::read_dir("/proc/self/fd").unwrap().flatten() {
+        let Ok(target) = std::fs::read_link(entry.path()) else {
+            continue;
+        };
+        if !target.to_string_lossy().starts_with("/memfd:rsm-segment") {
+            continue;
+        }
+        let fd: i32 = entry.file_name().to_string_lossy().parse().unwrap();
+        found += 1;
+        let path = std::ffi::CString::new(format!("/proc/self/fd/{fd}")).unwrap();
+        // SAFETY: plain system calls on a valid path and descriptor; every mapping made is
+        // unmapped before returning, and no Rust reference to it is formed.
+        unsafe {
+            let rw = libc::open(path.as_ptr(), libc::O_RDWR | libc::O_CLOEXEC);
+            if rw >= 0 {
+                libc::close(rw);
+                return format!("fail reopened fd {fd} read-write");
+            }
+            let page = 4096;
+            let w = libc::mmap(
+                std::ptr::null_mut(),
+                page,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_SHARED,
+                fd,
+                0,
+            );
+            if w != libc::MAP_FAILED {
+                libc::munmap(w, page);
+                return format!("fail mapped fd {fd} writable");
+            }
+            if libc::fchmod(fd, 0o666) == 0 {
+                return format!("fail changed the mode of fd {fd}");
+            }
+            let r = libc::mmap(
+                std::ptr::null_mut(),
+                page,
+                libc::PROT_READ,
+                libc::MAP_SHARED,
+                fd,
+                0,
+            );
+            if r == libc::MAP_FAILED {
+                return format!("fail fd {fd} cannot even be read");
+            }
+            let seen = std::slice::from_raw_parts(r.cast::<u8>(), PROBE).to_vec();
+            libc::munmap(r, page);
+            if seen != pattern(SEED, PROBE) {
+                return format!("fail fd {fd} is not the segment");
+            }
+        }
+    }
+    if found == 0 {
+        return "fail no segment memfd in /proc/self/fd".into();
+    }
+    "ok".into()
 }
 
 /// Uses a connection granted `perm`: reads the probe if read was granted, writes it back if
@@ -689,6 +756,86 @@ fn republish(ctrl: &str) {
     assert_eq!(exp.peer.ask("unpublish r"), "ok");
     assert_eq!(exp.peer.ask("republish r -"), "err 7");
     assert_eq!(a.peer.ask("put 0 1"), "err 40", "{ctrl}: unpublish aborts");
+}
+
+/// Mode 0000 for the importer's class (an entry of 0000, or a mode that leaves its class
+/// out) is PERM_DENIED whatever is asked, nothing included (the denial carries only the
+/// code, so no key, descriptor or address leaves the exporter); a class with some bit may
+/// still connect asking for nothing.
+fn mode_0000(ctrl: &str) {
+    let _serial = serial();
+    let base = fresh_node_id();
+    let mut exp = Exporter::start(ctrl, base, EXPORTER_AS);
+    let mut owner = Importer::start(ctrl, base + 1, "owner", OWNER_AS);
+    let mut other = Importer::start(ctrl, base + 2, "other", OTHER_AS);
+    let rt = runtime();
+    let me = base + 3;
+    let node = rt.block_on(async { node(me).await });
+    let c = rt.block_on(node.controller(ctrl)).unwrap();
+    let e = rsm::NodeId(exp.node);
+    let code = |r: rsm::Result<rsm::ImportSegment>| r.map_or_else(|e| e.code(), |_| 0);
+    let asks = [Perm::NONE, Perm::READ, Perm::WRITE, Perm::RDWR];
+
+    let zero = exp.publish("zero", &[(owner.node, 0), (other.node, 0), (me, 0)]);
+    for perm in asks {
+        assert_eq!(
+            owner.check(e.get(), zero, perm),
+            "err 27",
+            "{ctrl}: owner, 0000, {perm:?}"
+        );
+        assert_eq!(
+            other.check(e.get(), zero, perm),
+            "err 27",
+            "{ctrl}: other, 0000, {perm:?}"
+        );
+        let r = rt.block_on(c.import(e, rsm::SegmentId(zero), perm));
+        assert_eq!(code(r), 27, "{ctrl}: root, 0000, {perm:?}");
+    }
+    // 0066: the owner's class has nothing; others may ask for nothing, or more.
+    let no_owner = exp.publish("no-owner", &[(owner.node, 0o066), (other.node, 0o066)]);
+    assert_eq!(
+        owner.check(e.get(), no_owner, Perm::NONE),
+        "err 27",
+        "{ctrl}"
+    );
+    assert_eq!(other.check(e.get(), no_owner, Perm::NONE), "ok", "{ctrl}");
+    assert_eq!(other.check(e.get(), no_owner, Perm::RDWR), "ok", "{ctrl}");
+    assert_eq!(
+        exp.peer.ask("importers zero"),
+        "0",
+        "{ctrl}: nobody was admitted"
+    );
+    rt.block_on(node.shutdown());
+}
+
+/// A read-only loopback grant held by a process of another uid cannot be made writable:
+/// not by reopening `/proc/self/fd/N`, not by a writable shared mapping, not by `fchmod`.
+#[test]
+fn loopback_read_only_grant_stays_read_only() {
+    let _serial = serial();
+    let base = fresh_node_id();
+    let mut exp = Exporter::start("loopback", base, "");
+    let mut other = Importer::start("loopback", base + 1, "other", OTHER_AS);
+    let segid = exp.publish("ro", &[(other.node, 0o644)]);
+    let hold = other.peer.ask(&format!(
+        "hold {} {segid} {:o}",
+        exp.node,
+        Perm::READ.bits()
+    ));
+    assert_eq!(hold, "ok");
+    assert_eq!(other.peer.ask("attack"), "ok");
+    // Nothing the attempts did reached the segment.
+    let probe = exp.peer.ask(&format!("sum ro 0 {PROBE}"));
+    assert_eq!(probe, checksum(&pattern(SEED, PROBE)).to_string());
+}
+
+#[test]
+fn loopback_mode_0000() {
+    mode_0000("loopback");
+}
+#[test]
+fn tcp_mode_0000() {
+    mode_0000("tcp0");
 }
 
 #[test]

@@ -1,6 +1,7 @@
 //! Address vectors: peers' fabric addresses turned into `fi_addr_t`.
 
 use super::{close_fid, domain::Domain, error::fi_failure, ffi};
+use crate::addr::AddrFormat;
 use crate::{Error, Result};
 use std::ptr;
 use std::sync::Arc;
@@ -8,6 +9,8 @@ use std::sync::Arc;
 /// An address vector (`fi_av_open`, `FI_AV_TABLE`).
 pub struct AddressVector {
     fid: *mut ffi::fid_av,
+    /// How the domain's peers are addressed: what `insert` checks an address against.
+    format: AddrFormat,
     _domain: Arc<Domain>,
 }
 
@@ -16,8 +19,7 @@ unsafe impl Send for AddressVector {}
 // SAFETY: as above.
 unsafe impl Sync for AddressVector {}
 
-/// Longest fabric address accepted from a peer; real ones are 16-128 bytes.
-pub const MAX_ADDR_LEN: usize = 512;
+pub use crate::addr::MAX_ADDR_LEN;
 
 impl AddressVector {
     /// Opens an address vector on `domain`.
@@ -34,8 +36,10 @@ impl AddressVector {
                 Error::insufficient_resources().fabric(fi_failure("fi_av_open", ret as isize))
             );
         }
+        let info = domain.info().view();
         Ok(Arc::new(AddressVector {
             fid,
+            format: AddrFormat::of(info.addr_format(), &info.provider()),
             _domain: Arc::clone(domain),
         }))
     }
@@ -47,15 +51,14 @@ impl AddressVector {
     }
 
     /// Inserts one address (as `fi_getname` gave it on the peer) and returns its handle.
-    /// Addresses come from the network: the length is bounded here and the provider parses
-    /// the bytes in its own format.
+    /// Addresses come from the network: each is checked against the domain's address
+    /// format (`addr.rs`) before the provider parses it (`ErrorKind::BadAddr`).
     pub fn insert(&self, addr: &[u8]) -> Result<ffi::fi_addr_t> {
-        if addr.is_empty() || addr.len() > MAX_ADDR_LEN {
-            return Err(Error::bad_addr().detail(format!("fabric address of {} bytes", addr.len())));
-        }
+        self.check(addr)?;
         let mut out: ffi::fi_addr_t = ffi::FI_ADDR_NOTAVAIL;
-        // SAFETY: addr points to addr.len() readable bytes holding one address; out receives
-        // one fi_addr_t.
+        // SAFETY: addr points to addr.len() readable bytes holding one address of the
+        // domain's format (checked above: a string one ends in its NUL); out receives one
+        // fi_addr_t.
         let n = unsafe {
             ffi::fi_av_insert(
                 self.fid,
@@ -79,6 +82,11 @@ impl AddressVector {
                 )));
         }
         Ok(out)
+    }
+
+    /// Checks a peer's address against the domain's format, as `insert` does first.
+    pub fn check(&self, addr: &[u8]) -> Result<()> {
+        crate::addr::check(self.format, addr)
     }
 
     /// Removes an address inserted before.

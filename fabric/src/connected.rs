@@ -584,30 +584,10 @@ fn timed_out(link: &mut Link) -> FabricFailure {
 }
 
 /// A peer's listening address, as its `fi_getname` gave it: the tcp provider reads as many
-/// bytes as the family in the first two says, so the length must match that family. The
-/// bytes come from the network.
-fn check_sockaddr(addr: &[u8]) -> Result<()> {
-    let bad = |why: &str| Err(Error::bad_addr().detail(format!("fabric address: {why}")));
-    let Some(family) = addr.get(..2) else {
-        return bad("shorter than a socket address family");
-    };
-    let family = libc::sa_family_t::from_ne_bytes([family[0], family[1]]);
-    let want = match i32::from(family) {
-        libc::AF_INET => std::mem::size_of::<libc::sockaddr_in>(),
-        libc::AF_INET6 => std::mem::size_of::<libc::sockaddr_in6>(),
-        _ => {
-            return bad(&format!(
-                "socket address family {family} is neither IPv4 nor IPv6"
-            ));
-        }
-    };
-    if addr.len() != want {
-        return bad(&format!(
-            "{} bytes for a family whose addresses have {want}",
-            addr.len()
-        ));
-    }
-    Ok(())
+/// bytes as the family in the first two says, so the length must match that family
+/// (`addr.rs`). The bytes come from the network.
+pub(crate) fn check_sockaddr(addr: &[u8]) -> Result<()> {
+    crate::addr::check_sockaddr(addr, &[libc::AF_INET, libc::AF_INET6])
 }
 
 impl Drop for Connections {

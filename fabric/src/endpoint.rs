@@ -111,6 +111,15 @@ impl Endpoint {
         }
     }
 
+    /// Checks a peer's fabric address as [`Endpoint::add_peer`] would before handing it to
+    /// the provider (`addr.rs`), without adding it: `ErrorKind::BadAddr` with the reason.
+    pub fn check_peer_address(&self, addr: &[u8]) -> Result<()> {
+        match &self.transport {
+            Transport::Rdm { av, .. } => av.check(addr),
+            Transport::Connected(_) => super::connected::check_sockaddr(addr),
+        }
+    }
+
     /// Forgets a peer added before.
     pub fn remove_peer(&self, handle: ffi::fi_addr_t) {
         match &self.transport {

@@ -292,6 +292,11 @@ impl<'a> InfoRef<'a> {
         f == ffi::FI_SOCKADDR_IN || f == ffi::FI_SOCKADDR_IN6 || f == ffi::FI_SOCKADDR
     }
 
+    /// The address format (`FI_SOCKADDR_IN`, `FI_ADDR_STR`, ...) of the domain's endpoints.
+    pub fn addr_format(&self) -> u32 {
+        self.raw.addr_format
+    }
+
     /// The capabilities (`FI_RMA`, `FI_ATOMIC`, ...).
     #[cfg_attr(not(test), allow(dead_code))] // the wrappers' own tests read it
     pub fn caps(&self) -> u64 {

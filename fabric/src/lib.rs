@@ -29,6 +29,7 @@
 //! # Ok::<(), rsm_fabric::Error>(())
 //! ```
 
+pub mod addr;
 pub mod av;
 pub mod connected;
 pub mod cq;

@@ -399,3 +399,33 @@ fn connected_endpoints_bound_peer_addresses_and_fail_after_close() {
     let f = post_write(&a, dest, 0, 1, &src, &mut *ctx, &[&a.cq]).expect_err("closed");
     assert_eq!(f.errno, ffi::FI_ESHUTDOWN as i32);
 }
+
+/// Every local provider's own addresses pass the checks peers' addresses get, and hostile
+/// ones are refused before the provider sees them.
+#[test]
+fn own_addresses_pass_and_hostile_ones_do_not_reach_the_provider() {
+    for provider in ["shm", "sockets", "udp", "tcp"] {
+        let domain = open_domain(provider);
+        let (a, b) = (side(&domain), side(&domain));
+        let info = domain.info().view();
+        let format = addr::AddrFormat::of(info.addr_format(), &info.provider());
+        addr::check(format, b.ep.name()).unwrap_or_else(|e| panic!("{provider}: {e}"));
+        // The name without its zero bytes: shm's lacks its NUL, a sockaddr its length.
+        let mut unterminated = b.ep.name().to_vec();
+        unterminated.retain(|&c| c != 0);
+        for hostile in [
+            &b"fi_shm://nul-less"[..],
+            &[0xff; 16][..],
+            &[2, 0, 0, 0, 127, 0, 0, 1][..],
+            &b"\0"[..],
+            &unterminated[..],
+        ] {
+            let e = a.ep.add_peer(hostile);
+            assert_eq!(
+                e.err().map(|e| e.kind()),
+                Some(crate::ErrorKind::BadAddr),
+                "{provider}: {hostile:?}"
+            );
+        }
+    }
+}

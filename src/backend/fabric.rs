@@ -185,6 +185,12 @@ impl FabricBackend {
         Ok(fi)
     }
 
+    /// Checks a peer's fabric address as `peer` would before the provider sees it (the
+    /// exporter checks an importer's at connect, before admitting it): `RSMERR_BAD_ADDR`.
+    pub(crate) fn check_peer_address(&self, addr: &[u8]) -> Result<()> {
+        Ok(self.engine.endpoint().check_peer_address(addr)?)
+    }
+
     pub(crate) fn release_peer(&self, addr: &[u8]) {
         let mut peers = self.peers.lock().unwrap_or_else(|p| p.into_inner());
         if let Some((fi, n)) = peers.get_mut(addr) {

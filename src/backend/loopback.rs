@@ -175,20 +175,23 @@ impl LoopbackImport {
         size: u64,
         writable: bool,
     ) -> Result<Arc<Self>> {
-        let fd = fdpass::fetch(&service, ticket).await?;
         let page = crate::sys::limits::page_size();
-        let size = usize::try_from(size).map_err(|_| Error::bad_length())?;
+        // Segments are whole pages (so 8-byte accesses are aligned) and never empty.
+        let size = usize::try_from(size)
+            .ok()
+            .filter(|s| *s != 0 && s % page == 0)
+            .ok_or_else(|| {
+                Error::conn_aborted().detail(format!(
+                    "the exporter granted {size} bytes, not a non-zero multiple of the page size"
+                ))
+            })?;
         let total = size
             .checked_add(page)
             .ok_or_else(|| Error::bad_length().detail("the granted length does not fit"))?;
-        let have = rustix::fs::fstat(&fd)
-            .map(|s| s.st_size as u64)
-            .unwrap_or(0);
-        if have != total as u64 {
-            return Err(Error::conn_aborted().detail(format!(
-                "the exporter's memfd holds {have} bytes, not the {total} the grant promised"
-            )));
-        }
+        let fd = fdpass::fetch(&service, ticket).await?;
+        // Checked before mapping: an unsealed or resized memfd could SIGBUS us later.
+        crate::sys::shm::check_peer_memfd(fd.as_fd(), total as u64)
+            .map_err(|why| Error::conn_aborted().detail(format!("the exporter's memfd: {why}")))?;
         let implicit = SharedMap::map(fd.as_fd(), 0, total, writable, None).map_err(|e| {
             Error::insufficient_resources()
                 .detail(format!("cannot map the segment: {e}"))
@@ -429,12 +432,9 @@ impl LoopbackImport {
             }
         };
         let fd = fdpass::fetch(&self.service, ticket).await?;
-        let have = rustix::fs::fstat(&fd)
-            .map(|s| s.st_size as u64)
-            .unwrap_or(0);
-        if have != implicit.len() as u64 {
-            return Err(Error::conn_aborted().detail("the new memfd has another size"));
-        }
+        crate::sys::shm::check_peer_memfd(fd.as_fd(), implicit.len() as u64).map_err(|why| {
+            Error::conn_aborted().detail(format!("the exporter's new memfd: {why}"))
+        })?;
         let user = lock(&self.user);
         if self.revoked.load(Ordering::SeqCst) {
             return Ok(());
@@ -710,6 +710,54 @@ mod tests {
             (svc, lo)
         });
         (svc, lo, rt)
+    }
+
+    /// An exporter that sends a memfd without its seals, of another size, or a grant of a
+    /// length that is not whole pages: the importer refuses before mapping anything.
+    #[test]
+    fn peer_memfds_are_checked_before_they_are_mapped() {
+        use rustix::fs::{MemfdFlags, SealFlags, fcntl_add_seals, ftruncate, memfd_create};
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        let page = crate::sys::limits::page_size() as u64;
+        rt.block_on(async {
+            let svc = FdService::start(|f| {
+                tokio::spawn(f);
+            })
+            .unwrap();
+            let memfd = |len: u64, seals: SealFlags| {
+                let fd = memfd_create("rsm-test", MemfdFlags::ALLOW_SEALING).unwrap();
+                ftruncate(&fd, len).unwrap();
+                if !seals.is_empty() {
+                    fcntl_add_seals(&fd, seals).unwrap();
+                }
+                Arc::new(fd)
+            };
+            let name = svc.name().as_bytes().to_vec();
+            let me = crate::sys::creds::pid();
+            let cases = [
+                (memfd(2 * page, SealFlags::empty()), page, "seals"),
+                (memfd(2 * page, SealFlags::SHRINK), page, "seals"),
+                (memfd(3 * page, crate::sys::shm::SEALS), page, "bytes"),
+                (
+                    memfd(2 * page, crate::sys::shm::SEALS),
+                    page + 8,
+                    "page size",
+                ),
+                (memfd(2 * page, crate::sys::shm::SEALS), 0, "page size"),
+            ];
+            for (fd, granted, why) in cases {
+                let t = svc.offer(fd, me);
+                let e = LoopbackImport::attach(name.clone(), t, granted, true)
+                    .await
+                    .err()
+                    .expect("refused");
+                assert!(matches!(e, Error::ConnAborted(_)), "{e}");
+                assert!(e.to_string().contains(why), "{why}: {e}");
+            }
+        });
     }
 
     fn put(lo: &LoopbackImport, v: u64) -> Result<()> {

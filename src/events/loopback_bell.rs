@@ -3,15 +3,18 @@
 //! descriptor and streams as on the other paths, and no CPU while idle.
 //!
 //! At connect the exporter creates, for the connection, a one-page sealed memfd holding one
-//! 64-bit word per direction (at 0: to the exporter, at 64: to the importer) and an eventfd
-//! per direction, and offers the three to the importing process at its descriptor service
-//! (`sidechannel/fdpass.rs`); the grant's `keys[1]` is their ticket. The page is not the
-//! segment, so a read-only importer signals as well as any.
+//! 64-bit word per direction (at 0: to the exporter, at 64: to the importer) and a connected
+//! pair of Unix datagram sockets (`sys/bell.rs`), keeps one end and offers the page and the
+//! other end to the importing process at its descriptor service (`sidechannel/fdpass.rs`);
+//! the grant's `keys[1]` is their ticket. The page is not the segment, so a read-only
+//! importer signals as well as any. Each side has its own end (not a shared eventfd, whose
+//! `O_NONBLOCK` the peer could clear), and rings and drains with per-call `MSG_DONTWAIT`:
+//! nothing the peer does to a descriptor makes this side's runtime wait.
 //!
-//! A post changes the receiver's word, and rings the receiver's eventfd only when the word
+//! A post changes the receiver's word, and rings the receiver's end only when the word
 //! was 0 (else the receiver was told already and has not looked yet). The receiver's
-//! runtime watches the eventfd (epoll: no thread, no CPU while idle); when it fires, it
-//! resets the eventfd, then swaps the word with 0 and delivers what the word says:
+//! runtime watches its end (epoll: no thread, no CPU while idle); when it fires, it
+//! drains it, then swaps the word with 0 and delivers what the word says:
 //!
 //! ```text
 //! bit 63: the first post since the receiver last looked had NO_ACCUMULATE
@@ -21,8 +24,8 @@
 //! That is exactly what the posts in their order would have done: a `NO_ACCUMULATE` post
 //! into a non-zero word is dropped at once (whatever the word holds leaves an event pending
 //! at the receiver before it), and into a zero word it counts only if nothing is pending at
-//! the receiver, which the receiving hub decides, as on the other paths. Resetting the
-//! eventfd before the swap means a post that finds the word 0 after the swap rings again.
+//! the receiver, which the receiving hub decides, as on the other paths. Draining the
+//! socket before the swap means a post that finds the word 0 after the swap rings again.
 //!
 //! Order (DESIGN.md, decision 18): a loopback put is a copy done before it returns, and the words'
 //! release/acquire pairs make it visible to the receiver before the signal is.
@@ -38,8 +41,8 @@
 use crate::Result;
 use crate::error::Error;
 use crate::sidechannel::fdpass::FdService;
-use crate::sys::eventfd;
-use crate::sys::shm::{SharedMap, sealed_memfd, sealed_size};
+use crate::sys::bell as wake;
+use crate::sys::shm::{SharedMap, check_peer_memfd, sealed_memfd};
 use rustix::fd::{AsFd, OwnedFd};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -53,15 +56,14 @@ const TO_IMPORTER: usize = 64;
 /// Bit 63 of a word: the first post of the batch had `NO_ACCUMULATE`.
 const FIRST_NO_ACC: u64 = 1 << 63;
 const COUNT: u64 = FIRST_NO_ACC - 1;
-/// The descriptors offered, in this order: the page, the eventfd to the importer, the one
-/// to the exporter.
-const FDS: usize = 3;
+/// The descriptors offered, in this order: the page, the importer's end of the sockets.
+const FDS: usize = 2;
 
 /// One side's end of a connection's doorbell: rings the peer; while it lives, the peer's
 /// rings are watched (dropping it stops the watch).
 pub(crate) struct LoopbackBell {
     page: Arc<SharedMap>,
-    /// The peer's word, and its eventfd.
+    /// The peer's word, and this side's end of the sockets (which rings the peer).
     out_at: usize,
     out: Arc<OwnedFd>,
     /// This side's word, and whom what it says goes to.
@@ -114,7 +116,7 @@ impl LoopbackBell {
             w.fetch_add(1, Ordering::AcqRel)
         };
         if before == 0 {
-            eventfd::ring(self.out.as_fd()).map_err(|e| {
+            wake::ring(self.out.as_fd()).map_err(|e| {
                 Error::conn_aborted()
                     .detail(format!("cannot ring the loopback doorbell: {e}"))
                     .io(e)
@@ -123,7 +125,7 @@ impl LoopbackBell {
         Ok(())
     }
 
-    /// Delivers what this side's word says, as the watch does when the eventfd fires;
+    /// Delivers what this side's word says, as the watch does when its end fires;
     /// returns whether there was anything. For a waiter that looks before its task parks:
     /// a ring seen here costs no wake-up of the watch and then of the waiter.
     pub(crate) fn look(&self) -> bool {
@@ -191,18 +193,25 @@ async fn watch(
                 }
             },
         };
-        if let Err(e) = eventfd::drain(afd.get_ref().as_fd()) {
-            tracing::warn!(error = %e, "cannot reset a loopback doorbell");
-            return;
+        let drained = match wake::drain(afd.get_ref().as_fd()) {
+            Ok(d) => d,
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot reset a loopback doorbell");
+                return;
+            }
+        };
+        // A ring after the drain sets readiness again (tokio keeps a newer event); with
+        // more queued (a flood), readiness stays and this task yields before the next batch.
+        if !drained.more {
+            guard.clear_ready();
         }
-        // A ring after the reset sets readiness again (tokio keeps a newer event).
-        guard.clear_ready();
+        drop(guard);
         let w = word(&page, at).swap(0, Ordering::AcqRel);
-        if w == 0 {
-            continue;
-        }
-        if !deliver(&on_ring, &rx, w) {
+        if w != 0 && !deliver(&on_ring, &rx, w) {
             return;
+        }
+        if drained.more {
+            tokio::task::yield_now().await;
         }
     }
 }
@@ -215,13 +224,12 @@ fn map_page(fd: &OwnedFd) -> std::io::Result<SharedMap> {
     Ok(map)
 }
 
-/// Starts watching `inc` and returns the bell ringing `out`.
+/// Starts watching this side's end `end` and returns the bell ringing the peer through it.
 fn start(
     runtime: &tokio::runtime::Handle,
     on_ring: OnRing,
     page: Arc<SharedMap>,
-    out: Arc<OwnedFd>,
-    inc: Arc<OwnedFd>,
+    end: Arc<OwnedFd>,
     exporter: bool,
     rx: Receiver,
 ) -> Arc<LoopbackBell> {
@@ -234,14 +242,14 @@ fn start(
         Arc::clone(&on_ring),
         Arc::clone(&page),
         in_at,
-        inc,
+        Arc::clone(&end),
         stop.clone(),
         rx,
     ));
     Arc::new(LoopbackBell {
         page,
         out_at,
-        out,
+        out: end,
         in_at,
         rx,
         on_ring,
@@ -267,9 +275,10 @@ pub(crate) fn offer(
         let page = crate::sys::limits::page_size() as u64;
         let page_fd = Arc::new(sealed_memfd("rsm-doorbell", page)?);
         let map = Arc::new(map_page(&page_fd)?);
-        Ok((page_fd, map, eventfd::doorbell()?, eventfd::doorbell()?))
+        let (ours, theirs) = wake::pair()?;
+        Ok((page_fd, map, ours, theirs))
     })();
-    let ((page_fd, map, to_importer, to_exporter), service) = match (made, service) {
+    let ((page_fd, map, ours, theirs), service) = match (made, service) {
         (Ok(m), Ok(s)) => (m, s),
         (Err(e), _) => {
             tracing::debug!(error = %e, "no loopback doorbell: signals use the side channel");
@@ -280,53 +289,45 @@ pub(crate) fn offer(
             return None;
         }
     };
-    let (to_importer, to_exporter) = (Arc::new(to_importer), Arc::new(to_exporter));
-    let ticket = service.offer_many(
-        vec![page_fd, Arc::clone(&to_importer), Arc::clone(&to_exporter)],
-        pid,
-    );
+    let ticket = service.offer_many(vec![page_fd, Arc::new(theirs)], pid);
     let rx = Receiver {
         from: importer,
         token: conn_id,
         to_importer: false,
     };
-    let bell = start(runtime, on_ring, map, to_importer, to_exporter, true, rx);
+    let bell = start(runtime, on_ring, map, Arc::new(ours), true, rx);
     Some((ticket, bell))
 }
 
 /// The importer's claimed doorbell, checked and mapped, not watched yet.
 pub(crate) struct Claimed {
     page: Arc<SharedMap>,
-    to_importer: Arc<OwnedFd>,
-    to_exporter: Arc<OwnedFd>,
+    end: Arc<OwnedFd>,
 }
 
 /// The importer's half, at connect: claims the doorbell of ticket `ticket` at the
 /// exporter's descriptor service and maps its page.
 ///
 /// # Errors
-/// `RSMERR_CONN_ABORTED` when it cannot be claimed, or is not a sealed page and two
-/// descriptors.
+/// `RSMERR_CONN_ABORTED` when it cannot be claimed, or is not a sealed page-sized memfd
+/// and a Unix datagram socket.
 pub(crate) async fn claim(service: Vec<u8>, ticket: u64) -> Result<Claimed> {
     let fds = crate::sidechannel::fdpass::fetch_many(&service, ticket, FDS).await?;
     let bad = |why: String| {
         Error::conn_aborted().detail(format!("the exporter's loopback doorbell: {why}"))
     };
-    let [page_fd, to_importer, to_exporter]: [OwnedFd; FDS] = fds
+    let [page_fd, end]: [OwnedFd; FDS] = fds
         .try_into()
-        .map_err(|_| bad("not three descriptors".into()))?;
+        .map_err(|_| bad("not two descriptors".into()))?;
     let page = crate::sys::limits::page_size() as u64;
-    if sealed_size(page_fd.as_fd()) != Some(page) {
-        return Err(bad("its page is not a sealed page-sized memfd".into()));
-    }
-    for fd in [&to_importer, &to_exporter] {
-        eventfd::make_non_blocking(fd.as_fd()).map_err(|e| bad(e.to_string()))?;
+    check_peer_memfd(page_fd.as_fd(), page).map_err(|why| bad(format!("its page: {why}")))?;
+    if !wake::is_bell(end.as_fd()) {
+        return Err(bad("its wake-up end is not a Unix datagram socket".into()));
     }
     let map = map_page(&page_fd).map_err(|e| bad(format!("cannot map its page: {e}")))?;
     Ok(Claimed {
         page: Arc::new(map),
-        to_importer: Arc::new(to_importer),
-        to_exporter: Arc::new(to_exporter),
+        end: Arc::new(end),
     })
 }
 
@@ -346,29 +347,23 @@ pub(crate) fn attach(
         token,
         to_importer: true,
     };
-    start(
-        runtime,
-        on_ring,
-        c.page,
-        c.to_exporter,
-        c.to_importer,
-        false,
-        rx,
-    )
+    start(runtime, on_ring, c.page, c.end, false, rx)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
+    /// An exporter's bell, not watched, and the importer's end it rings.
     fn pair() -> (Arc<SharedMap>, LoopbackBell, Arc<OwnedFd>) {
         let page_fd = sealed_memfd("rsm-test", crate::sys::limits::page_size() as u64).unwrap();
         let map = Arc::new(map_page(&page_fd).unwrap());
-        let fd = Arc::new(eventfd::doorbell().unwrap());
+        let (ours, theirs) = wake::pair().unwrap();
+        let fd = Arc::new(theirs);
         let bell = LoopbackBell {
             page: Arc::clone(&map),
             out_at: TO_IMPORTER,
-            out: Arc::clone(&fd),
+            out: Arc::new(ours),
             in_at: TO_EXPORTER,
             rx: Receiver {
                 from: 0,
@@ -383,7 +378,7 @@ mod tests {
 
     /// What the receiver would take now: (rung, first NO_ACCUMULATE, plain count).
     fn take(map: &SharedMap, fd: &OwnedFd) -> (bool, bool, u64) {
-        let rung = eventfd::drain(fd.as_fd()).unwrap();
+        let rung = wake::drain(fd.as_fd()).unwrap().rung;
         let w = word(map, TO_IMPORTER).swap(0, Ordering::AcqRel);
         (rung, w & FIRST_NO_ACC != 0, w & COUNT)
     }
@@ -539,15 +534,80 @@ mod tests {
     fn a_post_after_the_receiver_looked_rings_again() {
         let (map, bell, fd) = pair();
         bell.ring(false).unwrap();
-        assert!(eventfd::drain(fd.as_fd()).unwrap());
+        assert!(wake::drain(fd.as_fd()).unwrap().rung);
         // Between the reset and the swap: no new ring needed, the swap takes it.
         bell.ring(false).unwrap();
-        assert!(!eventfd::drain(fd.as_fd()).unwrap());
+        assert!(!wake::drain(fd.as_fd()).unwrap().rung);
         assert_eq!(word(&map, TO_IMPORTER).swap(0, Ordering::AcqRel), 2);
         bell.ring(false).unwrap();
         assert!(
-            eventfd::drain(fd.as_fd()).unwrap(),
+            wake::drain(fd.as_fd()).unwrap().rung,
             "after the swap it rings"
         );
+    }
+
+    /// A hostile importer clears `O_NONBLOCK` on its end and, as if it shared ours, on ours
+    /// too; it floods us and never reads what we send. Our rings still return, our watch
+    /// still delivers, and the runtime stays responsive.
+    #[test]
+    fn a_peer_that_clears_o_nonblock_cannot_stall_the_node() {
+        use std::time::Duration;
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let rt = runtime();
+            let page_fd = sealed_memfd("rsm-test", crate::sys::limits::page_size() as u64).unwrap();
+            let map = Arc::new(map_page(&page_fd).unwrap());
+            let (ours, theirs) = wake::pair().unwrap();
+            let ours_too = rustix::io::dup(&ours).unwrap();
+            for fd in [&theirs, &ours_too] {
+                let flags = rustix::fs::fcntl_getfl(fd).unwrap();
+                rustix::fs::fcntl_setfl(fd, flags - rustix::fs::OFlags::NONBLOCK).unwrap();
+            }
+            let got = Arc::new(AtomicU64::new(0));
+            let seen = Arc::clone(&got);
+            let on_ring: OnRing = Arc::new(move |r| {
+                seen.fetch_add(r.plain, Ordering::SeqCst);
+                true
+            });
+            let rxr = Receiver {
+                from: 1,
+                token: 1,
+                to_importer: false,
+            };
+            let bell = start(
+                rt.handle(),
+                on_ring,
+                Arc::clone(&map),
+                Arc::new(ours),
+                true,
+                rxr,
+            );
+            // The peer never reads: every ring of ours finds its word 0 again and sends.
+            for _ in 0..20_000 {
+                bell.ring(false).unwrap();
+                word(&map, TO_IMPORTER).store(0, Ordering::SeqCst);
+            }
+            // The peer floods our end, then posts 3 signals the proper way.
+            for _ in 0..5_000 {
+                let _ = wake::ring(theirs.as_fd());
+            }
+            word(&map, TO_EXPORTER).fetch_add(3, Ordering::SeqCst);
+            wake::ring(theirs.as_fd()).unwrap();
+            rt.block_on(async {
+                let t = std::time::Instant::now();
+                while got.load(Ordering::SeqCst) < 3 && t.elapsed() < Duration::from_secs(5) {
+                    tokio::time::sleep(Duration::from_millis(1)).await;
+                }
+            });
+            assert_eq!(
+                got.load(Ordering::SeqCst),
+                3,
+                "the watch delivered the signals"
+            );
+            drop(bell);
+            let _ = tx.send(());
+        });
+        rx.recv_timeout(Duration::from_secs(20))
+            .expect("the node stalled: a ring or the watch blocked");
     }
 }

@@ -13,7 +13,7 @@
 //!   consumes nothing, and reports [`Lagged`] when it falls more than its buffer behind.
 //!
 //! How a signal travels (`events/route.rs`): an 8-byte `fi_inject_writedata` to the peer's
-//! doorbell registration, on `loopback` a shared word and an eventfd
+//! doorbell registration, on `loopback` a shared word and a datagram socket
 //! (`events/loopback_bell.rs`), or the side channel.
 
 mod event;

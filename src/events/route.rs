@@ -24,7 +24,7 @@
 //! link names the sending node.
 //!
 //! On `loopback` a connection has its own doorbell instead (`events/loopback_bell.rs`): a
-//! shared word and an eventfd each way, handed over with the segment's memfd; the side
+//! shared word each way and a pair of datagram sockets, handed over with the segment's memfd; the side
 //! channel carries signals there only when forced, or for a connection without one.
 //!
 //! Order (DESIGN.md, decision 18): a signal posted after a put *that resolved* arrives after the

@@ -222,6 +222,19 @@ impl Controller {
     }
 }
 
+/// A grant's length and base as the exporter's segments have them (whole pages at a
+/// page-aligned base, or 0): non-zero multiples of 8, so typed and atomic accesses at
+/// aligned offsets stay aligned at the target. The bytes come from the peer.
+fn check_grant(length: u64, base: u64) -> Result<()> {
+    if length == 0 || length % 8 != 0 || base % 8 != 0 {
+        return Err(Error::conn_aborted().detail(format!(
+            "the exporter granted {length} bytes at {base:#x}: segments are non-zero \
+             multiples of 8 bytes at an 8-byte-aligned base"
+        )));
+    }
+    Ok(())
+}
+
 impl ImportSegment {
     /// `rsm_memseg_import_connect`, from [`Controller::import`].
     pub(crate) async fn connect(
@@ -271,6 +284,7 @@ impl ImportSegment {
                 ));
             }
         };
+        check_grant(grant.length, grant.base).map_err(ctx)?;
         // keys[0] is the key for the granted mode.
         let key = *grant
             .keys
@@ -681,5 +695,18 @@ impl ImportSegment {
                 Ok(())
             })
             .await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn grants_must_be_aligned_and_non_empty() {
+        super::check_grant(4096, 0).unwrap();
+        super::check_grant(8, 0x7f00_0000_1000).unwrap();
+        for (len, base) in [(0, 0), (4095, 0), (12, 0), (4096, 4), (4096, 0x1001)] {
+            let e = super::check_grant(len, base).unwrap_err();
+            assert!(matches!(e, crate::Error::ConnAborted(_)), "{len} {base:#x}");
+        }
     }
 }

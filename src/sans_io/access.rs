@@ -12,7 +12,9 @@
 //!    the process that created the segment.
 //! 3. The importer's class is *owner* when its uid equals the creator's, else *group* when the
 //!    creator's gid is the importer's gid or one of its supplementary groups, else *other*.
-//! 4. The class's bits of the mode must cover the request (read needs its `r` bit, write its
+//! 4. A class whose bits of the mode are empty (mode 0000 for it) is `RSMERR_PERM_DENIED`
+//!    whatever the request, `Perm::NONE` included: it gets no key, descriptor or address.
+//! 5. The class's bits of the mode must cover the request (read needs its `r` bit, write its
 //!    `w` bit), else `RSMERR_PERM_DENIED`. There is no privileged bypass: root gets what the
 //!    list grants, like anyone (DESIGN.md, decision 15). The granted permission is the request.
 //!
@@ -222,9 +224,11 @@ pub fn mode_for(acl: &[Access], creator: &Creator, node: u32) -> Result<u32> {
 /// The access check of a connect request (docs/rsmapi.md §6.2 with DESIGN.md, decisions 10 and 15): returns the
 /// permission granted, which is the one asked for, or the error the importer gets back.
 ///
-/// Errors: `RSMERR_PERM_DENIED` for bits outside `0600` or a class whose bits do not cover
-/// the request; `RSMERR_SEG_NOT_PUBLISHED_TO_NODE` when a non-empty list leaves out the node.
-/// `Perm::NONE` is always granted to a node the list names (every later access then fails).
+/// Errors: `RSMERR_PERM_DENIED` for bits outside `0600`, a class with no bit at all (mode
+/// 0000 for it: nothing is granted, not even `Perm::NONE`, so no key is handed out), or a
+/// class whose bits do not cover the request; `RSMERR_SEG_NOT_PUBLISHED_TO_NODE` when a
+/// non-empty list leaves out the node. `Perm::NONE` is granted to a class with some bit
+/// (every later access then fails).
 ///
 /// ```
 /// use rsm::test_util::access::{Creator, Requester, check};
@@ -237,6 +241,9 @@ pub fn mode_for(acl: &[Access], creator: &Creator, node: u32) -> Result<u32> {
 /// assert!(matches!(e, rsm::Error::PermDenied(_)));
 /// // The empty list gives everyone the umask-derived mode (0644 here): others may read.
 /// assert_eq!(check(&[], &creator, &root, Perm::READ)?, Perm::READ);
+/// // Mode 0000 for the node: denied even when asking for nothing.
+/// let e = check(&[Access::new(rsm::NodeId(1), 0)], &creator, &root, Perm::NONE).unwrap_err();
+/// assert!(matches!(e, rsm::Error::PermDenied(_)));
 /// # Ok::<(), rsm::Error>(())
 /// ```
 pub fn check(acl: &[Access], creator: &Creator, who: &Requester<'_>, want: Perm) -> Result<Perm> {
@@ -249,18 +256,24 @@ pub fn check(acl: &[Access], creator: &Creator, who: &Requester<'_>, want: Perm)
     let class = Class::of(creator, who);
     let allowed = class.bits(mode);
     let missing = want.bits() & !allowed;
+    let name = match class {
+        Class::Owner => "owner",
+        Class::Group => "group",
+        Class::Other => "other",
+    };
+    // Mode 0000 is no access at all: a grant of nothing would still carry a key.
+    if allowed == 0 {
+        return Err(Error::perm_denied().node(who.node).detail(format!(
+            "uid {} gid {} is in the {name} class, to which mode {mode:04o} gives no access",
+            who.uid, who.gid
+        )));
+    }
     if missing != 0 {
         return Err(Error::perm_denied().node(who.node).detail(format!(
-            "uid {} gid {} is in the {} class, whose bits of mode {mode:04o} grant \
-             {:04o}, not {:04o}",
+            "uid {} gid {} is in the {name} class, whose bits of mode {mode:04o} grant \
+             {allowed:04o}, not {:04o}",
             who.uid,
             who.gid,
-            match class {
-                Class::Owner => "owner",
-                Class::Group => "group",
-                Class::Other => "other",
-            },
-            allowed,
             want.bits()
         )));
     }
@@ -447,10 +460,39 @@ mod tests {
     }
 
     #[test]
-    fn perm_none_is_granted() {
-        let acl = [Access::new(crate::NodeId(1), 0)];
-        for w in [owner(1), group(1), other(1)] {
-            assert_eq!(check(&acl, &CREATOR, &w, Perm::NONE).unwrap(), Perm::NONE);
+    fn mode_0000_is_denied_even_for_nothing() {
+        // An entry of 0000, and an empty list whose umask leaves nothing.
+        let none = Creator {
+            umask: 0o777,
+            ..CREATOR
+        };
+        for (acl, creator) in [
+            (&[Access::new(crate::NodeId(1), 0)][..], CREATOR),
+            (&[][..], none),
+        ] {
+            for w in [owner(1), group(1), other(1)] {
+                for want in [Perm::NONE, Perm::READ, Perm::WRITE, Perm::RDWR] {
+                    let e = check(acl, &creator, &w, want).unwrap_err();
+                    assert_eq!(e.code(), 27, "{acl:?} {w:?} {want:?}");
+                }
+            }
+        }
+        // Class bits 0 under a mode that gives others something: the owner has nothing.
+        let acl = [Access::new(crate::NodeId(1), 0o066)];
+        assert_eq!(code(check(&acl, &CREATOR, &owner(1), Perm::NONE)), 27);
+        assert_eq!(
+            check(&acl, &CREATOR, &other(1), Perm::NONE).unwrap(),
+            Perm::NONE
+        );
+    }
+
+    #[test]
+    fn perm_none_is_granted_to_a_class_with_some_bit() {
+        for mode in [0o444, 0o222, 0o666] {
+            let acl = [Access::new(crate::NodeId(1), mode)];
+            for w in [owner(1), group(1), other(1)] {
+                assert_eq!(check(&acl, &CREATOR, &w, Perm::NONE).unwrap(), Perm::NONE);
+            }
         }
     }
 
@@ -645,7 +687,8 @@ mod tests {
                 Class::Group => (mode >> 3) & 7,
                 Class::Other => mode & 7,
             };
-            let ok = (!want.allows(Perm::READ) || digit & 4 != 0)
+            let ok = digit & 6 != 0
+                && (!want.allows(Perm::READ) || digit & 4 != 0)
                 && (!want.allows(Perm::WRITE) || digit & 2 != 0);
             prop_assert_eq!(check(&[Access::new(crate::NodeId(5), mode)], &c, &w, want).is_ok(), ok);
         }

@@ -3,7 +3,7 @@
 //! readable exactly while one is pending.
 
 use rustix::event::{EventfdFlags, eventfd};
-use rustix::fd::{AsRawFd, BorrowedFd, OwnedFd, RawFd};
+use rustix::fd::{AsRawFd, OwnedFd, RawFd};
 
 pub(crate) struct EventCounter {
     fd: OwnedFd,
@@ -41,36 +41,6 @@ impl EventCounter {
     }
 }
 
-/// A loopback connection's doorbell (`events/loopback_bell.rs`): a plain counting eventfd,
-/// non-blocking, that one process rings and the other's runtime watches.
-pub(crate) fn doorbell() -> std::io::Result<OwnedFd> {
-    Ok(eventfd(0, EventfdFlags::CLOEXEC | EventfdFlags::NONBLOCK)?)
-}
-
-/// Makes a doorbell received from another process non-blocking (whatever it sent), so a
-/// ring or a drain never blocks a thread of ours.
-pub(crate) fn make_non_blocking(fd: BorrowedFd<'_>) -> std::io::Result<()> {
-    Ok(rustix::io::ioctl_fionbio(fd, true)?)
-}
-
-/// Rings a doorbell. A full counter (`EAGAIN`) already means "rung".
-pub(crate) fn ring(fd: BorrowedFd<'_>) -> std::io::Result<()> {
-    match rustix::io::write(fd, &1u64.to_ne_bytes()) {
-        Ok(_) | Err(rustix::io::Errno::AGAIN) => Ok(()),
-        Err(e) => Err(e.into()),
-    }
-}
-
-/// Resets a doorbell; returns whether it was rung (`false` also for `EAGAIN`).
-pub(crate) fn drain(fd: BorrowedFd<'_>) -> std::io::Result<bool> {
-    let mut buf = [0u8; 8];
-    match rustix::io::read(fd, &mut buf) {
-        Ok(n) => Ok(n == 8 && u64::from_ne_bytes(buf) != 0),
-        Err(rustix::io::Errno::AGAIN) => Ok(false),
-        Err(e) => Err(e.into()),
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -101,17 +71,5 @@ mod tests {
         c.take_one();
         assert!(!readable(&c));
         assert!(readable(&EventCounter::new(1).unwrap()));
-    }
-
-    #[test]
-    fn a_doorbell_is_rung_until_drained() {
-        use rustix::fd::AsFd;
-        let d = doorbell().unwrap();
-        make_non_blocking(d.as_fd()).unwrap();
-        assert!(!drain(d.as_fd()).unwrap());
-        ring(d.as_fd()).unwrap();
-        ring(d.as_fd()).unwrap();
-        assert!(drain(d.as_fd()).unwrap());
-        assert!(!drain(d.as_fd()).unwrap(), "one drain resets it");
     }
 }

@@ -10,7 +10,7 @@ use std::io::{self, IoSlice, IoSliceMut};
 use std::mem::MaybeUninit;
 
 /// The most descriptors one message carries, and accepts (a loopback connection's doorbell
-/// is three: its page and an eventfd each way).
+/// is two: its page and the importer's end of its sockets).
 pub(crate) const MAX_FDS: usize = 4;
 
 /// Sends `data` with `fds` attached (non-blocking socket: `WouldBlock` when full). Returns

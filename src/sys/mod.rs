@@ -1,7 +1,8 @@
 //! The few OS calls `rsm` makes outside libfabric, in one small place: system limits, a coarse
 //! clock, segment memory, the eventfd and poll that progress threads sleep on, and the loopback controller's
-//! shared memory, descriptor passing and cross-memory attach.
+//! shared memory, wake-up sockets, descriptor passing and cross-memory attach.
 
+pub(crate) mod bell;
 pub(crate) mod clock;
 pub(crate) mod cma;
 pub(crate) mod creds;

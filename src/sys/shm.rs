@@ -5,25 +5,43 @@
 
 use rustix::fd::{AsRawFd, BorrowedFd, OwnedFd};
 use rustix::fs::{
-    FallocateFlags, MemfdFlags, Mode, OFlags, SealFlags, fallocate, fcntl_add_seals, ftruncate,
-    memfd_create, open,
+    FallocateFlags, MemfdFlags, Mode, OFlags, SealFlags, fallocate, fchmod, fcntl_add_seals,
+    ftruncate, memfd_create, open,
 };
 use rustix::mm::{Advice, MapFlags, ProtFlags, madvise, mmap, mmap_anonymous, munmap};
 use std::io;
 use std::ptr::NonNull;
 
+/// The seals every memfd `rsm` creates carries, and that an importer requires of a peer's.
+pub(crate) const SEALS: SealFlags = SealFlags::SHRINK
+    .union(SealFlags::GROW)
+    .union(SealFlags::SEAL);
+
+/// The mode of a memfd's inode: its owner's only (see [`sealed_memfd`]).
+const MEMFD_MODE: u32 = 0o600;
+
 /// Creates a memfd of `len` bytes, sealed against shrinking, growing and further sealing
 /// before anyone else sees it: an importer's mapping can then never lose its pages under it
 /// (`SIGBUS`), and the exporter cannot be made to lose them either.
+///
+/// Its inode is made mode 0600 (memfds start 0777). A descriptor passed to another process
+/// keeps the access it was opened with, but `/proc/self/fd/N` reopens the inode and the
+/// kernel then checks its mode against the opener's uid: so a process of another uid that
+/// was handed a read-only descriptor cannot reopen it read-write (`EACCES`), nor `fchmod`
+/// it back (`EPERM`, not its owner). A process of the same uid can (`fchmod`, then reopen):
+/// one uid is one trust domain, as it could `ptrace` the exporter anyway; its read-only
+/// grant is kept by its own `rsm`, not by the kernel (DESIGN.md §7).
 pub fn sealed_memfd(name: &str, len: u64) -> io::Result<OwnedFd> {
     let fd = memfd_create(name, MemfdFlags::CLOEXEC | MemfdFlags::ALLOW_SEALING)?;
     ftruncate(&fd, len)?;
-    fcntl_add_seals(&fd, SealFlags::SHRINK | SealFlags::GROW | SealFlags::SEAL)?;
+    fchmod(&fd, Mode::from_raw_mode(MEMFD_MODE))?;
+    fcntl_add_seals(&fd, SEALS)?;
     Ok(fd)
 }
 
 /// A second, read-only open file description of `fd` (through `/proc/self/fd`): a shared
-/// mapping of it can never be made writable (`mprotect` fails with `EACCES`).
+/// mapping of it can never be made writable (`mprotect` fails with `EACCES`), and another
+/// uid cannot reopen it writable ([`sealed_memfd`]).
 pub(crate) fn reopen_read_only(fd: BorrowedFd<'_>) -> io::Result<OwnedFd> {
     let path = format!("/proc/self/fd/{}", fd.as_raw_fd());
     Ok(open(path, OFlags::RDONLY | OFlags::CLOEXEC, Mode::empty())?)
@@ -37,6 +55,31 @@ pub fn sealed_size(fd: BorrowedFd<'_>) -> Option<u64> {
         return None;
     }
     u64::try_from(rustix::fs::fstat(fd).ok()?.st_size).ok()
+}
+
+/// Checks a memfd another process sent before it is mapped: a regular file carrying at
+/// least [`SEALS`] (so its size can never change: no `SIGBUS` under a mapping) and exactly
+/// `len` bytes. `Err` says what is wrong, for the caller's error detail.
+pub(crate) fn check_peer_memfd(fd: BorrowedFd<'_>, len: u64) -> Result<(), String> {
+    let st = rustix::fs::fstat(fd).map_err(|e| format!("fstat: {e}"))?;
+    if rustix::fs::FileType::from_raw_mode(st.st_mode) != rustix::fs::FileType::RegularFile {
+        return Err("not a memfd (not a regular file)".into());
+    }
+    let seals = rustix::fs::fcntl_get_seals(fd)
+        .map_err(|e| format!("not a sealable memfd (F_GET_SEALS: {e})"))?;
+    if !seals.contains(SEALS) {
+        return Err(format!(
+            "its seals {:#x} lack shrink, grow and seal ({:#x}): its size could change under \
+             a mapping",
+            seals.bits(),
+            SEALS.bits()
+        ));
+    }
+    let have = u64::try_from(st.st_size).unwrap_or(0);
+    if have != len {
+        return Err(format!("it holds {have} bytes, not {len}"));
+    }
+    Ok(())
 }
 
 /// Frees the pages of `len` bytes of `fd` from offset 0 (the size stays): what destroy does
@@ -186,6 +229,48 @@ mod tests {
 
     fn page() -> usize {
         super::super::limits::page_size()
+    }
+
+    #[test]
+    fn peer_memfds_need_their_seals_and_size() {
+        let len = page() as u64;
+        let good = sealed_memfd("rsm-test", len).unwrap();
+        check_peer_memfd(good.as_fd(), len).unwrap();
+        let e = check_peer_memfd(good.as_fd(), 2 * len).unwrap_err();
+        assert!(e.contains("not 8192") || e.contains("bytes, not"), "{e}");
+        // No seals: it could be truncated under a mapping.
+        let bare =
+            memfd_create("rsm-test", MemfdFlags::CLOEXEC | MemfdFlags::ALLOW_SEALING).unwrap();
+        ftruncate(&bare, len).unwrap();
+        assert!(
+            check_peer_memfd(bare.as_fd(), len)
+                .unwrap_err()
+                .contains("seals")
+        );
+        // Sealed against shrinking only: still growable, and further seals can be added.
+        fcntl_add_seals(&bare, SealFlags::SHRINK).unwrap();
+        assert!(
+            check_peer_memfd(bare.as_fd(), len)
+                .unwrap_err()
+                .contains("seals")
+        );
+        // Not sealable at all, and not a memfd.
+        let unsealable = memfd_create("rsm-test", MemfdFlags::CLOEXEC).unwrap();
+        ftruncate(&unsealable, len).unwrap();
+        assert!(check_peer_memfd(unsealable.as_fd(), len).is_err());
+        let ev = rustix::event::eventfd(0, rustix::event::EventfdFlags::CLOEXEC).unwrap();
+        assert!(
+            check_peer_memfd(ev.as_fd(), 0)
+                .unwrap_err()
+                .contains("not a memfd")
+        );
+    }
+
+    #[test]
+    fn memfds_belong_to_their_owner_only() {
+        let fd = sealed_memfd("rsm-test", page() as u64).unwrap();
+        let mode = rustix::fs::fstat(&fd).unwrap().st_mode & 0o7777;
+        assert_eq!(mode, MEMFD_MODE);
     }
 
     #[test]
