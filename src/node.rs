@@ -35,6 +35,7 @@
 //! ```
 
 mod identity;
+mod sources;
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -51,10 +52,7 @@ use crate::NodeId;
 use crate::context::NodeContext;
 use crate::controller::{Controller, ControllerRegistry, SpinBudgets};
 use crate::dispatch::NodeHandler;
-use crate::sans_io::config::{
-    self, DEFAULT_CONFIG_PATH, ENV_CONFIG, ENV_KEY_FILE, ENV_LISTEN, ENV_NODE_ID, ENV_PEERS,
-    ENV_TRUST_FILE, MAX_FILE_BYTES, Origin, PartialConfig,
-};
+use crate::sans_io::config::{self, Origin, PartialConfig};
 pub use crate::sans_io::config::{KeySource, NodeConfig};
 use crate::sans_io::keys::{NodeKey, PublicKey};
 use crate::sans_io::wire::ByteOrder;
@@ -488,14 +486,6 @@ impl Default for NodeBuilder {
     }
 }
 
-/// Which configuration file to read, and who asked for it.
-enum FileChoice {
-    /// Named by the caller or by `RSM_CONFIG`: it must exist.
-    Required(PathBuf, &'static str),
-    /// The default path: read if present.
-    Optional(PathBuf),
-}
-
 impl NodeBuilder {
     /// Sets the node id (any `u32`).
     ///
@@ -767,7 +757,7 @@ impl NodeBuilder {
         let config = config::resolve(&layers)?;
         let mut budgets = self.spin_budgets.clone();
         if budgets.node.is_none() && !self.ignore_environment {
-            budgets.node = env_spin_budget()?;
+            budgets.node = sources::env_spin_budget()?;
         }
         let rt = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(1)
@@ -866,112 +856,21 @@ impl NodeBuilder {
     /// The configuration layers in override order: file, variables, builder.
     fn layers(&self) -> Result<Vec<PartialConfig>> {
         let mut layers = Vec::with_capacity(3);
-        if let Some(file) = self.file_layer()? {
+        let choice = sources::file_choice(self.config_file.as_deref(), self.ignore_environment);
+        if let Some(file) = sources::file_layer(choice)? {
             layers.push(file);
         }
         if !self.ignore_environment {
-            layers.push(env_layer()?);
+            layers.push(sources::env_layer()?);
         }
         layers.push(self.settings.clone());
         Ok(layers)
     }
-
-    fn file_choice(&self) -> Option<FileChoice> {
-        if let Some(path) = &self.config_file {
-            return Some(FileChoice::Required(
-                path.clone(),
-                "NodeBuilder::config_file",
-            ));
-        }
-        if self.ignore_environment {
-            return None;
-        }
-        // An empty RSM_CONFIG counts as unset, as shells make `RSM_CONFIG= cmd` easy.
-        match std::env::var_os(ENV_CONFIG).filter(|v| !v.is_empty()) {
-            Some(path) => Some(FileChoice::Required(path.into(), ENV_CONFIG)),
-            None => Some(FileChoice::Optional(PathBuf::from(DEFAULT_CONFIG_PATH))),
-        }
-    }
-
-    fn file_layer(&self) -> Result<Option<PartialConfig>> {
-        let Some(choice) = self.file_choice() else {
-            return Ok(None);
-        };
-        let (path, named_by) = match &choice {
-            FileChoice::Required(path, by) => (path.as_path(), Some(*by)),
-            FileChoice::Optional(path) => (path.as_path(), None),
-        };
-        let source = path.display().to_string();
-        match crate::sys::files::read_small(path, MAX_FILE_BYTES) {
-            Ok(text) => config::from_toml(&text, &source).map(Some),
-            Err(e) if e.kind() == io::ErrorKind::NotFound && named_by.is_none() => {
-                tracing::debug!(path = %source, "no configuration file, using the defaults");
-                Ok(None)
-            }
-            Err(e) => {
-                let named = named_by
-                    .map(|by| format!(" (named by {by})"))
-                    .unwrap_or_default();
-                Err(Error::bad_conf().op("configure").detail(format!(
-                    "{source}{named}: cannot read the configuration file: {e}"
-                )))
-            }
-        }
-    }
-}
-
-/// The `RSM_*` variables of this process, read, never set.
-fn env_layer() -> Result<PartialConfig> {
-    let mut vars = Vec::with_capacity(5);
-    for name in [
-        ENV_NODE_ID,
-        ENV_LISTEN,
-        ENV_PEERS,
-        ENV_KEY_FILE,
-        ENV_TRUST_FILE,
-    ] {
-        match std::env::var(name) {
-            Ok(value) => vars.push((name, value)),
-            Err(std::env::VarError::NotPresent) => {}
-            Err(std::env::VarError::NotUnicode(_)) => {
-                return Err(Error::bad_conf()
-                    .op("configure")
-                    .detail(format!("{name}: the value is not valid UTF-8")));
-            }
-        }
-    }
-    config::from_env(|name| {
-        vars.iter()
-            .find(|(n, _)| *n == name)
-            .map(|(_, v)| v.clone())
-    })
 }
 
 /// Binds the side-channel listener. SO_REUSEADDR lets a restarted node take its fixed port
 /// back while old connections linger in TIME_WAIT; on Linux it never lets two live listeners
 /// share a port.
-/// The variable holding the spin budget in microseconds (see [`NodeBuilder::spin_budget`]).
-const ENV_SPIN_BUDGET_US: &str = "RSM_SPIN_BUDGET_US";
-
-/// The spin budget `RSM_SPIN_BUDGET_US` sets, if any.
-fn env_spin_budget() -> Result<Option<Duration>> {
-    std::env::var(ENV_SPIN_BUDGET_US)
-        .ok()
-        .map(|text| parse_spin_budget_us(&text))
-        .transpose()
-}
-
-/// A spin budget in microseconds, as `RSM_SPIN_BUDGET_US` holds it.
-fn parse_spin_budget_us(text: &str) -> Result<Duration> {
-    let us: u64 = text.trim().parse().map_err(|_| {
-        Error::bad_conf().op("start").detail(format!(
-            "{ENV_SPIN_BUDGET_US}: {:?} is not a number of microseconds",
-            text.chars().take(32).collect::<String>()
-        ))
-    })?;
-    Ok(Duration::from_micros(us))
-}
-
 fn bind(addr: SocketAddr) -> Result<TcpListener> {
     let fail = |e: io::Error| {
         Error::insufficient_resources()
@@ -1041,25 +940,28 @@ mod tests {
 
     #[test]
     fn the_spin_budget_variable_is_microseconds() {
-        assert_eq!(parse_spin_budget_us(" 0").unwrap(), Duration::ZERO);
+        assert_eq!(sources::parse_spin_budget_us(" 0").unwrap(), Duration::ZERO);
         assert_eq!(
-            parse_spin_budget_us("25").unwrap(),
+            sources::parse_spin_budget_us("25").unwrap(),
             Duration::from_micros(25)
         );
         for bad in ["", "-1", "1.5", "10us", "99999999999999999999999"] {
-            let e = parse_spin_budget_us(bad).unwrap_err();
+            let e = sources::parse_spin_budget_us(bad).unwrap_err();
             assert_eq!(e.code(), 44, "{bad:?}: {e}");
-            assert!(e.to_string().contains(ENV_SPIN_BUDGET_US), "{e}");
+            assert!(e.to_string().contains("RSM_SPIN_BUDGET_US"), "{e}");
         }
     }
 
     #[test]
     fn ignore_environment_reads_no_file() {
         let builder = Node::builder().ignore_environment();
-        assert!(builder.file_choice().is_none());
+        assert!(
+            sources::file_choice(builder.config_file.as_deref(), builder.ignore_environment)
+                .is_none()
+        );
         let named = Node::builder().config_file("/x.toml").ignore_environment();
         assert!(
-            matches!(named.file_choice(), Some(FileChoice::Required(p, _)) if p == std::path::Path::new("/x.toml"))
+            matches!(sources::file_choice(named.config_file.as_deref(), named.ignore_environment), Some(sources::FileChoice::Required(p, _)) if p == std::path::Path::new("/x.toml"))
         );
     }
 }

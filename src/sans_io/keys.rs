@@ -21,11 +21,13 @@ use std::str::FromStr;
 use snow::params::DHChoice;
 use snow::resolvers::{CryptoResolver, DefaultResolver};
 
-use super::config::MAX_PEERS;
 use crate::{Error, Result};
 
 /// The length of a key, secret or public, in bytes.
 pub const KEY_LEN: usize = 32;
+
+/// The most nodes a trust file lists (as many as a configuration's peers).
+pub const MAX_TRUSTED: usize = 4096;
 
 /// The Noise pattern of every authenticated link.
 pub(crate) const NOISE_PATTERN: &str = "Noise_XX_25519_ChaChaPoly_BLAKE2s";
@@ -246,7 +248,7 @@ impl Drop for NodeKey {
 ///
 /// # Errors
 /// `RSMERR_BAD_CONF` naming the line: a malformed line, a node listed twice, more than
-/// [`MAX_PEERS`] entries.
+/// [`MAX_TRUSTED`] entries.
 ///
 /// ```
 /// use rsm::test_util::keys::parse_trust;
@@ -265,8 +267,8 @@ pub fn parse_trust(text: &str, source: &str) -> Result<BTreeMap<u32, PublicKey>>
             continue;
         }
         let at = |m: &str| bad_conf(format!("{source}: line {}: {m}", n + 1));
-        if trust.len() == MAX_PEERS {
-            return Err(at(&format!("more than {MAX_PEERS} nodes")));
+        if trust.len() == MAX_TRUSTED {
+            return Err(at(&format!("more than {MAX_TRUSTED} nodes")));
         }
         let mut words = line.split_whitespace();
         let (Some(id), Some(key), None) = (words.next(), words.next(), words.next()) else {

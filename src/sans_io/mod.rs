@@ -11,3 +11,14 @@ pub mod handshake;
 pub mod keys;
 pub mod segid;
 pub mod wire;
+
+/// The cases of a fuzz target: `base` times `RSM_FUZZ_SCALE` (default 1), which `cargo xtask
+/// test` raises for its bounded fuzz step.
+#[cfg(test)]
+pub(crate) fn fuzz_cases(base: u32) -> u32 {
+    let scale = std::env::var("RSM_FUZZ_SCALE")
+        .ok()
+        .and_then(|s| s.parse::<u32>().ok())
+        .unwrap_or(1);
+    base.saturating_mul(scale.max(1))
+}

@@ -53,7 +53,16 @@ pub const TEST: &[Step] = &[
         cargo_args: &["test", "--workspace", "--all-features"],
         env: &[LOOPBACK_FABRIC, BACKTRACES],
     },
+    Step {
+        name: "fuzz",
+        cargo_args: &["test", "-p", "rsm", "--all-features", "--lib", "fuzz_"],
+        env: &[FUZZ, BACKTRACES],
+    },
 ];
+
+/// The fuzz targets of the frame decoder and the handshake (`fuzz_*` property tests), with
+/// this many times their usual cases: a bounded run, a few tens of seconds.
+const FUZZ: &[(&str, &str)] = &[("RSM_FUZZ_SCALE", "40")];
 
 pub const DEMO: &[Step] = &[
     Step {

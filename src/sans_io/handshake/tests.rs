@@ -106,11 +106,13 @@ fn altered_replayed_or_reordered_frames_fail() {
     assert!(open.open(&[0; 3]).is_err(), "shorter than a tag");
 }
 
+// The fuzz targets of the handshake: `cargo xtask test` runs them again with
+// `RSM_FUZZ_SCALE` times the cases (crate::sans_io::fuzz_cases).
 proptest! {
-    #![proptest_config(ProptestConfig::with_cases(256))]
+    #![proptest_config(ProptestConfig::with_cases(crate::sans_io::fuzz_cases(256)))]
 
     #[test]
-    fn hostile_handshake_bytes_never_panic(
+    fn fuzz_handshake_messages(
         m1 in vec(any::<u8>(), 0..700),
         m2 in vec(any::<u8>(), 0..700),
         m3 in vec(any::<u8>(), 0..700),
@@ -126,7 +128,7 @@ proptest! {
     }
 
     #[test]
-    fn hostile_frames_never_open(frame in vec(any::<u8>(), 0..300)) {
+    fn fuzz_sealed_frames(frame in vec(any::<u8>(), 0..300)) {
         let c = cluster(2);
         let (_, _, _, _, mut open) = run(&c[0], &c[1], 2).expect("ok");
         prop_assert!(open.open(&frame).is_err());
