@@ -7,7 +7,7 @@
 
 use crate::SegmentId;
 use crate::backend::fabric::Registration;
-use crate::context::{Ack, NodeContext};
+use crate::context::{Ack, NodeContext, Owner};
 use crate::controller::Controller;
 use crate::fabric::MrAccess;
 use crate::memory::Memory;
@@ -126,7 +126,7 @@ pub(crate) struct Rebound {
 /// One importer's part of a rebind: its new key (for its granted mode) and base.
 pub(crate) struct RebindNote {
     pub(crate) conn_id: u64,
-    pub(crate) node: u32,
+    pub(crate) owner: Owner,
     pub(crate) key: u64,
     pub(crate) base: u64,
     /// The importer's process on loopback (for [`crate::backend::loopback::hold`]).
@@ -142,6 +142,16 @@ pub(crate) struct Importer {
     pub(crate) writable: bool,
     /// Its process, from the kernel credentials of the Unix side channel (loopback only).
     pub(crate) pid: Option<u32>,
+}
+
+impl Importer {
+    /// The importer's node and incarnation.
+    pub(crate) fn owner(&self) -> Owner {
+        Owner {
+            node: self.node,
+            incarnation: self.incarnation,
+        }
+    }
 }
 
 /// What a connect answer needs from a published segment.
@@ -734,7 +744,7 @@ impl ExportSegment {
                             };
                             RebindNote {
                                 conn_id,
-                                node: i.node,
+                                owner: i.owner(),
                                 key,
                                 base,
                                 pid: i.pid,
@@ -885,7 +895,7 @@ async fn retire(ctx: &Arc<NodeContext>, p: Published) {
             ctx.remove_conn(conn_id);
             Notice {
                 ack: Ack::Revoke(conn_id),
-                node: imp.node,
+                owner: imp.owner(),
                 pid: imp.pid,
                 msg: Message::Revoke {
                     conn_id,
@@ -917,7 +927,7 @@ async fn finish_rebind(ctx: &Arc<NodeContext>, r: Rebound) {
         .iter()
         .map(|n| Notice {
             ack: Ack::Rebind(n.conn_id, r.generation),
-            node: n.node,
+            owner: n.owner,
             pid: n.pid,
             msg: Message::Rebind {
                 conn_id: n.conn_id,

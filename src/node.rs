@@ -45,6 +45,7 @@ use crate::NodeId;
 use crate::context::NodeContext;
 use crate::controller::{Controller, ControllerRegistry, SpinBudgets};
 use crate::dispatch::NodeHandler;
+use crate::limits::Limits;
 pub use crate::sans_io::config::NodeConfig;
 use crate::sans_io::config::{
     self, DEFAULT_CONFIG_PATH, ENV_CONFIG, ENV_LISTEN, ENV_NODE_ID, ENV_PEERS, MAX_FILE_BYTES,
@@ -428,6 +429,8 @@ pub struct NodeBuilder {
     signals_over_side_channel: bool,
     /// The spin budgets set here (`None`: unset, the environment's or the tuned figures).
     spin_budgets: SpinBudgets,
+    /// What the node grants one peer at most.
+    limits: Limits,
 }
 
 impl Default for NodeBuilder {
@@ -439,6 +442,7 @@ impl Default for NodeBuilder {
             byte_order: ByteOrder::native(),
             signals_over_side_channel: false,
             spin_budgets: SpinBudgets::default(),
+            limits: Limits::default(),
         }
     }
 }
@@ -648,6 +652,20 @@ impl NodeBuilder {
         self
     }
 
+    /// Sets what the node grants one peer node at most ([`Limits`]: open connections,
+    /// connect requests in progress, descriptors); beyond a limit that peer's request gets
+    /// `RSMERR_INSUFFICIENT_RESOURCES` and the node keeps serving the others. Default:
+    /// `Limits::default()`.
+    ///
+    /// ```
+    /// let builder = rsm::Node::builder().limits(rsm::Limits::default().connections_per_peer(16));
+    /// # let _ = builder;
+    /// ```
+    pub fn limits(mut self, limits: Limits) -> Self {
+        self.limits = limits;
+        self
+    }
+
     /// Resolves the configuration, binds the side-channel listener and starts the node.
     ///
     /// # Errors
@@ -721,6 +739,7 @@ impl NodeBuilder {
         let incarnation = rand::rng().random_range(1..=u64::MAX);
         let state = NodeContext::new(handle.clone());
         state.set_loopback_spin_budget(budgets.loopback());
+        state.set_limits(self.limits);
         state
             .signals
             .force_side_channel(self.signals_over_side_channel);

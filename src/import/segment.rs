@@ -260,10 +260,17 @@ impl ImportSegment {
             .map_err(ctx)?;
         let grant = match reply {
             Message::ConnectReply(r) => r.result.map_err(|code| {
-                ctx(Error::from_code(code as i32).unwrap_or_else(|| {
-                    Error::conn_aborted()
-                        .detail(format!("the exporter answered with unknown code {code}"))
-                }))
+                ctx(match Error::from_code(code as i32) {
+                    // The wire carries the code only; the exporter logs the limit.
+                    Some(e @ Error::InsufficientResources(_)) => e.detail(
+                        "the exporting node is at one of its limits for this node \
+                         (rsm::Limits: open connections, connects in progress, \
+                         descriptors); disconnect some first",
+                    ),
+                    Some(e) => e,
+                    None => Error::conn_aborted()
+                        .detail(format!("the exporter answered with unknown code {code}")),
+                })
             })?,
             other => {
                 return Err(ctx(
@@ -384,6 +391,11 @@ impl ImportSegment {
     /// The controller the import uses.
     pub fn controller(&self) -> &Controller {
         &self.inner.ctrl
+    }
+
+    /// The connection's id at the exporter.
+    pub(crate) fn connection_id(&self) -> u64 {
+        self.inner.conn_id
     }
 
     /// Operations posted and not yet completed by the provider.
