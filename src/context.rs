@@ -15,7 +15,7 @@ use crate::sans_io::segid;
 use crate::sans_io::wire::Message;
 use crate::sidechannel::SideChannel;
 use crate::{Error, Result};
-use futures::future::BoxFuture;
+use futures::future::{BoxFuture, Shared};
 use std::any::Any;
 use std::collections::HashMap;
 use std::future::Future;
@@ -46,6 +46,10 @@ struct Conn {
     /// Descriptors this node holds for it (counted against `Limits::descriptors_per_peer`).
     descriptors: usize,
 }
+
+/// Importer side: the wait of a dropped or disconnected import for its operations in
+/// flight; a revoke or rebind notice for it is acknowledged only once this is done.
+pub(crate) type Draining = Shared<BoxFuture<'static, ()>>;
 
 /// An acknowledgement an exporter awaits from an importer's node.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -87,6 +91,9 @@ pub(crate) struct NodeContext {
     limits: OnceLock<Limits>,
     /// Importer side: (exporting node, connection id) → import.
     imports: Mutex<HashMap<(u32, u64), Weak<Entry>>>,
+    /// Importer side: (exporting node, connection id) → the exporter's incarnation and the
+    /// wait of an import that is going for its operations in flight.
+    draining: Mutex<HashMap<(u32, u64), (u64, Draining)>>,
     /// Exporter side: acknowledgements awaited, with the peer they are awaited from.
     acks: Mutex<HashMap<Ack, (Owner, oneshot::Sender<()>)>>,
     engines: Mutex<Vec<Weak<Engine>>>,
@@ -124,6 +131,7 @@ impl NodeContext {
             connecting: Mutex::new(HashMap::new()),
             limits: OnceLock::new(),
             imports: Mutex::new(HashMap::new()),
+            draining: Mutex::new(HashMap::new()),
             acks: Mutex::new(HashMap::new()),
             engines: Mutex::new(Vec::new()),
             signals: Default::default(),
@@ -390,6 +398,32 @@ impl NodeContext {
         lock(&self.imports)
             .get(&(node, conn_id))
             .and_then(Weak::upgrade)
+    }
+
+    /// Importer side: the import of connection `conn_id` from `from` is going; notices for
+    /// it wait for `drained`, its operations in flight, until it is done.
+    pub(crate) fn add_draining(&self, from: Owner, conn_id: u64, drained: Draining) {
+        lock(&self.draining).insert((from.node, conn_id), (from.incarnation, drained));
+    }
+
+    pub(crate) fn remove_draining(&self, node: u32, conn_id: u64) {
+        lock(&self.draining).remove(&(node, conn_id));
+    }
+
+    /// Importer side: the wait of a going import of connection `conn_id` from `from`.
+    pub(crate) fn draining(&self, from: Owner, conn_id: u64) -> Option<Draining> {
+        lock(&self.draining)
+            .get(&(from.node, conn_id))
+            .filter(|(inc, _)| *inc == from.incarnation)
+            .map(|(_, d)| d.clone())
+    }
+
+    /// Importer side: whether the import of connection `conn_id` from `node` is being
+    /// dropped this instant (its entry is there, and dead).
+    pub(crate) fn import_going(&self, node: u32, conn_id: u64) -> bool {
+        lock(&self.imports)
+            .get(&(node, conn_id))
+            .is_some_and(|w| w.strong_count() == 0)
     }
 
     /// Importer side: every import from `node` that lives.

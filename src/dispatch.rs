@@ -21,6 +21,8 @@ use crate::sans_io::access::Requester;
 use crate::sans_io::wire::{ConnectGrant, ConnectReply, ConnectRequest, Message};
 use crate::sidechannel::{Handler, PeerInfo};
 use crate::{Error, Result};
+use futures::FutureExt;
+use futures::future::BoxFuture;
 use std::sync::{Arc, Weak};
 
 /// A table entry that is an export.
@@ -328,8 +330,8 @@ fn import_from(ctx: &NodeContext, from: Owner, conn_id: u64) -> Option<Arc<Impor
 }
 
 /// Importer side: the exporter revoked connection `conn_id` (DESIGN.md §4): the import
-/// fails new operations and acknowledges once those in flight are done; an unknown one at
-/// once.
+/// fails new operations and acknowledges once those in flight are done. An import that is
+/// going acknowledges once its operations are done; an unknown one at once.
 fn on_revoke(
     ctx: &Arc<NodeContext>,
     from: Owner,
@@ -344,9 +346,14 @@ fn on_revoke(
         ack_later(ctx, from, ack, async move { imp.revoked().await });
         return None;
     }
-    // Another incarnation's notice gets nothing; an unknown import acknowledges at once.
-    match ctx.import(from.node, conn_id) {
-        Some(_) => None,
+    if ctx.import(from.node, conn_id).is_some() {
+        return None;
+    }
+    match going(ctx, from, conn_id) {
+        Some(drained) => {
+            ack_later(ctx, from, ack, drained);
+            None
+        }
         None => Some(ack),
     }
 }
@@ -374,11 +381,38 @@ fn on_rebind(
         (Some(_), None) => return Some(ack),
         (None, _) => {}
     }
-    // Another incarnation's notice gets nothing; an unknown import acknowledges at once.
-    match ctx.import(from.node, conn_id) {
-        Some(_) => None,
+    if ctx.import(from.node, conn_id).is_some() {
+        return None;
+    }
+    match going(ctx, from, conn_id) {
+        Some(drained) => {
+            ack_later(ctx, from, ack, drained);
+            None
+        }
         None => Some(ack),
     }
+}
+
+/// Importer side: the wait of the import of connection `conn_id` from `from` that is going
+/// (dropped or disconnected, its operations maybe still in flight), if there is one.
+fn going(ctx: &Arc<NodeContext>, from: Owner, conn_id: u64) -> Option<BoxFuture<'static, ()>> {
+    if let Some(drained) = ctx.draining(from, conn_id) {
+        return Some(drained.boxed());
+    }
+    if !ctx.import_going(from.node, conn_id) {
+        return None;
+    }
+    // Dropped this instant: its drop registers the wait next, then leaves the table.
+    let ctx = Arc::clone(ctx);
+    let wait = async move {
+        while ctx.import_going(from.node, conn_id) {
+            tokio::task::yield_now().await;
+        }
+        if let Some(drained) = ctx.draining(from, conn_id) {
+            drained.await;
+        }
+    };
+    Some(wait.boxed())
 }
 
 /// Sends `ack` to `to` once `done` finished, from a task of the node.

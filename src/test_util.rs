@@ -77,3 +77,16 @@ pub async fn send_message(
 pub fn connection_id(imp: &crate::ImportSegment) -> u64 {
     imp.connection_id()
 }
+
+/// Operations (posted parts) of `ctrl`'s progress engine not yet completed by the
+/// provider; 0 on `loopback`, which has no engine.
+///
+/// ```no_run
+/// # fn f(ctrl: rsm::Controller) {
+/// let busy = rsm::test_util::operations_in_flight(&ctrl);
+/// # let _ = busy;
+/// # }
+/// ```
+pub fn operations_in_flight(ctrl: &crate::Controller) -> usize {
+    ctrl.fabric().map_or(0, |b| b.engine().in_flight())
+}

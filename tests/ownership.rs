@@ -6,7 +6,7 @@ mod common;
 use common::*;
 use futures::StreamExt;
 use rsm::test_util::wire::Message;
-use rsm::test_util::{connection_id, send_message};
+use rsm::test_util::{connection_id, operations_in_flight, send_message};
 use rsm::{Error, ExportFlags, Limits, Node, NodeId, Perm, SegmentEvent};
 use std::time::{Duration, Instant};
 
@@ -98,7 +98,7 @@ fn a_peer_beyond_its_connections_is_refused_and_the_node_serves_others() {
         assert!(e.to_string().contains("rsm::Limits"), "{e}");
         let ctrl_c = c.controller("tcp0").await.unwrap();
         let other = ctrl_c.import(NodeId(a_id), id, Perm::RDWR).await;
-        other.expect("another peer is served");
+        let _other = other.expect("another peer is served");
         assert_eq!(seg.importer_count(), 3);
         // B lets one go: once A heard, B may connect again.
         drop(first);
@@ -121,4 +121,82 @@ fn a_peer_beyond_its_connections_is_refused_and_the_node_serves_others() {
             n.shutdown().await;
         }
     });
+}
+
+/// B posts large puts, drops them, and lets the import go at once (`how`: "drop", or
+/// "disconnect" without awaiting it). Then A unpublishes (`unpublish`: the revoke's
+/// acknowledgement must wait for B's operations) or watches its importers (B's
+/// `Disconnect` must come after B's operations).
+fn a_going_import_leaves_after_its_operations(how: &str, unpublish: bool) {
+    runtime().block_on(async {
+        let a_id = fresh_node_id();
+        let a = node(a_id).await;
+        // No spinning: a first poll posts and returns, leaving the work to the engine.
+        let b = Node::builder().ignore_environment().id(a_id + 1);
+        let b = b.spin_budget(Duration::ZERO).start().await.unwrap();
+        let size = 8 << 20;
+        let (seg, imp) = export_and_import(&a, &b, "tcp0", size, ExportFlags::empty()).await;
+        let ctrl_b = imp.controller().clone();
+        // The provider's connection first, so that the puts below are posted at once.
+        imp.put(0, vec![1u8; 8]).await.unwrap();
+        for _ in 0..32 {
+            let mut op = imp.put(0, vec![3u8; size]);
+            // The first poll posts it; dropped, it still completes.
+            let _ = futures::poll!(&mut op);
+            drop(op);
+        }
+        assert!(
+            operations_in_flight(&ctrl_b) > 0,
+            "nothing in flight to test with"
+        );
+        let disconnect = match how {
+            "drop" => {
+                drop(imp);
+                None
+            }
+            _ => Some(tokio::spawn(imp.disconnect())),
+        };
+        if unpublish {
+            seg.unpublish().await.unwrap();
+            let busy = operations_in_flight(&ctrl_b);
+            assert_eq!(busy, 0, "the revoke ended with B's operations in flight");
+        } else {
+            let deadline = Instant::now() + Duration::from_secs(6);
+            // In-flight counts only fall from here: read after the importers, it bounds
+            // what was in flight when A counted none.
+            while seg.importer_count() != 0 {
+                assert!(Instant::now() < deadline, "B's disconnect never came");
+                tokio::time::sleep(Duration::from_micros(200)).await;
+            }
+            let busy = operations_in_flight(&ctrl_b);
+            assert_eq!(busy, 0, "A heard B's disconnect with operations in flight");
+            seg.unpublish().await.unwrap();
+        }
+        if let Some(d) = disconnect {
+            d.await.unwrap().unwrap();
+        }
+        for n in [a, b] {
+            n.shutdown().await;
+        }
+    });
+}
+
+#[test]
+fn an_unpublish_after_an_imports_drop_waits_for_its_operations() {
+    a_going_import_leaves_after_its_operations("drop", true);
+}
+
+#[test]
+fn a_dropped_imports_disconnect_follows_its_operations() {
+    a_going_import_leaves_after_its_operations("drop", false);
+}
+
+#[test]
+fn an_unpublish_during_a_disconnect_waits_for_its_operations() {
+    a_going_import_leaves_after_its_operations("disconnect", true);
+}
+
+#[test]
+fn a_disconnect_follows_its_operations() {
+    a_going_import_leaves_after_its_operations("disconnect", false);
 }
