@@ -8,7 +8,7 @@
 //! revoke or a rebind (notify, await the acknowledgements, hold the memory) is the
 //! export's (`export/settle.rs`), and only the acknowledgements come back here.
 
-use crate::context::{Ack, Entry, Inbound, NodeContext, Owner};
+use crate::context::{Ack, Entry, Inbound, NodeContext, Owner, REVOKE_WAIT};
 use crate::events::Importer;
 use crate::events::SegmentEvent;
 use crate::events::loopback_bell::{self, Ring};
@@ -405,7 +405,8 @@ fn going(ctx: &Arc<NodeContext>, from: Owner, conn_id: u64) -> Option<BoxFuture<
     // Dropped this instant: its drop registers the wait next, then leaves the table.
     let ctx = Arc::clone(ctx);
     let wait = async move {
-        while ctx.import_going(from.node, conn_id) {
+        let until = tokio::time::Instant::now() + REVOKE_WAIT;
+        while ctx.import_going(from.node, conn_id) && tokio::time::Instant::now() < until {
             tokio::task::yield_now().await;
         }
         if let Some(drained) = ctx.draining(from, conn_id) {
