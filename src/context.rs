@@ -8,16 +8,17 @@
 //! dispatcher installs, as the side channel's messages go to its `Handler`.
 
 use crate::events::loopback_bell::{OnRing, Ring};
-use crate::events::route::Routes;
+use crate::events::route::{MAX_BELL_TOKEN, Routes};
+use crate::limits::Limits;
 use crate::reactor::engine::Engine;
 use crate::sans_io::segid;
 use crate::sans_io::wire::Message;
 use crate::sidechannel::SideChannel;
 use crate::{Error, Result};
+use futures::future::{BoxFuture, Shared};
 use std::any::Any;
 use std::collections::HashMap;
 use std::future::Future;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock, Weak};
 use std::time::Duration;
 use tokio::sync::oneshot;
@@ -29,6 +30,26 @@ pub(crate) const REVOKE_WAIT: Duration = Duration::from_secs(5);
 /// What the tables hold: an export (`ExportInner`) or an import (`ImportInner`), which the
 /// dispatcher downcasts to.
 pub(crate) type Entry = dyn Any + Send + Sync;
+
+/// A peer node as one incarnation of it: who owns a connection, and who may speak for it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub(crate) struct Owner {
+    pub(crate) node: u32,
+    pub(crate) incarnation: u64,
+}
+
+/// Exporter side: one connection, and the importer it belongs to.
+#[derive(Debug, Clone, Copy)]
+struct Conn {
+    segid: u32,
+    owner: Owner,
+    /// Descriptors this node holds for it (counted against `Limits::descriptors_per_peer`).
+    descriptors: usize,
+}
+
+/// Importer side: the wait of a dropped or disconnected import for its operations in
+/// flight; a revoke or rebind notice for it is acknowledged only once this is done.
+pub(crate) type Draining = Shared<BoxFuture<'static, ()>>;
 
 /// An acknowledgement an exporter awaits from an importer's node.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -63,14 +84,19 @@ pub(crate) struct NodeContext {
     side: OnceLock<Arc<SideChannel>>,
     inbound: OnceLock<Inbound>,
     exports: Mutex<Exports>,
-    /// Exporter side: connection id → segment id.
-    conns: Mutex<HashMap<u64, u32>>,
+    /// Exporter side: connection id → segment and owner.
+    conns: Mutex<HashMap<u64, Conn>>,
+    /// Exporter side: connect requests being answered, per peer node.
+    connecting: Mutex<HashMap<u32, usize>>,
+    limits: OnceLock<Limits>,
     /// Importer side: (exporting node, connection id) → import.
     imports: Mutex<HashMap<(u32, u64), Weak<Entry>>>,
-    /// Exporter side: acknowledgements awaited, with the node they are awaited from.
-    acks: Mutex<HashMap<Ack, (u32, oneshot::Sender<()>)>>,
+    /// Importer side: (exporting node, connection id) → the exporter's incarnation and the
+    /// wait of an import that is going for its operations in flight.
+    draining: Mutex<HashMap<(u32, u64), (u64, Draining)>>,
+    /// Exporter side: acknowledgements awaited, with the peer they are awaited from.
+    acks: Mutex<HashMap<Ack, (Owner, oneshot::Sender<()>)>>,
     engines: Mutex<Vec<Weak<Engine>>>,
-    next_conn: AtomicU64,
     /// Signal routes: importer tokens and importers' doorbells (`events/route.rs`).
     pub(crate) signals: Routes,
     /// How long a loopback signal wait looks at the doorbells before its task parks (the
@@ -102,14 +128,24 @@ impl NodeContext {
                 next_auto: u64::from(segid::AUTO_ID_BASE),
             }),
             conns: Mutex::new(HashMap::new()),
+            connecting: Mutex::new(HashMap::new()),
+            limits: OnceLock::new(),
             imports: Mutex::new(HashMap::new()),
+            draining: Mutex::new(HashMap::new()),
             acks: Mutex::new(HashMap::new()),
             engines: Mutex::new(Vec::new()),
-            // Below 2^32 for 2^31 connections: a signal's doorbell word carries 32 bits of it.
-            next_conn: AtomicU64::new(u64::from(rand::random::<u32>() >> 1) + 1),
             signals: Default::default(),
             loopback_signal_spin: OnceLock::new(),
         })
+    }
+
+    /// Sets the node's per-peer limits; once (the builder's, else the defaults).
+    pub(crate) fn set_limits(&self, limits: Limits) {
+        let _ = self.limits.set(limits);
+    }
+
+    pub(crate) fn limits(&self) -> Limits {
+        self.limits.get().copied().unwrap_or_default()
     }
 
     /// Sets the spin budget of the `loopback` controller (`None`: the tuned figure); once.
@@ -268,13 +304,72 @@ impl NodeContext {
             .collect()
     }
 
-    pub(crate) fn next_conn_id(&self) -> u64 {
-        self.next_conn.fetch_add(1, Ordering::Relaxed)
+    /// Exporter side: a connect request of `node` is being answered until the guard goes;
+    /// `RSMERR_INSUFFICIENT_RESOURCES` beyond `Limits::connects_in_progress_per_peer`.
+    pub(crate) fn begin_connect(&self, node: u32) -> Result<Connecting<'_>> {
+        let limit = self.limits().connects_in_progress_per_peer;
+        let mut c = lock(&self.connecting);
+        let n = c.entry(node).or_insert(0);
+        if *n >= limit {
+            return Err(Error::insufficient_resources().node(node).detail(format!(
+                "node {node} has {limit} connect requests in progress, this node's limit \
+                 (Limits::connects_in_progress_per_peer)"
+            )));
+        }
+        *n += 1;
+        Ok(Connecting { ctx: self, node })
     }
 
-    /// Exporter side: connection `conn_id` is to segment `segid`.
-    pub(crate) fn add_conn(&self, conn_id: u64, segid: u32) {
-        lock(&self.conns).insert(conn_id, segid);
+    /// Exporter side: a new connection of `owner` to segment `segid`, holding `descriptors`
+    /// descriptors; returns its id, random below 2^32 (a doorbell word carries 32 bits of
+    /// it, events/route.rs) and unique among the node's connections. What protects a
+    /// connection is its owner, not its id: only the owner may end it or signal on it.
+    /// `RSMERR_INSUFFICIENT_RESOURCES` beyond the owner's node's limits.
+    pub(crate) fn open_conn(&self, segid: u32, owner: Owner, descriptors: usize) -> Result<u64> {
+        let limits = self.limits();
+        let mut conns = lock(&self.conns);
+        let (open, held) = conns
+            .values()
+            .filter(|c| c.owner.node == owner.node)
+            .fold((0, 0), |(n, d), c| (n + 1, d + c.descriptors));
+        let refuse = |what: String| {
+            Err(Error::insufficient_resources()
+                .node(owner.node)
+                .segment(segid)
+                .detail(what))
+        };
+        if open >= limits.connections_per_peer {
+            return refuse(format!(
+                "node {} has {open} open connections, this node's limit \
+                 (Limits::connections_per_peer); disconnect some first",
+                owner.node
+            ));
+        }
+        if held + descriptors > limits.descriptors_per_peer {
+            return refuse(format!(
+                "node {}'s connections hold {held} descriptors and this one needs \
+                 {descriptors}, beyond this node's limit (Limits::descriptors_per_peer)",
+                owner.node
+            ));
+        }
+        let conn_id = loop {
+            let id = rand::random_range(1..=MAX_BELL_TOKEN);
+            if !conns.contains_key(&id) {
+                break id;
+            }
+        };
+        let conn = Conn {
+            segid,
+            owner,
+            descriptors,
+        };
+        conns.insert(conn_id, conn);
+        Ok(conn_id)
+    }
+
+    /// Exporter side: the importer that owns connection `conn_id`.
+    pub(crate) fn conn_owner(&self, conn_id: u64) -> Option<Owner> {
+        lock(&self.conns).get(&conn_id).map(|c| c.owner)
     }
 
     /// Exporter side: connection `conn_id` ended; its signals route nowhere any more.
@@ -285,7 +380,7 @@ impl NodeContext {
 
     /// Exporter side: the export connection `conn_id` is to.
     pub(crate) fn export_of_conn(&self, conn_id: u64) -> Option<Arc<Entry>> {
-        let segid = *lock(&self.conns).get(&conn_id)?;
+        let segid = lock(&self.conns).get(&conn_id)?.segid;
         self.export(segid)
     }
 
@@ -305,6 +400,32 @@ impl NodeContext {
             .and_then(Weak::upgrade)
     }
 
+    /// Importer side: the import of connection `conn_id` from `from` is going; notices for
+    /// it wait for `drained`, its operations in flight, until it is done.
+    pub(crate) fn add_draining(&self, from: Owner, conn_id: u64, drained: Draining) {
+        lock(&self.draining).insert((from.node, conn_id), (from.incarnation, drained));
+    }
+
+    pub(crate) fn remove_draining(&self, node: u32, conn_id: u64) {
+        lock(&self.draining).remove(&(node, conn_id));
+    }
+
+    /// Importer side: the wait of a going import of connection `conn_id` from `from`.
+    pub(crate) fn draining(&self, from: Owner, conn_id: u64) -> Option<Draining> {
+        lock(&self.draining)
+            .get(&(from.node, conn_id))
+            .filter(|(inc, _)| *inc == from.incarnation)
+            .map(|(_, d)| d.clone())
+    }
+
+    /// Importer side: whether the import of connection `conn_id` from `node` is being
+    /// dropped this instant (its entry is there, and dead).
+    pub(crate) fn import_going(&self, node: u32, conn_id: u64) -> bool {
+        lock(&self.imports)
+            .get(&(node, conn_id))
+            .is_some_and(|w| w.strong_count() == 0)
+    }
+
     /// Importer side: every import from `node` that lives.
     pub(crate) fn imports_from(&self, node: u32) -> Vec<Arc<Entry>> {
         lock(&self.imports)
@@ -321,16 +442,15 @@ impl NodeContext {
         self: &Arc<Self>,
         what: &'static str,
         segment: u32,
-        notices: Vec<(Ack, u32, Message)>,
+        notices: Vec<(Ack, Owner, Message)>,
     ) -> Vec<u64> {
-        let mut waits: Vec<futures::future::BoxFuture<'static, Option<u64>>> = Vec::new();
+        let mut waits: Vec<BoxFuture<'static, Option<u64>>> = Vec::new();
         let mut sent = Vec::with_capacity(notices.len());
-        for (ack, node, msg) in notices {
-            let (tx, rx) = oneshot::channel();
-            lock(&self.acks).insert(ack, (node, tx));
+        for (ack, owner, msg) in notices {
+            let rx = self.await_ack(ack, owner);
             sent.push(ack);
             match self.side() {
-                Ok(side) if side.send(node, msg).await.is_ok() => {
+                Ok(side) if side.send(owner.node, msg).await.is_ok() => {
                     let conn_id = ack.conn_id();
                     waits.push(Box::pin(async move { rx.await.ok().map(|()| conn_id) }))
                 }
@@ -356,15 +476,46 @@ impl NodeContext {
         acked
     }
 
-    /// An importer's node acknowledged.
-    pub(crate) fn acknowledged(&self, ack: Ack) {
-        if let Some((_, tx)) = lock(&self.acks).remove(&ack) {
-            let _ = tx.send(());
-        }
+    /// `ack` is awaited from `owner`: the receiver completes when it acknowledged.
+    pub(crate) fn await_ack(&self, ack: Ack, owner: Owner) -> oneshot::Receiver<()> {
+        let (tx, rx) = oneshot::channel();
+        lock(&self.acks).insert(ack, (owner, tx));
+        rx
     }
 
-    /// `node` is gone: nothing awaited from it is awaited any more.
-    pub(crate) fn forget_acks_of(&self, node: u32) {
-        lock(&self.acks).retain(|_, (n, _)| *n != node);
+    /// `from` acknowledged; counts only if the acknowledgement is awaited from it. Returns
+    /// whether it counted.
+    pub(crate) fn acknowledged(&self, ack: Ack, from: Owner) -> bool {
+        let mut acks = lock(&self.acks);
+        if acks.get(&ack).is_none_or(|(owner, _)| *owner != from) {
+            return false;
+        }
+        if let Some((_, tx)) = acks.remove(&ack) {
+            let _ = tx.send(());
+        }
+        true
+    }
+
+    /// `peer` is gone: nothing awaited from it is awaited any more.
+    pub(crate) fn forget_acks_of(&self, peer: Owner) {
+        lock(&self.acks).retain(|_, (owner, _)| *owner != peer);
+    }
+}
+
+/// A connect request being answered ([`NodeContext::begin_connect`]); ends on drop.
+pub(crate) struct Connecting<'a> {
+    ctx: &'a NodeContext,
+    node: u32,
+}
+
+impl Drop for Connecting<'_> {
+    fn drop(&mut self) {
+        let mut c = lock(&self.ctx.connecting);
+        if let Some(n) = c.get_mut(&self.node) {
+            *n -= 1;
+            if *n == 0 {
+                c.remove(&self.node);
+            }
+        }
     }
 }

@@ -8,7 +8,7 @@
 //! revoke or a rebind (notify, await the acknowledgements, hold the memory) is the
 //! export's (`export/settle.rs`), and only the acknowledgements come back here.
 
-use crate::context::{Ack, Entry, Inbound, NodeContext};
+use crate::context::{Ack, Entry, Inbound, NodeContext, Owner, REVOKE_WAIT};
 use crate::events::Importer;
 use crate::events::SegmentEvent;
 use crate::events::loopback_bell::{self, Ring};
@@ -21,6 +21,8 @@ use crate::sans_io::access::Requester;
 use crate::sans_io::wire::{ConnectGrant, ConnectReply, ConnectRequest, Message};
 use crate::sidechannel::{Handler, PeerInfo};
 use crate::{Error, Result};
+use futures::FutureExt;
+use futures::future::BoxFuture;
 use std::sync::{Arc, Weak};
 
 /// A table entry that is an export.
@@ -33,8 +35,23 @@ fn import_inner(e: Arc<Entry>) -> Option<Arc<ImportInner>> {
     e.downcast().ok()
 }
 
+/// The peer a link speaks for: its node and incarnation.
+fn owner(peer: &PeerInfo) -> Owner {
+    Owner {
+        node: peer.node_id,
+        incarnation: peer.incarnation,
+    }
+}
+
+/// How many descriptors the exporter holds for one loopback connection: the shared memfd, a
+/// doorbell page and its two eventfds.
+const LOOPBACK_DESCRIPTORS: usize = 4;
+
 fn handle_connect(ctx: &Arc<NodeContext>, peer: &PeerInfo, r: ConnectRequest) -> Message {
-    let result = admit(ctx, peer, &r).map_err(|e| {
+    let result = ctx
+        .begin_connect(peer.node_id)
+        .and_then(|_connecting| admit(ctx, peer, &r))
+        .map_err(|e| {
         tracing::debug!(node = peer.node_id, segment = format_args!("{:#x}", r.segment_id), error = %e, "connect refused");
         e.code() as u32
     });
@@ -66,7 +83,13 @@ fn admit(ctx: &Arc<NodeContext>, peer: &PeerInfo, r: &ConnectRequest) -> Result<
         b.check_peer_address(&r.fabric_addr)
             .map_err(|e| e.segment(r.segment_id))?;
     }
-    let conn_id = ctx.next_conn_id();
+    let descriptors = match loopback_pid {
+        Some(_) => LOOPBACK_DESCRIPTORS,
+        None => 0,
+    };
+    let conn_id = ctx
+        .open_conn(r.segment_id, owner(peer), descriptors)
+        .map_err(|e| e.segment(r.segment_id))?;
     let g = export
         .admit(
             conn_id,
@@ -80,19 +103,22 @@ fn admit(ctx: &Arc<NodeContext>, peer: &PeerInfo, r: &ConnectRequest) -> Result<
             &requester(peer, r),
             Perm::from_bits(r.perm),
         )
-        .map_err(|e| e.segment(r.segment_id))?;
+        .map_err(|e| {
+            ctx.remove_conn(conn_id);
+            e.segment(r.segment_id)
+        })?;
     let (key, fabric_addr) = match (g.share, loopback_pid, export.controller().loopback()) {
         // On loopback keys[0] is the ticket for the memfd, fabric_addr the service name.
         (Some(fd), Some(pid), Some(lo)) => match lo.offer(conn_id, fd, pid) {
             Ok(offer) => offer,
             Err(e) => {
                 export.forget(conn_id);
+                ctx.remove_conn(conn_id);
                 return Err(e.segment(r.segment_id));
             }
         },
         _ => (g.key, g.fabric_addr),
     };
-    ctx.add_conn(conn_id, r.segment_id);
     ctx.signals.add_importer(
         conn_id,
         peer.node_id,
@@ -177,86 +203,55 @@ impl NodeHandler {
 impl Handler for NodeHandler {
     fn on_message(&self, peer: &PeerInfo, msg: Message) -> Option<Message> {
         let node = self.0.upgrade()?;
+        let from = owner(peer);
         match msg {
             Message::ConnectRequest(r) => Some(handle_connect(&node, peer, r)),
             Message::Disconnect { conn_id } => {
-                if let Some(export) = node.export_of_conn(conn_id).and_then(export_inner) {
-                    export.forget(conn_id);
-                }
-                node.remove_conn(conn_id);
+                on_disconnect(&node, from, conn_id);
                 None
             }
             Message::Signal { conn_id, flags } => {
-                on_side_signal(&node, peer.node_id, conn_id, flags);
+                on_side_signal(&node, from, conn_id, flags);
                 None
             }
             Message::Revoke {
                 conn_id,
                 generation,
-            } => {
-                if let Some(imp) = node.import(peer.node_id, conn_id).and_then(import_inner) {
-                    let n = Arc::clone(&node);
-                    let from = peer.node_id;
-                    node.spawn(async move {
-                        imp.revoked().await;
-                        if let Ok(side) = n.side() {
-                            let _ = side
-                                .send(
-                                    from,
-                                    Message::RevokeAck {
-                                        conn_id,
-                                        generation,
-                                    },
-                                )
-                                .await;
-                        }
-                    });
-                    None
-                } else {
-                    Some(Message::RevokeAck {
-                        conn_id,
-                        generation,
-                    })
-                }
-            }
+            } => on_revoke(&node, from, conn_id, generation),
             Message::Rebind {
                 conn_id,
                 generation,
                 keys,
                 base,
-            } => {
-                let imp = node.import(peer.node_id, conn_id).and_then(import_inner);
-                match (imp, keys.first().copied()) {
-                    (Some(imp), Some(key)) => {
-                        let n = Arc::clone(&node);
-                        let from = peer.node_id;
-                        node.spawn(async move {
-                            imp.rebound(base, key, generation).await;
-                            if let Ok(side) = n.side() {
-                                let ack = Message::RebindAck {
-                                    conn_id,
-                                    generation,
-                                };
-                                let _ = side.send(from, ack).await;
-                            }
-                        });
-                        None
-                    }
-                    _ => Some(Message::RebindAck {
-                        conn_id,
-                        generation,
-                    }),
-                }
-            }
+            } => on_rebind(
+                &node,
+                from,
+                conn_id,
+                generation,
+                keys.first().copied(),
+                base,
+            ),
             Message::RebindAck {
                 conn_id,
                 generation,
             } => {
-                node.acknowledged(Ack::Rebind(conn_id, generation));
+                if !node.acknowledged(Ack::Rebind(conn_id, generation), from) {
+                    tracing::debug!(
+                        node = from.node,
+                        conn_id,
+                        "rebind acknowledgement not awaited from that peer dropped"
+                    );
+                }
                 None
             }
             Message::RevokeAck { conn_id, .. } => {
-                node.acknowledged(Ack::Revoke(conn_id));
+                if !node.acknowledged(Ack::Revoke(conn_id), from) {
+                    tracing::debug!(
+                        node = from.node,
+                        conn_id,
+                        "revoke acknowledgement not awaited from that peer dropped"
+                    );
+                }
                 None
             }
             Message::Wake { controller } => {
@@ -301,8 +296,145 @@ impl Handler for NodeHandler {
                 node.remove_conn(conn_id);
             }
         }
-        node.forget_acks_of(node_id);
+        node.forget_acks_of(Owner {
+            node: node_id,
+            incarnation,
+        });
     }
+}
+
+/// Exporter side: `from` ends connection `conn_id`; only its owner may.
+fn on_disconnect(ctx: &NodeContext, from: Owner, conn_id: u64) {
+    if ctx.conn_owner(conn_id) != Some(from) {
+        tracing::debug!(
+            node = from.node,
+            conn_id,
+            "disconnect of a connection that peer does not own dropped"
+        );
+        return;
+    }
+    if let Some(export) = ctx.export_of_conn(conn_id).and_then(export_inner) {
+        export.forget(conn_id);
+    }
+    ctx.remove_conn(conn_id);
+}
+
+/// Importer side: the import of connection `conn_id` from `from`, if `from` is the
+/// exporter (node and incarnation) it was granted by.
+fn import_from(ctx: &NodeContext, from: Owner, conn_id: u64) -> Option<Arc<ImportInner>> {
+    let imp = ctx.import(from.node, conn_id).and_then(import_inner)?;
+    if imp.peer_incarnation() != from.incarnation {
+        tracing::debug!(
+            node = from.node,
+            conn_id,
+            "notice from another incarnation of the exporter dropped"
+        );
+        return None;
+    }
+    Some(imp)
+}
+
+/// Importer side: the exporter revoked connection `conn_id` (DESIGN.md §4): the import
+/// fails new operations and acknowledges once those in flight are done. An import that is
+/// going acknowledges once its operations are done; an unknown one at once.
+fn on_revoke(
+    ctx: &Arc<NodeContext>,
+    from: Owner,
+    conn_id: u64,
+    generation: u32,
+) -> Option<Message> {
+    let ack = Message::RevokeAck {
+        conn_id,
+        generation,
+    };
+    if let Some(imp) = import_from(ctx, from, conn_id) {
+        ack_later(ctx, from, ack, async move { imp.revoked().await });
+        return None;
+    }
+    if ctx.import(from.node, conn_id).is_some() {
+        return None;
+    }
+    match going(ctx, from, conn_id) {
+        Some(drained) => {
+            ack_later(ctx, from, ack, drained);
+            None
+        }
+        None => Some(ack),
+    }
+}
+
+/// Importer side: the exporter rebound connection `conn_id` to `key` at `base`
+/// (DESIGN.md §4); acknowledged as a revoke is.
+fn on_rebind(
+    ctx: &Arc<NodeContext>,
+    from: Owner,
+    conn_id: u64,
+    generation: u32,
+    key: Option<u64>,
+    base: u64,
+) -> Option<Message> {
+    let ack = Message::RebindAck {
+        conn_id,
+        generation,
+    };
+    match (import_from(ctx, from, conn_id), key) {
+        (Some(imp), Some(key)) => {
+            let rebound = async move { imp.rebound(base, key, generation).await };
+            ack_later(ctx, from, ack, rebound);
+            return None;
+        }
+        (Some(_), None) => return Some(ack),
+        (None, _) => {}
+    }
+    if ctx.import(from.node, conn_id).is_some() {
+        return None;
+    }
+    match going(ctx, from, conn_id) {
+        Some(drained) => {
+            ack_later(ctx, from, ack, drained);
+            None
+        }
+        None => Some(ack),
+    }
+}
+
+/// Importer side: the wait of the import of connection `conn_id` from `from` that is going
+/// (dropped or disconnected, its operations maybe still in flight), if there is one.
+fn going(ctx: &Arc<NodeContext>, from: Owner, conn_id: u64) -> Option<BoxFuture<'static, ()>> {
+    if let Some(drained) = ctx.draining(from, conn_id) {
+        return Some(drained.boxed());
+    }
+    if !ctx.import_going(from.node, conn_id) {
+        return None;
+    }
+    // Dropped this instant: its drop registers the wait next, then leaves the table.
+    let ctx = Arc::clone(ctx);
+    let wait = async move {
+        let until = tokio::time::Instant::now() + REVOKE_WAIT;
+        while ctx.import_going(from.node, conn_id) && tokio::time::Instant::now() < until {
+            tokio::task::yield_now().await;
+        }
+        if let Some(drained) = ctx.draining(from, conn_id) {
+            drained.await;
+        }
+    };
+    Some(wait.boxed())
+}
+
+/// Sends `ack` to `to` once `done` finished, from a task of the node.
+fn ack_later(
+    ctx: &Arc<NodeContext>,
+    to: Owner,
+    ack: Message,
+    done: impl std::future::Future<Output = ()> + Send + 'static,
+) {
+    let n = Arc::clone(ctx);
+    Arc::clone(ctx).spawn(async move {
+        done.await;
+        if let Ok(side) = n.side() {
+            let _ = side.send(to.node, ack).await;
+        }
+    });
 }
 
 /// A doorbell rang on one of this node's controllers (called on the engine's thread). The
@@ -314,16 +446,16 @@ fn on_doorbell(ctx: &NodeContext, word: u64) {
 }
 
 /// A `Signal` arrived over the side channel from `from`.
-fn on_side_signal(ctx: &NodeContext, from: u32, token: u64, flags: u32) {
+fn on_side_signal(ctx: &NodeContext, from: Owner, token: u64, flags: u32) {
     let w = decode(u64::from(flags));
     deliver(ctx, Sent::Side(from), token, w.to_importer, w.no_accumulate);
 }
 
-/// How a signal says who sent it: the side channel's link names the node; a doorbell word
-/// carries a check of the sender's token for the connection.
+/// How a signal says who sent it: the side channel's link names the node and its
+/// incarnation; a doorbell word carries a check of the sender's token for the connection.
 #[derive(Clone, Copy)]
 enum Sent {
-    Side(u32),
+    Side(Owner),
     Bell(Word),
 }
 
@@ -379,7 +511,7 @@ fn on_loopback_bell(ctx: &NodeContext, ring: Ring) {
 fn deliver(ctx: &NodeContext, sent: Sent, token: u64, to_importer: bool, no_acc: bool) {
     if to_importer {
         match ctx.signals.import(token).and_then(import_inner) {
-            Some(imp) if from_peer(sent, imp.node(), imp.conn_id()) => {
+            Some(imp) if from_peer(sent, exporter_of(&imp), imp.conn_id()) => {
                 imp.on_signal(no_acc);
             }
             _ => tracing::debug!(token, "signal for an unknown import dropped"),
@@ -389,22 +521,28 @@ fn deliver(ctx: &NodeContext, sent: Sent, token: u64, to_importer: bool, no_acc:
     // The importer's own token for the connection, which a doorbell word's check names.
     let importer_token = ctx.signals.importer(token).map(|b| b.token());
     let export = ctx.export_of_conn(token).and_then(export_inner);
-    match (
-        export.and_then(|e| e.importer_node(token).map(|n| (e, n))),
-        importer_token,
-    ) {
-        (Some((e, node)), Some(t)) if from_peer(sent, node, t) => {
-            e.on_signal(Importer::new(node, token), no_acc);
+    match (export, ctx.conn_owner(token), importer_token) {
+        (Some(e), Some(owner), Some(t)) if from_peer(sent, owner, t) => {
+            e.on_signal(Importer::new(owner.node, token), no_acc);
         }
         _ => tracing::debug!(token, "signal for an unknown connection dropped"),
     }
 }
 
-/// Whether a signal came from the connection's peer: `node` on a side-channel link, or
-/// a doorbell word whose check matches `sender_token`, the peer's token for it.
-fn from_peer(sent: Sent, node: u32, sender_token: u64) -> bool {
+/// The exporter of an import, as its side-channel link names it.
+fn exporter_of(imp: &ImportInner) -> Owner {
+    Owner {
+        node: imp.node(),
+        incarnation: imp.peer_incarnation(),
+    }
+}
+
+/// Whether a signal came from the connection's peer: `peer` (node and incarnation) on a
+/// side-channel link, or a doorbell word whose check matches `sender_token`, the peer's
+/// token for it.
+fn from_peer(sent: Sent, peer: Owner, sender_token: u64) -> bool {
     match sent {
-        Sent::Side(from) => from == node,
+        Sent::Side(from) => from == peer,
         Sent::Bell(w) => checks(&w, sender_token),
     }
 }
@@ -428,6 +566,209 @@ mod tests {
             signal_token: 0,
             doorbell: None,
         }
+    }
+
+    fn own(node: u32, incarnation: u64) -> Owner {
+        Owner { node, incarnation }
+    }
+
+    /// A link's view of peer `o`.
+    fn link(o: Owner) -> PeerInfo {
+        PeerInfo {
+            node_id: o.node,
+            incarnation: o.incarnation,
+            ..peer(None)
+        }
+    }
+
+    /// A context with no side channel, and its dispatcher.
+    fn context() -> (tokio::runtime::Runtime, Arc<NodeContext>, Arc<NodeHandler>) {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .expect("runtime");
+        let ctx = NodeContext::new(rt.handle().clone());
+        let handler = NodeHandler::new(&ctx);
+        (rt, ctx, handler)
+    }
+
+    #[test]
+    fn connection_ids_are_random_unique_and_fit_a_doorbell_word() {
+        let (_rt, ctx, _) = context();
+        let ids: Vec<u64> = (0..1000)
+            .map(|_| ctx.open_conn(0x400000, own(7, 1), 0).expect("open"))
+            .collect();
+        let unique: std::collections::HashSet<u64> = ids.iter().copied().collect();
+        assert_eq!(unique.len(), ids.len());
+        assert!(
+            ids.iter()
+                .all(|&c| c != 0 && c <= crate::events::route::MAX_BELL_TOKEN)
+        );
+        // Not counted up: a peer cannot name another's connection from its own.
+        let consecutive = ids.windows(2).filter(|w| w[1] == w[0] + 1).count();
+        assert!(consecutive < 10, "{consecutive} consecutive ids");
+    }
+
+    #[test]
+    fn only_the_owner_disconnects_its_connection() {
+        let (_rt, ctx, handler) = context();
+        let conn = ctx.open_conn(0x400000, own(7, 1), 0).expect("open");
+        // Another node, then the same node under another incarnation: nothing happens.
+        for intruder in [own(8, 1), own(7, 2)] {
+            let reply = handler.on_message(&link(intruder), Message::Disconnect { conn_id: conn });
+            assert!(reply.is_none());
+            assert_eq!(ctx.conn_owner(conn), Some(own(7, 1)), "{intruder:?}");
+        }
+        handler.on_message(&link(own(7, 1)), Message::Disconnect { conn_id: conn });
+        assert_eq!(ctx.conn_owner(conn), None);
+    }
+
+    #[test]
+    fn acknowledgements_count_only_from_the_peer_they_are_awaited_from() {
+        let (_rt, ctx, handler) = context();
+        let conn = 0x1234;
+        let mut revoke = ctx.await_ack(Ack::Revoke(conn), own(7, 1));
+        let mut rebind = ctx.await_ack(Ack::Rebind(conn, 3), own(7, 1));
+        for intruder in [own(8, 1), own(7, 2)] {
+            handler.on_message(
+                &link(intruder),
+                Message::RevokeAck {
+                    conn_id: conn,
+                    generation: 1,
+                },
+            );
+            handler.on_message(
+                &link(intruder),
+                Message::RebindAck {
+                    conn_id: conn,
+                    generation: 3,
+                },
+            );
+            assert!(revoke.try_recv().is_err(), "{intruder:?}");
+            assert!(rebind.try_recv().is_err(), "{intruder:?}");
+        }
+        handler.on_message(
+            &link(own(7, 1)),
+            Message::RevokeAck {
+                conn_id: conn,
+                generation: 1,
+            },
+        );
+        handler.on_message(
+            &link(own(7, 1)),
+            Message::RebindAck {
+                conn_id: conn,
+                generation: 3,
+            },
+        );
+        assert!(revoke.try_recv().is_ok());
+        assert!(rebind.try_recv().is_ok());
+    }
+
+    #[test]
+    fn a_peer_beyond_its_connection_limits_is_refused_and_others_are_not() {
+        let (_rt, ctx, _) = context();
+        ctx.set_limits(
+            crate::Limits::default()
+                .connections_per_peer(2)
+                .descriptors_per_peer(6)
+                .connects_in_progress_per_peer(1),
+        );
+        let a = ctx.open_conn(1, own(7, 1), 0).expect("first");
+        ctx.open_conn(1, own(7, 2), LOOPBACK_DESCRIPTORS)
+            .expect("second, another incarnation");
+        let e = ctx.open_conn(1, own(7, 1), 0).unwrap_err();
+        assert!(matches!(e, Error::InsufficientResources(_)), "{e}");
+        assert!(e.to_string().contains("connections_per_peer"), "{e}");
+        // Another node is served all the same.
+        ctx.open_conn(1, own(8, 1), LOOPBACK_DESCRIPTORS)
+            .expect("another node");
+        // A connection that ends makes room; descriptors have their own bound.
+        ctx.remove_conn(a);
+        let e = ctx
+            .open_conn(1, own(7, 1), LOOPBACK_DESCRIPTORS)
+            .unwrap_err();
+        assert!(e.to_string().contains("descriptors_per_peer"), "{e}");
+        ctx.open_conn(1, own(7, 1), 0).expect("room again");
+        // Connect requests in progress, per node.
+        let first = ctx.begin_connect(7).expect("first request");
+        let e = ctx.begin_connect(7).err().expect("beyond the limit");
+        assert!(
+            e.to_string().contains("connects_in_progress_per_peer"),
+            "{e}"
+        );
+        let _other = ctx.begin_connect(8).expect("another node");
+        drop(first);
+        ctx.begin_connect(7).expect("after the first answered");
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn signals_and_notices_count_only_from_the_connections_peer() {
+        use crate::{ExportFlags, Node, NodeId, Perm};
+        let start = |id: u32| Node::builder().ignore_environment().id(id).start();
+        let a_id = 3_000_000 + (rand::random::<u32>() % 500_000) * 4;
+        let (a, b) = (start(a_id).await.unwrap(), start(a_id + 1).await.unwrap());
+        let seg = a.controller("tcp0").await.unwrap();
+        let seg = seg.export(1 << 16, ExportFlags::empty()).unwrap();
+        let id = seg.publish(None, &[]).await.unwrap();
+        let ctrl = b.controller("tcp0").await.unwrap();
+        let imp = ctrl.import(NodeId(a_id), id, Perm::RDWR).await.unwrap();
+        let (ha, hb) = (
+            NodeHandler::new(&a.inner.state),
+            NodeHandler::new(&b.inner.state),
+        );
+        let conn = imp.connection_id();
+        let (a_own, b_own) = (own(a_id, a.incarnation()), own(a_id + 1, b.incarnation()));
+        let c_own = own(a_id + 2, 1);
+        // At the exporter: a third node, or the importer's node under another incarnation,
+        // neither signals nor ends the connection.
+        for intruder in [c_own, own(b_own.node, b_own.incarnation ^ 1)] {
+            let signal = Message::Signal {
+                conn_id: conn,
+                flags: 0,
+            };
+            ha.on_message(&link(intruder), signal);
+            ha.on_message(&link(intruder), Message::Disconnect { conn_id: conn });
+        }
+        assert_eq!(seg.pending_signals(), 0);
+        assert_eq!(seg.importer_count(), 1);
+        ha.on_message(
+            &link(b_own),
+            Message::Signal {
+                conn_id: conn,
+                flags: 0,
+            },
+        );
+        assert_eq!(seg.pending_signals(), 1);
+        // At the importer: a revoke or rebind from a third node, or from the exporter's
+        // node under another incarnation, changes nothing (a rebind to key 0 would break it).
+        for intruder in [c_own, own(a_own.node, a_own.incarnation ^ 1)] {
+            let revoke = Message::Revoke {
+                conn_id: conn,
+                generation: 1,
+            };
+            hb.on_message(&link(intruder), revoke);
+            let rebind = Message::Rebind {
+                conn_id: conn,
+                generation: 2,
+                keys: vec![0],
+                base: 0,
+            };
+            hb.on_message(&link(intruder), rebind);
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+        imp.put(0, vec![7u8; 64])
+            .await
+            .expect("the import still works");
+        let (_, back) = imp.get(0, vec![0u8; 64]).await.expect("get");
+        assert_eq!(back, vec![7u8; 64]);
+        // The exporter's own revoke still reaches the importer.
+        seg.destroy().await.unwrap();
+        let e = imp.put(0, vec![1u8; 8]).await.unwrap_err();
+        assert!(matches!(e.error(), Error::ConnAborted(_)), "{}", e.error());
+        drop(imp);
+        a.shutdown().await;
+        b.shutdown().await;
     }
 
     fn peer(creds: Option<PeerCreds>) -> PeerInfo {
@@ -513,17 +854,19 @@ mod tests {
     fn a_signal_counts_only_from_the_connections_peer() {
         use crate::events::SignalFlags;
         use crate::events::route::encode;
-        // The side channel's link names the node.
-        assert!(from_peer(Sent::Side(7), 7, 0));
-        assert!(!from_peer(Sent::Side(8), 7, 0));
+        // The side channel's link names the node and its incarnation.
+        let (me, other) = (own(7, 1), own(8, 1));
+        assert!(from_peer(Sent::Side(me), me, 0));
+        assert!(!from_peer(Sent::Side(other), me, 0));
+        assert!(!from_peer(Sent::Side(own(7, 2)), me, 0));
         // A doorbell word's check must be the sender's token for the connection.
         let w = decode(encode(0x1234, 0xAB_CDEF, false, SignalFlags::empty()));
         assert_eq!(w.token, 0x1234);
-        assert!(from_peer(Sent::Bell(w), 7, 0xAB_CDEF));
-        assert!(!from_peer(Sent::Bell(w), 7, 0xAB_CDEE));
+        assert!(from_peer(Sent::Bell(w), me, 0xAB_CDEF));
+        assert!(!from_peer(Sent::Bell(w), me, 0xAB_CDEE));
         // Whatever a peer writes decodes without a panic and fails its check.
         let hostile = decode(u64::MAX);
-        assert!(!from_peer(Sent::Bell(hostile), 7, 0xAB_CDEF));
+        assert!(!from_peer(Sent::Bell(hostile), me, 0xAB_CDEF));
     }
 
     #[test]

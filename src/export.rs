@@ -7,7 +7,7 @@
 
 use crate::SegmentId;
 use crate::backend::fabric::Registration;
-use crate::context::{Ack, NodeContext};
+use crate::context::{Ack, NodeContext, Owner};
 use crate::controller::Controller;
 use crate::fabric::MrAccess;
 use crate::memory::Memory;
@@ -19,6 +19,7 @@ use crate::sans_io::wire::Message;
 use crate::{Error, Result};
 use settle::{Notice, settle};
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
 
 /// An exported memory segment (`rsm_memseg_export_handle_t`). Cheap to clone.
@@ -46,9 +47,18 @@ use std::sync::{Arc, Mutex, MutexGuard, Weak};
 /// **Drop.** When the last handle of a published segment goes without
 /// [`ExportSegment::destroy`], the node revokes the importers in the background and frees
 /// the memory only when each has acknowledged (or is gone).
-#[derive(Clone)]
 pub struct ExportSegment {
     pub(crate) inner: Arc<ExportInner>,
+}
+
+impl Clone for ExportSegment {
+    fn clone(&self) -> Self {
+        // Relaxed as for an Arc: a clone comes from a live handle, so the count is not 0.
+        self.inner.handles.fetch_add(1, Ordering::Relaxed);
+        ExportSegment {
+            inner: Arc::clone(&self.inner),
+        }
+    }
 }
 
 impl std::fmt::Debug for ExportSegment {
@@ -62,6 +72,9 @@ impl std::fmt::Debug for ExportSegment {
 }
 
 pub(crate) struct ExportInner {
+    /// The public handles ([`ExportSegment`]s) alive: the drop that takes it to 0 revokes.
+    /// Not the `Arc`'s count, which tables and tasks raise for a moment.
+    handles: AtomicUsize,
     ctrl: Controller,
     node: Weak<NodeContext>,
     size: usize,
@@ -113,7 +126,7 @@ pub(crate) struct Rebound {
 /// One importer's part of a rebind: its new key (for its granted mode) and base.
 pub(crate) struct RebindNote {
     pub(crate) conn_id: u64,
-    pub(crate) node: u32,
+    pub(crate) owner: Owner,
     pub(crate) key: u64,
     pub(crate) base: u64,
     /// The importer's process on loopback (for [`crate::backend::loopback::hold`]).
@@ -129,6 +142,16 @@ pub(crate) struct Importer {
     pub(crate) writable: bool,
     /// Its process, from the kernel credentials of the Unix side channel (loopback only).
     pub(crate) pid: Option<u32>,
+}
+
+impl Importer {
+    /// The importer's node and incarnation.
+    pub(crate) fn owner(&self) -> Owner {
+        Owner {
+            node: self.node,
+            incarnation: self.incarnation,
+        }
+    }
 }
 
 /// What a connect answer needs from a published segment.
@@ -721,7 +744,7 @@ impl ExportSegment {
                             };
                             RebindNote {
                                 conn_id,
-                                node: i.node,
+                                owner: i.owner(),
                                 key,
                                 base,
                                 pid: i.pid,
@@ -872,7 +895,7 @@ async fn retire(ctx: &Arc<NodeContext>, p: Published) {
             ctx.remove_conn(conn_id);
             Notice {
                 ack: Ack::Revoke(conn_id),
-                node: imp.node,
+                owner: imp.owner(),
                 pid: imp.pid,
                 msg: Message::Revoke {
                     conn_id,
@@ -904,7 +927,7 @@ async fn finish_rebind(ctx: &Arc<NodeContext>, r: Rebound) {
         .iter()
         .map(|n| Notice {
             ack: Ack::Rebind(n.conn_id, r.generation),
-            node: n.node,
+            owner: n.owner,
             pid: n.pid,
             msg: Message::Rebind {
                 conn_id: n.conn_id,
@@ -922,7 +945,8 @@ impl Drop for ExportSegment {
     fn drop(&mut self) {
         // The last handle of a published segment: importers may still be writing into it,
         // so the revoke runs in the background and keeps the memory until it is done.
-        if Arc::strong_count(&self.inner) != 1 {
+        // AcqRel: the last drop sees every other handle's use of the segment.
+        if self.inner.handles.fetch_sub(1, Ordering::AcqRel) != 1 {
             return;
         }
         let Some(node) = self.inner.node.upgrade() else {
@@ -962,3 +986,6 @@ mod create;
 mod settle;
 // Signals, waits, the pollable descriptor and event streams, in export/signal.rs.
 mod signal;
+// The drop's races, in export/tests.rs.
+#[cfg(test)]
+mod tests;

@@ -20,6 +20,7 @@
 // The layers, from the bottom (DESIGN.md §2.2).
 pub mod error;
 pub(crate) use rsm_fabric as fabric;
+pub mod limits;
 pub(crate) mod sys;
 
 mod sans_io;
@@ -81,6 +82,7 @@ pub use import::{
     Barrier, BarrierMode, ImportMapping, ImportSegment, MAX_SGIOREQS, MapAt, SgEntry, SgFlags,
     SgLocal, SgOp, SgOutcome,
 };
+pub use limits::Limits;
 pub use local::LocalMemory;
 pub use node::{KeySource, Node, NodeBuilder, NodeConfig};
 pub use perm::{Access, ExportFlags, Perm};

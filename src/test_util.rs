@@ -42,3 +42,51 @@ pub mod sys {
 pub fn longest_idle_window() -> std::time::Duration {
     crate::reactor::tuning::longest_idle_window()
 }
+
+/// Sends `msg` from `node` to node `to` over `node`'s side channel, as any peer could: what
+/// the tests of hostile peers send.
+///
+/// ```no_run
+/// # async fn f(c: rsm::Node) -> rsm::Result<()> {
+/// use rsm::test_util::wire::Message;
+/// rsm::test_util::send_message(&c, rsm::NodeId(2), Message::Disconnect { conn_id: 1 }).await?;
+/// # Ok(()) }
+/// ```
+///
+/// # Cancel safety
+/// Cancel safe: the message is sent on the node's runtime, whole or not at all.
+pub async fn send_message(
+    node: &crate::Node,
+    to: crate::NodeId,
+    msg: wire::Message,
+) -> crate::Result<()> {
+    let state = std::sync::Arc::clone(&node.inner.state);
+    let side = std::sync::Arc::clone(state.side()?);
+    state
+        .run(async move { side.send(to.get(), msg).await })
+        .await
+}
+
+/// The id of the connection `imp` was granted, as its exporter knows it.
+///
+/// ```no_run
+/// # fn f(imp: rsm::ImportSegment) {
+/// assert_ne!(rsm::test_util::connection_id(&imp), 0);
+/// # }
+/// ```
+pub fn connection_id(imp: &crate::ImportSegment) -> u64 {
+    imp.connection_id()
+}
+
+/// Operations (posted parts) of `ctrl`'s progress engine not yet completed by the
+/// provider; 0 on `loopback`, which has no engine.
+///
+/// ```no_run
+/// # fn f(ctrl: rsm::Controller) {
+/// let busy = rsm::test_util::operations_in_flight(&ctrl);
+/// # let _ = busy;
+/// # }
+/// ```
+pub fn operations_in_flight(ctrl: &crate::Controller) -> usize {
+    ctrl.fabric().map_or(0, |b| b.engine().in_flight())
+}

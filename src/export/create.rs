@@ -11,6 +11,7 @@ use crate::sans_io::access::Creator;
 use crate::shared_memory::SharedMemory;
 use crate::sys::mem::Mapping;
 use crate::{Error, Result};
+use std::sync::atomic::AtomicUsize;
 use std::sync::{Arc, Mutex, Weak};
 
 impl Controller {
@@ -129,6 +130,7 @@ impl ExportSegment {
         };
         Ok(ExportSegment {
             inner: Arc::new(ExportInner {
+                handles: AtomicUsize::new(1),
                 ctrl: ctrl.clone(),
                 node,
                 size,

@@ -8,7 +8,7 @@
 
 use crate::Result;
 use crate::backend::loopback;
-use crate::context::{Ack, NodeContext};
+use crate::context::{Ack, NodeContext, Owner};
 use crate::memory::Memory;
 use crate::sans_io::wire::Message;
 use std::sync::Arc;
@@ -17,8 +17,8 @@ use std::sync::Arc;
 pub(super) struct Notice {
     /// The acknowledgement awaited.
     pub(super) ack: Ack,
-    /// The importer's node.
-    pub(super) node: u32,
+    /// The importer (node and incarnation): only it may acknowledge.
+    pub(super) owner: Owner,
     /// The importer's process on loopback (what the memory is held for).
     pub(super) pid: Option<u32>,
     /// The revoke or rebind message.
@@ -42,7 +42,7 @@ pub(super) async fn settle<T: Send + 'static>(
     ctx.run(async move {
         let pids: Vec<(u64, Option<u32>)> =
             notices.iter().map(|n| (n.ack.conn_id(), n.pid)).collect();
-        let notices = notices.into_iter().map(|n| (n.ack, n.node, n.msg));
+        let notices = notices.into_iter().map(|n| (n.ack, n.owner, n.msg));
         let acked = this.notify(what, segment, notices.collect()).await;
         loopback::hold(
             &mem,

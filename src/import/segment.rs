@@ -3,7 +3,7 @@
 
 use crate::backend::fabric::FabricBackend;
 use crate::backend::loopback::LoopbackImport;
-use crate::context::{NodeContext, REVOKE_WAIT};
+use crate::context::{Draining, NodeContext, Owner, REVOKE_WAIT};
 use crate::controller::Controller;
 use crate::fabric::ffi;
 use crate::perm::Perm;
@@ -14,6 +14,7 @@ use crate::reactor::tracker::{Tracker, View};
 use crate::reactor::{IoBuf, IoBufMut, Op};
 use crate::sans_io::wire::{ConnectRequest, Message};
 use crate::{Error, NodeId, Result, SegmentId};
+use futures::FutureExt;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Weak};
 
@@ -25,8 +26,9 @@ use std::sync::{Arc, Weak};
 /// result; see [`Op`] for what cancellation means.
 ///
 /// **Drop.** When the last clone goes (without [`disconnect`](ImportSegment::disconnect)),
-/// the node tells the exporter in the background, without waiting for the operations in
-/// flight: their buffers stay with them until the provider is done.
+/// the node tells the exporter in the background once the operations in flight are done
+/// (at most 5 s), so that the exporter never frees memory they still reach; their buffers
+/// stay with them until the provider is done. `Drop` itself never waits.
 #[derive(Clone)]
 pub struct ImportSegment {
     pub(super) inner: Arc<ImportInner>,
@@ -166,6 +168,43 @@ impl ImportInner {
     }
 }
 
+impl ImportInner {
+    /// The connection ends (drop or disconnect): returns the task, for the node's runtime,
+    /// that waits until no operation is in flight (at most [`REVOKE_WAIT`]) and then tells
+    /// the exporter, which may free the memory from then on (DESIGN.md §4). Until then a
+    /// revoke or rebind notice for the connection is acknowledged only after that wait too.
+    fn leave(&self, state: &Arc<NodeContext>) -> impl Future<Output = ()> + Send + 'static {
+        let (node, conn_id) = (self.node, self.conn_id);
+        let tracker = Arc::clone(&self.tracker);
+        let lo = self.lo.clone();
+        let drained: Draining = async move {
+            let _ = tokio::time::timeout(REVOKE_WAIT, tracker.drained()).await;
+            // A loopback copy in progress ends before the exporter hears (a short wait, off
+            // the node's one worker thread).
+            if let Some(lo) = lo {
+                let _ = tokio::task::spawn_blocking(move || lo.close()).await;
+            }
+        }
+        .boxed()
+        .shared();
+        let exporter = Owner {
+            node,
+            incarnation: self.peer_incarnation,
+        };
+        // Registered before the import leaves the table: a notice finds one or the other.
+        state.add_draining(exporter, conn_id, drained.clone());
+        state.remove_import(node, conn_id);
+        let st = Arc::clone(state);
+        async move {
+            drained.await;
+            if let Ok(side) = st.side() {
+                let _ = side.send(node, Message::Disconnect { conn_id }).await;
+            }
+            st.remove_draining(node, conn_id);
+        }
+    }
+}
+
 impl Drop for ImportInner {
     fn drop(&mut self) {
         self.events.close();
@@ -177,15 +216,8 @@ impl Drop for ImportInner {
         }
         if !self.disconnected.swap(true, Ordering::SeqCst) {
             if let Some(state) = self.state.upgrade() {
-                state.remove_import(self.node, self.conn_id);
-                if let Ok(side) = state.side() {
-                    let _ = side.try_send(
-                        self.node,
-                        Message::Disconnect {
-                            conn_id: self.conn_id,
-                        },
-                    );
-                }
+                let leave = self.leave(&state);
+                state.spawn(leave);
             }
         }
         if let Some(backend) = &self.backend {
@@ -273,10 +305,17 @@ impl ImportSegment {
             .map_err(ctx)?;
         let grant = match reply {
             Message::ConnectReply(r) => r.result.map_err(|code| {
-                ctx(Error::from_code(code as i32).unwrap_or_else(|| {
-                    Error::conn_aborted()
-                        .detail(format!("the exporter answered with unknown code {code}"))
-                }))
+                ctx(match Error::from_code(code as i32) {
+                    // The wire carries the code only; the exporter logs the limit.
+                    Some(e @ Error::InsufficientResources(_)) => e.detail(
+                        "the exporting node is at one of its limits for this node \
+                         (rsm::Limits: open connections, connects in progress, \
+                         descriptors); disconnect some first",
+                    ),
+                    Some(e) => e,
+                    None => Error::conn_aborted()
+                        .detail(format!("the exporter answered with unknown code {code}")),
+                })
             })?,
             other => {
                 return Err(ctx(
@@ -398,6 +437,11 @@ impl ImportSegment {
     /// The controller the import uses.
     pub fn controller(&self) -> &Controller {
         &self.inner.ctrl
+    }
+
+    /// The connection's id at the exporter.
+    pub(crate) fn connection_id(&self) -> u64 {
+        self.inner.conn_id
     }
 
     /// Operations posted and not yet completed by the provider.
@@ -647,7 +691,8 @@ impl ImportSegment {
     }
 
     /// Disconnects (`rsm_memseg_import_disconnect`): waits (at most 5 s) for operations in
-    /// flight, then tells the exporter. Works after a forced disconnect too.
+    /// flight, then tells the exporter, which frees nothing they reach before. Works after a
+    /// forced disconnect too.
     ///
     /// `RSMERR_SEG_STILL_MAPPED` while an [`ImportMapping`](crate::ImportMapping) is alive,
     /// `RSMERR_POLLFD_IN_USE` while a [`PollFd`](crate::PollFd) is held.
@@ -679,19 +724,10 @@ impl ImportSegment {
         let Some(state) = inner.state.upgrade() else {
             return Ok(());
         };
-        state.remove_import(inner.node, inner.conn_id);
-        if let Some(lo) = &inner.lo {
-            lo.close();
-        }
-        let tracker = Arc::clone(&inner.tracker);
-        let (node, conn_id) = (inner.node, inner.conn_id);
-        let st = Arc::clone(&state);
+        let leave = inner.leave(&state);
         state
             .run(async move {
-                let _ = tokio::time::timeout(REVOKE_WAIT, tracker.drained()).await;
-                if let Ok(side) = st.side() {
-                    let _ = side.try_send(node, Message::Disconnect { conn_id });
-                }
+                leave.await;
                 Ok(())
             })
             .await
