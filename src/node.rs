@@ -831,7 +831,12 @@ impl NodeBuilder {
             listener,
             config.peers.clone(),
             NodeHandler::new(&state),
-            SideChannelConfig::default(),
+            SideChannelConfig {
+                max_handshakes: self.limits.handshakes,
+                max_handshakes_per_source: self.limits.handshakes_per_source,
+                max_links_per_peer: self.limits.links_per_peer,
+                ..SideChannelConfig::default()
+            },
         )
         .map_err(|e| e.op("start"))?;
         state.set_side_channel(Arc::clone(&side));
