@@ -13,6 +13,9 @@ use rsm::{Access, ExportFlags, Node, NodeKey, Perm, SegmentId};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::{TcpStream, UnixStream};
 
+/// Every controller of this host: the side channel guards them all alike.
+const CONTROLLERS: [&str; 4] = ["tcp0", "loopback", "shm0", "sockets0"];
+
 async fn write_frame<S: AsyncWrite + Unpin>(s: &mut S, body: &[u8]) -> std::io::Result<()> {
     let len = u32::try_from(body.len()).expect("small frame");
     s.write_all(&len.to_le_bytes()).await?;
@@ -97,7 +100,7 @@ async fn owner_only(exporter: &Node, ctrl: &str, to: u32) -> (rsm::ExportSegment
 async fn without_keys_any_node_id_and_uid_over_tcp_get_nothing() {
     let exporter = common::node(common::fresh_node_id()).await;
     let victim = common::fresh_node_id() + 1;
-    for ctrl in ["tcp0", "loopback"] {
+    for ctrl in CONTROLLERS {
         let (_seg, segment) = owner_only(&exporter, ctrl, victim).await;
         let mut s = TcpStream::connect(exporter.listen_addr())
             .await
@@ -114,7 +117,7 @@ async fn without_keys_any_node_id_and_uid_over_tcp_get_nothing() {
 async fn without_keys_a_unix_peer_must_hold_the_name_it_claims() {
     let exporter = common::node(common::fresh_node_id()).await;
     let victim = common::fresh_node_id() + 1;
-    for ctrl in ["tcp0", "loopback"] {
+    for ctrl in CONTROLLERS {
         let (_seg, segment) = owner_only(&exporter, ctrl, victim).await;
         let name = format!("\0rsm-node-{}", exporter.id());
         let mut s = UnixStream::connect(name).await.expect("connect");
@@ -161,7 +164,7 @@ async fn keyed_pair() -> (Node, Node, NodeKey) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn with_keys_nodes_work_and_a_wrong_key_gets_nothing() {
     let (exporter, importer, e_key) = keyed_pair().await;
-    for ctrl in ["tcp0", "loopback"] {
+    for ctrl in CONTROLLERS {
         let (seg, segment) = owner_only(&exporter, ctrl, importer.id().get()).await;
         // The real importer: connect, put, get.
         let imp = importer

@@ -187,6 +187,6 @@ mod tests {
     #[test]
     fn test_steps_run_cheapest_first() {
         let names: Vec<_> = TEST.iter().map(|step| step.name).collect();
-        assert_eq!(names, ["fmt", "clippy", "test"]);
+        assert_eq!(names, ["fmt", "clippy", "test", "fuzz"]);
     }
 }

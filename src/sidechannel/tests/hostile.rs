@@ -159,3 +159,29 @@ async fn links_per_peer_are_bounded() {
     assert!(wait_until(Duration::from_secs(2), || b.sc.peer(other).is_some()).await);
     assert!(b.rec.lost(fake).is_empty(), "the first two links live on");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_keys_a_squatter_on_a_unix_name_does_not_answer_for_the_node() {
+    // b listens on tcp only; a squatter holds b's unix name and answers as b, without b's key.
+    let b = start(&[], tcp_only());
+    let squat = tokio::net::UnixListener::bind(format!("\0rsm-node-{}", b.id)).expect("bind");
+    let b_id = b.id;
+    let served = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let count = Arc::clone(&served);
+    let squatter = tokio::spawn(async move {
+        while let Ok((mut s, _)) = squat.accept().await {
+            count.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            let _ = write_frame(&mut s, &hello_of(b_id, 666)).await;
+            let _ = read_frame(&mut s).await;
+        }
+    });
+    // a (keys, unix on) knows b at a loopback address: it may look on the unix name, where the
+    // squatter cannot prove b's key; it goes on to b's tcp address.
+    let a = start_keyed(&[(b.id, b.addr)], fast());
+    assert!(a.sc.probe(b.id).await, "b reached over tcp");
+    let seen = a.sc.peer(b.id).expect("b");
+    assert_eq!(seen.incarnation, b.incarnation, "the real b, not the squatter");
+    assert!(seen.creds.is_none(), "over tcp");
+    assert_eq!(served.load(std::sync::atomic::Ordering::SeqCst), 1, "the squatter was tried");
+    squatter.abort();
+}
