@@ -351,6 +351,18 @@ fn on_revoke(
         ack_later(ctx, from, ack, async move { imp.revoked().await });
         return None;
     }
+    ack_once_gone(ctx, from, conn_id, ack)
+}
+
+/// Importer side, for a notice about an import this node no longer has in its table: no
+/// answer while the import is still there under another owner; the acknowledgement once an
+/// import being dropped has drained; at once when nothing of it is left.
+fn ack_once_gone(
+    ctx: &Arc<NodeContext>,
+    from: Owner,
+    conn_id: u64,
+    ack: Message,
+) -> Option<Message> {
     if ctx.import(from.node, conn_id).is_some() {
         return None;
     }
@@ -386,16 +398,7 @@ fn on_rebind(
         (Some(_), None) => return Some(ack),
         (None, _) => {}
     }
-    if ctx.import(from.node, conn_id).is_some() {
-        return None;
-    }
-    match going(ctx, from, conn_id) {
-        Some(drained) => {
-            ack_later(ctx, from, ack, drained);
-            None
-        }
-        None => Some(ack),
-    }
+    ack_once_gone(ctx, from, conn_id, ack)
 }
 
 /// Importer side: the wait of the import of connection `conn_id` from `from` that is going

@@ -70,6 +70,9 @@ pub(super) enum Via {
 /// Why a handshake failed when the peer closed the link before its next frame.
 pub(super) const CLOSED_IN_HANDSHAKE: &str = "closed during the handshake";
 
+/// What a link's opening yields: the peer's hello, and the link's encryption with keys.
+type Opened = (Hello, Option<(Sealer, Opener)>);
+
 type Reader<R> = FramedRead<R, LengthDelimitedCodec>;
 type Writer<W> = FramedWrite<W, LengthDelimitedCodec>;
 
@@ -170,21 +173,15 @@ where
             }
         }
     };
-    let (hello, cipher) = tokio::time::timeout(wait, opened)
-        .await
-        .map_err(|_| format!("no handshake within {wait:?}"))??;
-    if hello.node_id != node {
+    let opened = tokio::time::timeout(wait, opened).await;
+    let greeted = greeted(reader, writer, opened, wait)?;
+    if greeted.hello.node_id != node {
         return Err(format!(
             "a different node ({}) answers there",
-            hello.node_id
+            greeted.hello.node_id
         ));
     }
-    Ok(Greeted {
-        reader,
-        writer,
-        hello,
-        cipher,
-    })
+    Ok(greeted)
 }
 
 /// The acceptor's side of a link's opening, within `wait`. With keys: the Noise handshake,
@@ -248,9 +245,18 @@ where
             (_, other) => Err(format!("sent a {} before its handshake", other.kind())),
         }
     };
-    let (hello, cipher) = tokio::time::timeout(wait, opened)
-        .await
-        .map_err(|_| format!("no handshake within {wait:?}"))??;
+    let opened = tokio::time::timeout(wait, opened).await;
+    greeted(reader, writer, opened, wait)
+}
+
+/// The link once its opening ended: the peer's hello and the link's encryption, or why not.
+fn greeted<R, W>(
+    reader: Reader<R>,
+    writer: Writer<W>,
+    opened: Result<Result<Opened, String>, tokio::time::error::Elapsed>,
+    wait: Duration,
+) -> Result<Greeted<R, W>, String> {
+    let (hello, cipher) = opened.map_err(|_| format!("no handshake within {wait:?}"))??;
     Ok(Greeted {
         reader,
         writer,

@@ -180,8 +180,15 @@ async fn with_keys_a_squatter_on_a_unix_name_does_not_answer_for_the_node() {
     let a = start_keyed(&[(b.id, b.addr)], fast());
     assert!(a.sc.probe(b.id).await, "b reached over tcp");
     let seen = a.sc.peer(b.id).expect("b");
-    assert_eq!(seen.incarnation, b.incarnation, "the real b, not the squatter");
+    assert_eq!(
+        seen.incarnation, b.incarnation,
+        "the real b, not the squatter"
+    );
     assert!(seen.creds.is_none(), "over tcp");
-    assert_eq!(served.load(std::sync::atomic::Ordering::SeqCst), 1, "the squatter was tried");
+    assert_eq!(
+        served.load(std::sync::atomic::Ordering::SeqCst),
+        1,
+        "the squatter was tried"
+    );
     squatter.abort();
 }
