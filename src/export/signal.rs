@@ -146,7 +146,12 @@ impl ExportSegment {
         flags: SignalFlags,
     ) -> impl Future<Output = Result<()>> + Send + 'static {
         let seg = self.clone();
-        async move { seg.post_signal_to(importer, flags).await }
+        async move {
+            let res = seg.post_signal_to(importer, flags).await;
+            let counters = seg.inner.ctrl.counters();
+            counters.record(crate::stats::OpKind::Signal, res.as_ref().map(|()| 0));
+            res
+        }
     }
 
     async fn post_signal_to(&self, importer: Importer, flags: SignalFlags) -> Result<()> {
@@ -200,17 +205,7 @@ impl ExportSegment {
     /// # Ok(()) }
     /// ```
     pub fn importers(&self) -> Vec<Importer> {
-        self.inner
-            .lock()
-            .published
-            .as_ref()
-            .map(|p| {
-                p.importers
-                    .iter()
-                    .map(|(c, i)| Importer::new(i.node, *c))
-                    .collect()
-            })
-            .unwrap_or_default()
+        self.inner.importers()
     }
 
     /// Waits for a signal from an importer and consumes it (`rsm_intr_signal_wait`): `n`
@@ -291,5 +286,21 @@ impl ExportSegment {
     /// ```
     pub fn events(&self) -> EventStream {
         self.inner.events.subscribe()
+    }
+}
+
+impl ExportInner {
+    /// The importers connected now (`ExportSegment::importers`).
+    pub(crate) fn importers(&self) -> Vec<Importer> {
+        self.lock()
+            .published
+            .as_ref()
+            .map(|p| {
+                p.importers
+                    .iter()
+                    .map(|(c, i)| Importer::new(i.node, *c))
+                    .collect()
+            })
+            .unwrap_or_default()
     }
 }

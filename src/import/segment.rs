@@ -13,6 +13,7 @@ use crate::reactor::slot::{Dir, OpInfo, Plan, Spec, Visibility};
 use crate::reactor::tracker::{Tracker, View};
 use crate::reactor::{IoBuf, IoBufMut, Op};
 use crate::sans_io::wire::{ConnectRequest, Message};
+use crate::stats::OpKind;
 use crate::{Error, NodeId, Result, SegmentId};
 use futures::FutureExt;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -77,6 +78,9 @@ pub(crate) struct ImportInner {
     pub(super) bell: Option<crate::sans_io::wire::Doorbell>,
     /// This node's token for the connection: the exporter's signals carry it.
     pub(super) token: u64,
+    /// `rsm::connection` (segment, node, conn, controller), under the controller's span:
+    /// the parent of the connection's operation spans.
+    pub(super) span: tracing::Span,
 }
 
 /// An operation's plan and the buffer its pointers lie in, waiting for the first poll.
@@ -114,6 +118,16 @@ impl ImportInner {
 
     pub(crate) fn peer_incarnation(&self) -> u64 {
         self.peer_incarnation
+    }
+
+    /// Whether the connection was disconnected (its handles may live on).
+    pub(crate) fn is_disconnected(&self) -> bool {
+        self.disconnected.load(Ordering::Relaxed)
+    }
+
+    /// The name of the controller the connection uses.
+    pub(crate) fn controller_name(&self) -> &str {
+        self.ctrl.name()
     }
 
     /// Fails pending and later operations with `err` (forced disconnect, DESIGN.md, decision 19).
@@ -278,6 +292,15 @@ impl ImportSegment {
     ) -> Result<Self> {
         const OP: &str = "import_connect";
         let ctx = |e: Error| e.op(OP).controller(ctrl.name()).node(node).segment(segment);
+        let span = tracing::debug_span!(
+            target: "rsm::connection",
+            parent: ctrl.span(),
+            "connection",
+            segment = format_args!("{segment:#x}"),
+            node,
+            conn = tracing::field::Empty,
+            controller = ctrl.name()
+        );
         if perm.bits() & !Perm::RDWR.bits() != 0 {
             return Err(ctx(Error::perm_denied().detail(format!(
                 "{perm:?} asks for bits other than read (0400) and write (0200)"
@@ -384,7 +407,9 @@ impl ImportSegment {
             events: crate::events::hub::Hub::new(),
             bell: grant.doorbell,
             token,
+            span,
         });
+        inner.span.record("conn", grant.conn_id);
         state.add_import(node, grant.conn_id, &inner);
         state.signals.add_import(token, &inner);
         if let Some(bell) = bell {
@@ -400,6 +425,7 @@ impl ImportSegment {
                 .add_loopback_bell(node, false, grant.conn_id, bell);
         }
         tracing::debug!(
+            parent: &inner.span,
             node,
             segment = format_args!("{segment:#x}"),
             conn = grant.conn_id,
@@ -550,6 +576,16 @@ impl ImportSegment {
     /// waiting, not the write: the bytes may still land, and the buffer is freed only when
     /// the provider (or the loopback copy) is done with it.
     pub fn put<B: IoBuf>(&self, offset: u64, buf: B) -> Op<B> {
+        self.observe(OpKind::Put, offset, self.put_op(offset, buf))
+    }
+
+    /// Counts `op` as `kind` when it resolves and gives it its span (`crate::stats`, the
+    /// crate docs' "Observability").
+    pub(crate) fn observe<B: Send + 'static>(&self, kind: OpKind, offset: u64, op: Op<B>) -> Op<B> {
+        op.observed(kind, self.inner.ctrl.counters(), &self.inner.span, offset)
+    }
+
+    fn put_op<B: IoBuf>(&self, offset: u64, buf: B) -> Op<B> {
         if let Some(lo) = &self.inner.lo {
             return self.put_loopback(lo, offset, buf);
         }
@@ -592,6 +628,10 @@ impl ImportSegment {
     /// As for [`ImportSegment::put`]: the buffer stays with the operation until the
     /// provider has finished writing into it.
     pub fn get<B: IoBufMut>(&self, offset: u64, buf: B) -> Op<B> {
+        self.observe(OpKind::Get, offset, self.get_op(offset, buf))
+    }
+
+    fn get_op<B: IoBufMut>(&self, offset: u64, buf: B) -> Op<B> {
         let mut buf = buf;
         let len = buf.bytes_len();
         if len == 0 && buf.spare_capacity() > 0 {

@@ -10,6 +10,7 @@ use crate::local::LocalMemory;
 use crate::perm::Perm;
 use crate::reactor::slot::{Batches, Cut, Dir, Outcome, Piece, Plan, Span};
 use crate::reactor::{IoBuf, IoBufMut, Op};
+use crate::stats::OpKind;
 use crate::{Error, Result};
 use std::future::Future;
 use std::ops::BitOr;
@@ -342,10 +343,12 @@ impl ImportSegment {
     /// # Cancel safety
     /// As for [`ImportSegment::put`].
     pub fn putv<B: IoBuf>(&self, entries: Vec<SgEntry<B>>, flags: SgFlags) -> SgOp<B> {
-        self.vector(Way::Put, entries, flags, |local| match local {
+        let mut v = self.vector(Way::Put, entries, flags, |local| match local {
             SgLocal::Buffer(b) => Some((b.stable_ptr().cast_mut(), b.bytes_len())),
             SgLocal::Handle(_) => None,
-        })
+        });
+        v.op = v.op.take().map(|op| self.observe(OpKind::Putv, 0, op));
+        v
     }
 
     /// Scatters the segment into the entries' local pieces (`rsm_memseg_import_getv`) and
@@ -355,10 +358,12 @@ impl ImportSegment {
     /// # Cancel safety
     /// As for [`ImportSegment::get`].
     pub fn getv<B: IoBufMut>(&self, entries: Vec<SgEntry<B>>, flags: SgFlags) -> SgOp<B> {
-        self.vector(Way::Get, entries, flags, |local| match local {
+        let mut v = self.vector(Way::Get, entries, flags, |local| match local {
             SgLocal::Buffer(b) => Some((b.stable_mut_ptr(), b.bytes_len())),
             SgLocal::Handle(_) => None,
-        })
+        });
+        v.op = v.op.take().map(|op| self.observe(OpKind::Getv, 0, op));
+        v
     }
 
     /// The piece of one entry, or its error (DESIGN.md, decision 17's validation). Inlined into the

@@ -61,7 +61,12 @@ impl ImportSegment {
     /// ```
     pub fn signal(&self, flags: SignalFlags) -> impl Future<Output = Result<()>> + Send + 'static {
         let seg = self.clone();
-        async move { seg.post_signal(flags, "intr_signal_post").await }
+        async move {
+            let res = seg.post_signal(flags, "intr_signal_post").await;
+            let counters = seg.inner.ctrl.counters();
+            counters.record(crate::stats::OpKind::Signal, res.as_ref().map(|()| 0));
+            res
+        }
     }
 
     /// The post itself; putv's `IMPLICIT_SIGPOST` calls it after a whole vector succeeded,

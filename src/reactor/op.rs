@@ -11,6 +11,7 @@ use super::slot::{Outcome, Slot, Spec};
 use super::spin::{Spin, SpinEnd, look_after_post, spin_after_yield};
 use super::verdict;
 use crate::Error;
+use crate::stats::{Counters, OpKind, Tally};
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
@@ -45,6 +46,11 @@ pub struct Op<B: Send + 'static> {
     copy: Option<oneshot::Receiver<Outcome<B>>>,
     /// The bytes the operation moves, reported on success.
     len: usize,
+    /// What the operation counts into when it resolves (`crate::stats`).
+    tally: Option<Tally>,
+    /// The operation's span (`rsm::op`, trace level): entered at every poll; disabled, it
+    /// holds nothing and entering it is a branch.
+    span: tracing::Span,
 }
 
 /// The first poll's work, for an operation created lazily ([`Op::deferred`]).
@@ -91,7 +97,34 @@ impl<B: Send + 'static> Op<B> {
             pending_copy: None,
             copy: None,
             len: 0,
+            tally: None,
+            span: tracing::Span::none(),
         }
+    }
+
+    /// Counts the operation as `kind` into `counters` when it resolves, and gives it a span
+    /// (`rsm::op`, trace level, under `parent`: the connection's) entered at each poll.
+    /// With the level disabled the span costs the macro's level check and nothing else.
+    pub(crate) fn observed(
+        mut self,
+        kind: OpKind,
+        counters: &Arc<Counters>,
+        parent: &tracing::Span,
+        offset: u64,
+    ) -> Self {
+        self.tally = Some(Tally {
+            counters: Arc::clone(counters),
+            kind,
+        });
+        self.span = tracing::trace_span!(
+            target: "rsm::op",
+            parent: parent,
+            "op",
+            kind = kind.name(),
+            offset,
+            len = self.len
+        );
+        self
     }
 
     /// An operation that does `start` at its first poll and is then the operation `start`
@@ -197,8 +230,26 @@ impl<B: Send + 'static> Op<B> {
 
     /// Polls for the whole outcome (vectors need the failed entry too).
     pub(crate) fn poll_outcome(&mut self, cx: &mut Context<'_>) -> Poll<Outcome<B>> {
+        let _entered = self.span.clone().entered();
+        let outcome = std::task::ready!(self.poll_step(cx));
+        if let Some(t) = self.tally.take() {
+            let n = self.len;
+            t.counters
+                .record(t.kind, outcome.result.as_ref().map(|()| n));
+        }
+        Poll::Ready(outcome)
+    }
+
+    fn poll_step(&mut self, cx: &mut Context<'_>) -> Poll<Outcome<B>> {
         if let Some(start) = self.start.take() {
+            // The operation made at the first poll counts and traces as this one did.
+            let (tally, span) = (
+                self.tally.take(),
+                std::mem::replace(&mut self.span, tracing::Span::none()),
+            );
             *self = start();
+            self.tally = tally;
+            self.span = span;
         }
         if let Some(copy) = self.pending_copy.as_mut() {
             let res = match copy.run() {
@@ -309,7 +360,7 @@ impl<B: Send + 'static> Op<B> {
             st = slot.lock();
             if st.result.is_some() {
                 drop(st);
-                return self.poll_outcome(cx);
+                return self.poll_step(cx);
             }
         }
         st.waker = Some(cx.waker().clone());
