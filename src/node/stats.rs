@@ -42,17 +42,19 @@ impl Node {
     /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
     /// let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
     /// rt.block_on(async {
-    ///     let node = rsm::Node::builder().ignore_environment().id(9131).start().await?;
-    ///     let ctrl = node.controller("loopback").await?;
-    ///     let seg = ctrl.export(4096, rsm::ExportFlags::empty())?;
+    ///     let start = |id| rsm::Node::builder().ignore_environment().id(id).start();
+    ///     let (exporter, node) = (start(9133).await?, start(9131).await?);
+    ///     let seg = exporter.controller("loopback").await?.export(4096, rsm::ExportFlags::empty())?;
     ///     let id = seg.publish(None, &[rsm::Access::new(node.id(), 0o666)]).await?;
-    ///     let imp = ctrl.import(node.id(), id, rsm::Perm::RDWR).await?;
+    ///     let ctrl = node.controller("loopback").await?;
+    ///     let imp = ctrl.import(exporter.id(), id, rsm::Perm::RDWR).await?;
     ///     imp.put(0, vec![1u8; 8]).await?;
     ///
     ///     let stats = node.stats();
     ///     let lo = stats.controller("loopback").unwrap();
-    ///     assert_eq!((lo.put.ops, lo.put.bytes), (1, 8));
-    ///     assert_eq!((lo.imports_open, lo.importers_connected), (1, 1));
+    ///     assert_eq!((lo.put.ops, lo.put.bytes, lo.imports_open), (1, 8, 1));
+    ///     let theirs = exporter.stats();
+    ///     assert_eq!(theirs.controller("loopback").unwrap().importers_connected, 1);
     ///     Ok::<_, rsm::Error>(())
     /// })?;
     /// # Ok(()) }
