@@ -36,7 +36,8 @@ mod doorbell;
 
 impl FabricBackend {
     /// Opens the endpoint and starts the progress engine on `domain`, with the user's spin
-    /// budget over the provider's tuning (`None`: the tuned figures).
+    /// budget over the provider's tuning (`None`: the tuned figures); the engine counts its
+    /// wake-ups into the controller's `stats` and runs inside its `span`.
     pub(crate) fn open(
         domain: Arc<Domain>,
         name: &str,
