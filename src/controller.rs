@@ -281,7 +281,7 @@ impl ControllerRegistry {
         let mut all = self.counters.lock().unwrap_or_else(|p| p.into_inner());
         let (_, c) = all
             .entry(name.to_string())
-            .or_insert_with(|| (provider.to_string(), Arc::default()));
+            .or_insert_with(|| (provider.to_string(), Counters::new()));
         Arc::clone(c)
     }
 

@@ -2,17 +2,21 @@
 //! kind, errors by RSMERR code, connections and engine wake-ups ([`crate::Node::stats`],
 //! [`crate::Controller::stats`]; the crate docs' "Observability").
 //!
-//! The live counters are relaxed `AtomicU64`s in one [`Counters`] per controller name, kept by
-//! the node's controller registry (so they keep counting across a close and a reopen). An
-//! operation adds to them once, when its future resolves: no lock, no allocation. The
-//! operation counters, the connection counters and the engine's wake-ups each sit on cache
-//! lines of their own, so the engine thread and the threads that post do not share a line
-//! for them. Snapshots ([`NodeStats`], [`ControllerStats`]) are plain values.
+//! The live counters are one [`Counters`] per controller name, kept by the node's controller
+//! registry (so they keep counting across a close and a reopen). An operation adds to them
+//! once, when its future resolves, into a shard of the resolving thread's own: each thread has
+//! one shard per controller it resolved operations of, which it alone writes (a relaxed load
+//! and store, no read-modify-write, no lock, no allocation after the thread's first operation
+//! on the controller), on cache lines of its own. A snapshot sums the shards. The operation
+//! holds only the counters' id and its kind; the thread finds its shard in a short
+//! thread-local list, and at its first operation on a controller through the process's table
+//! of live counters. Snapshots ([`NodeStats`], [`ControllerStats`]) are plain values.
 
 use crate::Error;
+use std::cell::RefCell;
 use std::collections::BTreeMap;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, Weak};
 
 /// The kinds of operation counted.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -41,23 +45,44 @@ const KINDS: usize = 5;
 /// RSMERR codes run from 1 to 45 (docs/rsmapi.md §3.1); slot 0 takes anything else.
 const CODES: usize = 46;
 
-/// Operation counters: written by every thread that completes an operation.
+/// One thread's operation counters for one controller: only that thread writes them.
 #[repr(align(128))]
-struct OpCounters {
+struct Shard {
     ops: [AtomicU64; KINDS],
     bytes: [AtomicU64; KINDS],
     failed: [AtomicU64; KINDS],
     errors: [AtomicU64; CODES],
 }
 
-impl Default for OpCounters {
-    fn default() -> Self {
+/// Adds `n` to a counter only this thread writes: no read-modify-write needed.
+#[inline]
+fn bump(c: &AtomicU64, n: u64) {
+    c.store(c.load(Ordering::Relaxed).wrapping_add(n), Ordering::Relaxed);
+}
+
+impl Shard {
+    fn new() -> Self {
         let zeros = || std::array::from_fn(|_| AtomicU64::new(0));
-        OpCounters {
+        Shard {
             ops: zeros(),
             bytes: zeros(),
             failed: zeros(),
             errors: std::array::from_fn(|_| AtomicU64::new(0)),
+        }
+    }
+
+    /// Called by the shard's thread only.
+    #[inline]
+    fn add(&self, kind: OpKind, result: Result<usize, &Error>) {
+        let k = kind as usize;
+        bump(&self.ops[k], 1);
+        match result {
+            Ok(n) => bump(&self.bytes[k], n as u64),
+            Err(e) => {
+                bump(&self.failed[k], 1);
+                let code = usize::try_from(e.code()).unwrap_or(0);
+                bump(&self.errors[if code < CODES { code } else { 0 }], 1);
+            }
         }
     }
 }
@@ -70,28 +95,44 @@ struct EngineCounters {
 }
 
 /// The live counters of one controller.
-#[derive(Default)]
 pub(crate) struct Counters {
-    ops: OpCounters,
+    id: u64,
+    /// Every thread's shard, also of threads gone.
+    shards: Mutex<Vec<Arc<Shard>>>,
     engine: EngineCounters,
 }
 
+static NEXT_ID: AtomicU64 = AtomicU64::new(1);
+/// The live counters by id: where a thread finds those of its first operation on them.
+static LIVE: Mutex<Vec<(u64, Weak<Counters>)>> = Mutex::new(Vec::new());
+
+thread_local! {
+    /// This thread's shards: the counters' id, whether they live, the shard.
+    static MINE: RefCell<Vec<(u64, Weak<Counters>, Arc<Shard>)>> = const { RefCell::new(Vec::new()) };
+}
+
 impl Counters {
+    /// New counters, findable by their id.
+    pub(crate) fn new() -> Arc<Self> {
+        let c = Arc::new(Counters {
+            id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
+            shards: Mutex::new(Vec::new()),
+            engine: EngineCounters::default(),
+        });
+        let mut live = LIVE.lock().unwrap_or_else(|p| p.into_inner());
+        live.retain(|(_, w)| w.strong_count() > 0);
+        live.push((c.id, Arc::downgrade(&c)));
+        c
+    }
+
+    /// The id an operation carries to count into these.
+    pub(crate) fn id(&self) -> u64 {
+        self.id
+    }
+
     /// One operation of `kind` resolved: `bytes` moved, or failed with `err`.
     pub(crate) fn record(&self, kind: OpKind, result: Result<usize, &Error>) {
-        let k = kind as usize;
-        let c = &self.ops;
-        c.ops[k].fetch_add(1, Ordering::Relaxed);
-        match result {
-            Ok(n) => {
-                c.bytes[k].fetch_add(n as u64, Ordering::Relaxed);
-            }
-            Err(e) => {
-                c.failed[k].fetch_add(1, Ordering::Relaxed);
-                let code = usize::try_from(e.code()).unwrap_or(0);
-                c.errors[if code < CODES { code } else { 0 }].fetch_add(1, Ordering::Relaxed);
-            }
-        }
+        record(self.id, kind, result);
     }
 
     /// The progress engine woke from a sleep.
@@ -107,15 +148,25 @@ impl Counters {
         open: bool,
         conns: (u64, u64),
     ) -> ControllerStats {
-        let c = &self.ops;
+        let shards: Vec<Arc<Shard>> = self
+            .shards
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone();
+        let sum = |f: &dyn Fn(&Shard) -> &AtomicU64| -> u64 {
+            shards
+                .iter()
+                .map(|s| f(s).load(Ordering::Relaxed))
+                .fold(0, u64::wrapping_add)
+        };
         let kind = |k: OpKind| OpStats {
-            ops: c.ops[k as usize].load(Ordering::Relaxed),
-            bytes: c.bytes[k as usize].load(Ordering::Relaxed),
-            errors: c.failed[k as usize].load(Ordering::Relaxed),
+            ops: sum(&|s| &s.ops[k as usize]),
+            bytes: sum(&|s| &s.bytes[k as usize]),
+            errors: sum(&|s| &s.failed[k as usize]),
         };
         let mut errors = BTreeMap::new();
-        for (code, n) in c.errors.iter().enumerate() {
-            let n = n.load(Ordering::Relaxed);
+        for code in 0..CODES {
+            let n = sum(&|s| &s.errors[code]);
             if n > 0 {
                 let name = Error::from_code(code as i32).map_or("RSMERR_UNKNOWN", |e| e.name());
                 *errors.entry(name.to_string()).or_insert(0) += n;
@@ -138,9 +189,54 @@ impl Counters {
     }
 }
 
-/// What an operation counts into when its future resolves.
+/// Counts one operation of `kind` into the counters of id `id`, in this thread's shard.
+#[inline]
+pub(crate) fn record(id: u64, kind: OpKind, result: Result<usize, &Error>) {
+    // A thread being torn down has no shards any more: its last counts are dropped.
+    let _ = MINE.try_with(|mine| {
+        if let Ok(mine) = mine.try_borrow() {
+            if let Some((_, _, shard)) = mine.iter().find(|(i, _, _)| *i == id) {
+                shard.add(kind, result);
+                return;
+            }
+        }
+        record_first(mine, id, kind, result);
+    });
+}
+
+/// This thread's first operation on the counters of id `id`: makes its shard.
+#[cold]
+fn record_first(
+    mine: &RefCell<Vec<(u64, Weak<Counters>, Arc<Shard>)>>,
+    id: u64,
+    kind: OpKind,
+    result: Result<usize, &Error>,
+) {
+    let counters = LIVE
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .iter()
+        .find(|(i, _)| *i == id)
+        .and_then(|(_, w)| w.upgrade());
+    // Counters gone: nobody can read the count.
+    let Some(counters) = counters else { return };
+    let shard = Arc::new(Shard::new());
+    shard.add(kind, result);
+    counters
+        .shards
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .push(Arc::clone(&shard));
+    if let Ok(mut mine) = mine.try_borrow_mut() {
+        mine.retain(|(_, w, _)| w.strong_count() > 0);
+        mine.push((id, Arc::downgrade(&counters), shard));
+    }
+}
+
+/// What an operation counts into when its future resolves: the counters' id and its kind.
+#[derive(Debug, Clone, Copy)]
 pub(crate) struct Tally {
-    pub(crate) counters: Arc<Counters>,
+    pub(crate) id: u64,
     pub(crate) kind: OpKind,
 }
 
@@ -229,9 +325,9 @@ mod tests {
 
     #[test]
     fn counters_sit_on_lines_of_their_own_and_snapshot_what_was_recorded() {
-        assert_eq!(std::mem::align_of::<OpCounters>(), 128);
+        assert_eq!(std::mem::align_of::<Shard>(), 128);
         assert_eq!(std::mem::align_of::<EngineCounters>(), 128);
-        let c = Counters::default();
+        let c = Counters::new();
         c.record(OpKind::Put, Ok(8));
         c.record(OpKind::Put, Ok(8));
         c.record(OpKind::Get, Err(&Error::bad_offset()));

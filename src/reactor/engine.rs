@@ -177,7 +177,7 @@ impl Engine {
             name,
             tuning,
             tx_limit,
-            Arc::default(),
+            crate::stats::Counters::new(),
             tracing::Span::none(),
         )
     }

@@ -12,6 +12,7 @@ use super::spin::{Spin, SpinEnd, look_after_post, spin_after_yield};
 use super::verdict;
 use crate::Error;
 use crate::stats::{Counters, OpKind, Tally};
+
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
@@ -48,9 +49,9 @@ pub struct Op<B: Send + 'static> {
     len: usize,
     /// What the operation counts into when it resolves (`crate::stats`).
     tally: Option<Tally>,
-    /// The operation's span (`rsm::op`, trace level): entered at every poll; disabled, it
-    /// holds nothing and entering it is a branch.
-    span: tracing::Span,
+    /// The operation's span (`rsm::op`, trace level), entered at every poll; `None` when the
+    /// level is disabled (boxed: a disabled span would still take 40 bytes of every `Op`).
+    span: Option<Box<tracing::Span>>,
 }
 
 /// The first poll's work, for an operation created lazily ([`Op::deferred`]).
@@ -98,25 +99,26 @@ impl<B: Send + 'static> Op<B> {
             copy: None,
             len: 0,
             tally: None,
-            span: tracing::Span::none(),
+            span: None,
         }
     }
 
     /// Counts the operation as `kind` into `counters` when it resolves, and gives it a span
     /// (`rsm::op`, trace level, under `parent`: the connection's) entered at each poll.
     /// With the level disabled the span costs the macro's level check and nothing else.
+    #[inline]
     pub(crate) fn observed(
         mut self,
         kind: OpKind,
-        counters: &Arc<Counters>,
+        counters: &Counters,
         parent: &tracing::Span,
         offset: u64,
     ) -> Self {
         self.tally = Some(Tally {
-            counters: Arc::clone(counters),
+            id: counters.id(),
             kind,
         });
-        self.span = tracing::trace_span!(
+        let span = tracing::trace_span!(
             target: "rsm::op",
             parent: parent,
             "op",
@@ -124,6 +126,9 @@ impl<B: Send + 'static> Op<B> {
             offset,
             len = self.len
         );
+        if !span.is_disabled() {
+            self.span = Some(Box::new(span));
+        }
         self
     }
 
@@ -230,12 +235,11 @@ impl<B: Send + 'static> Op<B> {
 
     /// Polls for the whole outcome (vectors need the failed entry too).
     pub(crate) fn poll_outcome(&mut self, cx: &mut Context<'_>) -> Poll<Outcome<B>> {
-        let _entered = self.span.clone().entered();
+        let _entered = self.span.as_deref().map(|s| s.clone().entered());
         let outcome = std::task::ready!(self.poll_step(cx));
         if let Some(t) = self.tally.take() {
             let n = self.len;
-            t.counters
-                .record(t.kind, outcome.result.as_ref().map(|()| n));
+            crate::stats::record(t.id, t.kind, outcome.result.as_ref().map(|()| n));
         }
         Poll::Ready(outcome)
     }
@@ -243,10 +247,7 @@ impl<B: Send + 'static> Op<B> {
     fn poll_step(&mut self, cx: &mut Context<'_>) -> Poll<Outcome<B>> {
         if let Some(start) = self.start.take() {
             // The operation made at the first poll counts and traces as this one did.
-            let (tally, span) = (
-                self.tally.take(),
-                std::mem::replace(&mut self.span, tracing::Span::none()),
-            );
+            let (tally, span) = (self.tally.take(), self.span.take());
             *self = start();
             self.tally = tally;
             self.span = span;
