@@ -106,9 +106,11 @@ static NEXT_ID: AtomicU64 = AtomicU64::new(1);
 /// The live counters by id: where a thread finds those of its first operation on them.
 static LIVE: Mutex<Vec<(u64, Weak<Counters>)>> = Mutex::new(Vec::new());
 
+/// A thread's shards: the counters' id, whether they live, the shard.
+type Mine = RefCell<Vec<(u64, Weak<Counters>, Arc<Shard>)>>;
+
 thread_local! {
-    /// This thread's shards: the counters' id, whether they live, the shard.
-    static MINE: RefCell<Vec<(u64, Weak<Counters>, Arc<Shard>)>> = const { RefCell::new(Vec::new()) };
+    static MINE: Mine = const { RefCell::new(Vec::new()) };
 }
 
 impl Counters {
@@ -206,12 +208,7 @@ pub(crate) fn record(id: u64, kind: OpKind, result: Result<usize, &Error>) {
 
 /// This thread's first operation on the counters of id `id`: makes its shard.
 #[cold]
-fn record_first(
-    mine: &RefCell<Vec<(u64, Weak<Counters>, Arc<Shard>)>>,
-    id: u64,
-    kind: OpKind,
-    result: Result<usize, &Error>,
-) {
+fn record_first(mine: &Mine, id: u64, kind: OpKind, result: Result<usize, &Error>) {
     let counters = LIVE
         .lock()
         .unwrap_or_else(|p| p.into_inner())
