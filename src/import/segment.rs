@@ -81,6 +81,8 @@ pub(crate) struct ImportInner {
     /// `rsm::connection` (segment, node, conn, controller), under the controller's span:
     /// the parent of the connection's operation spans.
     pub(super) span: tracing::Span,
+    /// The id of the controller's counters, which the connection's operations count into.
+    pub(super) stats_id: u64,
 }
 
 /// An operation's plan and the buffer its pointers lie in, waiting for the first poll.
@@ -408,6 +410,7 @@ impl ImportSegment {
             bell: grant.doorbell,
             token,
             span,
+            stats_id: ctrl.counters().id(),
         });
         inner.span.record("conn", grant.conn_id);
         state.add_import(node, grant.conn_id, &inner);
@@ -576,15 +579,19 @@ impl ImportSegment {
     /// waiting, not the write: the bytes may still land, and the buffer is freed only when
     /// the provider (or the loopback copy) is done with it.
     pub fn put<B: IoBuf>(&self, offset: u64, buf: B) -> Op<B> {
-        self.observe(OpKind::Put, offset, self.put_op(offset, buf))
+        let mut op = self.put_op(offset, buf);
+        self.observe(OpKind::Put, offset, &mut op);
+        op
     }
 
     /// Counts `op` as `kind` when it resolves and gives it its span (`crate::stats`, the
-    /// crate docs' "Observability").
-    pub(crate) fn observe<B: Send + 'static>(&self, kind: OpKind, offset: u64, op: Op<B>) -> Op<B> {
-        op.observed(kind, self.inner.ctrl.counters(), &self.inner.span, offset)
+    /// crate docs' "Observability"). In place: moving an `Op` is a copy of its bytes.
+    #[inline]
+    pub(crate) fn observe<B: Send + 'static>(&self, kind: OpKind, offset: u64, op: &mut Op<B>) {
+        op.observe(kind, self.inner.stats_id, &self.inner.span, offset);
     }
 
+    #[inline(always)]
     fn put_op<B: IoBuf>(&self, offset: u64, buf: B) -> Op<B> {
         if let Some(lo) = &self.inner.lo {
             return self.put_loopback(lo, offset, buf);
@@ -628,9 +635,12 @@ impl ImportSegment {
     /// As for [`ImportSegment::put`]: the buffer stays with the operation until the
     /// provider has finished writing into it.
     pub fn get<B: IoBufMut>(&self, offset: u64, buf: B) -> Op<B> {
-        self.observe(OpKind::Get, offset, self.get_op(offset, buf))
+        let mut op = self.get_op(offset, buf);
+        self.observe(OpKind::Get, offset, &mut op);
+        op
     }
 
+    #[inline(always)]
     fn get_op<B: IoBufMut>(&self, offset: u64, buf: B) -> Op<B> {
         let mut buf = buf;
         let len = buf.bytes_len();

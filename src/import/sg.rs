@@ -347,7 +347,9 @@ impl ImportSegment {
             SgLocal::Buffer(b) => Some((b.stable_ptr().cast_mut(), b.bytes_len())),
             SgLocal::Handle(_) => None,
         });
-        v.op = v.op.take().map(|op| self.observe(OpKind::Putv, 0, op));
+        if let Some(op) = v.op.as_mut() {
+            self.observe(OpKind::Putv, 0, op);
+        }
         v
     }
 
@@ -362,7 +364,9 @@ impl ImportSegment {
             SgLocal::Buffer(b) => Some((b.stable_mut_ptr(), b.bytes_len())),
             SgLocal::Handle(_) => None,
         });
-        v.op = v.op.take().map(|op| self.observe(OpKind::Getv, 0, op));
+        if let Some(op) = v.op.as_mut() {
+            self.observe(OpKind::Getv, 0, op);
+        }
         v
     }
 

@@ -11,7 +11,7 @@ use super::slot::{Outcome, Slot, Spec};
 use super::spin::{Spin, SpinEnd, look_after_post, spin_after_yield};
 use super::verdict;
 use crate::Error;
-use crate::stats::{Counters, OpKind, Tally};
+use crate::stats::{OpKind, Tally};
 
 use std::future::Future;
 use std::pin::Pin;
@@ -103,21 +103,18 @@ impl<B: Send + 'static> Op<B> {
         }
     }
 
-    /// Counts the operation as `kind` into `counters` when it resolves, and gives it a span
+    /// Counts the operation as `kind` into the counters of id `counters` when it resolves, and gives it a span
     /// (`rsm::op`, trace level, under `parent`: the connection's) entered at each poll.
     /// With the level disabled the span costs the macro's level check and nothing else.
     #[inline]
-    pub(crate) fn observed(
-        mut self,
+    pub(crate) fn observe(
+        &mut self,
         kind: OpKind,
-        counters: &Counters,
+        counters: u64,
         parent: &tracing::Span,
         offset: u64,
-    ) -> Self {
-        self.tally = Some(Tally {
-            id: counters.id(),
-            kind,
-        });
+    ) {
+        self.tally = Some(Tally { id: counters, kind });
         let span = tracing::trace_span!(
             target: "rsm::op",
             parent: parent,
@@ -129,7 +126,6 @@ impl<B: Send + 'static> Op<B> {
         if !span.is_disabled() {
             self.span = Some(Box::new(span));
         }
-        self
     }
 
     /// An operation that does `start` at its first poll and is then the operation `start`
