@@ -6,10 +6,10 @@
 //! and a channel, with no task parked in `wait_signal`.
 //!
 //! - The **pinger** (exporter) writes a counter into its segment and signals, then waits for
-//!   the importer's answer, `--pings` times, at an interval.
+//!   the importer's answer, `--pings` times, at an interval; then it says goodbye (counter 0).
 //! - The **ponger** (importer) runs one loop: the `PollFd` (a ping: read the counter, answer),
-//!   a 25 ms timer (a heartbeat), and a channel fed by another task (local work), until it
-//!   answered every ping.
+//!   a 25 ms timer (a heartbeat), and a channel fed by another task (local work), until the
+//!   goodbye.
 //!
 //! ```text
 //! RSM_NODE_ID=30 cargo run --example pollfd_select -- --role pinger --pings 20
@@ -59,6 +59,11 @@ async fn pinger(a: &Args) -> Result<(), AnyError> {
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
     println!("pinger: {pings} pings answered");
+    // The last word is the pinger's: counter 0 says goodbye. (Had the ponger left right after
+    // its last answer, that answer could have been lost: a disconnect travels by the side
+    // channel and may overtake a signal still on its way, which is then dropped.)
+    seg.write_at(0, &0u64.to_le_bytes())?;
+    seg.signal(SignalFlags::empty()).await?;
     common::wait_until_alone(&seg, Duration::from_secs(10)).await;
     seg.destroy().await?;
     node.shutdown().await;
@@ -106,7 +111,8 @@ async fn ponger(a: &Args) -> Result<(), AnyError> {
     tokio::pin!(overall);
 
     let (mut answered, mut ticks, mut jobs) = (0u64, 0u64, 0u64);
-    while answered < pings {
+    let mut goodbye = false;
+    while !goodbye {
         tokio::select! {
             guard = pollfd.readable() => {
                 let mut guard = guard?;
@@ -120,6 +126,10 @@ async fn ponger(a: &Args) -> Result<(), AnyError> {
                 });
                 if let Ok(Ok(())) = got {
                     let counter = seg.get64(0, 1).await?[0];
+                    if counter == 0 {
+                        goodbye = true; // the pinger is done
+                        continue;
+                    }
                     answered += 1;
                     if counter != answered {
                         return Err(format!("ping {answered} read counter {counter}").into());
@@ -129,8 +139,11 @@ async fn ponger(a: &Args) -> Result<(), AnyError> {
             }
             _ = heartbeat.tick() => ticks += 1,
             Some(_job) = work.recv() => jobs += 1,
-            () = &mut overall => return Err("the pings did not come within 30 s".into()),
+            () = &mut overall => return Err("the pings did not end within 30 s".into()),
         }
+    }
+    if answered != pings {
+        return Err(format!("{answered} pings came, {pings} expected").into());
     }
     println!(
         "ponger: {answered} pings through the PollFd, {ticks} timer ticks, {jobs} channel messages"
