@@ -88,7 +88,11 @@ async fn server(a: &Args, mut stop: watch::Receiver<bool>) -> Result<(), AnyErro
     let ctrl = node.controller(&a.controller).await?;
     let seg = ctrl.export(4096, ExportFlags::empty())?;
     let id = seg.publish(a.segment(DEFAULT_SEGMENT), &[]).await?;
-    println!("server: node {}, segment {id:#x} on {}", node.id().get(), ctrl.name());
+    println!(
+        "server: node {}, segment {id:#x} on {}",
+        node.id().get(),
+        ctrl.name()
+    );
     println!("server: ready");
 
     let mut jobs = JoinSet::new();

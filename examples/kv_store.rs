@@ -173,10 +173,7 @@ async fn server(a: &Args) -> Result<(), AnyError> {
                 clients += 1;
                 let entry = u64::from(who.node().get()) + 1;
                 seg.write_at(DIRECTORY + 8 * free as u64, &entry.to_le_bytes())?;
-                println!(
-                    "kv server: node {} has mailbox {free}",
-                    who.node().get()
-                );
+                println!("kv server: node {} has mailbox {free}", who.node().get());
                 match seg.signal_to(who, SignalFlags::empty()).await {
                     Err(e) if !e.is_disconnected() => return Err(e.into()),
                     _ => {}

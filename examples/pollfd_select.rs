@@ -48,7 +48,11 @@ async fn pinger(a: &Args) -> Result<(), AnyError> {
     let ctrl = node.controller(&a.controller).await?;
     let seg = ctrl.export(4096, ExportFlags::empty())?;
     let id = seg.publish(a.segment(DEFAULT_SEGMENT), &[]).await?;
-    println!("pinger: node {}, segment {id:#x} on {}", node.id().get(), ctrl.name());
+    println!(
+        "pinger: node {}, segment {id:#x} on {}",
+        node.id().get(),
+        ctrl.name()
+    );
     println!("pinger: ready");
     common::wait_for_importers(&seg, 1, Duration::from_secs(30)).await?;
     for i in 1..=pings {

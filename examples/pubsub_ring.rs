@@ -200,7 +200,9 @@ async fn subscriber(a: &Args) -> Result<(), AnyError> {
             Some(Err(rsm::Lagged(missed))) => {
                 // Missed doorbells, not missed records: the ring's head says where it is.
                 lagged += missed;
-                println!("{name}: stream lagged, missed {missed} events; reading from the ring head");
+                println!(
+                    "{name}: stream lagged, missed {missed} events; reading from the ring head"
+                );
             }
         }
         reader.catch_up(&seg).await?;

@@ -155,14 +155,25 @@ fn kv_store(controller: &str) {
     let mut server = Example::start(
         "kv_store",
         server_id,
-        &["--role", "server", "--clients", "3", "--controller", controller],
+        &[
+            "--role",
+            "server",
+            "--clients",
+            "3",
+            "--controller",
+            controller,
+        ],
     );
     server.expect("kv server: ready");
     // The watcher first: it hears of every change the writers make.
     let mut watcher = Example::start(
         "kv_store",
         w,
-        &[&base[..], &["--role", "client", "--name", "w", "--watch", "b-9"]].concat(),
+        &[
+            &base[..],
+            &["--role", "client", "--name", "w", "--watch", "b-9"],
+        ]
+        .concat(),
     );
     watcher.expect("connected to node");
     let writers: Vec<Example> = [("a", a), ("b", b)]
@@ -171,7 +182,11 @@ fn kv_store(controller: &str) {
             Example::start(
                 "kv_store",
                 id,
-                &[&base[..], &["--role", "client", "--name", name, "--puts", "10"]].concat(),
+                &[
+                    &base[..],
+                    &["--role", "client", "--name", name, "--puts", "10"],
+                ]
+                .concat(),
             )
         })
         .collect();
@@ -204,7 +219,14 @@ fn kv_store_tcp0() {
 fn pubsub_ring(controller: &str) {
     let [producer_id, s1, s2, s3] = ids();
     let server = producer_id.to_string();
-    let base = ["--controller", controller, "--server", &server, "--records", "2000"];
+    let base = [
+        "--controller",
+        controller,
+        "--server",
+        &server,
+        "--records",
+        "2000",
+    ];
     let mut producer = Example::start(
         "pubsub_ring",
         producer_id,
@@ -220,16 +242,17 @@ fn pubsub_ring(controller: &str) {
         ],
     );
     producer.expect("producer: ready");
-    let mut subscribers: Vec<(Example, &str)> = [("s1", s1, false), ("s2", s2, false), ("s3", s3, true)]
-        .into_iter()
-        .map(|(name, id, slow)| {
-            let mut args = [&base[..], &["--role", "subscriber", "--name", name]].concat();
-            if slow {
-                args.push("--slow");
-            }
-            (Example::start("pubsub_ring", id, &args), name)
-        })
-        .collect();
+    let mut subscribers: Vec<(Example, &str)> =
+        [("s1", s1, false), ("s2", s2, false), ("s3", s3, true)]
+            .into_iter()
+            .map(|(name, id, slow)| {
+                let mut args = [&base[..], &["--role", "subscriber", "--name", name]].concat();
+                if slow {
+                    args.push("--slow");
+                }
+                (Example::start("pubsub_ring", id, &args), name)
+            })
+            .collect();
     producer.expect("3 subscribers connected");
     for (sub, name) in &mut subscribers {
         if *name == "s3" {
@@ -238,7 +261,9 @@ fn pubsub_ring(controller: &str) {
         }
         let line = sub.expect("records in order");
         assert!(
-            line.starts_with(&format!("{name}: received 2000 of 2000 records in order, lost 0")),
+            line.starts_with(&format!(
+                "{name}: received 2000 of 2000 records in order, lost 0"
+            )),
             "{line}"
         );
         sub.expect(&format!("{name}: ok"));
@@ -265,13 +290,29 @@ fn pollfd_select(controller: &str) {
     let mut pinger = Example::start(
         "pollfd_select",
         pinger_id,
-        &["--role", "pinger", "--pings", "20", "--controller", controller],
+        &[
+            "--role",
+            "pinger",
+            "--pings",
+            "20",
+            "--controller",
+            controller,
+        ],
     );
     pinger.expect("pinger: ready");
     let mut ponger = Example::start(
         "pollfd_select",
         ponger_id,
-        &["--role", "ponger", "--server", &server, "--pings", "20", "--controller", controller],
+        &[
+            "--role",
+            "ponger",
+            "--server",
+            &server,
+            "--pings",
+            "20",
+            "--controller",
+            controller,
+        ],
     );
     let line = ponger.expect("pings through the PollFd");
     // "ponger: 20 pings through the PollFd, T timer ticks, M channel messages"
@@ -281,7 +322,10 @@ fn pollfd_select(controller: &str) {
         .collect();
     assert_eq!(numbers.len(), 3, "{line}");
     assert_eq!(numbers[0], 20, "{line}");
-    assert!(numbers[1] > 0 && numbers[2] > 0, "the other sources ran too: {line}");
+    assert!(
+        numbers[1] > 0 && numbers[2] > 0,
+        "the other sources ran too: {line}"
+    );
     ponger.expect("ponger: ok");
     ponger.succeeds();
     pinger.expect("pinger: 20 pings answered");
@@ -330,7 +374,10 @@ fn graceful_shutdown_on_sigterm() {
     server.terminate();
     server.expect("server: SIGTERM: stopping, no new work");
     let line = server.expect("in-flight jobs finished");
-    assert_eq!(line, format!("server: 0 in-flight jobs finished, {jobs} jobs in all"));
+    assert_eq!(
+        line,
+        format!("server: 0 in-flight jobs finished, {jobs} jobs in all")
+    );
     server.expect("server: segment destroyed");
     server.expect("server: node shut down");
     server.expect("server: ok");
