@@ -343,16 +343,26 @@ fn pollfd_select_tcp0() {
     pollfd_select("tcp0");
 }
 
-#[test]
-fn graceful_shutdown_on_sigterm() {
+fn graceful_shutdown(controller: &str) {
     let [server_id, client_id, ..] = ids();
     let server_arg = server_id.to_string();
-    let mut server = Example::start("graceful_shutdown", server_id, &["--role", "server"]);
+    let mut server = Example::start(
+        "graceful_shutdown",
+        server_id,
+        &["--role", "server", "--controller", controller],
+    );
     server.expect("server: ready");
     let mut client = Example::start(
         "graceful_shutdown",
         client_id,
-        &["--role", "client", "--server", &server_arg],
+        &[
+            "--role",
+            "client",
+            "--server",
+            &server_arg,
+            "--controller",
+            controller,
+        ],
     );
     client.expect("client: job 3 done: 9");
     // The client stops between jobs: the one under way finishes, then it leaves in order.
@@ -382,4 +392,14 @@ fn graceful_shutdown_on_sigterm() {
     server.expect("server: node shut down");
     server.expect("server: ok");
     server.succeeds();
+}
+
+#[test]
+fn graceful_shutdown_loopback() {
+    graceful_shutdown("loopback");
+}
+
+#[test]
+fn graceful_shutdown_tcp0() {
+    graceful_shutdown("tcp0");
 }
