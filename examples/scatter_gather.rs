@@ -58,7 +58,9 @@ impl Args {
         let mut pairs = Vec::new();
         let mut it = std::env::args().skip(1);
         while let Some(flag) = it.next() {
-            let name = flag.strip_prefix("--").ok_or(format!("unexpected {flag}"))?;
+            let name = flag
+                .strip_prefix("--")
+                .ok_or(format!("unexpected {flag}"))?;
             let value = it.next().ok_or(format!("{flag} needs a value"))?;
             pairs.push((name.to_string(), value));
         }
@@ -94,7 +96,9 @@ async fn main() -> Res<()> {
         builder = builder.config_file(path);
     }
     let node = builder.start().await?;
-    let ctrl = node.controller(args.get("controller").unwrap_or("tcp0")).await?;
+    let ctrl = node
+        .controller(args.get("controller").unwrap_or("tcp0"))
+        .await?;
     let segment = SegmentId(u32::try_from(args.num("segment", Some(0x50_0010))?)?);
     let records = args.num("records", Some(1000))?;
     let outcome = match args.get("role") {

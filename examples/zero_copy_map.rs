@@ -62,7 +62,9 @@ impl Args {
         let mut pairs = Vec::new();
         let mut it = std::env::args().skip(1);
         while let Some(flag) = it.next() {
-            let name = flag.strip_prefix("--").ok_or(format!("unexpected {flag}"))?;
+            let name = flag
+                .strip_prefix("--")
+                .ok_or(format!("unexpected {flag}"))?;
             let value = it.next().ok_or(format!("{flag} needs a value"))?;
             pairs.push((name.to_string(), value));
         }
