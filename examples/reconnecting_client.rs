@@ -78,7 +78,20 @@ impl Args {
 }
 
 #[tokio::main]
-async fn main() -> Res<()> {
+async fn main() -> std::process::ExitCode {
+    match run().await {
+        Ok(()) => {
+            println!("ok");
+            std::process::ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("error: {e}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
+
+async fn run() -> Res<()> {
     let args = Args::parse()?;
     let mut builder = rsm::Node::builder();
     if let Some(path) = args.get("config") {
@@ -105,9 +118,7 @@ async fn main() -> Res<()> {
     };
     drop(ctrl);
     node.shutdown().await;
-    outcome?;
-    println!("ok");
-    Ok(())
+    outcome
 }
 
 async fn server(node: &rsm::Node, ctrl: &rsm::Controller, segment: SegmentId) -> Res<()> {

@@ -88,7 +88,20 @@ impl Args {
 }
 
 #[tokio::main]
-async fn main() -> Res<()> {
+async fn main() -> std::process::ExitCode {
+    match run().await {
+        Ok(()) => {
+            println!("ok");
+            std::process::ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("error: {e}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
+
+async fn run() -> Res<()> {
     let args = Args::parse()?;
     // The node: the file `--config` names, else RSM_CONFIG and the RSM_* variables.
     let mut builder = rsm::Node::builder();
@@ -111,9 +124,7 @@ async fn main() -> Res<()> {
     };
     drop(ctrl);
     node.shutdown().await;
-    outcome?;
-    println!("ok");
-    Ok(())
+    outcome
 }
 
 async fn exporter(ctrl: &rsm::Controller, segment: SegmentId, records: u64) -> Res<()> {

@@ -6,8 +6,8 @@
 //! it changes; this example uses a sequence lock:
 //!
 //! - The **writer** (the exporter) keeps a record of 7 words at the start of its segment,
-//!   guarded by a sequence word. To update it, it makes the sequence odd, writes the words,
-//!   and makes the sequence even again (one more than before the update, plus one).
+//!   guarded by a sequence word. Update `v` makes the sequence odd (`2v - 1`), writes the
+//!   words, and makes it even again (`2v`).
 //! - The **reader** (an importer) maps the segment read-only and reads: the sequence (odd:
 //!   an update is in progress, try again), the record, then the sequence again (changed:
 //!   the record may be torn, try again). It counts its retries, checks every record it
@@ -92,7 +92,20 @@ impl Args {
 }
 
 #[tokio::main]
-async fn main() -> Res<()> {
+async fn main() -> std::process::ExitCode {
+    match run().await {
+        Ok(()) => {
+            println!("ok");
+            std::process::ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("error: {e}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
+
+async fn run() -> Res<()> {
     let args = Args::parse()?;
     let mut builder = rsm::Node::builder();
     if let Some(path) = args.get("config") {
@@ -115,9 +128,7 @@ async fn main() -> Res<()> {
     };
     drop(ctrl);
     node.shutdown().await;
-    outcome?;
-    println!("ok");
-    Ok(())
+    outcome
 }
 
 async fn writer(ctrl: &rsm::Controller, segment: SegmentId, run: Duration) -> Res<()> {
@@ -189,7 +200,17 @@ async fn reader(ctrl: &rsm::Controller, from: NodeId, segment: SegmentId) -> Res
     let (mut reads, mut retries, mut caught, mut torn, mut last) = (0u64, 0u64, 0u64, 0u64, 0u64);
     let mut record = [0u64; WORDS];
     let deadline = Instant::now() + Duration::from_secs(60);
-    loop {
+    for attempt in 1u64.. {
+        if attempt % 4096 == 0 {
+            // Now and then: give the runtime a turn, and stop if the writer is gone (its
+            // node lost, the segment revoked: the safe accessor says so; the raw pointer
+            // would only see zero pages) or too slow.
+            tokio::task::yield_now().await;
+            map.load_u64(SEQ * 8)?;
+            if Instant::now() > deadline {
+                return Err("the writer did not finish within 60 s".into());
+            }
+        }
         // Read `done` before the sequence, so a record read after it is the last one.
         let finished = done.load(Ordering::Acquire);
         let s1 = seq.load(Ordering::Acquire);
@@ -213,17 +234,13 @@ async fn reader(ctrl: &rsm::Controller, from: NodeId, segment: SegmentId) -> Res
         }
         reads += 1;
         if !whole || v != s1 / 2 || v < last {
+            // A revoke replaces the pages with zeros: that is the writer gone, not a tear.
+            map.load_u64(SEQ * 8)?;
             torn += 1;
         }
         last = v;
         if finished != 0 && v == finished {
             break;
-        }
-        if Instant::now() > deadline {
-            return Err("the writer did not finish within 60 s".into());
-        }
-        if reads % 4096 == 0 {
-            tokio::task::yield_now().await;
         }
     }
     println!(
