@@ -225,8 +225,22 @@ async fn client(ctrl: &rsm::Controller, o: &ClientOpts) -> Res<()> {
             Err(e) => return Err(e.into()),
         };
         backoff.reset();
-        let incarnation = imp.get64(INCARNATION_AT, 1).await?[0];
-        if let Some(t) = lost_at.take() {
+        let incarnation = match imp.get64(INCARNATION_AT, 1).await {
+            Ok(words) => words[0],
+            Err(e) if e.is_unreachable() => {
+                println!(
+                    "client: lost the server at once: {} ({})",
+                    e.name(),
+                    e.code()
+                );
+                lost_at.get_or_insert_with(Instant::now);
+                let _ = imp.disconnect().await;
+                continue;
+            }
+            Err(e) => return Err(e.into()),
+        };
+        // The first server reached is a connection; any later one a reconnection.
+        if let Some(t) = lost_at.take().filter(|_| !incarnations.is_empty()) {
             reconnects += 1;
             rounds_since = 0;
             println!(
