@@ -273,14 +273,14 @@ fn number_before(lines: &[&String], suffix: &str) -> u64 {
     head.rsplit(' ').next().unwrap().parse().expect("a number")
 }
 
-/// The server quits once (destroy: the client's connection is revoked) and is killed once
-/// (a crash); each time a new server process with the same node id and segment id starts.
+/// The client starts before the server; then the server quits once (destroy: the client's
+/// connection is revoked) and is killed once (a crash), and each time a new server process
+/// with the same node id and segment id starts.
 fn reconnecting_client(ctrl: &str) {
     let _serial = serial();
     let server_id = fresh_node_id();
     let server_args = ["--role", "server", "--controller", ctrl];
-    let mut server = Proc::start("reconnecting_client", server_id, &server_args);
-    server.expect("server: ready", START);
+    // The client starts first, and waits for a server.
     let mut client = Proc::start(
         "reconnecting_client",
         server_id + 1,
@@ -297,6 +297,12 @@ fn reconnecting_client(ctrl: &str) {
             "400",
         ],
     );
+    client.expect(
+        "client: connect failed (RSMERR_REMOTE_NODE_UNREACHABLE)",
+        START,
+    );
+    let mut server = Proc::start("reconnecting_client", server_id, &server_args);
+    server.expect("server: ready", START);
     client.expect("client: connected", START);
     std::thread::sleep(Duration::from_millis(300));
 
