@@ -609,3 +609,36 @@ fn loopback_signal_baseline_is_a_shared_word_round_trip() {
     assert!(row["baseline_median_us"].as_f64().unwrap() > 0.0, "{row}");
     assert!(row["median_us"].is_null(), "{row}");
 }
+
+#[test]
+fn the_progress_line_is_shown_on_a_terminal_or_when_asked_for() {
+    let args = [
+        "--controller",
+        "loopback",
+        "--op",
+        "put",
+        "--sizes",
+        "8",
+        "--baseline-only",
+    ];
+    // Standard error is a pipe here: no progress line, no `\r`, but the final line.
+    let run = bench(&args);
+    assert_eq!(run.code, Some(0), "{}", run.stderr);
+    assert!(!run.stderr.contains('\r'), "{:?}", run.stderr);
+    assert!(
+        run.stderr
+            .contains("rsm bench: loopback put: 1 rows, every byte verified\n"),
+        "{:?}",
+        run.stderr
+    );
+    // --progress shows it anyway, rewritten in place.
+    let mut with = args.to_vec();
+    with.push("--progress");
+    let run = bench(&with);
+    assert_eq!(run.code, Some(0), "{}", run.stderr);
+    assert!(
+        run.stderr.contains("\rrsm bench: loopback put 8 B latency"),
+        "{:?}",
+        run.stderr
+    );
+}
