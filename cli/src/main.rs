@@ -17,7 +17,8 @@ const AFTER_HELP: &str = "\
 Exit status:
   0  success
   1  an error (the message names the RSMAPI error, e.g. [RSMERR_BAD_CONF]); bench and
-     bench-memory: a byte was wrong; demo: a step did not behave as expected
+     bench-memory: a byte was wrong; demo: a step did not behave as expected; info with
+     --provider or --controller: no controller matches
   2  the command line is wrong; bench, bench-memory and demo: the run could not go on
 
 Environment:
