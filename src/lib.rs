@@ -44,7 +44,11 @@
 //!
 //! ## Features
 //!
-//! - `serde`: `serde::Serialize` on the controller and topology descriptions.
+//! - `serde`: `serde::Serialize` on the controller and topology descriptions
+//!   ([`ControllerInfo`], [`ControllerAttr`], [`controller::ProviderAttr`], [`Topology`],
+//!   [`topology::ControllerConnections`], [`topology::RemoteController`],
+//!   [`topology::ConnectionState`]), `Serialize` and `Deserialize` on [`NodeId`] and
+//!   [`SegmentId`]. The impls are derived, so their pages do not carry the feature's badge.
 //! - `test-util`: `rsm::test_util`, internals for the workspace's own tests, benchmarks and
 //!   command; not a stable API.
 //! - `fault-injection`: test-only hooks that provoke what cannot happen otherwise on one host.
