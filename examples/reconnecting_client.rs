@@ -32,7 +32,10 @@ use rsm::{ExportFlags, NodeId, Perm, SegmentId};
 use std::io::BufRead;
 use std::time::{Duration, Instant};
 
-type Res<T> = Result<T, Box<dyn std::error::Error>>;
+#[path = "data_args/mod.rs"]
+mod data_args;
+
+use data_args::{Args, Res};
 
 /// Word 0: the client's round. Word 1: the server's incarnation.
 const ROUND_AT: u64 = 0;
@@ -40,64 +43,14 @@ const INCARNATION_AT: u64 = 8;
 /// Rounds the client still runs after its last reconnection.
 const ROUNDS_AFTER: u64 = 10;
 
-/// `--name value` pairs, parsed by hand.
-struct Args(Vec<(String, String)>);
-
-impl Args {
-    fn parse() -> Res<Args> {
-        let mut pairs = Vec::new();
-        let mut it = std::env::args().skip(1);
-        while let Some(flag) = it.next() {
-            let name = flag
-                .strip_prefix("--")
-                .ok_or(format!("unexpected {flag}"))?;
-            let value = it.next().ok_or(format!("{flag} needs a value"))?;
-            pairs.push((name.to_string(), value));
-        }
-        Ok(Args(pairs))
-    }
-
-    fn get(&self, name: &str) -> Option<&str> {
-        self.0
-            .iter()
-            .rev()
-            .find(|(n, _)| n == name)
-            .map(|(_, v)| v.as_str())
-    }
-
-    /// A number, decimal or `0x` hexadecimal.
-    fn num(&self, name: &str, default: Option<u64>) -> Res<u64> {
-        match self.get(name) {
-            Some(v) => Ok(match v.strip_prefix("0x") {
-                Some(hex) => u64::from_str_radix(hex, 16)?,
-                None => v.parse()?,
-            }),
-            None => default.ok_or_else(|| format!("--{name} is needed").into()),
-        }
-    }
-}
-
 #[tokio::main]
 async fn main() -> std::process::ExitCode {
-    match run().await {
-        Ok(()) => {
-            println!("ok");
-            std::process::ExitCode::SUCCESS
-        }
-        Err(e) => {
-            eprintln!("error: {e}");
-            std::process::ExitCode::FAILURE
-        }
-    }
+    data_args::exit(run().await)
 }
 
 async fn run() -> Res<()> {
     let args = Args::parse()?;
-    let mut builder = rsm::Node::builder();
-    if let Some(path) = args.get("config") {
-        builder = builder.config_file(path);
-    }
-    let node = builder.start().await?;
+    let node = args.start_node().await?;
     let ctrl = node
         .controller(args.get("controller").unwrap_or("tcp0"))
         .await?;

@@ -34,7 +34,10 @@ const STRIDE: u64 = 4096;
 /// The batched records (16 bytes each) start here.
 const RECORDS_AT: u64 = PIECES as u64 * STRIDE;
 
-type Res<T> = Result<T, Box<dyn std::error::Error>>;
+#[path = "data_args/mod.rs"]
+mod data_args;
+
+use data_args::{Args, Res};
 
 fn remote_offset(i: usize) -> u64 {
     i as u64 * STRIDE + 512
@@ -50,65 +53,14 @@ fn record(k: u64) -> Vec<u8> {
     [k.to_le_bytes(), (!k).to_le_bytes()].concat()
 }
 
-/// `--name value` pairs, parsed by hand.
-struct Args(Vec<(String, String)>);
-
-impl Args {
-    fn parse() -> Res<Args> {
-        let mut pairs = Vec::new();
-        let mut it = std::env::args().skip(1);
-        while let Some(flag) = it.next() {
-            let name = flag
-                .strip_prefix("--")
-                .ok_or(format!("unexpected {flag}"))?;
-            let value = it.next().ok_or(format!("{flag} needs a value"))?;
-            pairs.push((name.to_string(), value));
-        }
-        Ok(Args(pairs))
-    }
-
-    fn get(&self, name: &str) -> Option<&str> {
-        self.0
-            .iter()
-            .rev()
-            .find(|(n, _)| n == name)
-            .map(|(_, v)| v.as_str())
-    }
-
-    /// A number, decimal or `0x` hexadecimal.
-    fn num(&self, name: &str, default: Option<u64>) -> Res<u64> {
-        match self.get(name) {
-            Some(v) => Ok(match v.strip_prefix("0x") {
-                Some(hex) => u64::from_str_radix(hex, 16)?,
-                None => v.parse()?,
-            }),
-            None => default.ok_or_else(|| format!("--{name} is needed").into()),
-        }
-    }
-}
-
 #[tokio::main]
 async fn main() -> std::process::ExitCode {
-    match run().await {
-        Ok(()) => {
-            println!("ok");
-            std::process::ExitCode::SUCCESS
-        }
-        Err(e) => {
-            eprintln!("error: {e}");
-            std::process::ExitCode::FAILURE
-        }
-    }
+    data_args::exit(run().await)
 }
 
 async fn run() -> Res<()> {
     let args = Args::parse()?;
-    // The node: the file `--config` names, else RSM_CONFIG and the RSM_* variables.
-    let mut builder = rsm::Node::builder();
-    if let Some(path) = args.get("config") {
-        builder = builder.config_file(path);
-    }
-    let node = builder.start().await?;
+    let node = args.start_node().await?;
     let ctrl = node
         .controller(args.get("controller").unwrap_or("tcp0"))
         .await?;

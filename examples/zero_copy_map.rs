@@ -36,7 +36,10 @@ const SEQ: usize = 0;
 const WORDS: usize = 7;
 const DONE: usize = 8;
 
-type Res<T> = Result<T, Box<dyn std::error::Error>>;
+#[path = "data_args/mod.rs"]
+mod data_args;
+
+use data_args::{Args, Res};
 
 /// Record version `v`: word `i` holds `v * (i + 1)`, so words from two versions disagree.
 fn word(v: u64, i: usize) -> u64 {
@@ -54,64 +57,14 @@ unsafe fn atomic<'a>(base: *mut u8, index: usize) -> &'a AtomicU64 {
     unsafe { AtomicU64::from_ptr(base.add(index * 8).cast()) }
 }
 
-/// `--name value` pairs, parsed by hand.
-struct Args(Vec<(String, String)>);
-
-impl Args {
-    fn parse() -> Res<Args> {
-        let mut pairs = Vec::new();
-        let mut it = std::env::args().skip(1);
-        while let Some(flag) = it.next() {
-            let name = flag
-                .strip_prefix("--")
-                .ok_or(format!("unexpected {flag}"))?;
-            let value = it.next().ok_or(format!("{flag} needs a value"))?;
-            pairs.push((name.to_string(), value));
-        }
-        Ok(Args(pairs))
-    }
-
-    fn get(&self, name: &str) -> Option<&str> {
-        self.0
-            .iter()
-            .rev()
-            .find(|(n, _)| n == name)
-            .map(|(_, v)| v.as_str())
-    }
-
-    /// A number, decimal or `0x` hexadecimal.
-    fn num(&self, name: &str, default: Option<u64>) -> Res<u64> {
-        match self.get(name) {
-            Some(v) => Ok(match v.strip_prefix("0x") {
-                Some(hex) => u64::from_str_radix(hex, 16)?,
-                None => v.parse()?,
-            }),
-            None => default.ok_or_else(|| format!("--{name} is needed").into()),
-        }
-    }
-}
-
 #[tokio::main]
 async fn main() -> std::process::ExitCode {
-    match run().await {
-        Ok(()) => {
-            println!("ok");
-            std::process::ExitCode::SUCCESS
-        }
-        Err(e) => {
-            eprintln!("error: {e}");
-            std::process::ExitCode::FAILURE
-        }
-    }
+    data_args::exit(run().await)
 }
 
 async fn run() -> Res<()> {
     let args = Args::parse()?;
-    let mut builder = rsm::Node::builder();
-    if let Some(path) = args.get("config") {
-        builder = builder.config_file(path);
-    }
-    let node = builder.start().await?;
+    let node = args.start_node().await?;
     // Mapping works on loopback only: the other controllers reach memory through a provider.
     let ctrl = node.controller("loopback").await?;
     let segment = SegmentId(u32::try_from(args.num("segment", Some(0x50_0020))?)?);
