@@ -146,14 +146,7 @@ async fn client(a: &Args, stop: watch::Receiver<bool>) -> Result<(), AnyError> {
     let max_jobs: u64 = a.get("jobs", u64::MAX);
     let node = a.start_node().await?;
     let ctrl = node.controller(&a.controller).await?;
-    let seg = common::import_when_published(
-        &ctrl,
-        a.server()?,
-        a.segment(DEFAULT_SEGMENT),
-        Perm::RDWR,
-        Duration::from_secs(10),
-    )
-    .await?;
+    let seg = a.import_server(&ctrl, DEFAULT_SEGMENT, Perm::RDWR).await?;
     println!("client: node {} connected", node.id().get());
 
     let mut n = 0u64;

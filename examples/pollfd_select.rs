@@ -80,14 +80,7 @@ async fn ponger(a: &Args) -> Result<(), AnyError> {
     let pings: u64 = a.get("pings", 20);
     let node = a.start_node().await?;
     let ctrl = node.controller(&a.controller).await?;
-    let seg = common::import_when_published(
-        &ctrl,
-        a.server()?,
-        a.segment(DEFAULT_SEGMENT),
-        Perm::RDWR,
-        Duration::from_secs(10),
-    )
-    .await?;
+    let seg = a.import_server(&ctrl, DEFAULT_SEGMENT, Perm::RDWR).await?;
     println!("ponger: node {} connected", node.id().get());
 
     // The descriptor joins tokio's reactor. AsyncFd is edge-triggered: after a wake-up, take

@@ -161,14 +161,7 @@ async fn subscriber(a: &Args) -> Result<(), AnyError> {
     let slow = a.flag("slow");
     let node = a.start_node().await?;
     let ctrl = node.controller(&a.controller).await?;
-    let seg = common::import_when_published(
-        &ctrl,
-        a.server()?,
-        a.segment(DEFAULT_SEGMENT),
-        Perm::READ,
-        Duration::from_secs(10),
-    )
-    .await?;
+    let seg = a.import_server(&ctrl, DEFAULT_SEGMENT, Perm::READ).await?;
     // The stream sees every event from now on, buffering up to 1,024.
     let mut events = seg.events();
     println!(

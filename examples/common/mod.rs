@@ -127,6 +127,19 @@ impl Args {
         rsm::SegmentId(id)
     }
 
+    /// The exporting node's segment (`--server`, `--segment` or `default_segment`), imported
+    /// with `perm` once it is published (a client may start first; it waits up to 10 s).
+    pub async fn import_server(
+        &self,
+        ctrl: &rsm::Controller,
+        default_segment: u32,
+        perm: rsm::Perm,
+    ) -> Result<rsm::ImportSegment, AnyError> {
+        let segment = self.segment(default_segment);
+        let limit = Duration::from_secs(10);
+        Ok(import_when_published(ctrl, self.server()?, segment, perm, limit).await?)
+    }
+
     /// Starts this process's node from `--config` (or `RSM_CONFIG`) and the `RSM_*`
     /// variables: nothing about the cluster is written in the program.
     pub async fn start_node(&self) -> rsm::Result<rsm::Node> {
