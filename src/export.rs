@@ -335,6 +335,7 @@ impl ExportSegment {
     /// # Ok(()) }
     /// ```
     #[cfg(feature = "fault-injection")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "fault-injection")))]
     pub fn inject_lost_registration(&self) -> Result<()> {
         const OP: &str = "inject_lost_registration";
         let backend = self.inner.ctrl.fabric().ok_or_else(|| {

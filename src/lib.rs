@@ -2,17 +2,59 @@
 //!
 //! `rsm` brings the Solaris RSMAPI (Remote Shared Memory API) model to async Rust on Linux:
 //! interconnect controllers and topology, exported and imported memory segments, put/get,
-//! barriers and signals, with the data path on libfabric.
+//! barriers and signals, with the data path on libfabric and an authenticated side channel
+//! for everything else. Its futures need no runtime: any executor will do, tokio's too.
 //!
-//! See the README for the set-up and the crate layout. Below: how operations complete and
+//! ## Quick start
+//!
+//! ```sh
+//! cargo add rsm
+//! cargo add futures          # for the example's block_on
+//! apt-get install libfabric-dev pkg-config libclang-dev   # Debian, Ubuntu: what the build needs
+//! ```
+//!
+//! ```
+//! use rsm::{Access, ExportFlags, Node, NodeId, Perm};
+//!
+//! fn main() -> rsm::Result<()> {
+//!     futures::executor::block_on(hello())
+//! }
+//!
+//! async fn hello() -> rsm::Result<()> {
+//!     // Two nodes in one process: node 9813 exports a page that node 9814 may read and write.
+//!     let exporter = Node::builder().ignore_environment().id(9813).start().await?;
+//!     let importer = Node::builder().ignore_environment().id(9814).start().await?;
+//!     let ctrl = exporter.controller("tcp0").await?;
+//!     let seg = ctrl.export(ctrl.attr().page_size as usize, ExportFlags::empty())?;
+//!     let id = seg.publish(None, &[Access::new(NodeId(9814), 0o666)]).await?;
+//!     let imp = importer.controller("tcp0").await?.import(NodeId(9813), id, Perm::RDWR).await?;
+//!     imp.put(0, b"Hello!".to_vec()).await?;
+//!     let (n, buf) = imp.get(0, vec![0; 6]).await?;
+//!     println!("{}", String::from_utf8_lossy(&buf[..n])); // Hello!
+//!     Ok(())
+//! }
+//! ```
+//!
+//! Rust 1.85 or newer; libfabric 1.17 or newer. The README has the set-up of a development
+//! machine, the `rsm` command and the crate layout; its longer walk-through (compiled as a
+//! doctest too) shows access lists, refusals and signals. Below: how operations complete and
 //! what cancelling them means, how progress is made, what isolation each controller gives,
 //! and the RSMAPI table, which says for each of the 42 RSMAPI functions what `rsm` offers in
 //! its place.
 //!
-//! The README's quick start (compiled as a doctest) shows a segment exported, published,
-//! imported, written and read.
+//! ## Features
+//!
+//! - `serde`: `serde::Serialize` on the controller and topology descriptions
+//!   ([`ControllerInfo`], [`ControllerAttr`], [`controller::ProviderAttr`], [`Topology`],
+//!   [`topology::ControllerConnections`], [`topology::RemoteController`],
+//!   [`topology::ConnectionState`]), `Serialize` and `Deserialize` on [`NodeId`] and
+//!   [`SegmentId`]. The impls are derived, so their pages do not carry the feature's badge.
+//! - `test-util`: `rsm::test_util`, internals for the workspace's own tests, benchmarks and
+//!   command; not a stable API.
+//! - `fault-injection`: test-only hooks that provoke what cannot happen otherwise on one host.
 #![doc = include_str!("model.md")]
 #![doc = include_str!("rsmapi_table.md")]
+#![cfg_attr(docsrs, feature(doc_cfg))]
 #![warn(unreachable_pub)]
 // Without `test-util`, the few internals only `rsm::test_util` reaches are unused.
 #![cfg_attr(not(feature = "test-util"), allow(unreachable_pub, dead_code))]
@@ -46,6 +88,7 @@ pub mod stats;
 pub mod topology;
 
 #[cfg(feature = "test-util")]
+#[cfg_attr(docsrs, doc(cfg(feature = "test-util")))]
 pub mod test_util;
 
 /// The README's code blocks, compiled and run by `cargo test --doc`.

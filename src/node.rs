@@ -654,6 +654,7 @@ impl NodeBuilder {
     /// # let _ = builder;
     /// ```
     #[cfg(feature = "fault-injection")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "fault-injection")))]
     pub fn announce_byte_order(mut self, order: ByteOrder) -> Self {
         self.byte_order = order;
         self

@@ -7,19 +7,93 @@ mod demo;
 mod keyfile;
 mod sys;
 
-use clap::{Parser, Subcommand};
+use clap::{ArgAction, CommandFactory, FromArgMatches, Parser, Subcommand};
 use rsm::controller::ControllerInfo;
+use std::io::IsTerminal;
 use std::process::ExitCode;
+
+/// The exit statuses and variables, after the options in `rsm --help`.
+const AFTER_HELP: &str = "\
+Exit status:
+  0  success
+  1  an error (the message names the RSMAPI error, e.g. [RSMERR_BAD_CONF]); bench and
+     bench-memory: a byte was wrong; demo: a step did not behave as expected; info with
+     --provider or --controller: no controller matches
+  2  the command line is wrong; bench, bench-memory and demo: the run could not go on
+
+Environment:
+  RSM_LOG             log filter, tracing's EnvFilter syntax (\"rsm=debug,warn\"); overrides
+                      -q and -v; the default is \"warn\"
+  RSM_CONFIG          the node's TOML configuration file (default /etc/rsm/rsm.toml, if present)
+  RSM_NODE_ID         the node id (over the file's node_id)
+  RSM_LISTEN          the side channel's listen address, ip:port
+  RSM_PEERS           the peer table, id=ip:port,id=ip:port,...
+  RSM_KEY_FILE        this node's key file (rsm keygen --out FILE writes one)
+  RSM_TRUST_FILE      the trusted nodes' public keys, one \"id key\" line each
+  RSM_SPIN_BUDGET_US  how long an awaiting task busy-polls in one poll, in microseconds
+  RSM_SEGMENTID_FILE  the segment-id ranges file (default /etc/rsm/rsm.segmentid)
+The fabric providers read their own FI_* variables (FI_TCP_IFACE, FI_LOG_LEVEL, ...).";
 
 #[derive(Parser)]
 #[command(
     name = "rsm",
     version,
-    about = "Remote shared memory over libfabric: inspect and exercise a node"
+    about = "Remote shared memory over libfabric: inspect and exercise a node",
+    after_help = AFTER_HELP
 )]
 struct Cli {
+    /// Log errors only (unless RSM_LOG is set).
+    #[arg(long, short, global = true, conflicts_with = "verbose")]
+    quiet: bool,
+    /// Log more: -v info, -vv debug, -vvv trace (unless RSM_LOG is set).
+    #[arg(long, short, global = true, action = ArgAction::Count)]
+    verbose: u8,
+    /// Show the progress line even when standard error is not a terminal.
+    #[arg(long, global = true)]
+    progress: bool,
     #[command(subcommand)]
     command: Command,
+}
+
+impl Cli {
+    /// The tracing filter -q and -v ask for (RSM_LOG, when set, wins over it).
+    fn log_filter(&self) -> &'static str {
+        match (self.quiet, self.verbose) {
+            (true, _) => "error",
+            (false, 0) => "warn",
+            (false, 1) => "info",
+            (false, 2) => "debug",
+            (false, _) => "trace",
+        }
+    }
+
+    /// Whether the progress line is shown: on a terminal unless --quiet, or with --progress.
+    fn show_progress(&self) -> bool {
+        self.progress || (!self.quiet && std::io::stderr().is_terminal())
+    }
+}
+
+/// The log filter: `RSM_LOG` when set (an empty one counts as unset), else what -q and -v
+/// ask for. A `RSM_LOG` that does not parse is said so, and the default used.
+fn log_filter(cli: &Cli) -> tracing_subscriber::EnvFilter {
+    use tracing_subscriber::EnvFilter;
+    match std::env::var("RSM_LOG") {
+        Ok(v) if !v.trim().is_empty() => EnvFilter::try_new(&v).unwrap_or_else(|e| {
+            eprintln!("rsm: RSM_LOG={v:?} is not a log filter ({e}); using the default");
+            EnvFilter::new(cli.log_filter())
+        }),
+        _ => EnvFilter::new(cli.log_filter()),
+    }
+}
+
+/// `rsm --version`: this command's version, and libfabric's, as loaded and as built against.
+fn long_version() -> String {
+    format!(
+        "{} (libfabric {}, built against {})",
+        env!("CARGO_PKG_VERSION"),
+        rsm_fabric::library_version(),
+        rsm_fabric::header_version()
+    )
 }
 
 #[derive(Subcommand)]
@@ -29,6 +103,13 @@ enum Command {
         /// One JSON array of objects instead of a table.
         #[arg(long)]
         json: bool,
+        /// Only the controllers of this libfabric provider (`tcp` matches `tcp` and
+        /// `tcp;ofi_rxm`), as `fi_info -p` filters; `loopback` is the loopback controller.
+        #[arg(long, short, value_name = "NAME")]
+        provider: Option<String>,
+        /// Only the controller of this name (`tcp0`, `shm0`, `loopback`; any case).
+        #[arg(long, short, value_name = "NAME")]
+        controller: Option<String>,
     },
     /// Make a node key: write the key file (mode 0600) and print its public key, the line
     /// the other nodes' trust files list for this node.
@@ -73,14 +154,17 @@ enum Command {
 }
 
 fn main() -> ExitCode {
+    // The libfabric version is known only at run time: clap's `version` gets it here.
+    let version: &'static str = Box::leak(long_version().into_boxed_str());
+    let cli = match Cli::from_arg_matches(&Cli::command().version(version).get_matches()) {
+        Ok(cli) => cli,
+        Err(e) => e.exit(),
+    };
     tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_env("RSM_LOG")
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
-        )
+        .with_env_filter(log_filter(&cli))
         .with_writer(std::io::stderr)
         .init();
-    let cli = Cli::parse();
+    let progress = cli.show_progress();
     let rt = match tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
@@ -93,7 +177,7 @@ fn main() -> ExitCode {
         }
     };
     let command = match cli.command {
-        Command::Bench(args) => return rt.block_on(bench::run(args)),
+        Command::Bench(args) => return rt.block_on(bench::run(args, progress)),
         Command::BenchPeer(args) => return rt.block_on(bench::run_peer(args)),
         Command::BenchMemory(args) => return rt.block_on(bench::run_memory(args)),
         Command::BenchMemoryImporter(args) => {
@@ -104,7 +188,7 @@ fn main() -> ExitCode {
         other => other,
     };
     match rt.block_on(run(command)) {
-        Ok(()) => ExitCode::SUCCESS,
+        Ok(code) => code,
         Err(e) => {
             eprintln!("rsm: {e} [{}]", e.name());
             ExitCode::FAILURE
@@ -112,7 +196,7 @@ fn main() -> ExitCode {
     }
 }
 
-async fn run(command: Command) -> rsm::Result<()> {
+async fn run(command: Command) -> rsm::Result<ExitCode> {
     match command {
         Command::Keygen {
             out,
@@ -134,10 +218,19 @@ async fn run(command: Command) -> rsm::Result<()> {
                 None => println!("{public}"),
             }
         }
-        Command::Info { json } => {
+        Command::Info {
+            json,
+            provider,
+            controller,
+        } => {
             // Listing needs only the node's interface, not a running node.
             let config = rsm::Node::builder().resolve()?;
-            let list = rsm::controller::list_controllers(config.listen.ip())?;
+            let mut list = rsm::controller::list_controllers(config.listen.ip())?;
+            list.retain(|c| matches_filter(c, provider.as_deref(), controller.as_deref()));
+            if list.is_empty() && (provider.is_some() || controller.is_some()) {
+                eprintln!("rsm info: no controller matches the filter");
+                return Ok(ExitCode::FAILURE);
+            }
             if json {
                 println!("{}", info_json(&list));
             } else {
@@ -184,7 +277,20 @@ async fn run(command: Command) -> rsm::Result<()> {
             unreachable!("dispatched in main")
         }
     }
-    Ok(())
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Whether `c` passes `rsm info`'s filters: the provider named as a whole or as one layer of
+/// a stack (`udp` matches `udp;ofi_rxd`), the controller by its name; both case-insensitive.
+fn matches_filter(c: &ControllerInfo, provider: Option<&str>, controller: Option<&str>) -> bool {
+    let provider_ok = provider.is_none_or(|p| {
+        c.provider.eq_ignore_ascii_case(p)
+            || c.provider
+                .split(';')
+                .any(|layer| layer.eq_ignore_ascii_case(p))
+    });
+    let controller_ok = controller.is_none_or(|n| c.name.eq_ignore_ascii_case(n));
+    provider_ok && controller_ok
 }
 
 /// One flat object per controller: name, provider, fabric, domain, address, one key per

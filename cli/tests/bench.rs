@@ -80,6 +80,8 @@ fn check_baseline(controller: &str, op: &str, mode: &str, extra: &[&str]) {
         mode,
         "--baseline-only",
         "--json",
+        // Standard error is a pipe here: the progress line checked below needs asking for.
+        "--progress",
     ];
     args.extend_from_slice(extra);
     let run = bench(&args);
@@ -533,6 +535,7 @@ fn interleaved_rounds_report_each_round() {
     for args in runs {
         let mut all = args.to_vec();
         all.extend(["--iters", "100", "--baseline", "--rounds", "2", "--json"]);
+        all.push("--progress"); // the progress line is checked below
         let run = bench(&all);
         assert_eq!(run.code, Some(0), "{args:?}: {}", run.stderr);
         assert_eq!(run.rows.len(), 2, "{args:?}");
@@ -608,4 +611,39 @@ fn loopback_signal_baseline_is_a_shared_word_round_trip() {
     assert_eq!(row["baseline_verified"], true, "{row}");
     assert!(row["baseline_median_us"].as_f64().unwrap() > 0.0, "{row}");
     assert!(row["median_us"].is_null(), "{row}");
+}
+
+#[test]
+fn the_progress_line_is_shown_on_a_terminal_or_when_asked_for() {
+    let args = [
+        "--controller",
+        "loopback",
+        "--op",
+        "put",
+        "--sizes",
+        "8",
+        "--baseline-only",
+        "--json",
+    ];
+    // Standard error is a pipe here: no progress line, no `\r`, but the final line.
+    let run = bench(&args);
+    assert_eq!(run.code, Some(0), "{}", run.stderr);
+    assert_eq!(run.rows.len(), 1);
+    assert!(!run.stderr.contains('\r'), "{:?}", run.stderr);
+    assert!(
+        run.stderr
+            .contains("rsm bench: loopback put: 1 rows, every byte verified\n"),
+        "{:?}",
+        run.stderr
+    );
+    // --progress shows it anyway, rewritten in place.
+    let mut with = args.to_vec();
+    with.push("--progress");
+    let run = bench(&with);
+    assert_eq!(run.code, Some(0), "{}", run.stderr);
+    assert!(
+        run.stderr.contains("\rrsm bench: loopback put 8 B latency"),
+        "{:?}",
+        run.stderr
+    );
 }

@@ -7,6 +7,7 @@ fn rsm(args: &[&str], env: &[(&str, &str)]) -> (bool, String, String) {
     cmd.args(args);
     // The library must pick the loopback domain by itself, without the providers' variables.
     for var in [
+        "RSM_LOG",
         "RSM_CONFIG",
         "RSM_NODE_ID",
         "RSM_LISTEN",
@@ -125,4 +126,146 @@ fn a_bad_configuration_fails_with_its_source_named() {
         err.contains("RSM_NODE_ID") && err.contains("RSMERR_BAD_CONF"),
         "{err}"
     );
+}
+
+/// The controllers `rsm info --json` lists with `args` added: (name, provider) pairs.
+fn info_names(args: &[&str]) -> Vec<(String, String)> {
+    let mut all = vec!["info", "--json"];
+    all.extend_from_slice(args);
+    let (ok, out, err) = rsm(&all, &[]);
+    assert!(ok, "{args:?}: {err}");
+    let list: serde_json::Value = serde_json::from_str(&out).expect("rsm info --json parses");
+    list.as_array()
+        .expect("an array")
+        .iter()
+        .map(|c| {
+            (
+                c["name"].as_str().unwrap().to_string(),
+                c["provider"].as_str().unwrap().to_string(),
+            )
+        })
+        .collect()
+}
+
+#[test]
+fn info_filters_by_provider_and_by_controller_name() {
+    let tcp = info_names(&["--provider", "tcp"]);
+    assert!(tcp.iter().any(|(n, _)| n == "tcp0"), "{tcp:?}");
+    for (name, provider) in &tcp {
+        assert!(
+            provider.split(';').any(|p| p == "tcp"),
+            "{name} ({provider}) is not a tcp controller"
+        );
+    }
+    // A layer of a stacked provider matches too, as fi_info -p udp lists udp;ofi_rxd.
+    let all = info_names(&[]);
+    if let Some((name, _)) = all.iter().find(|(_, p)| p == "udp;ofi_rxd") {
+        let udp = info_names(&["-p", "udp"]);
+        assert!(udp.iter().any(|(n, _)| n == name), "{udp:?}");
+    }
+    // Controller names in any case, exactly one.
+    assert_eq!(
+        info_names(&["--controller", "SHM0"]),
+        [("shm0".to_string(), "shm".to_string())]
+    );
+    assert_eq!(
+        info_names(&["-c", "loopback", "--provider", "loopback"]),
+        [("loopback".to_string(), "loopback".to_string())]
+    );
+    // The table filters alike.
+    let (ok, out, err) = rsm(&["info", "--controller", "sockets0"], &[]);
+    assert!(ok, "{err}");
+    assert!(
+        out.starts_with("sockets0\n") && !out.contains("\ntcp0\n"),
+        "{out}"
+    );
+}
+
+#[test]
+fn info_with_a_filter_nothing_matches_fails() {
+    for args in [
+        &["info", "--provider", "nonesuch"][..],
+        &[
+            "info",
+            "--json",
+            "--controller",
+            "tcp0",
+            "--provider",
+            "shm",
+        ],
+    ] {
+        let (ok, out, err) = rsm(args, &[]);
+        assert!(!ok, "{args:?}: {out}");
+        assert!(out.is_empty(), "{args:?}: {out}");
+        assert!(err.contains("no controller matches"), "{args:?}: {err}");
+    }
+}
+
+#[test]
+fn version_names_libfabric() {
+    let (ok, out, err) = rsm(&["--version"], &[]);
+    assert!(ok, "{err}");
+    let want = format!("rsm {} (libfabric 1.", env!("CARGO_PKG_VERSION"));
+    assert!(out.starts_with(&want), "{out}");
+    assert!(out.contains(", built against 1."), "{out}");
+}
+
+#[test]
+fn help_lists_exit_statuses_and_variables() {
+    let (ok, out, err) = rsm(&["--help"], &[]);
+    assert!(ok, "{err}");
+    for want in [
+        "Exit status:",
+        "RSM_LOG",
+        "RSM_CONFIG",
+        "RSM_NODE_ID",
+        "RSM_LISTEN",
+        "RSM_PEERS",
+        "RSM_KEY_FILE",
+        "RSM_TRUST_FILE",
+        "RSM_SPIN_BUDGET_US",
+        "--quiet",
+        "--verbose",
+        "--progress",
+    ] {
+        assert!(out.contains(want), "{want} missing:\n{out}");
+    }
+    // Subcommands list the global options and the same notes.
+    let (ok, out, _) = rsm(&["info", "--help"], &[]);
+    assert!(
+        ok && out.contains("--provider") && out.contains("--quiet"),
+        "{out}"
+    );
+}
+
+#[test]
+fn verbosity_sets_the_log_filter_unless_rsm_log_does() {
+    // A node's start logs at info level ("node started") and below: nothing at the default
+    // level, more with each -v, nothing with -q, and RSM_LOG wins over both.
+    let run = |args: &[&str], env: &[(&str, &str)]| {
+        let mut all = args.to_vec();
+        all.extend(["topology", "--json"]);
+        let mut with_env = vec![("RSM_NODE_ID", "5")];
+        with_env.extend_from_slice(env);
+        let (ok, _, err) = rsm(&all, &with_env);
+        assert!(ok, "{args:?} {env:?}: {err}");
+        err
+    };
+    assert_eq!(run(&[], &[]), "");
+    let info = run(&["-v"], &[]);
+    assert!(
+        info.contains("INFO") && info.contains("node started"),
+        "{info}"
+    );
+    assert!(!info.contains("DEBUG"), "{info}");
+    let debug = run(&["-vv"], &[]);
+    assert!(debug.contains("DEBUG"), "{debug}");
+    assert!(!debug.contains("TRACE"), "{debug}");
+    assert!(run(&["-vvv"], &[]).contains("DEBUG"));
+    assert_eq!(run(&["--quiet"], &[]), "");
+    // An empty RSM_LOG counts as unset, as shells make `RSM_LOG= rsm ...` easy.
+    assert!(run(&["-vv"], &[("RSM_LOG", "")]).contains("DEBUG"));
+    assert_eq!(run(&["-vvv"], &[("RSM_LOG", "off")]), "");
+    let (ok, _, err) = rsm(&["-q", "-v", "info"], &[]);
+    assert!(!ok && err.contains("cannot be used with"), "{err}");
 }

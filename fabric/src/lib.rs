@@ -29,6 +29,8 @@
 //! # Ok::<(), rsm_fabric::Error>(())
 //! ```
 
+#![cfg_attr(docsrs, feature(doc_cfg))]
+
 pub mod addr;
 pub mod av;
 pub mod connected;
@@ -41,6 +43,7 @@ pub mod info;
 pub mod mr;
 pub mod policy;
 pub mod post;
+pub mod version;
 
 pub use self::{
     av::AddressVector,
@@ -51,6 +54,7 @@ pub use self::{
     info::{Hints, Info, InfoList},
     mr::{MemoryRegion, MrAccess},
     post::PostError,
+    version::{Version, header_version, library_version},
 };
 
 pub use libfabric_sys as ffi;

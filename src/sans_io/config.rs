@@ -427,9 +427,10 @@ impl PartialConfig {
     /// Sets the trust file.
     ///
     /// ```
-    /// use rsm::test_util::config::{Origin, PartialConfig, resolve};
+    /// use rsm::test_util::config::{KeySource, Origin, PartialConfig, resolve};
     ///
     /// let mut layer = PartialConfig::new(Origin::Builder);
+    /// layer.set_key(KeySource::Inline(rsm::NodeKey::generate()));
     /// layer.set_trust_file("/etc/rsm/cluster.keys".into());
     /// assert!(resolve(&[layer])?.trust_file.is_some());
     /// # Ok::<(), rsm::Error>(())
@@ -442,9 +443,10 @@ impl PartialConfig {
     /// Adds a peer's public key, or replaces the one this layer names for `id`.
     ///
     /// ```
-    /// use rsm::test_util::config::{Origin, PartialConfig, resolve};
+    /// use rsm::test_util::config::{KeySource, Origin, PartialConfig, resolve};
     ///
     /// let mut layer = PartialConfig::new(Origin::Builder);
+    /// layer.set_key(KeySource::Inline(rsm::NodeKey::generate()));
     /// layer.insert_peer_key(2, rsm::PublicKey::from_bytes([2; 32]));
     /// assert_eq!(resolve(&[layer])?.peer_keys.len(), 1);
     /// # Ok::<(), rsm::Error>(())

@@ -30,8 +30,9 @@ use std::time::{Duration, Instant};
 
 use crate::command::{display, run_echoed, stdout_of};
 use crate::failure::Failure;
-use crate::json::{self, Value};
 use crate::report::{self, Figure, Memory, Row, Status};
+use serde::Deserialize;
+use serde_json::Value;
 
 /// The controllers of the standard set, in the order they run.
 pub const CONTROLLERS: &[&str] = &["tcp0", "shm0", "loopback", "sockets0"];
@@ -220,7 +221,8 @@ pub fn run() -> Result<(), Failure> {
             .map_or(0, |d| d.as_secs()),
     };
     let md = report::markdown(&meta, &rows, &memory);
-    let js = report::json(&meta, &rows, &memory).to_pretty();
+    let js = serde_json::to_string_pretty(&report::json(&meta, &rows, &memory))
+        .expect("the report serialises: its maps have string keys");
     for (name, text) in [("report.md", &md), ("report.json", &js)] {
         let path = out_dir.join(name);
         std::fs::write(&path, text)
@@ -262,13 +264,14 @@ fn available_controllers(rsm: &Path) -> Vec<String> {
         .ok()
         .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
         .unwrap_or_default();
-    match json::parse(&text) {
-        Ok(Value::Arr(items)) => items
-            .iter()
-            .filter_map(|c| c.get("name").as_str().map(str::to_string))
-            .collect(),
-        _ => Vec::new(),
+    /// The one key of `rsm info --json` read here.
+    #[derive(Deserialize)]
+    struct Controller {
+        name: String,
     }
+    serde_json::from_str::<Vec<Controller>>(&text)
+        .map(|list| list.into_iter().map(|c| c.name).collect())
+        .unwrap_or_default()
 }
 
 /// One row per size of `job`, all with `status`.
@@ -417,10 +420,10 @@ fn bench_command(rsm: &Path, job: &Job, baseline: bool) -> Command {
 fn run_job(rsm: &Path, job: &Job) -> Vec<Row> {
     let mut out = run_child(&mut bench_command(rsm, job, true), JOB_TIMEOUT);
     let mut no_baseline = None;
-    let parsed = |out: &Output| -> Vec<Value> {
+    let parsed = |out: &Output| -> Vec<BenchRow> {
         out.stdout
             .iter()
-            .filter_map(|l| json::parse(l).ok())
+            .filter_map(|l| serde_json::from_str(l).ok())
             .collect()
     };
     let mut objects = parsed(&out);
@@ -438,9 +441,8 @@ fn run_job(rsm: &Path, job: &Job) -> Vec<Row> {
         );
         let retry = run_child(&mut bench_command(rsm, job, true), JOB_TIMEOUT);
         let secs = out.secs + retry.secs;
-        let size_of = |o: &Value| o.get("size").as_f64();
         for o in parsed(&retry) {
-            if !objects.iter().any(|have| size_of(have) == size_of(&o)) {
+            if !objects.iter().any(|have| have.size == o.size) {
                 objects.push(o);
             }
         }
@@ -472,9 +474,7 @@ fn run_job(rsm: &Path, job: &Job) -> Vec<Row> {
     job.sizes
         .iter()
         .map(|&size| {
-            let found = objects
-                .iter()
-                .find(|o| o.get("size").as_f64() == Some(size as f64));
+            let found = objects.iter().find(|o| o.size == size);
             match found {
                 Some(o) => {
                     let mut row = Row::new(
@@ -483,17 +483,17 @@ fn run_job(rsm: &Path, job: &Job) -> Vec<Row> {
                         job.mode,
                         size,
                         Status::Measured {
-                            rsm: Figure::from_json(o, ""),
-                            baseline: Figure::from_json(o, "baseline_"),
-                            ratio: o.get("ratio").as_f64(),
-                            verified: o.get("verified").as_bool().unwrap_or(false),
+                            rsm: o.rsm(),
+                            baseline: o.baseline(),
+                            ratio: o.ratio,
+                            verified: o.verified,
                             baseline_missing: no_baseline.clone(),
-                            round_ratios: round_ratios(o),
-                            pair_ratios: o.get("ratio").as_f64().into_iter().collect(),
+                            round_ratios: o.round_ratios(),
+                            pair_ratios: o.ratio.into_iter().collect(),
                         },
                     );
-                    row.provider = o.get("provider").as_str().unwrap_or("").to_string();
-                    row.window = o.get("window").as_f64().map(|w| w as usize);
+                    row.provider = o.provider.clone();
+                    row.window = o.window;
                     row
                 }
                 None => Row::new(
@@ -512,11 +512,56 @@ fn run_job(rsm: &Path, job: &Job) -> Vec<Row> {
         .collect()
 }
 
-/// The ratios of a row's round pairs (`round_ratios`), the unknown ones left out.
-fn round_ratios(o: &Value) -> Vec<f64> {
-    match o.get("round_ratios") {
-        Value::Arr(items) => items.iter().filter_map(Value::as_f64).collect(),
-        _ => Vec::new(),
+/// One row of `rsm bench --json` (`Row::to_json` in cli/src/bench/report.rs writes it): the
+/// keys read here; absent ones are `None` or empty.
+#[derive(Debug, Deserialize)]
+struct BenchRow {
+    size: usize,
+    #[serde(default)]
+    provider: String,
+    window: Option<usize>,
+    ratio: Option<f64>,
+    #[serde(default)]
+    verified: bool,
+    /// Each round pair's ratio, null where one side of the round did not measure.
+    #[serde(default)]
+    round_ratios: Vec<Option<f64>>,
+    median_us: Option<f64>,
+    p99_us: Option<f64>,
+    mb_per_s: Option<f64>,
+    ops_per_s: Option<f64>,
+    baseline_median_us: Option<f64>,
+    baseline_p99_us: Option<f64>,
+    baseline_mb_per_s: Option<f64>,
+    baseline_ops_per_s: Option<f64>,
+}
+
+impl BenchRow {
+    /// The ratios of the row's round pairs, the unknown ones left out.
+    fn round_ratios(&self) -> Vec<f64> {
+        self.round_ratios.iter().flatten().copied().collect()
+    }
+
+    /// rsm's figure, `None` when rsm did not run.
+    fn rsm(&self) -> Option<Figure> {
+        Figure {
+            median_us: self.median_us,
+            p99_us: self.p99_us,
+            mb_per_s: self.mb_per_s,
+            ops_per_s: self.ops_per_s,
+        }
+        .measured()
+    }
+
+    /// The baseline's figure (the `baseline_` keys), `None` when it did not run.
+    fn baseline(&self) -> Option<Figure> {
+        Figure {
+            median_us: self.baseline_median_us,
+            p99_us: self.baseline_p99_us,
+            mb_per_s: self.baseline_mb_per_s,
+            ops_per_s: self.baseline_ops_per_s,
+        }
+        .measured()
     }
 }
 
@@ -544,7 +589,7 @@ fn run_memory(
     let result = out
         .stdout
         .iter()
-        .find_map(|l| json::parse(l).ok())
+        .find_map(|l| serde_json::from_str::<Value>(l).ok())
         .ok_or_else(|| {
             if out.last_err.is_empty() {
                 format!("no figure (exit {:?})", out.code)
@@ -555,11 +600,8 @@ fn run_memory(
     let shown = match &result {
         Ok(v) => format!(
             "{} MiB beyond the segments; idle, the busiest process used {} % of a core",
-            v.get("rss_beyond_segments_mib")
-                .as_f64()
-                .unwrap_or(f64::NAN),
-            v.get("idle")
-                .get("busiest_pct_of_core")
+            v["rss_beyond_segments_mib"].as_f64().unwrap_or(f64::NAN),
+            v["idle"]["busiest_pct_of_core"]
                 .as_f64()
                 .unwrap_or(f64::NAN)
         ),
@@ -644,9 +686,25 @@ mod tests {
         let at = args.iter().position(|a| a == "--rounds").expect("--rounds");
         assert_eq!(args[at + 1], ROUNDS.to_string());
         assert!(args.contains(&"--baseline".to_string()));
-        let row = json::parse(r#"{"round_ratios":[0.9,null,1.1]}"#).unwrap();
-        assert_eq!(round_ratios(&row), [0.9, 1.1]);
-        assert!(round_ratios(&json::parse("{}").unwrap()).is_empty());
+        let row: BenchRow =
+            serde_json::from_str(r#"{"size":8,"round_ratios":[0.9,null,1.1]}"#).unwrap();
+        assert_eq!(row.round_ratios(), [0.9, 1.1]);
+        let row: BenchRow = serde_json::from_str(r#"{"size":8}"#).unwrap();
+        assert!(row.round_ratios().is_empty());
+        assert_eq!((row.rsm(), row.baseline()), (None, None));
+        let row: BenchRow = serde_json::from_str(
+            r#"{"size":64,"provider":"shm","window":1,"median_us":2.5,"p99_us":3.0,
+                "mb_per_s":null,"verified":true,"baseline_median_us":2.0,"ratio":0.8}"#,
+        )
+        .unwrap();
+        let rsm = row.rsm().unwrap();
+        assert_eq!(
+            (rsm.median_us, rsm.p99_us, rsm.mb_per_s),
+            (Some(2.5), Some(3.0), None)
+        );
+        assert_eq!(row.baseline().unwrap().median_us, Some(2.0));
+        assert_eq!((row.size, row.window, row.ratio), (64, Some(1), Some(0.8)));
+        assert!(row.verified && row.provider == "shm");
     }
 
     #[test]

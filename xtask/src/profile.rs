@@ -30,8 +30,8 @@ use std::time::Instant;
 
 use crate::command::{on_path, run_echoed};
 use crate::failure::Failure;
-use crate::json;
 use crate::report::human_size;
+use serde::Deserialize;
 
 /// One row to profile.
 #[derive(Debug, Clone, PartialEq)]
@@ -216,21 +216,30 @@ fn missed_rows(report: &Path) -> Result<Vec<Row>, Failure> {
             report.display()
         ))
     })?;
-    let value = json::parse(&text)
-        .map_err(|e| Failure::new(format!("{} is not JSON: {e}", report.display())))?;
-    let json::Value::Arr(rows) = value.get("rows") else {
-        return Err(Failure::new(format!("{} has no rows", report.display())));
-    };
-    Ok(rows
-        .iter()
-        .filter(|r| r.get("met").as_bool() == Some(false))
-        .filter_map(|r| {
-            Some(Row {
-                controller: r.get("controller").as_str()?.into(),
-                op: r.get("op").as_str()?.into(),
-                mode: r.get("mode").as_str()?.into(),
-                size: r.get("size").as_f64()? as usize,
-            })
+    /// The keys of `report.json` read here (`report::Report` writes them).
+    #[derive(Deserialize)]
+    struct Report {
+        rows: Vec<ReportRow>,
+    }
+    #[derive(Deserialize)]
+    struct ReportRow {
+        controller: String,
+        op: String,
+        mode: String,
+        size: usize,
+        met: Option<bool>,
+    }
+    let parsed: Report = serde_json::from_str(&text)
+        .map_err(|e| Failure::new(format!("{} is not a bench report: {e}", report.display())))?;
+    Ok(parsed
+        .rows
+        .into_iter()
+        .filter(|r| r.met == Some(false))
+        .map(|r| Row {
+            controller: r.controller,
+            op: r.op,
+            mode: r.mode,
+            size: r.size,
         })
         .collect())
 }

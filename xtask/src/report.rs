@@ -1,13 +1,15 @@
 //! The rows of `cargo xtask bench`, the targets of docs/performance.md (Method), and the report in Markdown and
 //! JSON.
 
+use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
-use crate::json::Value;
+use serde::Serialize;
+use serde_json::Value;
 
 /// What one side measured for one row (`rsm bench --json` keys, with or without the
 /// `baseline_` prefix).
-#[derive(Debug, Clone, Copy, PartialEq, Default)]
+#[derive(Debug, Clone, Copy, PartialEq, Default, Serialize)]
 pub struct Figure {
     pub median_us: Option<f64>,
     pub p99_us: Option<f64>,
@@ -16,16 +18,9 @@ pub struct Figure {
 }
 
 impl Figure {
-    /// The side's figure, `None` when that side did not run.
-    pub fn from_json(o: &Value, prefix: &str) -> Option<Figure> {
-        let f = |k: &str| o.get(&format!("{prefix}{k}")).as_f64();
-        let fig = Figure {
-            median_us: f("median_us"),
-            p99_us: f("p99_us"),
-            mb_per_s: f("mb_per_s"),
-            ops_per_s: f("ops_per_s"),
-        };
-        (fig != Figure::default()).then_some(fig)
+    /// The side's figure, `None` when that side did not run (no figure at all).
+    pub fn measured(self) -> Option<Figure> {
+        (self != Figure::default()).then_some(self)
     }
 
     /// The headline: the median in µs in latency mode, MB/s in bandwidth mode.
@@ -35,16 +30,6 @@ impl Figure {
         } else {
             self.mb_per_s
         }
-    }
-
-    fn to_json(self) -> Value {
-        let n = |x: Option<f64>| x.map_or(Value::Null, Value::Num);
-        Value::Obj(vec![
-            ("median_us".into(), n(self.median_us)),
-            ("p99_us".into(), n(self.p99_us)),
-            ("mb_per_s".into(), n(self.mb_per_s)),
-            ("ops_per_s".into(), n(self.ops_per_s)),
-        ])
     }
 }
 
@@ -475,32 +460,28 @@ pub fn markdown(meta: &Meta, rows: &[Row], memory: &[Memory]) -> String {
         match &m.result {
             Ok(v) => {
                 let st = |s: &str| {
-                    v.get("stages")
-                        .get(s)
-                        .get("rss_kib")
+                    v["stages"][s]["rss_kib"]
                         .as_f64()
                         .map_or("-".into(), |k| format!("{k:.0}"))
                 };
-                let n = |k: &str| v.get(k).as_f64().map_or("-".into(), |x| format!("{x}"));
+                let n = |k: &str| v[k].as_f64().map_or("-".into(), |x| format!("{x}"));
                 let _ = writeln!(
                     md,
                     "| {} | {} | {} × {} | {} | {} | {} | {} | {} | {} | {} MiB | {} |",
                     m.controller,
                     mem_env(m),
                     n("segments"),
-                    human_size(v.get("segment_size").as_f64().unwrap_or(0.0) as usize),
+                    human_size(v["segment_size"].as_f64().unwrap_or(0.0) as usize),
                     n("connections"),
                     st("start"),
                     st("node"),
                     st("exported"),
                     st("connected"),
-                    v.get("stages")
-                        .get("connected")
-                        .get("hwm_kib")
+                    v["stages"]["connected"]["hwm_kib"]
                         .as_f64()
                         .map_or("-".into(), |k| format!("{k:.0}")),
                     n("rss_beyond_segments_mib"),
-                    met_text(v.get("met").as_bool()),
+                    met_text(v["met"].as_bool()),
                 );
             }
             Err(e) => unmeasured_row(&mut md, m, 7, &format!("failed: {e}")),
@@ -548,12 +529,12 @@ fn idle_section(md: &mut String, memory: &[Memory]) {
     );
     let _ = writeln!(md, "|---|---|---|---|---|---|---|---|");
     for m in memory {
-        let idle = m.result.as_ref().map(|v| (v, v.get("idle")));
+        let idle = m.result.as_ref().map(|v| (v, &v["idle"]));
         match idle {
-            Ok((v, idle)) if !matches!(idle, Value::Null) => {
-                let n = |k: &str| idle.get(k).as_f64().unwrap_or(f64::NAN);
-                let importers = match idle.get("importer_ms") {
-                    Value::Arr(a) => a
+            Ok((v, idle)) if !idle.is_null() => {
+                let n = |k: &str| idle[k].as_f64().unwrap_or(f64::NAN);
+                let importers = match &idle["importer_ms"] {
+                    Value::Array(a) => a
                         .iter()
                         .map(|x| format!("{:.0}", x.as_f64().unwrap_or(f64::NAN)))
                         .collect::<Vec<_>>()
@@ -565,13 +546,13 @@ fn idle_section(md: &mut String, memory: &[Memory]) {
                     "| {} | {} | {} | {:.1} | {:.0} ms | {importers} ms | {:.2} % of a core | {} |",
                     m.controller,
                     mem_env(m),
-                    v.get("connections")
+                    v["connections"]
                         .as_f64()
                         .map_or("-".into(), |x| format!("{x}")),
                     n("seconds"),
                     n("exporter_ms"),
                     n("busiest_pct_of_core"),
-                    met_text(idle.get("met").as_bool()),
+                    met_text(idle["met"].as_bool()),
                 );
             }
             Ok(_) => unmeasured_row(md, m, 4, "not measured"),
@@ -604,25 +585,66 @@ fn table_header(md: &mut String, with_controller: bool) {
     let _ = writeln!(md, "{dash}|---|---|---|---|---|---|---|---|---|");
 }
 
-/// Ratios as a JSON array; null for a row not measured.
-fn ratios(list: Option<&[f64]>) -> Value {
-    list.map_or(Value::Null, |l| {
-        Value::Arr(l.iter().map(|&x| Value::Num(x)).collect())
-    })
+/// The JSON report (`target/bench/report.json`): the run, then every row with its figures,
+/// target and verdict, then the memory runs. Keys in this order.
+#[derive(Debug, Serialize)]
+pub struct Report<'a> {
+    commit: &'a str,
+    cpus: usize,
+    rounds: u32,
+    pairs: usize,
+    unix_time: u64,
+    build_s: f64,
+    elapsed_s: f64,
+    rows: Vec<ReportRow<'a>>,
+    memory: Vec<ReportMemory<'a>>,
+}
+
+/// One row of [`Report`].
+#[derive(Debug, Serialize)]
+struct ReportRow<'a> {
+    controller: &'a str,
+    provider: &'a str,
+    op: &'a str,
+    mode: &'a str,
+    size: usize,
+    window: Option<usize>,
+    unit: &'static str,
+    rsm: Option<f64>,
+    baseline: Option<f64>,
+    ratio: Option<f64>,
+    /// Null for a row not measured.
+    round_ratios: Option<&'a [f64]>,
+    pair_ratios: Option<&'a [f64]>,
+    target: Option<String>,
+    met: Option<bool>,
+    status: &'static str,
+    verified: Option<bool>,
+    note: String,
+    rsm_detail: Option<Figure>,
+    baseline_detail: Option<Figure>,
+}
+
+/// One memory run of [`Report`].
+#[derive(Debug, Serialize)]
+struct ReportMemory<'a> {
+    controller: &'a str,
+    env: BTreeMap<&'a str, &'a str>,
+    result: Option<&'a Value>,
+    error: Option<&'a str>,
 }
 
 /// The JSON report: every row with its figures, target and verdict, and the memory runs.
-pub fn json(meta: &Meta, rows: &[Row], memory: &[Memory]) -> Value {
-    let opt = |x: Option<f64>| x.map_or(Value::Null, Value::Num);
+pub fn json<'a>(meta: &'a Meta, rows: &'a [Row], memory: &'a [Memory]) -> Report<'a> {
     let rows = rows
         .iter()
         .map(|r| {
             let (rsm, base, ratio) = r.figures();
-            let (status, note) = match &r.status {
-                Status::Measured { .. } => ("measured", r.status_text()),
-                Status::NotAvailable(_) => ("not available", r.status_text()),
-                Status::Failed(_) => ("failed", r.status_text()),
-                Status::Skipped(_) => ("skipped", r.status_text()),
+            let status = match &r.status {
+                Status::Measured { .. } => "measured",
+                Status::NotAvailable(_) => "not available",
+                Status::Failed(_) => "failed",
+                Status::Skipped(_) => "skipped",
             };
             let (verified, rounds, pairs) = match &r.status {
                 Status::Measured {
@@ -631,89 +653,55 @@ pub fn json(meta: &Meta, rows: &[Row], memory: &[Memory]) -> Value {
                     pair_ratios,
                     ..
                 } => (
-                    Value::Bool(*verified),
+                    Some(*verified),
                     Some(&round_ratios[..]),
                     Some(&pair_ratios[..]),
                 ),
-                _ => (Value::Null, None, None),
+                _ => (None, None, None),
             };
-            Value::Obj(vec![
-                ("controller".into(), Value::Str(r.controller.clone())),
-                ("provider".into(), Value::Str(r.provider.clone())),
-                ("op".into(), Value::Str(r.op.clone())),
-                ("mode".into(), Value::Str(r.mode.clone())),
-                ("size".into(), Value::Num(r.size as f64)),
-                ("window".into(), opt(r.window.map(|w| w as f64))),
-                ("unit".into(), Value::Str(r.unit().into())),
-                ("rsm".into(), opt(rsm.and_then(|f| f.headline(&r.mode)))),
-                (
-                    "baseline".into(),
-                    opt(base.and_then(|f| f.headline(&r.mode))),
-                ),
-                ("ratio".into(), opt(ratio)),
-                ("round_ratios".into(), ratios(rounds)),
-                ("pair_ratios".into(), ratios(pairs)),
-                (
-                    "target".into(),
-                    r.target.map_or(Value::Null, |t| Value::Str(t.text())),
-                ),
-                ("met".into(), r.met().map_or(Value::Null, Value::Bool)),
-                ("status".into(), Value::Str(status.into())),
-                ("verified".into(), verified),
-                ("note".into(), Value::Str(note)),
-                (
-                    "rsm_detail".into(),
-                    rsm.map_or(Value::Null, Figure::to_json),
-                ),
-                (
-                    "baseline_detail".into(),
-                    base.map_or(Value::Null, Figure::to_json),
-                ),
-            ])
+            ReportRow {
+                controller: &r.controller,
+                provider: &r.provider,
+                op: &r.op,
+                mode: &r.mode,
+                size: r.size,
+                window: r.window,
+                unit: r.unit(),
+                rsm: rsm.and_then(|f| f.headline(&r.mode)),
+                baseline: base.and_then(|f| f.headline(&r.mode)),
+                ratio,
+                round_ratios: rounds,
+                pair_ratios: pairs,
+                target: r.target.map(|t| t.text()),
+                met: r.met(),
+                status,
+                verified,
+                note: r.status_text(),
+                rsm_detail: rsm,
+                baseline_detail: base,
+            }
         })
         .collect();
     let memory = memory
         .iter()
-        .map(|m| {
-            Value::Obj(vec![
-                ("controller".into(), Value::Str(m.controller.clone())),
-                (
-                    "env".into(),
-                    Value::Obj(
-                        m.env
-                            .iter()
-                            .map(|(k, v)| (k.clone(), Value::Str(v.clone())))
-                            .collect(),
-                    ),
-                ),
-                ("result".into(), m.result.clone().unwrap_or(Value::Null)),
-                (
-                    "error".into(),
-                    m.result
-                        .as_ref()
-                        .err()
-                        .map_or(Value::Null, |e| Value::Str(e.clone())),
-                ),
-            ])
+        .map(|m| ReportMemory {
+            controller: &m.controller,
+            env: m.env.iter().map(|(k, v)| (&k[..], &v[..])).collect(),
+            result: m.result.as_ref().ok(),
+            error: m.result.as_ref().err().map(|e| &e[..]),
         })
         .collect();
-    Value::Obj(vec![
-        ("commit".into(), Value::Str(meta.commit.clone())),
-        ("cpus".into(), Value::Num(meta.cpus as f64)),
-        ("rounds".into(), Value::Num(f64::from(meta.rounds))),
-        ("pairs".into(), Value::Num(meta.pairs as f64)),
-        ("unix_time".into(), Value::Num(meta.unix_time as f64)),
-        (
-            "build_s".into(),
-            Value::Num((meta.build_s * 10.0).round() / 10.0),
-        ),
-        (
-            "elapsed_s".into(),
-            Value::Num((meta.elapsed_s * 10.0).round() / 10.0),
-        ),
-        ("rows".into(), Value::Arr(rows)),
-        ("memory".into(), Value::Arr(memory)),
-    ])
+    Report {
+        commit: &meta.commit,
+        cpus: meta.cpus,
+        rounds: meta.rounds,
+        pairs: meta.pairs,
+        unix_time: meta.unix_time,
+        build_s: (meta.build_s * 10.0).round() / 10.0,
+        elapsed_s: (meta.elapsed_s * 10.0).round() / 10.0,
+        rows,
+        memory,
+    }
 }
 
 #[cfg(test)]
@@ -861,7 +849,7 @@ mod tests {
             Memory {
                 controller: "shm0".into(),
                 env: vec![],
-                result: Ok(crate::json::parse(idle).unwrap()),
+                result: Ok(serde_json::from_str(idle).unwrap()),
             },
         ];
         let md = markdown(&meta, &rows, &memory);
@@ -889,8 +877,8 @@ mod tests {
         assert!(md.contains("round ratios 0.63..0.77"), "{md}");
         assert_eq!(spread(&[1.0]), None);
         assert_eq!(spread(&[1.2, 0.8, 1.0]).as_deref(), Some("0.80..1.20"));
-        let js = json(&meta, &rows, &memory);
-        let Value::Arr(items) = js.get("rows") else {
+        let js = serde_json::to_value(json(&meta, &rows, &memory)).unwrap();
+        let Value::Array(items) = &js["rows"] else {
             panic!("rows")
         };
         assert_eq!(items.len(), 2);
@@ -905,16 +893,25 @@ mod tests {
             "target",
             "met",
         ] {
-            assert!(
-                matches!(&items[0], Value::Obj(m) if m.iter().any(|(key, _)| key == k)),
-                "{k}"
-            );
+            assert!(items[0].get(k).is_some(), "{k}");
         }
-        assert_eq!(items[0].get("met"), &Value::Bool(false));
-        assert!(matches!(items[0].get("round_ratios"), Value::Arr(v) if v.len() == 3));
-        assert_eq!(js.get("rounds"), &Value::Num(3.0));
-        assert_eq!(items[0].get("rsm"), &Value::Num(20.0));
-        assert_eq!(items[1].get("status").as_str(), Some("not available"));
+        assert_eq!(items[0]["met"], false);
+        assert!(matches!(&items[0]["round_ratios"], Value::Array(v) if v.len() == 3));
+        assert_eq!(js["rounds"], 3);
+        assert_eq!(items[0]["rsm"], 20.0);
+        assert_eq!(items[0]["rsm_detail"]["median_us"], 20.0);
+        assert!(items[1]["verified"].is_null() && items[1]["round_ratios"].is_null());
+        assert_eq!(items[1]["status"], "not available");
+        let runs = &js["memory"];
+        assert_eq!(runs[0]["error"], "boom");
+        assert!(runs[0]["result"].is_null());
+        assert_eq!(runs[1]["result"]["idle"]["exporter_ms"], 10.0);
+        // The file keeps the keys in the order the report reads best in.
+        let text = serde_json::to_string_pretty(&json(&meta, &rows, &memory)).unwrap();
+        let at = |k: &str| text.find(&format!("\"{k}\"")).unwrap();
+        assert!(
+            at("commit") < at("rounds") && at("rounds") < at("rows") && at("rows") < at("memory")
+        );
         assert_eq!(human_size(1 << 20), "1 MiB");
     }
 
@@ -995,6 +992,7 @@ mod tests {
         };
         let md = markdown(&meta, &[row], &[]);
         assert!(md.contains("measured by 3 process pairs"), "{md}");
-        assert_eq!(json(&meta, &[], &[]).get("pairs"), &Value::Num(3.0));
+        let js = serde_json::to_value(json(&meta, &[], &[])).unwrap();
+        assert_eq!(js["pairs"], 3);
     }
 }

@@ -52,7 +52,8 @@
 //!   has its own seed.
 //!
 //! The exit status is 0 when every row verified, 1 when a byte was wrong, 2 when the run
-//! failed. A progress line goes to standard error; rows go to standard output (`--json`:
+//! failed (`rsm --help` lists these). A progress line goes to standard error when it is a
+//! terminal or with `--progress`; rows go to standard output (`--json`:
 //! one object per line and row; `report::Row::to_json` lists the keys).
 //!
 //! The rsm side lives in `rsm_side.rs` (see there); the hidden `--baseline-only` runs the
@@ -191,10 +192,11 @@ fn round_salt(round: usize) -> u64 {
 }
 
 /// Runs `rsm bench`; returns 0 when every row verified, 1 when a byte was wrong, 2 when the
-/// run failed. Call it on a multi-thread runtime: the baseline busy-polls on the calling
+/// run failed. `show_progress`: whether the progress line is shown (a terminal, or
+/// `--progress`). Call it on a multi-thread runtime: the baseline busy-polls on the calling
 /// thread.
-pub(crate) async fn run(args: BenchArgs) -> ExitCode {
-    let mut progress = Progress::new();
+pub(crate) async fn run(args: BenchArgs, show_progress: bool) -> ExitCode {
+    let mut progress = Progress::new(show_progress);
     match bench(&args, &mut progress).await {
         Ok(rows) => {
             let bad: Vec<String> = rows

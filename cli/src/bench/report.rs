@@ -244,23 +244,21 @@ pub(crate) fn table(rows: &[Row]) -> String {
     out
 }
 
-/// The progress line on standard error: rewritten in place with `\r`, at most every 100 ms.
+/// The progress line on standard error: rewritten in place with `\r`, at most every 100 ms,
+/// when shown (standard error is a terminal, or `--progress`); otherwise only the final
+/// message is written, as a plain line, so that a log file gets no `\r`.
 pub(crate) struct Progress {
+    show: bool,
     prefix: String,
     shown: usize,
     last: Option<Instant>,
 }
 
-impl Default for Progress {
-    fn default() -> Self {
-        Self::new()
-    }
-}
-
 impl Progress {
-    /// A progress line that has shown nothing yet.
-    pub(crate) fn new() -> Progress {
+    /// A progress line that has shown nothing yet; `show`: whether to show it at all.
+    pub(crate) fn new(show: bool) -> Progress {
         Progress {
+            show,
             prefix: String::new(),
             shown: 0,
             last: None,
@@ -298,6 +296,9 @@ impl Progress {
     }
 
     fn show(&mut self, text: &str) {
+        if !self.show {
+            return;
+        }
         let pad = self.shown.saturating_sub(text.chars().count());
         let mut err = std::io::stderr().lock();
         let _ = write!(err, "\r{text}{:pad$}", "");
@@ -318,8 +319,12 @@ impl Progress {
 
     /// Ends with a final message and a newline.
     pub(crate) fn finish(&mut self, text: &str) {
-        self.show(text);
-        let _ = writeln!(std::io::stderr().lock());
+        if self.show {
+            self.show(text);
+            let _ = writeln!(std::io::stderr().lock());
+        } else {
+            let _ = writeln!(std::io::stderr().lock(), "{text}");
+        }
         self.shown = 0;
     }
 }

@@ -554,7 +554,8 @@ mod props {
             for e in &entries {
                 let query = flip_case(&e.appid, &pattern);
                 let first = entries.iter().find(|x| x.appid.eq_ignore_ascii_case(&query));
-                prop_assert_eq!(Some(&lookup(&text, "prop", &query).unwrap()), first);
+                let found = lookup(&text, "prop", &query).unwrap();
+                prop_assert_eq!(Some(&found), first);
             }
             // No appid in a well-formed file holds a blank.
             let absent = lookup(&text, "prop", "no such app").unwrap_err();

@@ -1,0 +1,405 @@
+//! The service examples (`examples/kv_store.rs`, `pubsub_ring.rs`, `pollfd_select.rs`,
+//! `graceful_shutdown.rs`) run as real processes, one per node, and say what they did.
+//!
+//! This file builds nothing: `cargo test` builds the examples into `target/<profile>/examples/`,
+//! next to the directory of this test's executable. Every process is killed and reaped by a
+//! guard, whatever the test's fate.
+
+mod common;
+
+use std::io::{BufRead, BufReader};
+use std::path::PathBuf;
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+/// How long a scenario waits for one line, or for a process to end.
+const PATIENCE: Duration = Duration::from_secs(30);
+
+/// One example process, playing one node.
+struct Example {
+    what: String,
+    child: Child,
+    lines: mpsc::Receiver<String>,
+    seen: Vec<String>,
+}
+
+impl Example {
+    /// Starts example `name` as node `id` (`RSM_NODE_ID`), with `args`.
+    fn start(name: &str, id: u32, args: &[&str]) -> Example {
+        let exe = std::env::current_exe().expect("the test's path");
+        let path: PathBuf = exe
+            .parent()
+            .and_then(|deps| deps.parent())
+            .expect("target/<profile>")
+            .join("examples")
+            .join(name);
+        assert!(
+            path.exists(),
+            "{} is missing: `cargo test --all-features` builds the examples (or `cargo build \
+             --all-features --examples`)",
+            path.display()
+        );
+        let mut cmd = Command::new(&path);
+        for (k, _) in std::env::vars() {
+            if k.starts_with("RSM_") {
+                cmd.env_remove(k);
+            }
+        }
+        cmd.args(args)
+            .env("RSM_NODE_ID", id.to_string())
+            .env("FI_TCP_IFACE", "lo")
+            .env("FI_SOCKETS_IFACE", "lo")
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit());
+        let mut child = cmd.spawn().expect("start the example");
+        let what = format!("{name} {}", args.join(" "));
+        let stdout = child.stdout.take().expect("its standard output");
+        let (tx, lines) = mpsc::channel();
+        let tag = format!("{name}#{id}");
+        std::thread::spawn(move || {
+            for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+                println!("[{tag}] {line}");
+                if tx.send(line).is_err() {
+                    return;
+                }
+            }
+        });
+        Example {
+            what,
+            child,
+            lines,
+            seen: Vec::new(),
+        }
+    }
+
+    /// The next line containing `pattern` (earlier lines are kept in `seen`).
+    fn expect(&mut self, pattern: &str) -> String {
+        let deadline = Instant::now() + PATIENCE;
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match self.lines.recv_timeout(left) {
+                Ok(line) => {
+                    self.seen.push(line.clone());
+                    if line.contains(pattern) {
+                        return line;
+                    }
+                }
+                Err(e) => panic!(
+                    "`{}` never said {pattern:?} ({e:?}); it said {:#?}",
+                    self.what, self.seen
+                ),
+            }
+        }
+    }
+
+    /// Waits (at most `PATIENCE`) until the process ended, and asserts it succeeded.
+    fn succeeds(&mut self) {
+        let status = self.wait();
+        assert!(
+            status.is_some_and(|s| s.success()),
+            "`{}` ended with {status:?}; it said {:#?}",
+            self.what,
+            self.seen
+        );
+    }
+
+    fn wait(&mut self) -> Option<ExitStatus> {
+        let deadline = Instant::now() + PATIENCE;
+        while Instant::now() < deadline {
+            if let Ok(Some(status)) = self.child.try_wait() {
+                // Collect what it said last, for the messages.
+                while let Ok(line) = self.lines.recv_timeout(Duration::from_millis(100)) {
+                    self.seen.push(line);
+                }
+                return Some(status);
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        None
+    }
+
+    /// Sends SIGTERM (kill(1) keeps the tests free of unsafe code).
+    fn terminate(&self) {
+        let status = Command::new("kill")
+            .arg("-TERM")
+            .arg(self.child.id().to_string())
+            .status()
+            .expect("run kill");
+        assert!(status.success(), "SIGTERM to `{}`", self.what);
+    }
+}
+
+impl Drop for Example {
+    /// The guard: a process still running is killed; every one is reaped.
+    fn drop(&mut self) {
+        if !matches!(self.child.try_wait(), Ok(Some(_))) {
+            let _ = self.child.kill();
+        }
+        let _ = self.child.wait();
+        common::remove_shm_files(self.child.id());
+    }
+}
+
+/// Four node ids no other test uses.
+fn ids() -> [u32; 4] {
+    let (a, b) = (common::fresh_node_id(), common::fresh_node_id());
+    [a, a + 1, b, b + 1]
+}
+
+fn kv_store(controller: &str) {
+    let [server_id, w, a, b] = ids();
+    let server_arg = server_id.to_string();
+    let base = ["--controller", controller, "--server", &server_arg];
+    let mut server = Example::start(
+        "kv_store",
+        server_id,
+        &[
+            "--role",
+            "server",
+            "--clients",
+            "3",
+            "--controller",
+            controller,
+        ],
+    );
+    server.expect("kv server: ready");
+    // The watcher first: it hears of every change the writers make.
+    let mut watcher = Example::start(
+        "kv_store",
+        w,
+        &[
+            &base[..],
+            &["--role", "client", "--name", "w", "--watch", "b-9"],
+        ]
+        .concat(),
+    );
+    watcher.expect("connected to node");
+    let writers: Vec<Example> = [("a", a), ("b", b)]
+        .into_iter()
+        .map(|(name, id)| {
+            Example::start(
+                "kv_store",
+                id,
+                &[
+                    &base[..],
+                    &["--role", "client", "--name", name, "--puts", "10"],
+                ]
+                .concat(),
+            )
+        })
+        .collect();
+    for (mut writer, name) in writers.into_iter().zip(["a", "b"]) {
+        let line = writer.expect("puts read back");
+        assert!(line.starts_with(&format!("kv {name}: 10 puts read back; shared = from ")));
+        writer.expect(&format!("kv {name}: ok"));
+        writer.succeeds();
+    }
+    let line = watcher.expect("watched key");
+    assert!(line.contains("watched key b-9 = value 9 of b"), "{line}");
+    watcher.expect("kv w: ok");
+    watcher.succeeds();
+    // 10 keys and 10 writes of "shared" from each writer: 21 keys.
+    server.expect("kv server: 40 puts from 3 clients, 21 keys in the table");
+    server.expect("kv server: ok");
+    server.succeeds();
+}
+
+#[test]
+fn kv_store_loopback() {
+    kv_store("loopback");
+}
+
+#[test]
+fn kv_store_tcp0() {
+    kv_store("tcp0");
+}
+
+fn pubsub_ring(controller: &str) {
+    let [producer_id, s1, s2, s3] = ids();
+    let server = producer_id.to_string();
+    let base = [
+        "--controller",
+        controller,
+        "--server",
+        &server,
+        "--records",
+        "2000",
+    ];
+    let mut producer = Example::start(
+        "pubsub_ring",
+        producer_id,
+        &[
+            "--role",
+            "producer",
+            "--subscribers",
+            "3",
+            "--records",
+            "2000",
+            "--controller",
+            controller,
+        ],
+    );
+    producer.expect("producer: ready");
+    let mut subscribers: Vec<(Example, &str)> =
+        [("s1", s1, false), ("s2", s2, false), ("s3", s3, true)]
+            .into_iter()
+            .map(|(name, id, slow)| {
+                let mut args = [&base[..], &["--role", "subscriber", "--name", name]].concat();
+                if slow {
+                    args.push("--slow");
+                }
+                (Example::start("pubsub_ring", id, &args), name)
+            })
+            .collect();
+    producer.expect("3 subscribers connected");
+    for (sub, name) in &mut subscribers {
+        if *name == "s3" {
+            // The slow one: its stream fell behind, and it read on from the ring's head.
+            sub.expect("s3: stream lagged, missed");
+        }
+        let line = sub.expect("records in order");
+        assert!(
+            line.starts_with(&format!(
+                "{name}: received 2000 of 2000 records in order, lost 0"
+            )),
+            "{line}"
+        );
+        sub.expect(&format!("{name}: ok"));
+        sub.succeeds();
+    }
+    producer.expect("producer: subscribers done: true");
+    producer.expect("producer: ok");
+    producer.succeeds();
+}
+
+#[test]
+fn pubsub_ring_loopback() {
+    pubsub_ring("loopback");
+}
+
+#[test]
+fn pubsub_ring_tcp0() {
+    pubsub_ring("tcp0");
+}
+
+fn pollfd_select(controller: &str) {
+    let [pinger_id, ponger_id, ..] = ids();
+    let server = pinger_id.to_string();
+    let mut pinger = Example::start(
+        "pollfd_select",
+        pinger_id,
+        &[
+            "--role",
+            "pinger",
+            "--pings",
+            "20",
+            "--controller",
+            controller,
+        ],
+    );
+    pinger.expect("pinger: ready");
+    let mut ponger = Example::start(
+        "pollfd_select",
+        ponger_id,
+        &[
+            "--role",
+            "ponger",
+            "--server",
+            &server,
+            "--pings",
+            "20",
+            "--controller",
+            controller,
+        ],
+    );
+    let line = ponger.expect("pings through the PollFd");
+    // "ponger: 20 pings through the PollFd, T timer ticks, M channel messages"
+    let numbers: Vec<u64> = line
+        .split(|c: char| !c.is_ascii_digit())
+        .filter_map(|w| w.parse().ok())
+        .collect();
+    assert_eq!(numbers.len(), 3, "{line}");
+    assert_eq!(numbers[0], 20, "{line}");
+    assert!(
+        numbers[1] > 0 && numbers[2] > 0,
+        "the other sources ran too: {line}"
+    );
+    ponger.expect("ponger: ok");
+    ponger.succeeds();
+    pinger.expect("pinger: 20 pings answered");
+    pinger.expect("pinger: ok");
+    pinger.succeeds();
+}
+
+#[test]
+fn pollfd_select_loopback() {
+    pollfd_select("loopback");
+}
+
+#[test]
+fn pollfd_select_tcp0() {
+    pollfd_select("tcp0");
+}
+
+fn graceful_shutdown(controller: &str) {
+    let [server_id, client_id, ..] = ids();
+    let server_arg = server_id.to_string();
+    let mut server = Example::start(
+        "graceful_shutdown",
+        server_id,
+        &["--role", "server", "--controller", controller],
+    );
+    server.expect("server: ready");
+    let mut client = Example::start(
+        "graceful_shutdown",
+        client_id,
+        &[
+            "--role",
+            "client",
+            "--server",
+            &server_arg,
+            "--controller",
+            controller,
+        ],
+    );
+    client.expect("client: job 3 done: 9");
+    // The client stops between jobs: the one under way finishes, then it leaves in order.
+    client.terminate();
+    client.expect("client: SIGTERM: stopping, no new work");
+    let line = client.expect("jobs done, none left in flight");
+    let jobs: u64 = line
+        .trim_start_matches("client: ")
+        .split(' ')
+        .next()
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(0);
+    assert!(jobs >= 3, "{line}");
+    client.expect("client: disconnected");
+    client.expect("client: node shut down");
+    client.expect("client: ok");
+    client.succeeds();
+    // The server: no job in flight now; it destroys its segment and shuts its node down.
+    server.terminate();
+    server.expect("server: SIGTERM: stopping, no new work");
+    let line = server.expect("in-flight jobs finished");
+    assert_eq!(
+        line,
+        format!("server: 0 in-flight jobs finished, {jobs} jobs in all")
+    );
+    server.expect("server: segment destroyed");
+    server.expect("server: node shut down");
+    server.expect("server: ok");
+    server.succeeds();
+}
+
+#[test]
+fn graceful_shutdown_loopback() {
+    graceful_shutdown("loopback");
+}
+
+#[test]
+fn graceful_shutdown_tcp0() {
+    graceful_shutdown("tcp0");
+}
