@@ -4,16 +4,19 @@
 //!
 //! The live counters are one [`Counters`] per controller name, kept by the node's controller
 //! registry (so they keep counting across a close and a reopen). An operation adds to them
-//! once, when its future resolves, into a shard of the resolving thread's own: each thread has
-//! one shard per controller it resolved operations of, which it alone writes (a relaxed load
-//! and store, no read-modify-write, no lock, no allocation after the thread's first operation
-//! on the controller), on cache lines of its own. A snapshot sums the shards. The operation
-//! holds only the counters' id and its kind; the thread finds its shard in a short
-//! thread-local list, and at its first operation on a controller through the process's table
-//! of live counters. Snapshots ([`NodeStats`], [`ControllerStats`]) are plain values.
+//! when it is made, before its future exists (so the future carries nothing for them, and
+//! is built in place as before), and again if it fails, where the failure is found (the
+//! operation's slot, copy or check knows its controller). Each count goes into a shard of
+//! the counting thread's own: one per thread and controller, which that thread alone writes
+//! (a relaxed load and store, no read-modify-write, no lock, no allocation after the
+//! thread's first count on the controller), on cache lines of its own; a snapshot sums the
+//! shards. The thread finds its shard in a one-entry thread-local cache (the shard of its
+//! last count), else in its short thread-local list, and at its first count on a controller
+//! through the process's table of live counters. Snapshots ([`NodeStats`],
+//! [`ControllerStats`]) are plain values.
 
 use crate::Error;
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, Weak};
@@ -39,6 +42,33 @@ impl OpKind {
             OpKind::Signal => "signal",
         }
     }
+
+    /// The kind of an operation by the RSMAPI name its errors carry (`put`, `put8`,
+    /// `getv`, `intr_signal_post`), if it is one that counts.
+    pub(crate) fn of_op(op: &str) -> Option<OpKind> {
+        if op.starts_with("putv") {
+            Some(OpKind::Putv)
+        } else if op.starts_with("getv") {
+            Some(OpKind::Getv)
+        } else if op.starts_with("put") {
+            Some(OpKind::Put)
+        } else if op.starts_with("get") {
+            Some(OpKind::Get)
+        } else if op.contains("signal") {
+            Some(OpKind::Signal)
+        } else {
+            None
+        }
+    }
+}
+
+/// What one count says about an operation.
+#[derive(Clone, Copy)]
+enum Event<'a> {
+    /// Made, to move this many bytes.
+    Made(usize),
+    /// Failed with this error.
+    Failed(&'a Error),
 }
 
 const KINDS: usize = 5;
@@ -73,12 +103,14 @@ impl Shard {
 
     /// Called by the shard's thread only.
     #[inline]
-    fn add(&self, kind: OpKind, result: Result<usize, &Error>) {
+    fn add(&self, kind: OpKind, event: Event<'_>) {
         let k = kind as usize;
-        bump(&self.ops[k], 1);
-        match result {
-            Ok(n) => bump(&self.bytes[k], n as u64),
-            Err(e) => {
+        match event {
+            Event::Made(n) => {
+                bump(&self.ops[k], 1);
+                bump(&self.bytes[k], n as u64);
+            }
+            Event::Failed(e) => {
                 bump(&self.failed[k], 1);
                 let code = usize::try_from(e.code()).unwrap_or(0);
                 bump(&self.errors[if code < CODES { code } else { 0 }], 1);
@@ -106,11 +138,25 @@ static NEXT_ID: AtomicU64 = AtomicU64::new(1);
 /// The live counters by id: where a thread finds those of its first operation on them.
 static LIVE: Mutex<Vec<(u64, Weak<Counters>)>> = Mutex::new(Vec::new());
 
-/// A thread's shards: the counters' id, whether they live, the shard.
-type Mine = RefCell<Vec<(u64, Weak<Counters>, Arc<Shard>)>>;
+/// One of a thread's shards: the counters' id, whether they live, the shard.
+type Held = (u64, Weak<Counters>, Arc<Shard>);
+
+/// A thread's shards.
+struct Mine(RefCell<Vec<Held>>);
+
+impl Drop for Mine {
+    fn drop(&mut self) {
+        // The shards may go with this list: the cache must not point at them.
+        LAST.set((0, std::ptr::null()));
+    }
+}
 
 thread_local! {
-    static MINE: Mine = const { RefCell::new(Vec::new()) };
+    static MINE: Mine = const { Mine(RefCell::new(Vec::new())) };
+    /// The id and shard of this thread's last operation: a const thread-local without a
+    /// destructor, so reading it is one load with no lazy-initialisation check. The shard
+    /// is one `MINE` holds (`record_first` sets both, `Mine::drop` clears it).
+    static LAST: Cell<(u64, *const Shard)> = const { Cell::new((0, std::ptr::null())) };
 }
 
 impl Counters {
@@ -132,9 +178,14 @@ impl Counters {
         self.id
     }
 
-    /// One operation of `kind` resolved: `bytes` moved, or failed with `err`.
-    pub(crate) fn record(&self, kind: OpKind, result: Result<usize, &Error>) {
-        record(self.id, kind, result);
+    /// An operation of `kind` was made, to move `bytes`.
+    pub(crate) fn made(&self, kind: OpKind, bytes: usize) {
+        made(self.id, kind, bytes);
+    }
+
+    /// An operation of `kind` failed with `err`.
+    pub(crate) fn failed(&self, kind: OpKind, err: &Error) {
+        failed(self.id, kind, err);
     }
 
     /// The progress engine woke from a sleep.
@@ -191,63 +242,81 @@ impl Counters {
     }
 }
 
-/// Counts one operation of `kind` into the counters of id `id`, in this thread's shard.
+/// Counts an operation of `kind` made to move `bytes`, into the counters of id `id`, in
+/// this thread's shard.
 #[inline]
-pub(crate) fn record(id: u64, kind: OpKind, result: Result<usize, &Error>) {
+pub(crate) fn made(id: u64, kind: OpKind, bytes: usize) {
+    record(id, kind, Event::Made(bytes));
+}
+
+/// Counts an operation of `kind` that failed with `err` (made before, and counted then).
+#[cold]
+pub(crate) fn failed(id: u64, kind: OpKind, err: &Error) {
+    record(id, kind, Event::Failed(err));
+}
+
+#[inline]
+fn record(id: u64, kind: OpKind, event: Event<'_>) {
+    let (last, shard) = LAST.get();
+    if last == id && !shard.is_null() {
+        // SAFETY: `LAST` names a shard of `MINE`'s list, which holds an `Arc` of it: it
+        // is set only with an entry just pushed there, and cleared before that list goes.
+        unsafe { &*shard }.add(kind, event);
+        return;
+    }
+    record_slow(id, kind, event);
+}
+
+/// This thread's operation on other counters than its last one's.
+#[cold]
+#[inline(never)]
+fn record_slow(id: u64, kind: OpKind, event: Event<'_>) {
     // A thread being torn down has no shards any more: its last counts are dropped.
     let _ = MINE.try_with(|mine| {
-        if let Ok(mine) = mine.try_borrow() {
-            if let Some((_, _, shard)) = mine.iter().find(|(i, _, _)| *i == id) {
-                shard.add(kind, result);
-                return;
-            }
+        let Ok(mut list) = mine.0.try_borrow_mut() else {
+            return;
+        };
+        if let Some((_, _, shard)) = list.iter().find(|(i, _, _)| *i == id) {
+            shard.add(kind, event);
+            LAST.set((id, Arc::as_ptr(shard)));
+            return;
         }
-        record_first(mine, id, kind, result);
+        let counters = LIVE
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .iter()
+            .find(|(i, _)| *i == id)
+            .and_then(|(_, w)| w.upgrade());
+        // Counters gone: nobody can read the count.
+        let Some(counters) = counters else { return };
+        let shard = Arc::new(Shard::new());
+        shard.add(kind, event);
+        counters
+            .shards
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push(Arc::clone(&shard));
+        // Dropping the shards of counters gone may free the one `LAST` names.
+        LAST.set((0, std::ptr::null()));
+        list.retain(|(_, w, _)| w.strong_count() > 0);
+        LAST.set((id, Arc::as_ptr(&shard)));
+        list.push((id, Arc::downgrade(&counters), shard));
     });
 }
 
-/// This thread's first operation on the counters of id `id`: makes its shard.
-#[cold]
-fn record_first(mine: &Mine, id: u64, kind: OpKind, result: Result<usize, &Error>) {
-    let counters = LIVE
-        .lock()
-        .unwrap_or_else(|p| p.into_inner())
-        .iter()
-        .find(|(i, _)| *i == id)
-        .and_then(|(_, w)| w.upgrade());
-    // Counters gone: nobody can read the count.
-    let Some(counters) = counters else { return };
-    let shard = Arc::new(Shard::new());
-    shard.add(kind, result);
-    counters
-        .shards
-        .lock()
-        .unwrap_or_else(|p| p.into_inner())
-        .push(Arc::clone(&shard));
-    if let Ok(mut mine) = mine.try_borrow_mut() {
-        mine.retain(|(_, w, _)| w.strong_count() > 0);
-        mine.push((id, Arc::downgrade(&counters), shard));
-    }
-}
-
-/// What an operation counts into when its future resolves: the counters' id and its kind.
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct Tally {
-    pub(crate) id: u64,
-    pub(crate) kind: OpKind,
-}
-
-/// Operations of one kind on one controller, counted when their futures resolve (an
-/// operation whose future is dropped unresolved is not counted).
+/// Operations of one kind on one controller. A put, get, putv or getv counts when it is
+/// made (the call that returns its future; one dropped before its first poll counts too), a
+/// signal when its future is first polled; a failure counts when the operation resolves
+/// with it, or at once for one refused when made.
 #[non_exhaustive]
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize))]
 pub struct OpStats {
-    /// Operations resolved, successful or not.
+    /// Operations made.
     pub ops: u64,
-    /// Bytes moved by the successful ones (a signal counts none).
+    /// The bytes they were made to move, failed ones included (a signal moves none).
     pub bytes: u64,
-    /// Operations that resolved with an error (by code in [`ControllerStats::errors`]).
+    /// Of them, the ones that failed (by code in [`ControllerStats::errors`]).
     pub errors: u64,
 }
 
@@ -325,10 +394,11 @@ mod tests {
         assert_eq!(std::mem::align_of::<Shard>(), 128);
         assert_eq!(std::mem::align_of::<EngineCounters>(), 128);
         let c = Counters::new();
-        c.record(OpKind::Put, Ok(8));
-        c.record(OpKind::Put, Ok(8));
-        c.record(OpKind::Get, Err(&Error::bad_offset()));
-        c.record(OpKind::Signal, Ok(0));
+        c.made(OpKind::Put, 8);
+        c.made(OpKind::Put, 8);
+        c.made(OpKind::Get, 4);
+        c.failed(OpKind::Get, &Error::bad_offset());
+        c.made(OpKind::Signal, 0);
         c.wakeup();
         let s = c.snapshot("tcp0", "tcp", true, (2, 1));
         assert_eq!(

@@ -57,13 +57,14 @@ fn counters_move(ctrl_name: &str) {
             .result
             .unwrap();
         imp.signal(SignalFlags::empty()).await.unwrap();
-        // Two failures: past the end, and a range that runs over it.
+        // Two failures, refused when made: past the end, and a range that runs over it.
+        // Their bytes count: the bytes are those the operations were made to move.
         assert!(imp.put(8192, vec![0u8; 8]).await.is_err());
         assert!(imp.get(4090, vec![0u8; 8]).await.is_err());
 
         let s = ib.stats();
-        assert_eq!((s.put.ops, s.put.bytes, s.put.errors), (4, 48, 1), "{s:?}");
-        assert_eq!((s.get.ops, s.get.bytes, s.get.errors), (2, 32, 1), "{s:?}");
+        assert_eq!((s.put.ops, s.put.bytes, s.put.errors), (4, 56, 1), "{s:?}");
+        assert_eq!((s.get.ops, s.get.bytes, s.get.errors), (2, 40, 1), "{s:?}");
         assert_eq!((s.putv.ops, s.putv.bytes), (1, 16), "{s:?}");
         assert_eq!((s.getv.ops, s.getv.bytes), (1, 24), "{s:?}");
         assert_eq!((s.signal.ops, s.signal.errors), (1, 0), "{s:?}");
@@ -120,6 +121,32 @@ fn counters_move_on_loopback() {
 #[test]
 fn counters_move_on_tcp0() {
     counters_move("tcp0");
+}
+
+/// A failure the provider reports when it completes the operation counts too, by its code,
+/// once.
+#[cfg(feature = "fault-injection")]
+#[test]
+fn a_failure_the_provider_reports_counts_on_tcp0() {
+    let rt = runtime();
+    rt.block_on(async {
+        let (a, b, _) = two_nodes().await;
+        let ea = a.controller("tcp0").await.unwrap();
+        let seg = ea.export(4096, ExportFlags::empty()).unwrap();
+        let id = seg
+            .publish(None, &[Access::new(b.id(), 0o666)])
+            .await
+            .unwrap();
+        let ib = b.controller("tcp0").await.unwrap();
+        let imp = ib.import(a.id(), id, Perm::RDWR).await.unwrap();
+        imp.put(0, vec![1u8; 8]).await.unwrap();
+        seg.inject_lost_registration().unwrap();
+        let err = imp.put(0, vec![2u8; 8]).await.unwrap_err();
+        let s = ib.stats();
+        assert_eq!((s.put.ops, s.put.bytes, s.put.errors), (2, 16, 1), "{s:?}");
+        assert_eq!(s.errors.get(err.error().name()), Some(&1), "{s:?}");
+        assert_eq!(s.errors.values().sum::<u64>(), 1, "{s:?}");
+    });
 }
 
 #[cfg(feature = "serde")]

@@ -147,9 +147,12 @@ impl ExportSegment {
     ) -> impl Future<Output = Result<()>> + Send + 'static {
         let seg = self.clone();
         async move {
-            let res = seg.post_signal_to(importer, flags).await;
             let counters = seg.inner.ctrl.counters();
-            counters.record(crate::stats::OpKind::Signal, res.as_ref().map(|()| 0));
+            counters.made(crate::stats::OpKind::Signal, 0);
+            let res = seg.post_signal_to(importer, flags).await;
+            if let Err(e) = &res {
+                counters.failed(crate::stats::OpKind::Signal, e);
+            }
             res
         }
     }

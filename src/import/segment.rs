@@ -374,6 +374,9 @@ impl ImportSegment {
                 (0, Some(lo.map_err(ctx)?))
             }
         };
+        if let Some(lo) = &lo {
+            lo.count_into(ctrl.counters().id());
+        }
         // On loopback keys[1] is the ticket for the connection's doorbell.
         let bell = match (&lo, grant.keys.get(1)) {
             (Some(_), Some(&t)) if !grant.fabric_addr.is_empty() => {
@@ -579,16 +582,8 @@ impl ImportSegment {
     /// waiting, not the write: the bytes may still land, and the buffer is freed only when
     /// the provider (or the loopback copy) is done with it.
     pub fn put<B: IoBuf>(&self, offset: u64, buf: B) -> Op<B> {
-        let mut op = self.put_op(offset, buf);
-        self.observe(OpKind::Put, offset, &mut op);
-        op
-    }
-
-    /// Counts `op` as `kind` when it resolves and gives it its span (`crate::stats`, the
-    /// crate docs' "Observability"). In place: moving an `Op` is a copy of its bytes.
-    #[inline]
-    pub(crate) fn observe<B: Send + 'static>(&self, kind: OpKind, offset: u64, op: &mut Op<B>) {
-        op.observe(kind, self.inner.stats_id, &self.inner.span, offset);
+        let len = buf.bytes_len();
+        self.observed(OpKind::Put, offset, len, || self.put_op(offset, buf))
     }
 
     #[inline(always)]
@@ -598,13 +593,13 @@ impl ImportSegment {
         }
         let len = buf.bytes_len();
         if let Err(e) = self.check("put", Perm::WRITE, offset, len) {
-            return Op::failed(e, buf);
+            return self.refused("put", e, buf);
         }
         if len == 0 {
             return Op::done(buf);
         }
         let Some((_, backend)) = self.inner.fabric() else {
-            return Op::failed(Error::ctlr_not_present().op("put"), buf);
+            return self.refused("put", Error::ctlr_not_present().op("put"), buf);
         };
         let (ptr, len) = Op::source(&buf);
         let plan = Op::<B>::contiguous(ptr, len, offset, backend.max_transfer());
@@ -635,9 +630,8 @@ impl ImportSegment {
     /// As for [`ImportSegment::put`]: the buffer stays with the operation until the
     /// provider has finished writing into it.
     pub fn get<B: IoBufMut>(&self, offset: u64, buf: B) -> Op<B> {
-        let mut op = self.get_op(offset, buf);
-        self.observe(OpKind::Get, offset, &mut op);
-        op
+        let len = buf.bytes_len();
+        self.observed(OpKind::Get, offset, len, || self.get_op(offset, buf))
     }
 
     #[inline(always)]
@@ -650,25 +644,24 @@ impl ImportSegment {
                  buffer's length (vec![0; n] reads n bytes)",
                 buf.spare_capacity()
             ));
-            return Op::failed(
-                e.op("get")
-                    .segment(self.inner.segment)
-                    .node(self.inner.node)
-                    .offset(offset),
-                buf,
-            );
+            let e = e
+                .op("get")
+                .segment(self.inner.segment)
+                .node(self.inner.node)
+                .offset(offset);
+            return self.refused("get", e, buf);
         }
         if let Some(lo) = &self.inner.lo {
             return self.get_loopback(lo, offset, buf);
         }
         if let Err(e) = self.check("get", Perm::READ, offset, len) {
-            return Op::failed(e, buf);
+            return self.refused("get", e, buf);
         }
         if len == 0 {
             return Op::done(buf);
         }
         let Some((_, backend)) = self.inner.fabric() else {
-            return Op::failed(Error::ctlr_not_present().op("get"), buf);
+            return self.refused("get", Error::ctlr_not_present().op("get"), buf);
         };
         let (ptr, len) = Op::sink(&mut buf);
         let plan = Op::<B>::contiguous(ptr, len, offset, backend.max_transfer());
@@ -708,7 +701,7 @@ impl ImportSegment {
     ) -> Op<B> {
         let inner = &self.inner;
         let Some((engine, backend)) = inner.fabric() else {
-            return Op::failed(Error::ctlr_not_present().op(op), buf);
+            return self.refused(op, Error::ctlr_not_present().op(op), buf);
         };
         let write = matches!(dir, Dir::Write { .. });
         let fence = match (write, explicit, backend.visibility()) {

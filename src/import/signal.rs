@@ -62,9 +62,12 @@ impl ImportSegment {
     pub fn signal(&self, flags: SignalFlags) -> impl Future<Output = Result<()>> + Send + 'static {
         let seg = self.clone();
         async move {
-            let res = seg.post_signal(flags, "intr_signal_post").await;
             let counters = seg.inner.ctrl.counters();
-            counters.record(crate::stats::OpKind::Signal, res.as_ref().map(|()| 0));
+            counters.made(crate::stats::OpKind::Signal, 0);
+            let res = seg.post_signal(flags, "intr_signal_post").await;
+            if let Err(e) = &res {
+                counters.failed(crate::stats::OpKind::Signal, e);
+            }
             res
         }
     }

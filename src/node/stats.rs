@@ -34,9 +34,9 @@ impl Node {
     /// A snapshot of the node's counters, per controller it opened since it started (also
     /// those closed since): operations, bytes and errors by kind, errors by RSMERR code,
     /// imports open, importers connected, and the progress engine's wake-ups. Cheap: the
-    /// counters are relaxed atomics the operations bump once each as they resolve; the
-    /// snapshot reads them and counts the connections in the node's tables. See the crate
-    /// docs' "Observability".
+    /// counters are per-thread relaxed atomics an operation bumps when it is made (and
+    /// again if it fails); the snapshot reads them and counts the connections in the node's
+    /// tables. See the crate docs' "Observability".
     ///
     /// ```
     /// # fn main() -> Result<(), Box<dyn std::error::Error>> {

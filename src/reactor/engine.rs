@@ -856,6 +856,11 @@ impl Engine {
         self.tuning.eio_is_lost_peer
     }
 
+    /// The controller's counters (`crate::stats`).
+    pub(crate) fn counters(&self) -> &crate::stats::Counters {
+        &self.stats
+    }
+
     /// Parts posted on this engine so far.
     pub(crate) fn posts(&self) -> u64 {
         self.posts.load(Ordering::Relaxed)

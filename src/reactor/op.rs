@@ -11,7 +11,6 @@ use super::slot::{Outcome, Slot, Spec};
 use super::spin::{Spin, SpinEnd, look_after_post, spin_after_yield};
 use super::verdict;
 use crate::Error;
-use crate::stats::{OpKind, Tally};
 
 use std::future::Future;
 use std::pin::Pin;
@@ -47,8 +46,6 @@ pub struct Op<B: Send + 'static> {
     copy: Option<oneshot::Receiver<Outcome<B>>>,
     /// The bytes the operation moves, reported on success.
     len: usize,
-    /// What the operation counts into when it resolves (`crate::stats`).
-    tally: Option<Tally>,
     /// The operation's span (`rsm::op`, trace level), entered at every poll; `None` when the
     /// level is disabled (boxed: a disabled span would still take 40 bytes of every `Op`).
     span: Option<Box<tracing::Span>>,
@@ -98,34 +95,14 @@ impl<B: Send + 'static> Op<B> {
             pending_copy: None,
             copy: None,
             len: 0,
-            tally: None,
             span: None,
         }
     }
 
-    /// Counts the operation as `kind` into the counters of id `counters` when it resolves, and gives it a span
-    /// (`rsm::op`, trace level, under `parent`: the connection's) entered at each poll.
-    /// With the level disabled the span costs the macro's level check and nothing else.
+    /// Gives the operation its span (`rsm::op`), entered at each poll.
     #[inline]
-    pub(crate) fn observe(
-        &mut self,
-        kind: OpKind,
-        counters: u64,
-        parent: &tracing::Span,
-        offset: u64,
-    ) {
-        self.tally = Some(Tally { id: counters, kind });
-        let span = tracing::trace_span!(
-            target: "rsm::op",
-            parent: parent,
-            "op",
-            kind = kind.name(),
-            offset,
-            len = self.len
-        );
-        if !span.is_disabled() {
-            self.span = Some(Box::new(span));
-        }
+    pub(crate) fn trace(&mut self, span: Box<tracing::Span>) {
+        self.span = Some(span);
     }
 
     /// An operation that does `start` at its first poll and is then the operation `start`
@@ -232,20 +209,10 @@ impl<B: Send + 'static> Op<B> {
     /// Polls for the whole outcome (vectors need the failed entry too).
     pub(crate) fn poll_outcome(&mut self, cx: &mut Context<'_>) -> Poll<Outcome<B>> {
         let _entered = self.span.as_deref().map(|s| s.clone().entered());
-        let outcome = std::task::ready!(self.poll_step(cx));
-        if let Some(t) = self.tally.take() {
-            let n = self.len;
-            crate::stats::record(t.id, t.kind, outcome.result.as_ref().map(|()| n));
-        }
-        Poll::Ready(outcome)
-    }
-
-    fn poll_step(&mut self, cx: &mut Context<'_>) -> Poll<Outcome<B>> {
         if let Some(start) = self.start.take() {
-            // The operation made at the first poll counts and traces as this one did.
-            let (tally, span) = (self.tally.take(), self.span.take());
+            // The operation made at the first poll traces as this one did.
+            let span = self.span.take();
             *self = start();
-            self.tally = tally;
             self.span = span;
         }
         if let Some(copy) = self.pending_copy.as_mut() {
@@ -257,11 +224,14 @@ impl<B: Send + 'static> Op<B> {
                     return Poll::Pending;
                 }
             };
-            self.pending_copy = None;
             if let (Err(e), Some(ready)) = (res, self.ready.as_mut()) {
+                if let Some(copy) = &self.pending_copy {
+                    copy.count_failure(&e);
+                }
                 ready.result = Err(e);
                 ready.failed_entry = Some(0);
             }
+            self.pending_copy = None;
         }
         if let Some(rx) = self.copy.as_mut() {
             let Ok(outcome) = std::task::ready!(Pin::new(rx).poll(cx)) else {
@@ -343,10 +313,13 @@ impl<B: Send + 'static> Op<B> {
                 buf,
                 failed_entry,
             };
-            if outcome.result.as_ref().is_err_and(verdict::ambiguous) {
-                let wait = verdict::abort_within(&slot.tracker);
-                self.verdict = Some(Box::new((outcome, wait, slot)));
-                return self.poll_verdict(cx);
+            if let Err(e) = &outcome.result {
+                if verdict::ambiguous(e) {
+                    let wait = verdict::abort_within(&slot.tracker);
+                    self.verdict = Some(Box::new((outcome, wait, slot)));
+                    return self.poll_verdict(cx);
+                }
+                slot.count_failure(e);
             }
             return Poll::Ready(outcome);
         }
@@ -357,7 +330,7 @@ impl<B: Send + 'static> Op<B> {
             st = slot.lock();
             if st.result.is_some() {
                 drop(st);
-                return self.poll_step(cx);
+                return self.poll_outcome(cx);
             }
         }
         st.waker = Some(cx.waker().clone());
@@ -384,6 +357,9 @@ impl<B: Send + 'static> Op<B> {
         let (mut outcome, _, slot) = *held;
         if let Some(e) = aborted {
             outcome.result = Err(slot.info.annotate(e, slot.len));
+        }
+        if let Err(e) = &outcome.result {
+            slot.count_failure(e);
         }
         Poll::Ready(outcome)
     }
