@@ -71,9 +71,10 @@ fn get_pollfd(h: *const c_void, out: *mut libc::pollfd) -> Ret {
         let mut t = POLLFDS.lock().unwrap_or_else(|p| p.into_inner());
         t.get_or_insert_with(HashMap::new).insert(raw, held);
     }
+    // The eventfd reports POLLIN only: asking for it too makes plain poll(2) work.
     let pfd = libc::pollfd {
         fd: raw,
-        events: POLLRDNORM,
+        events: POLLRDNORM | libc::POLLIN,
         revents: 0,
     };
     // SAFETY: non-null and aligned: the caller's pollfd.
@@ -111,6 +112,11 @@ fn wait_pollfd(fds: *mut libc::pollfd, n: libc::nfds_t, ms: c_int, numfdsp: *mut
         // nothing else touches during the call.
         unsafe { std::slice::from_raw_parts_mut(fds, n) }
     };
+    for p in fds.iter_mut() {
+        if p.events & POLLRDNORM != 0 && registered(p.fd).is_some() {
+            p.events |= libc::POLLIN;
+        }
+    }
     let deadline = timeout(ms).map(|d| Instant::now() + d);
     loop {
         let left = deadline.map_or(-1, |d| {
@@ -128,8 +134,13 @@ fn wait_pollfd(fds: *mut libc::pollfd, n: libc::nfds_t, ms: c_int, numfdsp: *mut
         }
         let mut count: c_int = 0;
         for p in fds.iter_mut() {
+            let held = registered(p.fd);
+            if held.is_some() && p.events & POLLRDNORM != 0 && p.revents & libc::POLLIN != 0 {
+                // An event is pending: report it as the original's POLLRDNORM.
+                p.revents = (p.revents & !libc::POLLIN) | POLLRDNORM;
+            }
             if p.revents & POLLRDNORM != 0 {
-                if let Some(held) = registered(p.fd) {
+                if let Some(held) = held {
                     if !held.try_consume() {
                         p.revents = 0;
                     }
