@@ -166,8 +166,9 @@ int main(int argc, char **argv)
 	verify(mem, 0, 1000, 1); /* the old range keeps what it held */
 	OK(rsm_intr_signal_post(seg, 0));
 
-	/* 3: the importer is done. */
+	/* 3: the importer is done; let it go. */
 	OK(rsm_intr_signal_wait(seg, 20000));
+	OK(rsm_intr_signal_post(seg, 0));
 	EXPECT(rsm_memseg_release_pollfd(NULL), RSMERR_BAD_SEG_HNDL);
 	OK(rsm_memseg_release_pollfd(seg));
 	OK(rsm_memseg_export_destroy(seg));

@@ -331,8 +331,11 @@ int main(int argc, char **argv)
 	EXPECT(rsm_memseg_import_destroy_barrier(&bar), RSMERR_BARRIER_UNINITIALIZED);
 	EXPECT(rsm_memseg_import_get8(im, 0, &b, 1), RSMERR_BARRIER_UNINITIALIZED);
 
-	/* 3: done; the exporter destroys its segment. */
+	/* 3: done; the exporter answers, then destroys its segment. A post right before a
+	 * disconnect may be dropped with the connection on tcp0 and shm0, so wait for the
+	 * answer first. */
 	OK(rsm_intr_signal_post(im, 0));
+	OK(rsm_intr_signal_wait(im, 20000));
 	EXPECT(rsm_memseg_import_disconnect(NULL), RSMERR_BAD_SEG_HNDL);
 	OK(rsm_memseg_import_disconnect(im));
 	EXPECT(rsm_memseg_import_disconnect(im), RSMERR_BAD_SEG_HNDL);
