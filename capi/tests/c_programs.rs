@@ -238,7 +238,7 @@ fn headers_compile_cleanly_as_c99_c11_and_cpp() {
     .expect("write");
     for std in ["-std=c99", "-std=c11"] {
         let out = profile_dir().join("capi-test-headers");
-        compile(&cc(), &[std, "-pedantic"], &[src.clone()], &out);
+        compile(&cc(), &[std, "-pedantic"], std::slice::from_ref(&src), &out);
     }
     let cxx = std::env::var("CXX").unwrap_or_else(|_| "c++".into());
     if Command::new(&cxx).arg("--version").output().is_ok() {
