@@ -166,27 +166,46 @@ fn segid_file() -> PathBuf {
     path
 }
 
+/// One exporter-importer pair: the exporter prints `<ready> <segid>`, then the importer runs
+/// with `importer_args(exporter node, segid, importer node)`; each prints `done` lines.
+struct Pair<'a> {
+    exporter: (&'a Path, &'a [&'a str]),
+    importer: &'a Path,
+    ready: &'a str,
+    k: u32,
+}
+
+impl Pair<'_> {
+    fn run(&self, importer_args: impl Fn(&str, &str, &str) -> Vec<String>, done: (&str, &str)) {
+        let (a, b) = node_ids(self.k);
+        let segids = segid_file();
+        let mut exp = Proc::start(self.exporter.0, a, self.exporter.1, &segids);
+        let line = exp.line();
+        let id = line
+            .strip_prefix(self.ready)
+            .expect("the segment id")
+            .to_string();
+        let args = importer_args(&a.to_string(), &id, &b.to_string());
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        let mut imp = Proc::start(self.importer, b, &args, &segids);
+        assert_eq!(imp.line(), done.1, "importer");
+        assert_eq!(exp.line(), done.0, "exporter");
+        imp.success();
+        exp.success();
+    }
+}
+
 fn exporter_and_importer(ctrl: &str, k: u32) {
     let _serial = serial();
     let (exporter, importer) = (program("exporter"), program("importer"));
-    let (a, b) = node_ids(k);
-    let segids = segid_file();
-    let mut exp = Proc::start(&exporter, a, &[ctrl], &segids);
-    let ready = exp.line();
-    let id = ready
-        .strip_prefix("READY ")
-        .expect("READY <segid>")
-        .to_string();
-    let mut imp = Proc::start(
-        &importer,
-        b,
-        &[ctrl, &a.to_string(), &id, &b.to_string()],
-        &segids,
-    );
-    assert_eq!(imp.line(), "DONE", "{ctrl}: importer");
-    assert_eq!(exp.line(), "DONE", "{ctrl}: exporter");
-    imp.success();
-    exp.success();
+    let pair = Pair {
+        exporter: (&exporter, &[ctrl]),
+        importer: &importer,
+        ready: "READY ",
+        k,
+    };
+    let args = |a: &str, id: &str, b: &str| [ctrl, a, id, b].map(String::from).to_vec();
+    pair.run(args, ("DONE", "DONE"));
 }
 
 #[test]
@@ -208,24 +227,15 @@ fn c_programs_on_shm0() {
 fn the_example_shares_a_segment_and_signals() {
     let _serial = serial();
     let hello = program("rsm_hello");
-    let (a, b) = node_ids(3);
-    let segids = segid_file();
-    let mut exp = Proc::start(&hello, a, &["export", "loopback"], &segids);
-    let line = exp.line();
-    let id = line
-        .strip_prefix("segment ")
-        .expect("segment <id>")
-        .to_string();
-    let mut imp = Proc::start(
-        &hello,
-        b,
-        &["import", "loopback", &a.to_string(), &id],
-        &segids,
-    );
-    assert_eq!(imp.line(), "sent");
-    assert_eq!(exp.line(), "got: hello from an RSMAPI program");
-    imp.success();
-    exp.success();
+    let pair = Pair {
+        exporter: (&hello, &["export", "loopback"]),
+        importer: &hello,
+        ready: "segment ",
+        k: 3,
+    };
+    let args =
+        |a: &str, id: &str, _: &str| ["import", "loopback", a, id].map(String::from).to_vec();
+    pair.run(args, ("got: hello from an RSMAPI program", "sent"));
 }
 
 #[test]

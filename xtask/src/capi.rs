@@ -14,7 +14,7 @@ use std::process::Command;
 
 /// The libraries a static link needs besides librsm.a (the Rust standard library's and
 /// libfabric).
-const PRIVATE_LIBS: &str = "-lfabric -lpthread -ldl -lm -lrt -lutil";
+const PRIVATE_LIBS: &str = "-lfabric -lpthread -ldl -lm -lrt -lutil -lgcc_s";
 
 /// Runs the command with its arguments (`--prefix DIR` or nothing).
 pub fn run(args: &[OsString]) -> Result<(), Failure> {
@@ -88,12 +88,23 @@ fn install(headers: &Path, built: &Path, prefix: &Path) -> Result<(), Failure> {
     }
     std::os::unix::fs::symlink("librsm.so.2", &link).map_err(io(&link))?;
     let pc = pkgconfig.join("rsm.pc");
-    fs::write(&pc, pc_file(prefix)).map_err(io(&pc))?;
+    fs::write(&pc, pc_file(prefix, &version(headers)?)).map_err(io(&pc))?;
     Ok(())
 }
 
+/// The version of package rsm-capi (from `capi/Cargo.toml`, beside `capi/include`).
+fn version(headers: &Path) -> Result<String, Failure> {
+    let manifest = headers.with_file_name("Cargo.toml");
+    let text = fs::read_to_string(&manifest).map_err(io(&manifest))?;
+    text.lines()
+        .find_map(|l| l.strip_prefix("version = \""))
+        .and_then(|v| v.strip_suffix('"'))
+        .map(str::to_string)
+        .ok_or_else(|| Failure::new(format!("{}: no version", manifest.display())))
+}
+
 /// The pkg-config file for a tree installed at `prefix`.
-fn pc_file(prefix: &Path) -> String {
+fn pc_file(prefix: &Path, version: &str) -> String {
     format!(
         "prefix={}\n\
          includedir=${{prefix}}/include\n\
@@ -101,13 +112,11 @@ fn pc_file(prefix: &Path) -> String {
          \n\
          Name: rsm\n\
          Description: RSMAPI (remote shared memory) over libfabric\n\
-         Version: {}\n\
-         Requires.private: libfabric\n\
+         Version: {version}\n\
          Cflags: -I${{includedir}}\n\
          Libs: -L${{libdir}} -Wl,-rpath,${{libdir}} -lrsm\n\
          Libs.private: {PRIVATE_LIBS}\n",
         prefix.display(),
-        env!("CARGO_PKG_VERSION"),
     )
 }
 
@@ -117,9 +126,10 @@ mod tests {
 
     #[test]
     fn the_pc_file_names_the_prefix_and_the_library() {
-        let pc = pc_file(Path::new("/opt/rsm"));
+        let pc = pc_file(Path::new("/opt/rsm"), "0.1.0");
         assert!(pc.starts_with("prefix=/opt/rsm\n"));
         assert!(pc.contains("Cflags: -I${includedir}\n"));
         assert!(pc.contains("-lrsm\n"));
+        assert!(pc.contains("Version: 0.1.0\n"));
     }
 }
