@@ -31,7 +31,11 @@ fn lib_dir() -> PathBuf {
         let dir = profile_dir().join(format!("capi-test-lib-{}", std::process::id()));
         std::fs::create_dir_all(&dir).expect("lib dir");
         let built = profile_dir().join("librsm_capi.so");
-        assert!(built.exists(), "{} was not built", built.display());
+        assert!(
+            built.exists(),
+            "{} was not built: `cargo build -p rsm-capi` (`cargo xtask test` does)",
+            built.display()
+        );
         for name in ["librsm.so", "librsm.so.2"] {
             std::fs::copy(&built, dir.join(name)).expect("copy the library");
         }
