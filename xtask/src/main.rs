@@ -11,6 +11,7 @@
 #![forbid(unsafe_code)]
 
 mod bench;
+mod capi;
 mod command;
 mod deps;
 mod dpkg;
@@ -37,6 +38,9 @@ commands:
           instructions per operation by function, rsm against the baseline, under
           callgrind (installs valgrind if missing): the rows the last bench report
           missed, or the one named; writes target/bench/profile.md
+  capi [--prefix DIR]
+          build the C library (librsm.so.2, librsm.a, <rsmapi.h>, rsm.pc) into
+          target/capi/, or install it under DIR
   help    print this message
 ";
 
@@ -49,6 +53,9 @@ fn main() -> ExitCode {
     let command = match args.as_slice() {
         [] => return usage_error("no command given"),
         [command] => command,
+        [command, rest @ ..] if command == "capi" => {
+            return finish(deps::ensure().and_then(|()| capi::run(rest)));
+        }
         [command, rest @ ..] if command == "profile" => {
             return finish(deps::ensure().and_then(|()| profile::run(rest)));
         }
@@ -66,6 +73,7 @@ fn main() -> ExitCode {
         Some("demo") => deps::ensure().and_then(|()| steps::run_all(steps::DEMO)),
         Some("bench") => deps::ensure().and_then(|()| bench::run()),
         Some("profile") => deps::ensure().and_then(|()| profile::run(&[])),
+        Some("capi") => deps::ensure().and_then(|()| capi::run(&[])),
         Some("help" | "-h" | "--help") => {
             print!("{USAGE}");
             return ExitCode::SUCCESS;

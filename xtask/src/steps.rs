@@ -48,6 +48,13 @@ pub const TEST: &[Step] = &[
         ],
         env: &[],
     },
+    // `cargo test` links the C library's tests against its rlib only: the C programs need
+    // librsm_capi.so built beside them, with the features the tests build rsm with.
+    Step {
+        name: "capi",
+        cargo_args: &["build", "-p", "rsm", "-p", "rsm-capi", "--all-features"],
+        env: &[],
+    },
     Step {
         name: "test",
         cargo_args: &["test", "--workspace", "--all-features"],
@@ -187,6 +194,6 @@ mod tests {
     #[test]
     fn test_steps_run_cheapest_first() {
         let names: Vec<_> = TEST.iter().map(|step| step.name).collect();
-        assert_eq!(names, ["fmt", "clippy", "test", "fuzz"]);
+        assert_eq!(names, ["fmt", "clippy", "capi", "test", "fuzz"]);
     }
 }
