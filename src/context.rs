@@ -426,6 +426,14 @@ impl NodeContext {
             .is_some_and(|w| w.strong_count() == 0)
     }
 
+    /// Importer side: every import that lives.
+    pub(crate) fn imports(&self) -> Vec<Arc<Entry>> {
+        lock(&self.imports)
+            .values()
+            .filter_map(Weak::upgrade)
+            .collect()
+    }
+
     /// Importer side: every import from `node` that lives.
     pub(crate) fn imports_from(&self, node: u32) -> Vec<Arc<Entry>> {
         lock(&self.imports)

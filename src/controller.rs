@@ -20,8 +20,9 @@ use crate::backend::fabric::discovery::{self, Candidate};
 use crate::backend::loopback::LoopbackBackend;
 use crate::context::NodeContext;
 use crate::sans_io::ctlrname::ControllerName;
+use crate::stats::Counters;
 use crate::{Error, Result};
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::net::IpAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, Weak};
@@ -67,6 +68,10 @@ pub(crate) struct ControllerInner {
     serial: u64,
     backend: Backend,
     node: Weak<NodeContext>,
+    /// Its counters, kept by the registry under its name (`crate::stats`).
+    stats: Arc<Counters>,
+    /// `rsm::controller` (name, provider), a child of the node's span.
+    span: tracing::Span,
 }
 
 enum Backend {
@@ -176,6 +181,16 @@ impl Controller {
         }
     }
 
+    /// The controller's counters.
+    pub(crate) fn counters(&self) -> &Arc<Counters> {
+        &self.inner.stats
+    }
+
+    /// The controller's span (`rsm::controller`).
+    pub(crate) fn span(&self) -> &tracing::Span {
+        &self.inner.span
+    }
+
     pub(crate) fn loopback(&self) -> Option<&Arc<LoopbackBackend>> {
         match &self.inner.backend {
             Backend::Loopback(b) => Some(b),
@@ -224,6 +239,19 @@ pub(crate) struct ControllerRegistry {
     /// Held while a libfabric controller opens (on the node's blocking thread).
     opening: Mutex<()>,
     budgets: SpinBudgets,
+    /// The counters of every controller opened, by canonical name, with its provider: they
+    /// outlive a close, so a reopened controller counts on.
+    counters: Mutex<BTreeMap<String, (String, Arc<Counters>)>>,
+    /// The node's span (`rsm::node`): the parent of the controllers'.
+    span: tracing::Span,
+}
+
+/// One controller's counters as the registry keeps them.
+pub(crate) struct Counted {
+    pub(crate) name: String,
+    pub(crate) provider: String,
+    pub(crate) open: bool,
+    pub(crate) counters: Arc<Counters>,
 }
 
 static SERIAL: AtomicU64 = AtomicU64::new(1);
@@ -237,7 +265,49 @@ impl ControllerRegistry {
             open: Mutex::new(HashMap::new()),
             opening: Mutex::new(()),
             budgets: SpinBudgets::default(),
+            counters: Mutex::new(BTreeMap::new()),
+            span: tracing::Span::none(),
         }
+    }
+
+    /// The same, with the node's span as the parent of the controllers' spans.
+    pub(crate) fn with_span(mut self, span: tracing::Span) -> Self {
+        self.span = span;
+        self
+    }
+
+    /// The counters of controller `name` (of `provider`), made at its first opening.
+    fn counters_for(&self, name: &str, provider: &str) -> Arc<Counters> {
+        let mut all = self.counters.lock().unwrap_or_else(|p| p.into_inner());
+        let (_, c) = all
+            .entry(name.to_string())
+            .or_insert_with(|| (provider.to_string(), Counters::new()));
+        Arc::clone(c)
+    }
+
+    /// Every controller opened so far, with its counters, in name order.
+    pub(crate) fn counted(&self) -> Vec<Counted> {
+        let all: Vec<_> = self
+            .counters
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .iter()
+            .map(|(n, (p, c))| (n.clone(), p.clone(), Arc::clone(c)))
+            .collect();
+        let open = self.open.lock().unwrap_or_else(|p| p.into_inner());
+        all.into_iter()
+            .map(|(name, provider, counters)| Counted {
+                open: open.get(&name).is_some_and(|w| w.strong_count() > 0),
+                name,
+                provider,
+                counters,
+            })
+            .collect()
+    }
+
+    /// The span of a controller opened now.
+    fn span_for(&self, name: &str, provider: &str) -> tracing::Span {
+        tracing::info_span!(target: "rsm::controller", parent: &self.span, "controller", name, provider)
     }
 
     /// The same, with the user's spin budgets for the controllers it opens.
@@ -309,7 +379,9 @@ impl ControllerRegistry {
             if let Some(inner) = open.get(&key).and_then(Weak::upgrade) {
                 return Ok(Controller { inner });
             }
-            let inner = Arc::new(open_loopback(self.node.clone()));
+            let stats = self.counters_for(&key, "loopback");
+            let span = self.span_for(&key, "loopback");
+            let inner = Arc::new(open_loopback(self.node.clone(), stats, span));
             open.retain(|_, w| w.strong_count() > 0);
             open.insert(key, Arc::downgrade(&inner));
             return Ok(Controller { inner });
@@ -324,11 +396,14 @@ impl ControllerRegistry {
             return Ok(c);
         }
         let c = self.resolve(&parsed, &key)?;
+        let stats = self.counters_for(&key, &c.kind);
+        let span = self.span_for(&key, &c.kind);
         let inner = Arc::new(open_fabric(
             c,
             self.local_ip,
             self.node.clone(),
             self.budget_for(c),
+            (stats, span),
         )?);
         let mut open = self.open.lock().unwrap_or_else(|p| p.into_inner());
         open.retain(|_, w| w.strong_count() > 0);
@@ -377,13 +452,19 @@ fn canonical(parsed: &ControllerName) -> String {
     }
 }
 
-fn open_loopback(node: Weak<NodeContext>) -> ControllerInner {
+fn open_loopback(
+    node: Weak<NodeContext>,
+    stats: Arc<Counters>,
+    span: tracing::Span,
+) -> ControllerInner {
     ControllerInner {
         info: loopback_info(),
         kind: "loopback".into(),
         serial: SERIAL.fetch_add(1, Ordering::Relaxed),
         backend: Backend::Loopback(LoopbackBackend::new(node.clone())),
         node,
+        stats,
+        span,
     }
 }
 
@@ -392,10 +473,18 @@ fn open_fabric(
     local_ip: IpAddr,
     node: Weak<NodeContext>,
     spin_budget: Option<Duration>,
+    (stats, span): (Arc<Counters>, tracing::Span),
 ) -> Result<ControllerInner> {
     let (info, domain) = discovery::describe(c, local_ip)?;
-    let backend = FabricBackend::open(domain, &c.name, &c.kind, spin_budget)
-        .map_err(|e| e.op("get_controller").controller(c.name.clone()))?;
+    let backend = FabricBackend::open(
+        domain,
+        &c.name,
+        &c.kind,
+        spin_budget,
+        Arc::clone(&stats),
+        span.clone(),
+    )
+    .map_err(|e| e.op("get_controller").controller(c.name.clone()))?;
     if let Some(state) = node.upgrade() {
         state.add_engine(backend.engine());
     }
@@ -405,6 +494,8 @@ fn open_fabric(
         serial: SERIAL.fetch_add(1, Ordering::Relaxed),
         backend: Backend::Fabric(backend),
         node,
+        stats,
+        span,
     })
 }
 

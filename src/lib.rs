@@ -84,6 +84,7 @@ pub mod local;
 pub mod node;
 pub mod perm;
 pub mod shared_memory;
+pub mod stats;
 pub mod topology;
 
 #[cfg(feature = "test-util")]
@@ -131,4 +132,5 @@ pub use node::{KeySource, Node, NodeBuilder, NodeConfig};
 pub use perm::{Access, ExportFlags, Perm};
 pub use reactor::{BufError, BufResult, IoBuf, IoBufMut, Op};
 pub use shared_memory::SharedMemory;
+pub use stats::{ControllerStats, NodeStats, OpStats};
 pub use topology::Topology;

@@ -36,6 +36,7 @@
 
 mod identity;
 mod sources;
+mod stats;
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -841,7 +842,15 @@ impl NodeBuilder {
         )
         .map_err(|e| e.op("start"))?;
         state.set_side_channel(Arc::clone(&side));
+        let span = tracing::info_span!(
+            target: "rsm::node",
+            parent: None,
+            "node",
+            id = config.node_id,
+            incarnation = format_args!("{incarnation:#018x}")
+        );
         tracing::info!(
+            parent: &span,
             node = config.node_id,
             incarnation = format_args!("{incarnation:#018x}"),
             addr = %listen_addr,
@@ -852,7 +861,8 @@ impl NodeBuilder {
             inner: Arc::new(NodeInner {
                 registry: Arc::new(
                     ControllerRegistry::new(listen_addr.ip(), Arc::downgrade(&state))
-                        .with_budgets(budgets),
+                        .with_budgets(budgets)
+                        .with_span(span),
                 ),
                 config,
                 listen_addr,

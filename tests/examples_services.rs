@@ -1,5 +1,6 @@
 //! The service examples (`examples/kv_store.rs`, `pubsub_ring.rs`, `pollfd_select.rs`,
-//! `graceful_shutdown.rs`) run as real processes, one per node, and say what they did.
+//! `graceful_shutdown.rs`; `metrics.rs`, two nodes in one process) run as real processes,
+//! one per node, and say what they did.
 //!
 //! This file builds nothing: `cargo test` builds the examples into `target/<profile>/examples/`,
 //! next to the directory of this test's executable. Every process is killed and reaped by a
@@ -402,4 +403,55 @@ fn graceful_shutdown_loopback() {
 #[test]
 fn graceful_shutdown_tcp0() {
     graceful_shutdown("tcp0");
+}
+
+/// `metrics`: the importer's counters, printed in the Prometheus text format, move with its
+/// workload (puts made, and the bad offsets it provokes counted by code).
+fn metrics(controller: &str) {
+    let [id, ..] = ids();
+    let mut m = Example::start(
+        "metrics",
+        id,
+        &[
+            "--controller",
+            controller,
+            "--seconds",
+            "1",
+            "--interval-ms",
+            "200",
+        ],
+    );
+    let value = |line: &str| -> u64 {
+        let v = line.rsplit(' ').next().unwrap_or_default();
+        v.parse()
+            .unwrap_or_else(|e| panic!("{line:?}: no count ({e})"))
+    };
+    // Its node ids come from its pid: the lines are found by family and labels.
+    let mut family = |name: &str, labels: &str| loop {
+        let line = m.expect(labels);
+        if line.starts_with(&format!("{name}{{")) {
+            break line;
+        }
+    };
+    let puts = family(
+        "rsm_operations_total",
+        &format!("controller=\"{controller}\",kind=\"put\"}}"),
+    );
+    assert!(value(&puts) > 0, "{puts}");
+    let refused = family(
+        "rsm_errors_total",
+        &format!("controller=\"{controller}\",code=\"RSMERR_BAD_OFFSET\"}}"),
+    );
+    assert!(value(&refused) > 0, "{refused}");
+    m.succeeds();
+}
+
+#[test]
+fn metrics_loopback() {
+    metrics("loopback");
+}
+
+#[test]
+fn metrics_tcp0() {
+    metrics("tcp0");
 }

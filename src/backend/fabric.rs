@@ -36,19 +36,22 @@ mod doorbell;
 
 impl FabricBackend {
     /// Opens the endpoint and starts the progress engine on `domain`, with the user's spin
-    /// budget over the provider's tuning (`None`: the tuned figures).
+    /// budget over the provider's tuning (`None`: the tuned figures); the engine counts its
+    /// wake-ups into the controller's `stats` and runs inside its `span`.
     pub(crate) fn open(
         domain: Arc<Domain>,
         name: &str,
         kind: &str,
         spin_budget: Option<std::time::Duration>,
+        stats: Arc<crate::stats::Counters>,
+        span: tracing::Span,
     ) -> Result<Arc<Self>> {
         let v = domain.info().view();
         let tx = v.tx_size().max(16);
         let tuning = Tuning::for_kind(kind).with_budget(spin_budget);
         let cq = CompletionQueue::open(&domain, tx * 2, tuning.wait_fd)?;
         let ep = Endpoint::open_for(&domain, cq)?;
-        let engine = Engine::start(ep, name, tuning, tx)?;
+        let engine = Engine::start_observed(ep, name, tuning, tx, stats, span)?;
         let key_size = v.mr_key_size();
         let key_mask = if key_size >= 8 {
             u64::MAX

@@ -129,6 +129,8 @@ pub(crate) struct LoopbackImport {
     busy: AtomicUsize,
     revoked: AtomicBool,
     why: Mutex<Option<Error>>,
+    /// The id of the controller's counters (`crate::stats`), set once connected.
+    counters: AtomicU64,
 }
 
 /// A copy in progress; ends on drop.
@@ -165,9 +167,18 @@ impl crate::reactor::copy::Copier for LoopbackImport {
             unsafe { self.read(offset, local, len) }
         }
     }
+
+    fn counters(&self) -> u64 {
+        self.counters.load(Ordering::Relaxed)
+    }
 }
 
 impl LoopbackImport {
+    /// Makes its operations' failures count into the counters of id `id` (`crate::stats`).
+    pub(crate) fn count_into(&self, id: u64) {
+        self.counters.store(id, Ordering::Relaxed);
+    }
+
     /// Claims the descriptor of a grant and maps it (readable, and writable if `writable`).
     pub(crate) async fn attach(
         service: Vec<u8>,
@@ -210,6 +221,7 @@ impl LoopbackImport {
             busy: AtomicUsize::new(0),
             revoked: AtomicBool::new(false),
             why: Mutex::new(None),
+            counters: AtomicU64::new(0),
         };
         let word = lo.control().map_or(0, |c| c.load(Ordering::SeqCst));
         if word == 0 {
@@ -259,6 +271,7 @@ impl LoopbackImport {
             busy: AtomicUsize::new(0),
             revoked: AtomicBool::new(false),
             why: Mutex::new(None),
+            counters: AtomicU64::new(0),
         }))
     }
 

@@ -146,7 +146,15 @@ impl ExportSegment {
         flags: SignalFlags,
     ) -> impl Future<Output = Result<()>> + Send + 'static {
         let seg = self.clone();
-        async move { seg.post_signal_to(importer, flags).await }
+        async move {
+            let counters = seg.inner.ctrl.counters();
+            counters.made(crate::stats::OpKind::Signal, 0);
+            let res = seg.post_signal_to(importer, flags).await;
+            if let Err(e) = &res {
+                counters.failed(crate::stats::OpKind::Signal, e);
+            }
+            res
+        }
     }
 
     async fn post_signal_to(&self, importer: Importer, flags: SignalFlags) -> Result<()> {
@@ -200,17 +208,7 @@ impl ExportSegment {
     /// # Ok(()) }
     /// ```
     pub fn importers(&self) -> Vec<Importer> {
-        self.inner
-            .lock()
-            .published
-            .as_ref()
-            .map(|p| {
-                p.importers
-                    .iter()
-                    .map(|(c, i)| Importer::new(i.node, *c))
-                    .collect()
-            })
-            .unwrap_or_default()
+        self.inner.importers()
     }
 
     /// Waits for a signal from an importer and consumes it (`rsm_intr_signal_wait`): `n`
@@ -291,5 +289,21 @@ impl ExportSegment {
     /// ```
     pub fn events(&self) -> EventStream {
         self.inner.events.subscribe()
+    }
+}
+
+impl ExportInner {
+    /// The importers connected now (`ExportSegment::importers`).
+    pub(crate) fn importers(&self) -> Vec<Importer> {
+        self.lock()
+            .published
+            .as_ref()
+            .map(|p| {
+                p.importers
+                    .iter()
+                    .map(|(c, i)| Importer::new(i.node, *c))
+                    .collect()
+            })
+            .unwrap_or_default()
     }
 }

@@ -11,6 +11,7 @@ use crate::perm::Perm;
 use crate::reactor::copy::{Copier, PendingCopy};
 use crate::reactor::slot::Outcome;
 use crate::reactor::{IoBuf, IoBufMut, Op};
+use crate::stats::OpKind;
 use crate::{Error, Result};
 use std::sync::Arc;
 use std::time::Duration;
@@ -52,7 +53,7 @@ impl ImportSegment {
         let len = buf.bytes_len();
         let at = match self.check_loopback("put", Perm::WRITE, offset, len) {
             Ok(at) => at,
-            Err(e) => return Op::failed(e, buf),
+            Err(e) => return self.refused("put", e, buf),
         };
         if len == 0 {
             return Op::done(buf);
@@ -64,7 +65,7 @@ impl ImportSegment {
             return Op::copy_later(copy, buf);
         }
         let (lo, seg) = (Arc::clone(lo), self.clone());
-        self.copy_later(len, buf, move |buf: &mut B| {
+        self.copy_later(OpKind::Put, len, buf, move |buf: &mut B| {
             // SAFETY: the buffer is valid for reads of len bytes (IoBuf) and is Rust memory,
             // not the segment's.
             unsafe { lo.write(at, buf.stable_ptr(), len) }
@@ -81,7 +82,7 @@ impl ImportSegment {
         let len = buf.bytes_len();
         let at = match self.check_loopback("get", Perm::READ, offset, len) {
             Ok(at) => at,
-            Err(e) => return Op::failed(e, buf),
+            Err(e) => return self.refused("get", e, buf),
         };
         if len == 0 {
             return Op::done(buf);
@@ -93,7 +94,7 @@ impl ImportSegment {
             return Op::copy_later(copy, buf);
         }
         let (lo, seg) = (Arc::clone(lo), self.clone());
-        self.copy_later(len, buf, move |buf: &mut B| {
+        self.copy_later(OpKind::Get, len, buf, move |buf: &mut B| {
             // SAFETY: the buffer is valid for writes of len bytes (IoBufMut) and is Rust
             // memory, not the segment's.
             unsafe { lo.read(at, buf.stable_mut_ptr(), len) }
@@ -142,15 +143,25 @@ impl ImportSegment {
 
     /// The operation that runs `copy` (of `len` bytes) at its first poll: there (a vector's
     /// pieces, in one go), or on the node's blocking threads for more than [`INLINE_COPY`]
-    /// bytes with a zero spin budget, the copy owning the buffer until it is done.
+    /// bytes with a zero spin budget, the copy owning the buffer until it is done. A failed
+    /// copy counts as a failed `kind`.
     pub(super) fn copy_later<B: Send + 'static>(
         &self,
+        kind: OpKind,
         len: usize,
         buf: B,
         copy: impl FnOnce(&mut B) -> std::result::Result<(), (usize, Error)> + Send + 'static,
     ) -> Op<B> {
         let node = self.inner.state.clone();
         let offload = self.copy_budget(len).is_none();
+        let counters = self.inner.stats_id;
+        let copy = move |buf: &mut B| {
+            let res = copy(buf);
+            if let Err((_, e)) = &res {
+                crate::stats::failed(counters, kind, e);
+            }
+            res
+        };
         Op::deferred(move || {
             let mut buf = buf;
             match node.upgrade() {

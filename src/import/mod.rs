@@ -2,7 +2,8 @@
 //! with asynchronous put and get.
 //!
 //! `segment.rs` holds the segment and its put and get; each other file adds one concern:
-//! typed access, barriers, scatter/gather, loopback copies, mapping, signals.
+//! typed access, barriers, scatter/gather, loopback copies, mapping, signals, what an
+//! operation counts and traces.
 
 mod segment;
 
@@ -18,6 +19,8 @@ mod loopback;
 mod map;
 // Signals, waits, the pollable descriptor and event streams.
 mod signal;
+// What an operation counts and traces.
+mod observe;
 
 pub use barrier::{Barrier, BarrierMode};
 pub use map::{ImportMapping, MapAt};

@@ -13,6 +13,7 @@ use crate::reactor::slot::{Dir, OpInfo, Plan, Spec, Visibility};
 use crate::reactor::tracker::{Tracker, View};
 use crate::reactor::{IoBuf, IoBufMut, Op};
 use crate::sans_io::wire::{ConnectRequest, Message};
+use crate::stats::OpKind;
 use crate::{Error, NodeId, Result, SegmentId};
 use futures::FutureExt;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -77,6 +78,11 @@ pub(crate) struct ImportInner {
     pub(super) bell: Option<crate::sans_io::wire::Doorbell>,
     /// This node's token for the connection: the exporter's signals carry it.
     pub(super) token: u64,
+    /// `rsm::connection` (segment, node, conn, controller), under the controller's span:
+    /// the parent of the connection's operation spans.
+    pub(super) span: tracing::Span,
+    /// The id of the controller's counters, which the connection's operations count into.
+    pub(super) stats_id: u64,
 }
 
 /// An operation's plan and the buffer its pointers lie in, waiting for the first poll.
@@ -114,6 +120,16 @@ impl ImportInner {
 
     pub(crate) fn peer_incarnation(&self) -> u64 {
         self.peer_incarnation
+    }
+
+    /// Whether the connection was disconnected (its handles may live on).
+    pub(crate) fn is_disconnected(&self) -> bool {
+        self.disconnected.load(Ordering::Relaxed)
+    }
+
+    /// The name of the controller the connection uses.
+    pub(crate) fn controller_name(&self) -> &str {
+        self.ctrl.name()
     }
 
     /// Fails pending and later operations with `err` (forced disconnect, DESIGN.md, decision 19).
@@ -278,6 +294,15 @@ impl ImportSegment {
     ) -> Result<Self> {
         const OP: &str = "import_connect";
         let ctx = |e: Error| e.op(OP).controller(ctrl.name()).node(node).segment(segment);
+        let span = tracing::debug_span!(
+            target: "rsm::connection",
+            parent: ctrl.span(),
+            "connection",
+            segment = format_args!("{segment:#x}"),
+            node,
+            conn = tracing::field::Empty,
+            controller = ctrl.name()
+        );
         if perm.bits() & !Perm::RDWR.bits() != 0 {
             return Err(ctx(Error::perm_denied().detail(format!(
                 "{perm:?} asks for bits other than read (0400) and write (0200)"
@@ -349,6 +374,9 @@ impl ImportSegment {
                 (0, Some(lo.map_err(ctx)?))
             }
         };
+        if let Some(lo) = &lo {
+            lo.count_into(ctrl.counters().id());
+        }
         // On loopback keys[1] is the ticket for the connection's doorbell.
         let bell = match (&lo, grant.keys.get(1)) {
             (Some(_), Some(&t)) if !grant.fabric_addr.is_empty() => {
@@ -384,7 +412,10 @@ impl ImportSegment {
             events: crate::events::hub::Hub::new(),
             bell: grant.doorbell,
             token,
+            span,
+            stats_id: ctrl.counters().id(),
         });
+        inner.span.record("conn", grant.conn_id);
         state.add_import(node, grant.conn_id, &inner);
         state.signals.add_import(token, &inner);
         if let Some(bell) = bell {
@@ -400,6 +431,7 @@ impl ImportSegment {
                 .add_loopback_bell(node, false, grant.conn_id, bell);
         }
         tracing::debug!(
+            parent: &inner.span,
             node,
             segment = format_args!("{segment:#x}"),
             conn = grant.conn_id,
@@ -550,18 +582,24 @@ impl ImportSegment {
     /// waiting, not the write: the bytes may still land, and the buffer is freed only when
     /// the provider (or the loopback copy) is done with it.
     pub fn put<B: IoBuf>(&self, offset: u64, buf: B) -> Op<B> {
+        let len = buf.bytes_len();
+        self.observed(OpKind::Put, offset, len, || self.put_op(offset, buf))
+    }
+
+    #[inline(always)]
+    fn put_op<B: IoBuf>(&self, offset: u64, buf: B) -> Op<B> {
         if let Some(lo) = &self.inner.lo {
             return self.put_loopback(lo, offset, buf);
         }
         let len = buf.bytes_len();
         if let Err(e) = self.check("put", Perm::WRITE, offset, len) {
-            return Op::failed(e, buf);
+            return self.refused("put", e, buf);
         }
         if len == 0 {
             return Op::done(buf);
         }
         let Some((_, backend)) = self.inner.fabric() else {
-            return Op::failed(Error::ctlr_not_present().op("put"), buf);
+            return self.refused("put", Error::ctlr_not_present().op("put"), buf);
         };
         let (ptr, len) = Op::source(&buf);
         let plan = Op::<B>::contiguous(ptr, len, offset, backend.max_transfer());
@@ -592,6 +630,12 @@ impl ImportSegment {
     /// As for [`ImportSegment::put`]: the buffer stays with the operation until the
     /// provider has finished writing into it.
     pub fn get<B: IoBufMut>(&self, offset: u64, buf: B) -> Op<B> {
+        let len = buf.bytes_len();
+        self.observed(OpKind::Get, offset, len, || self.get_op(offset, buf))
+    }
+
+    #[inline(always)]
+    fn get_op<B: IoBufMut>(&self, offset: u64, buf: B) -> Op<B> {
         let mut buf = buf;
         let len = buf.bytes_len();
         if len == 0 && buf.spare_capacity() > 0 {
@@ -600,25 +644,24 @@ impl ImportSegment {
                  buffer's length (vec![0; n] reads n bytes)",
                 buf.spare_capacity()
             ));
-            return Op::failed(
-                e.op("get")
-                    .segment(self.inner.segment)
-                    .node(self.inner.node)
-                    .offset(offset),
-                buf,
-            );
+            let e = e
+                .op("get")
+                .segment(self.inner.segment)
+                .node(self.inner.node)
+                .offset(offset);
+            return self.refused("get", e, buf);
         }
         if let Some(lo) = &self.inner.lo {
             return self.get_loopback(lo, offset, buf);
         }
         if let Err(e) = self.check("get", Perm::READ, offset, len) {
-            return Op::failed(e, buf);
+            return self.refused("get", e, buf);
         }
         if len == 0 {
             return Op::done(buf);
         }
         let Some((_, backend)) = self.inner.fabric() else {
-            return Op::failed(Error::ctlr_not_present().op("get"), buf);
+            return self.refused("get", Error::ctlr_not_present().op("get"), buf);
         };
         let (ptr, len) = Op::sink(&mut buf);
         let plan = Op::<B>::contiguous(ptr, len, offset, backend.max_transfer());
@@ -658,7 +701,7 @@ impl ImportSegment {
     ) -> Op<B> {
         let inner = &self.inner;
         let Some((engine, backend)) = inner.fabric() else {
-            return Op::failed(Error::ctlr_not_present().op(op), buf);
+            return self.refused(op, Error::ctlr_not_present().op(op), buf);
         };
         let write = matches!(dir, Dir::Write { .. });
         let fence = match (write, explicit, backend.visibility()) {

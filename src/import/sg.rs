@@ -10,6 +10,7 @@ use crate::local::LocalMemory;
 use crate::perm::Perm;
 use crate::reactor::slot::{Batches, Cut, Dir, Outcome, Piece, Plan, Span};
 use crate::reactor::{IoBuf, IoBufMut, Op};
+use crate::stats::OpKind;
 use crate::{Error, Result};
 use std::future::Future;
 use std::ops::BitOr;
@@ -240,7 +241,7 @@ impl ImportSegment {
         let count = entries.len();
         let Some(lo) = self.inner.lo.as_ref() else {
             return SgOp {
-                op: Some(Op::failed(Error::ctlr_not_present(), entries)),
+                op: Some(self.refused(way.name(), Error::ctlr_not_present(), entries)),
                 count,
                 invalid: None,
                 flags,
@@ -250,7 +251,7 @@ impl ImportSegment {
         };
         let bytes = valid.iter().map(|p| p.len).sum();
         let (lo, pieces) = (Arc::clone(lo), Pieces(valid));
-        let op = self.copy_later(bytes, entries, move |_entries| {
+        let op = self.copy_later(way.kind(), bytes, entries, move |_entries| {
             let valid = pieces.into_vec();
             // One entry for all the pieces: a revoke waits for the whole vector, and one
             // that came first fails it at its first piece.
@@ -300,6 +301,14 @@ impl Way {
         match self {
             Way::Put => "putv",
             Way::Get => "getv",
+        }
+    }
+
+    /// What the vector counts as (`crate::stats`).
+    fn kind(self) -> OpKind {
+        match self {
+            Way::Put => OpKind::Putv,
+            Way::Get => OpKind::Getv,
         }
     }
 }
@@ -423,23 +432,24 @@ impl ImportSegment {
         flags: SgFlags,
         buffer: impl Fn(&mut SgLocal<B>) -> Option<(*mut u8, usize)>,
     ) -> SgOp<B> {
-        let op_name = match way {
-            Way::Put => "putv",
-            Way::Get => "getv",
-        };
+        let op_name = way.name();
+        let kind = way.kind();
         let count = entries.len();
         let ctx = |e: Error| {
             e.op(op_name)
                 .segment(self.inner.segment)
                 .node(self.inner.node)
         };
-        let fail = |e: Error, entries: Vec<SgEntry<B>>| SgOp {
-            op: Some(Op::failed(ctx(e), entries)),
-            count,
-            invalid: None,
-            flags,
-            signal_to: None,
-            signalling: None,
+        let fail = |e: Error, entries: Vec<SgEntry<B>>| {
+            self.count_made(kind, 0);
+            SgOp {
+                op: Some(self.refused(op_name, ctx(e), entries)),
+                count,
+                invalid: None,
+                flags,
+                signal_to: None,
+                signalling: None,
+            }
         };
         if count == 0 || count > MAX_SGIOREQS {
             return fail(
@@ -489,6 +499,28 @@ impl ImportSegment {
         // SAFETY: the loop wrote the first `n` cells of the list's spare room, in order,
         // and `n` is at most `count`, its capacity.
         unsafe { valid.set_len(n) };
+        self.count_made(kind, bytes);
+        if let Some((_, e)) = &invalid {
+            self.count_failure(kind, e);
+        }
+        let mut sg = self.vector_op(way, entries, valid, bytes, invalid, flags);
+        if let (Some(span), Some(op)) = (self.op_span(kind, 0, bytes), sg.op.as_mut()) {
+            op.trace(span);
+        }
+        sg
+    }
+
+    /// The vector's operation over its `valid` pieces (`bytes` in all).
+    fn vector_op<B: Send + 'static>(
+        &self,
+        way: Way,
+        entries: Vec<SgEntry<B>>,
+        valid: Vec<Piece>,
+        bytes: usize,
+        invalid: Option<(usize, Error)>,
+        flags: SgFlags,
+    ) -> SgOp<B> {
+        let count = entries.len();
         if bytes == 0 {
             // Nothing to move: the outcome is the validation's.
             return SgOp {
@@ -510,7 +542,7 @@ impl ImportSegment {
             Way::Put => Dir::write(backend.visibility()),
             Way::Get => Dir::Read,
         };
-        let op = self.start(dir, plan, entries, op_name, 0);
+        let op = self.start(dir, plan, entries, way.name(), 0);
         SgOp {
             op: Some(op),
             count,

@@ -61,7 +61,15 @@ impl ImportSegment {
     /// ```
     pub fn signal(&self, flags: SignalFlags) -> impl Future<Output = Result<()>> + Send + 'static {
         let seg = self.clone();
-        async move { seg.post_signal(flags, "intr_signal_post").await }
+        async move {
+            let counters = seg.inner.ctrl.counters();
+            counters.made(crate::stats::OpKind::Signal, 0);
+            let res = seg.post_signal(flags, "intr_signal_post").await;
+            if let Err(e) = &res {
+                counters.failed(crate::stats::OpKind::Signal, e);
+            }
+            res
+        }
     }
 
     /// The post itself; putv's `IMPLICIT_SIGPOST` calls it after a whole vector succeeded,

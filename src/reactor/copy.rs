@@ -25,6 +25,9 @@ pub(crate) trait Copier: Send + Sync + 'static {
         len: usize,
         into_target: bool,
     ) -> Result<()>;
+
+    /// The id of the controller's counters its operations count into (`crate::stats`).
+    fn counters(&self) -> u64;
 }
 
 /// A copy waiting for its operation's first poll.
@@ -50,6 +53,14 @@ unsafe impl Send for PendingCopy {}
 unsafe impl Sync for PendingCopy {}
 
 impl PendingCopy {
+    /// Counts the copy's operation as failed with `e`.
+    #[cold]
+    pub(crate) fn count_failure(&self, e: &crate::Error) {
+        if let Some(kind) = crate::stats::OpKind::of_op(self.info.op) {
+            crate::stats::failed(self.copier.counters(), kind, e);
+        }
+    }
+
     /// Copies slices until the copy is done (its result) or this poll's budget is spent
     /// (`Pending`: more to copy at the next poll).
     pub(crate) fn run(&mut self) -> Poll<Result<()>> {

@@ -117,6 +117,8 @@ pub(crate) struct Engine {
     /// The provider keeps state in each operation's context (see
     /// [`Engine::tagged_parts`]).
     op_context: bool,
+    /// The controller's counters: the engine counts its wake-ups there (`crate::stats`).
+    stats: Arc<crate::stats::Counters>,
 }
 
 impl std::fmt::Debug for Engine {
@@ -161,12 +163,34 @@ const POLL_YIELD_EVERY: u64 = 256;
 const DRAIN_ON_STOP: Duration = Duration::from_secs(5);
 
 impl Engine {
-    /// Starts the engine's thread for `ep` (whose queue it reads).
+    /// Starts the engine's thread for `ep` (whose queue it reads), with counters and span of
+    /// its own.
+    #[cfg(test)]
     pub(crate) fn start(
         ep: Arc<Endpoint>,
         name: &str,
         tuning: Tuning,
         tx_limit: usize,
+    ) -> Result<Arc<Engine>> {
+        Self::start_observed(
+            ep,
+            name,
+            tuning,
+            tx_limit,
+            crate::stats::Counters::new(),
+            tracing::Span::none(),
+        )
+    }
+
+    /// Starts the engine's thread for `ep` (whose queue it reads); the thread counts its
+    /// wake-ups into `stats` and runs inside `span` (the controller's).
+    pub(crate) fn start_observed(
+        ep: Arc<Endpoint>,
+        name: &str,
+        tuning: Tuning,
+        tx_limit: usize,
+        stats: Arc<crate::stats::Counters>,
+        span: tracing::Span,
     ) -> Result<Arc<Engine>> {
         let wake = WakeFd::new()
             .map_err(|e| Error::insufficient_resources().detail(format!("eventfd: {e}")))?;
@@ -200,6 +224,7 @@ impl Engine {
             posts: AtomicU64::new(0),
             last_node: AtomicU64::new(u64::MAX),
             last_noted: AtomicU64::new(0),
+            stats,
         });
         // Posts refused while their connection was being made go again once it is up (or
         // fail, if it failed).
@@ -214,6 +239,7 @@ impl Engine {
         std::thread::Builder::new()
             .name(format!("rsm-{name}"))
             .spawn(move || {
+                let _in = span.entered();
                 e.run();
                 exited.store(true, Ordering::SeqCst);
             })
@@ -628,6 +654,7 @@ impl Engine {
         if self.cq.trywait() && !readable_now(fd) {
             self.wake.wait(Some(fd), None);
             self.wake.drain();
+            self.stats.wakeup();
         }
         self.sleeping.store(false, Ordering::SeqCst);
         looks.read_clock();
@@ -679,6 +706,7 @@ impl Engine {
         if self.drain() == 0 {
             self.wake.wait(None, None);
             self.wake.drain();
+            self.stats.wakeup();
         }
         self.sleeping.store(false, Ordering::SeqCst);
         looks.read_clock();
@@ -826,6 +854,11 @@ impl Engine {
     /// Whether `EIO` in a completion means the peer is gone (see [`Tuning`]).
     pub(crate) fn eio_is_lost_peer(&self) -> bool {
         self.tuning.eio_is_lost_peer
+    }
+
+    /// The controller's counters (`crate::stats`).
+    pub(crate) fn counters(&self) -> &crate::stats::Counters {
+        &self.stats
     }
 
     /// Parts posted on this engine so far.

@@ -11,6 +11,7 @@ use super::slot::{Outcome, Slot, Spec};
 use super::spin::{Spin, SpinEnd, look_after_post, spin_after_yield};
 use super::verdict;
 use crate::Error;
+
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
@@ -45,6 +46,9 @@ pub struct Op<B: Send + 'static> {
     copy: Option<oneshot::Receiver<Outcome<B>>>,
     /// The bytes the operation moves, reported on success.
     len: usize,
+    /// The operation's span (`rsm::op`, trace level), entered at every poll; `None` when the
+    /// level is disabled (boxed: a disabled span would still take 40 bytes of every `Op`).
+    span: Option<Box<tracing::Span>>,
 }
 
 /// The first poll's work, for an operation created lazily ([`Op::deferred`]).
@@ -91,7 +95,14 @@ impl<B: Send + 'static> Op<B> {
             pending_copy: None,
             copy: None,
             len: 0,
+            span: None,
         }
+    }
+
+    /// Gives the operation its span (`rsm::op`), entered at each poll.
+    #[inline]
+    pub(crate) fn trace(&mut self, span: Box<tracing::Span>) {
+        self.span = Some(span);
     }
 
     /// An operation that does `start` at its first poll and is then the operation `start`
@@ -197,8 +208,12 @@ impl<B: Send + 'static> Op<B> {
 
     /// Polls for the whole outcome (vectors need the failed entry too).
     pub(crate) fn poll_outcome(&mut self, cx: &mut Context<'_>) -> Poll<Outcome<B>> {
+        let _entered = self.span.as_deref().map(|s| s.clone().entered());
         if let Some(start) = self.start.take() {
+            // The operation made at the first poll traces as this one did.
+            let span = self.span.take();
             *self = start();
+            self.span = span;
         }
         if let Some(copy) = self.pending_copy.as_mut() {
             let res = match copy.run() {
@@ -209,11 +224,14 @@ impl<B: Send + 'static> Op<B> {
                     return Poll::Pending;
                 }
             };
-            self.pending_copy = None;
             if let (Err(e), Some(ready)) = (res, self.ready.as_mut()) {
+                if let Some(copy) = &self.pending_copy {
+                    copy.count_failure(&e);
+                }
                 ready.result = Err(e);
                 ready.failed_entry = Some(0);
             }
+            self.pending_copy = None;
         }
         if let Some(rx) = self.copy.as_mut() {
             let Ok(outcome) = std::task::ready!(Pin::new(rx).poll(cx)) else {
@@ -295,10 +313,13 @@ impl<B: Send + 'static> Op<B> {
                 buf,
                 failed_entry,
             };
-            if outcome.result.as_ref().is_err_and(verdict::ambiguous) {
-                let wait = verdict::abort_within(&slot.tracker);
-                self.verdict = Some(Box::new((outcome, wait, slot)));
-                return self.poll_verdict(cx);
+            if let Err(e) = &outcome.result {
+                if verdict::ambiguous(e) {
+                    let wait = verdict::abort_within(&slot.tracker);
+                    self.verdict = Some(Box::new((outcome, wait, slot)));
+                    return self.poll_verdict(cx);
+                }
+                slot.count_failure(e);
             }
             return Poll::Ready(outcome);
         }
@@ -336,6 +357,9 @@ impl<B: Send + 'static> Op<B> {
         let (mut outcome, _, slot) = *held;
         if let Some(e) = aborted {
             outcome.result = Err(slot.info.annotate(e, slot.len));
+        }
+        if let Err(e) = &outcome.result {
+            slot.count_failure(e);
         }
         Poll::Ready(outcome)
     }

@@ -185,6 +185,15 @@ impl<O: Send + 'static> PartProxy<O> {
 }
 
 impl<O: Send + 'static> Slot<O> {
+    /// Counts the operation as failed with `e` into its controller's counters (a barrier's
+    /// fence counts nothing).
+    #[cold]
+    pub(crate) fn count_failure(&self, e: &crate::Error) {
+        if let Some(kind) = crate::stats::OpKind::of_op(self.info.op) {
+            self.engine.counters().failed(kind, e);
+        }
+    }
+
     pub(super) fn lock(&self) -> MutexGuard<'_, State<O>> {
         self.state.lock().unwrap_or_else(|p| p.into_inner())
     }
