@@ -106,11 +106,6 @@ impl FabricBackend {
         self.sg_limits
     }
 
-    /// Whether owned buffers are registered for their operations (`owned.rs`).
-    pub(crate) fn mr_local(&self) -> bool {
-        self.mr_local
-    }
-
     pub(crate) fn engine(&self) -> &Arc<Engine> {
         &self.engine
     }

@@ -29,7 +29,7 @@ use std::sync::{Arc, Mutex, OnceLock, Weak};
 
 /// The variable that makes a controller register owned buffers as if its domain demanded
 /// `FI_MR_LOCAL` (tests run the data-path suite this way).
-pub const ENV_FORCE_MR_LOCAL: &str = "RSM_FORCE_MR_LOCAL";
+pub(crate) const ENV_FORCE_MR_LOCAL: &str = "RSM_FORCE_MR_LOCAL";
 
 /// The largest operation that goes through the bounce pool (measured: `docs/performance.md`,
 /// "Registration of owned buffers").
@@ -92,7 +92,7 @@ impl FabricBackend {
         match plan {
             Plan::Contiguous { piece, .. } => {
                 if piece.len <= bounce_max.min(BOUNCE_MAX) {
-                    if let Some(lease) = self.pool().and_then(|p| BouncePool::lease(p)) {
+                    if let Some(lease) = self.pool().and_then(BouncePool::lease) {
                         let slot = lease.ptr();
                         match dir {
                             // SAFETY: the piece lies in the operation's buffer, the slot in
