@@ -19,7 +19,8 @@ Exit status:
   1  an error (the message names the RSMAPI error, e.g. [RSMERR_BAD_CONF]); bench and
      bench-memory: a byte was wrong; demo: a step did not behave as expected; info with
      --provider or --controller: no controller matches
-  2  the command line is wrong; bench, bench-memory and demo: the run could not go on
+  2  the command line is wrong; bench, bench-memory, bench-scale and demo: the run could
+     not go on
 
 Environment:
   RSM_LOG             log filter, tracing's EnvFilter syntax (\"rsm=debug,warn\"); overrides
@@ -145,6 +146,11 @@ enum Command {
     /// An importer process of `rsm bench-memory` (started by it).
     #[command(hide = true)]
     BenchMemoryImporter(bench::MemoryImporterArgs),
+    /// A cluster's worth of nodes on this machine: the connect storm, idle CPU and memory.
+    BenchScale(bench::ScaleArgs),
+    /// A node process of `rsm bench-scale` (started by it).
+    #[command(hide = true)]
+    BenchScaleNode(bench::ScaleNodeArgs),
     /// Walk through export, publish with an access list, connect, put, get and the refusals,
     /// with a second process as the exporting node.
     Demo(demo::DemoArgs),
@@ -183,6 +189,8 @@ fn main() -> ExitCode {
         Command::BenchMemoryImporter(args) => {
             return rt.block_on(bench::run_memory_importer(args));
         }
+        Command::BenchScale(args) => return rt.block_on(bench::run_scale(args)),
+        Command::BenchScaleNode(args) => return rt.block_on(bench::run_scale_node(args)),
         Command::Demo(args) => return rt.block_on(demo::run(args)),
         Command::DemoExporter(args) => return rt.block_on(demo::run_exporter(args)),
         other => other,
@@ -272,6 +280,8 @@ async fn run(command: Command) -> rsm::Result<ExitCode> {
         | Command::BenchPeer(_)
         | Command::BenchMemory(_)
         | Command::BenchMemoryImporter(_)
+        | Command::BenchScale(_)
+        | Command::BenchScaleNode(_)
         | Command::Demo(_)
         | Command::DemoExporter(_) => {
             unreachable!("dispatched in main")

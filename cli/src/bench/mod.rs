@@ -70,6 +70,7 @@
 //! for many published segments and their importers.
 
 mod child;
+mod children;
 mod cli;
 mod memcpy;
 mod memory;
@@ -81,6 +82,7 @@ mod raw;
 mod report;
 mod rsm_run;
 mod rsm_side;
+mod scale;
 mod shape;
 mod shm_bell;
 mod stats;
@@ -88,6 +90,7 @@ mod stats;
 pub(crate) use cli::{BarrierArg, BenchArgs, Mode, Op, PeerArgs};
 pub(crate) use memory::{MemoryArgs, MemoryImporterArgs, run_memory, run_memory_importer};
 pub(crate) use peer::run_peer;
+pub(crate) use scale::{ScaleArgs, ScaleNodeArgs, run_scale, run_scale_node};
 
 use child::PeerProcess;
 use pagebuf::PageBuf;
