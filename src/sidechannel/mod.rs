@@ -3,8 +3,9 @@
 //! Every node listens on its TCP address and, on Linux, on the Unix socket `rsm-node-<id>` in
 //! the abstract namespace, so that nodes of one host find each other without configuration.
 //! A link carries length-prefixed frames of [`crate::sans_io::wire`] messages; both sides send
-//! [`Hello`] first, then heartbeats every `heartbeat_interval`, and a
-//! link on which nothing arrived for `dead_after` is closed. Unix links record the kernel's
+//! [`Hello`] first, then heartbeats: slow on a link nobody waits on (closed after
+//! `idle_dead_after` of silence), every `heartbeat_interval` and answered on a link this node
+//! waits on (closed after `dead_after`; `pulse.rs`, DESIGN.md §8). Unix links record the kernel's
 //! credentials of the peer ([`PeerCreds`]), which replace the ids a connect request claims
 //! (DESIGN.md, decision 15).
 //!
@@ -39,6 +40,7 @@ pub(crate) mod held;
 mod host;
 mod link;
 mod peers;
+mod pulse;
 mod shared;
 #[cfg(test)]
 mod tests;
@@ -212,6 +214,15 @@ impl SideChannel {
             .send(frame)
             .await
             .map_err(|_| link_closed(node, "send"))
+    }
+
+    /// This node waits on `node` now (operations stalled towards it): its live links are
+    /// watched for a while, so that a frozen or cut-off peer is found within `dead_after`
+    /// (`pulse.rs`). Cheap when they already are.
+    pub(crate) fn watch(&self, node: u32) {
+        for link in self.shared.peers.live_links(node) {
+            self.shared.watch_link(&link);
+        }
     }
 
     /// Queues a message on the live link to `node`, without dialling or waiting.

@@ -4,9 +4,10 @@
 //! bytes into each. Three figures, the scale targets of docs/performance.md:
 //!
 //! - the connect storm: from the word to a node's last import, per node (median, slowest);
-//! - idle CPU: with every connection open and each node awaiting a signal that does not
-//!   come, the CPU time all the nodes use over `--idle-secs`, as a share of one core (what
-//!   each thread's `schedstat` grew by, to the nanosecond);
+//! - idle CPU: from 6 s after the storm (its links' watches over), with every connection
+//!   open and each node awaiting a signal that does not come, the CPU time all the nodes use
+//!   over `--idle-secs`, as a share of one core (what each thread's `schedstat` grew by, to
+//!   the nanosecond);
 //! - memory: each node's `VmRSS` then (median, largest).
 //!
 //! The nodes are `rsm bench-scale-node` children of the same executable, without keys (so
@@ -23,6 +24,8 @@ use std::io::{BufRead, Write};
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
+/// How long after the storm the idle span begins.
+const SETTLE: Duration = Duration::from_secs(6);
 /// How long the nodes may take to start and publish, and then to import.
 const STEP_TIMEOUT: Duration = Duration::from_secs(120);
 /// The targets: idle CPU of all the nodes, % of one core; the storm, slowest node, s; the
@@ -43,8 +46,9 @@ pub(crate) struct ScaleArgs {
     /// Segments each node imports: those of the next nodes in id order.
     #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u32).range(1..=999))]
     pub(crate) imports: u32,
-    /// Seconds of nothing happening over which the idle CPU is measured.
-    #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u64).range(1..=600))]
+    /// Seconds of nothing happening over which the idle CPU is measured: at least two idle
+    /// heartbeat intervals (20 s) to be representative.
+    #[arg(long, default_value_t = 45, value_parser = clap::value_parser!(u64).range(1..=600))]
     pub(crate) idle_secs: u64,
     /// One JSON object instead of text.
     #[arg(long)]
@@ -191,8 +195,9 @@ fn measure(args: &ScaleArgs) -> Result<Value, BenchError> {
             .ok_or_else(|| BenchError::Peer(format!("node {i} said {line:?}")))?;
         storm.push(ms / 1000.0);
     }
-    // Let the last acknowledgements and the engines' windows pass.
-    std::thread::sleep(Duration::from_secs(2));
+    // Let the storm's tail pass: the last acknowledgements, the engines' idle windows, and
+    // the watches its requests put on the links (`dead_after` plus a heartbeat, 4 s).
+    std::thread::sleep(SETTLE);
     let pids = nodes.pids();
     let cpu = |pids: &[u32]| -> Result<Vec<_>, BenchError> {
         pids.iter()
@@ -224,6 +229,11 @@ fn measure(args: &ScaleArgs) -> Result<Value, BenchError> {
         .map(|(b, a)| ran_since(b, a).as_secs_f64() * 1000.0)
         .collect();
     let total_ms: f64 = per_node.iter().sum();
+    tracing::debug!(
+        before = ?before.iter().map(|m| m.values().sum::<Duration>()).collect::<Vec<_>>(),
+        after = ?after.iter().map(|m| m.values().sum::<Duration>()).collect::<Vec<_>>(),
+        "idle CPU per node"
+    );
     let pct = total_ms / (secs * 1000.0) * 100.0;
     let busiest = per_node.iter().copied().fold(0.0, f64::max);
     let slowest = storm.iter().copied().fold(0.0, f64::max);
