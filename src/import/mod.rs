@@ -21,6 +21,6 @@ mod signal;
 
 pub use barrier::{Barrier, BarrierMode};
 pub use map::{ImportMapping, MapAt};
-pub(crate) use segment::ImportInner;
 pub use segment::ImportSegment;
+pub(crate) use segment::{ImportInner, other_host};
 pub use sg::{MAX_SGIOREQS, SgEntry, SgFlags, SgLocal, SgOp, SgOutcome};
