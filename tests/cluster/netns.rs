@@ -1,20 +1,24 @@
 //! Several "hosts" on one machine (DESIGN.md §10, "Several hosts"): network namespaces joined
-//! by a bridge, each node a separate process inside its namespace, with keys, a trust file
-//! and a configuration file each, and everything torn down by a guard.
+//! by a bridge, with a key, a trust file and a configuration file per host, and everything
+//! torn down by a guard. The library's cluster tests and the command's (`cli/tests/
+//! cluster.rs`) share this file; each runs its node processes with [`Host::command`].
 //!
 //! Layout of a cluster of `n` hosts, tagged `rsmt-<pid>-<seq>`:
 //!
 //! - the namespace `<tag>-sw` holds the bridge `br0` and one veth end `v<i>` per host;
 //! - the namespace `<tag>-h<i>` holds the other end, `eth0`, with `10.77.0.<i+1>/24`, and
 //!   `lo`; no route leaves these namespaces, and the root namespace gets no interface;
-//! - `<dir>/h<i>.toml` is host i's configuration: node id, listen address on `eth0`, the
-//!   other hosts as peers, `key_file` (mode 0600) and the shared `trust_file`.
+//! - `<dir>/h<i>.toml` is host i's configuration, as README.md ("Running on several hosts")
+//!   shows it: node id i + 1 (abstract Unix names are per namespace, so ids never meet
+//!   another test's), listen address on `eth0`, the other hosts as peers, `key_file` (mode
+//!   0600) and the shared `trust_file`, which lists each host's key under its node id and
+//!   under its observer id (the id + 2^31, `rsm topology`).
 //!
 //! Without root or without `ip netns`, [`Cluster::new`] writes `SKIPPED <test>: <why>` to
 //! standard error (not captured by the test harness) and returns `None`: the test returns
 //! then, and says so.
 
-#![allow(dead_code)]
+#![allow(dead_code, unreachable_pub)]
 
 use std::io::Write;
 use std::net::Ipv4Addr;
@@ -22,8 +26,6 @@ use std::os::unix::fs::OpenOptionsExt;
 use std::path::PathBuf;
 use std::process::Command;
 use std::sync::atomic::{AtomicU32, Ordering};
-
-use crate::common::Peer;
 
 /// The prefix of every namespace these tests create.
 const PREFIX: &str = "rsmt-";
@@ -68,17 +70,30 @@ impl Host {
         );
     }
 
-    /// Starts `role` of the test binary's `role_entry` in this host's namespace, with the
-    /// host's configuration (`RSM_CONFIG`) and the providers pinned to `eth0`.
-    pub fn start(&self, role: &str, args: &[(&str, String)]) -> Peer {
-        let mut all: Vec<(&str, String)> = vec![
-            ("RSM_CONFIG", self.config.display().to_string()),
-            ("FI_TCP_IFACE", IFACE.into()),
-            ("FI_SOCKETS_IFACE", IFACE.into()),
-            ("FI_UDP_IFACE", IFACE.into()),
-        ];
-        all.extend(args.iter().cloned());
-        Peer::start_in(Some(&self.ns), "role_entry", role, &all)
+    /// `program` to run inside this host's namespace (`ip netns exec`, which execs it: the
+    /// child's pid is the program's), the providers pinned to `eth0` and no `RSM_*`
+    /// variable of the caller's.
+    pub fn command(&self, program: impl AsRef<std::ffi::OsStr>) -> Command {
+        let mut cmd = Command::new("ip");
+        cmd.args(["netns", "exec", &self.ns]).arg(program);
+        for (k, _) in std::env::vars() {
+            if k.starts_with("RSM_") {
+                cmd.env_remove(k);
+            }
+        }
+        for var in ["FI_TCP_IFACE", "FI_SOCKETS_IFACE", "FI_UDP_IFACE"] {
+            cmd.env(var, IFACE);
+        }
+        cmd
+    }
+
+    /// The environment a node process of this host gets: its configuration file.
+    pub fn env(&self) -> Vec<(&'static str, String)> {
+        let mut env = vec![("RSM_CONFIG", self.config.display().to_string())];
+        for var in ["FI_TCP_IFACE", "FI_SOCKETS_IFACE", "FI_UDP_IFACE"] {
+            env.push((var, IFACE.into()));
+        }
+        env
     }
 }
 
@@ -170,7 +185,6 @@ impl Cluster {
         assert!(ip(&["netns", "add", &sw]), "ip netns add {sw}");
         assert!(ip(&["-n", &sw, "link", "add", "br0", "type", "bridge"]));
         assert!(ip(&["-n", &sw, "link", "set", "br0", "up"]));
-        let base = crate::common::fresh_node_id();
         for i in 0..n {
             let ns = format!("{tag}-h{i}");
             ip(&["netns", "del", &ns]);
@@ -196,7 +210,7 @@ impl Cluster {
             cluster.hosts.push(Host {
                 ns,
                 ip: addr,
-                node_id: base + i as u32 * 2,
+                node_id: i as u32 + 1,
                 config: cluster.dir.join(format!("h{i}.toml")),
                 key_file,
             });
@@ -224,6 +238,7 @@ impl Cluster {
             f.write_all(key.to_text().as_bytes())
                 .expect("write the key");
             lines.push_str(&format!("{} {}\n", h.node_id, key.public()));
+            lines.push_str(&format!("{} {}\n", h.node_id ^ 0x8000_0000, key.public()));
         }
         std::fs::write(&trust, lines).expect("the trust file");
         for h in &self.hosts {

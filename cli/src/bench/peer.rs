@@ -6,7 +6,7 @@ use super::BenchError;
 use super::cli::PeerArgs;
 use super::pattern;
 use super::proto::{Command, PeerHello, Target, hex_encode};
-use super::raw::{RawTarget, YIELD_EVERY, fabric_info_for, round_up};
+use super::raw::{RawTarget, SOURCE, YIELD_EVERY, fabric_info_for, round_up};
 use super::rsm_side::RsmPeer;
 use super::shm_bell::{BELL_IDLE, BellEcho};
 use rsm::test_util::ControllerName;
@@ -21,10 +21,15 @@ use std::time::Instant;
 /// Runs the peer until `quit` or the end of its input. Call it on a multi-thread runtime: it
 /// blocks its own thread while it waits for commands and while it progresses.
 pub(crate) async fn run_peer(args: PeerArgs) -> ExitCode {
+    run_peer_as(args, "rsm bench-peer").await
+}
+
+/// [`run_peer`], its errors said as `name` (`rsm bench --serve`).
+pub(crate) async fn run_peer_as(args: PeerArgs, name: &str) -> ExitCode {
     match peer(args).await {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("rsm bench-peer: {e}");
+            eprintln!("{name}: {e}");
             ExitCode::FAILURE
         }
     }
@@ -33,11 +38,14 @@ pub(crate) async fn run_peer(args: PeerArgs) -> ExitCode {
 async fn peer(args: PeerArgs) -> Result<(), BenchError> {
     let len = round_up(args.max_size.max(1), crate::sys::limits::page_size());
     let loopback = ControllerName::parse(Some(&args.controller))? == ControllerName::Loopback;
+    // The baseline's endpoint sits where the node's controllers do: on the interface of
+    // the node's side-channel address.
+    let source = args.node_listen.map_or(SOURCE, |a| a.ip());
     let raw = if loopback {
         None
     } else {
         Some(RawTarget::open(
-            fabric_info_for(&args.controller)?,
+            fabric_info_for(&args.controller, source)?,
             len,
             args.baseline_wait,
         )?)
