@@ -197,5 +197,11 @@ fn info_and_topology_read_the_config_beside_a_running_node() {
             .map(|r| r["node"].as_u64().unwrap())
             .collect();
         assert_eq!(remotes, vec![u64::from(b.node_id)], "{t}");
+        // Shared memory does not reach the other host: nobody under shm0.
+        let shm = t["controllers"]
+            .as_array()
+            .and_then(|l| l.iter().find(|c| c["controller"] == "shm0"))
+            .expect("shm0");
+        assert_eq!(shm["remotes"], serde_json::json!([]), "{t}");
     }
 }

@@ -59,12 +59,14 @@
 //! The rsm side lives in `rsm_side.rs` (see there); the hidden `--baseline-only` runs the
 //! harness without it.
 //!
-//! **`--peer ADDR`** runs against a peer started by hand, on this host or another one:
-//! `rsm bench-peer --controller C --max-size 1M --serve ADDR [--node-listen IP:PORT]`
-//! serves one run after the other on `ADDR` (the same line protocol over TCP) until a
-//! `quit` line on its standard input; `--node-listen` puts its rsm node's side channel on a
-//! routable address. The fabric providers' own interface variables (`FI_TCP_IFACE`, ...)
-//! are the user's to set on both hosts.
+//! **`--peer HOST[:PORT]`** runs against a peer started by hand, on this host or another
+//! one: `rsm bench --serve ADDR[:PORT] --controller C [--sizes ...|--max-size N]` (port
+//! 7470 by default; the hidden `rsm bench-peer --serve ADDR --node-listen IP:PORT` is the
+//! same) serves one run after the other on `ADDR` (the same line protocol over TCP) until a
+//! `quit` line on its standard input. Its rsm node and baseline endpoint sit on ADDR's
+//! interface (the configuration's listen address for 0.0.0.0); the initiator's on the
+//! interface of its control connection's local address, so tcp and sockets pick the
+//! domain between the two hosts without `FI_*_IFACE` variables.
 //!
 //! `rsm bench-memory` (hidden, `memory.rs`) measures what an exporting node keeps resident
 //! for many published segments and their importers.
