@@ -286,23 +286,6 @@ impl Drop for Lines {
     }
 }
 
-/// `target/<profile>/examples/<name>`, which `cargo test` builds.
-fn example(name: &str) -> std::path::PathBuf {
-    let exe = std::env::current_exe().expect("the test's path");
-    let path = exe
-        .parent()
-        .and_then(|deps| deps.parent())
-        .expect("target/<profile>")
-        .join("examples")
-        .join(name);
-    assert!(
-        path.exists(),
-        "{} missing: cargo test builds it",
-        path.display()
-    );
-    path
-}
-
 #[test]
 fn the_kv_store_example_serves_a_client_on_another_host() {
     let _serial = common::serial();
@@ -314,7 +297,7 @@ fn the_kv_store_example_serves_a_client_on_another_host() {
         unreachable!()
     };
     // As README.md, "Running on several hosts", runs it: each host its --config.
-    let kv = example("kv_store");
+    let kv = common::example("kv_store");
     let mut server = a.command(&kv);
     server.args(["--role", "server", "--clients", "1", "--controller", "tcp0"]);
     server.arg("--config").arg(&a.config);

@@ -258,6 +258,25 @@ pub fn shm_files_of(pid: u32) -> Vec<String> {
         .unwrap_or_default()
 }
 
+/// The example binary `name`: cargo builds examples before it runs integration tests, into
+/// `target/<profile>/examples`, beside this test's `deps` directory.
+pub fn example(name: &str) -> std::path::PathBuf {
+    let exe = std::env::current_exe().expect("current exe");
+    let path = exe
+        .parent()
+        .and_then(|deps| deps.parent())
+        .expect("target/<profile>")
+        .join("examples")
+        .join(name);
+    assert!(
+        path.exists(),
+        "{} is missing: `cargo test --all-features` builds the examples (or `cargo build \
+         --all-features --examples`)",
+        path.display()
+    );
+    path
+}
+
 /// The role this process was started for, if any.
 pub fn role() -> Option<String> {
     std::env::var(ROLE_VAR).ok()
