@@ -26,7 +26,7 @@ pub(crate) async fn run_peer(args: PeerArgs) -> ExitCode {
 
 /// [`run_peer`], its errors said as `name` (`rsm bench --serve`).
 pub(crate) async fn run_peer_as(args: PeerArgs, name: &str) -> ExitCode {
-    match peer(args).await {
+    match peer(args, name).await {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("{name}: {e}");
@@ -35,7 +35,7 @@ pub(crate) async fn run_peer_as(args: PeerArgs, name: &str) -> ExitCode {
     }
 }
 
-async fn peer(args: PeerArgs) -> Result<(), BenchError> {
+async fn peer(args: PeerArgs, name: &str) -> Result<(), BenchError> {
     let len = round_up(args.max_size.max(1), crate::sys::limits::page_size());
     let loopback = ControllerName::parse(Some(&args.controller))? == ControllerName::Loopback;
     // The baseline's endpoint sits where the node's controllers do: on the interface of
@@ -75,7 +75,7 @@ async fn peer(args: PeerArgs) -> Result<(), BenchError> {
     let line = serde_json::to_string(&hello)
         .map_err(|e| BenchError::Peer(format!("cannot encode the hello: {e}")))?;
     let result = match args.serve {
-        Some(addr) => serve_tcp(addr, &line, raw.as_ref(), rsm.as_ref()),
+        Some(addr) => serve_tcp(addr, &line, raw.as_ref(), rsm.as_ref(), name),
         None => {
             let mut out = std::io::stdout();
             reply(&mut out, &line)?;
@@ -97,6 +97,7 @@ fn serve_tcp(
     hello: &str,
     raw: Option<&RawTarget>,
     rsm: Option<&RsmPeer>,
+    name: &str,
 ) -> Result<(), BenchError> {
     let listener = TcpListener::bind(addr)
         .map_err(|e| BenchError::Usage(format!("cannot listen on {addr}: {e}")))?;
@@ -104,7 +105,7 @@ fn serve_tcp(
         .local_addr()
         .map_err(|e| BenchError::Usage(format!("cannot read the bound address: {e}")))?;
     reply(&mut std::io::stdout(), &bound.to_string())?;
-    eprintln!("rsm bench-peer: serving on {bound}; a `quit` line on standard input ends it");
+    eprintln!("{name}: serving on {bound}; a `quit` line on standard input ends it");
     let stop = Arc::new(AtomicBool::new(false));
     {
         let stop = Arc::clone(&stop);
