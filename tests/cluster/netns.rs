@@ -16,7 +16,8 @@
 //!
 //! Without root or without `ip netns`, [`Cluster::new`] writes `SKIPPED <test>: <why>` to
 //! standard error (not captured by the test harness) and returns `None`: the test returns
-//! then, and says so.
+//! then, and says so. A run that was killed leaves its namespaces and node processes: the
+//! next run ends those processes and deletes the namespaces whose creator is gone.
 
 #![allow(dead_code, unreachable_pub)]
 
@@ -97,8 +98,9 @@ impl Host {
     }
 }
 
-/// Two or three hosts; dropping it deletes the namespaces (the caller's [`Peer`]s end their
-/// processes when they drop, which must come first: declare the cluster before them).
+/// Two or three hosts; dropping it ends what still runs inside them and deletes the
+/// namespaces (the callers' guards end their processes first: declare the cluster before
+/// them).
 pub struct Cluster {
     pub tag: String,
     pub hosts: Vec<Host>,
@@ -137,6 +139,17 @@ fn cannot() -> Option<String> {
     }
 }
 
+/// Ends, by pid, the processes still inside namespace `ns` (which only this file's tests
+/// create, so they are a test's own node processes), then deletes it.
+fn delete(ns: &str) {
+    if let Ok(out) = Command::new("ip").args(["netns", "pids", ns]).output() {
+        for pid in String::from_utf8_lossy(&out.stdout).split_whitespace() {
+            let _ = Command::new("kill").args(["-9", pid]).status();
+        }
+    }
+    ip(&["netns", "del", ns]);
+}
+
 /// Deletes this prefix's namespaces whose creating process is gone (an interrupted run's).
 fn delete_stale() {
     let Ok(out) = Command::new("ip").args(["netns", "list"]).output() else {
@@ -148,11 +161,18 @@ fn delete_stale() {
             continue;
         };
         let pid = rest.split('-').next().unwrap_or("");
+        // A zombie (state Z, after the `)` that ends its name) is gone too.
         let alive = pid.parse::<u32>().is_ok_and(|p| {
-            p == std::process::id() || std::path::Path::new(&format!("/proc/{p}")).exists()
+            p == std::process::id()
+                || std::fs::read_to_string(format!("/proc/{p}/stat"))
+                    .is_ok_and(|st| st.rsplit(") ").next().is_some_and(|r| !r.starts_with('Z')))
         });
         if !alive {
-            ip(&["netns", "del", name]);
+            delete(name);
+            // Its directory of keys and configurations: `rsmt-<pid>-<seq>`.
+            if let Some((tag, _)) = name.rsplit_once('-') {
+                let _ = std::fs::remove_dir_all(std::env::temp_dir().join(tag));
+            }
         }
     }
 }
@@ -181,13 +201,13 @@ impl Cluster {
         };
         let sw = cluster.switch();
         // A namespace of the same name from an interrupted run goes first.
-        ip(&["netns", "del", &sw]);
+        delete(&sw);
         assert!(ip(&["netns", "add", &sw]), "ip netns add {sw}");
         assert!(ip(&["-n", &sw, "link", "add", "br0", "type", "bridge"]));
         assert!(ip(&["-n", &sw, "link", "set", "br0", "up"]));
         for i in 0..n {
             let ns = format!("{tag}-h{i}");
-            ip(&["netns", "del", &ns]);
+            delete(&ns);
             assert!(ip(&["netns", "add", &ns]), "ip netns add {ns}");
             let v = format!("v{i}");
             assert!(ip(&[
@@ -260,9 +280,9 @@ impl Cluster {
 impl Drop for Cluster {
     fn drop(&mut self) {
         for h in &self.hosts {
-            ip(&["netns", "del", &h.ns]);
+            delete(&h.ns);
         }
-        ip(&["netns", "del", &self.switch()]);
+        delete(&self.switch());
         let _ = std::fs::remove_dir_all(&self.dir);
     }
 }
