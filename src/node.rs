@@ -373,7 +373,17 @@ impl Node {
             .filter(|(_, ok)| *ok)
             .filter_map(|(n, _)| peers.get(&n).map(|a| (n, *a)))
             .collect();
-        crate::topology::Topology::build(self.id().get(), self.listen_addr().ip(), &live)
+        let same_host = live
+            .keys()
+            .copied()
+            .filter(|&n| self.inner.side.peer(n).is_some_and(|p| p.same_host))
+            .collect();
+        crate::topology::Topology::build(
+            self.id().get(),
+            self.listen_addr().ip(),
+            &live,
+            &same_host,
+        )
     }
 
     /// Stops the node: for now, closes the side-channel listener. Idempotent; the node's

@@ -93,7 +93,7 @@ impl SideChannel {
         handler: Arc<dyn Handler>,
         cfg: SideChannelConfig,
     ) -> Result<Arc<SideChannel>> {
-        let boot_id = host::local_boot_id();
+        let boot_id = host::local_host_id();
         let hello = wire::encode(&Message::Hello(Hello {
             node_id: id.node_id,
             incarnation: id.incarnation,
@@ -189,6 +189,19 @@ impl SideChannel {
     pub(crate) async fn request(&self, node: u32, msg: Message) -> Result<(PeerInfo, Message)> {
         let shared = Arc::clone(&self.shared);
         self.on_runtime(async move { shared.request(node, msg).await })
+            .await
+    }
+
+    /// The peer `node` as its newest live link sees it, dialling it if it has none.
+    ///
+    /// # Errors
+    /// `RSMERR_REMOTE_NODE_UNREACHABLE` when the node cannot be reached.
+    ///
+    /// # Cancel safety
+    /// Dropping the future leaves a dial in progress to complete.
+    pub(crate) async fn dial_peer(&self, node: u32) -> Result<PeerInfo> {
+        let shared = Arc::clone(&self.shared);
+        self.on_runtime(async move { shared.ensure_link(node).await.map(|l| (*l.info).clone()) })
             .await
     }
 

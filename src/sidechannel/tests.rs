@@ -441,7 +441,7 @@ async fn hello_over_tcp_only() {
     assert_eq!(seen.incarnation, b.incarnation);
     assert!(seen.creds.is_none(), "no credentials over tcp");
     // Same host by boot id, when the boot id is known.
-    assert_eq!(seen.same_host, host::local_boot_id() != [0; 16]);
+    assert_eq!(seen.same_host, host::local_host_id() != [0; 16]);
     assert!(wait_until(Duration::from_secs(2), || a_sees(&b, a.id)).await);
     assert!(b.sc.peer(a.id).expect("a seen").creds.is_none());
 }

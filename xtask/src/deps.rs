@@ -43,6 +43,11 @@ const REQUIREMENTS: &[Requirement] = &[
         package: "libfabric-bin",
         otherwise: Probe::Command("fi_info"),
     },
+    // `ip netns`, veth and bridges: the cluster tests' hosts (tests/cluster/netns.rs).
+    Requirement {
+        package: "iproute2",
+        otherwise: Probe::Command("ip"),
+    },
     // bindgen parses the libfabric headers with libclang.
     Requirement {
         package: "libclang-dev",
