@@ -225,6 +225,12 @@ impl NodeContext {
             }
         }));
         let me = Arc::downgrade(self);
+        e.watcher.set(Box::new(move |node| {
+            if let Some(side) = me.upgrade().and_then(|s| s.side().ok().cloned()) {
+                side.watch(node);
+            }
+        }));
+        let me = Arc::downgrade(self);
         e.set_remote_data_handler(Box::new(move |word| {
             if let Some(s) = me.upgrade() {
                 if let Some(inbound) = s.inbound.get() {

@@ -194,11 +194,10 @@ fn gate_of(shared: &Shared, source: Source) -> &Arc<Gate> {
 fn handshake_ticket(shared: &Shared, source: Source) -> Option<Ticket> {
     let ticket = gate_of(shared, source).queue(source);
     if ticket.is_none() {
-        tracing::warn!(
-            ?source,
-            max = shared.cfg.max_handshakes,
-            per_source = shared.cfg.max_handshakes_per_source,
-            "too many side-channel handshakes in progress and waiting; a new link is closed"
+        gate_full(
+            shared,
+            source,
+            "too many handshakes in progress and waiting: a new link",
         );
     }
     ticket
@@ -209,14 +208,23 @@ fn handshake_ticket(shared: &Shared, source: Source) -> Option<Ticket> {
 async fn admitted(shared: &Shared, ticket: Ticket, source: Source) -> Option<Pass> {
     let pass = ticket.admit(gate::WAIT).await;
     if pass.is_none() {
-        tracing::warn!(
-            ?source,
-            max = shared.cfg.max_handshakes,
-            per_source = shared.cfg.max_handshakes_per_source,
-            "no side-channel handshake place came free in time; a waiting link is closed"
+        gate_full(
+            shared,
+            source,
+            "no handshake place came free in time: a waiting link",
         );
     }
     pass
+}
+
+/// Says that a link from `source` is closed at the handshake gate, and why.
+fn gate_full(shared: &Shared, source: Source, why: &str) {
+    tracing::warn!(
+        ?source,
+        max = shared.cfg.max_handshakes,
+        per_source = shared.cfg.max_handshakes_per_source,
+        "side channel: {why} is closed"
+    );
 }
 
 async fn greet_tcp(shared: &Arc<Shared>, stream: TcpStream, from: SocketAddr) {
