@@ -792,6 +792,7 @@ impl NodeBuilder {
         let rt = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(1)
             .thread_name(format!("rsm-node-{}", config.node_id))
+            .on_thread_start(crate::sys::signals::block_sigpipe)
             .enable_all()
             .build()
             .map_err(|e| {

@@ -242,6 +242,7 @@ impl Engine {
         std::thread::Builder::new()
             .name(format!("rsm-{name}"))
             .spawn(move || {
+                crate::sys::signals::block_sigpipe();
                 let _in = span.entered();
                 e.run();
                 exited.store(true, Ordering::SeqCst);
