@@ -28,6 +28,11 @@ const REQUIREMENTS: &[Requirement] = &[
         package: "gcc",
         otherwise: Probe::Command("gcc"),
     },
+    // The C library's header check compiles <rsmapi.h> as C++ too (capi/tests).
+    Requirement {
+        package: "g++",
+        otherwise: Probe::Command("c++"),
+    },
     // libfabric-sys' build script finds libfabric through it.
     Requirement {
         package: "pkg-config",
