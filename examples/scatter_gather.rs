@@ -117,13 +117,7 @@ async fn exporter(ctrl: &rsm::Controller, segment: SegmentId, records: u64) -> R
     );
     seg.signal_to(importer, SignalFlags::empty()).await?;
 
-    // Let the importer disconnect before the segment goes (destroy would revoke it).
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while seg.importer_count() > 0 && Instant::now() < deadline {
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-    seg.destroy().await?;
-    Ok(())
+    data_args::destroy_when_left(seg).await
 }
 
 /// Connects, retrying for a while if the exporter is not up yet (another host, say).

@@ -127,12 +127,7 @@ async fn writer(ctrl: &rsm::Controller, segment: SegmentId, run: Duration) -> Re
     seg.wait_signal(Some(Duration::from_secs(30))).await?;
     println!("writer: the reader is done");
     seg.signal_to(reader, SignalFlags::empty()).await?;
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while seg.importer_count() > 0 && Instant::now() < deadline {
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-    seg.destroy().await?;
-    Ok(())
+    data_args::destroy_when_left(seg).await
 }
 
 async fn reader(ctrl: &rsm::Controller, from: NodeId, segment: SegmentId) -> Res<()> {

@@ -218,8 +218,16 @@ impl NodeContext {
         let controller = e.name().to_string();
         e.set_kick(Box::new(move |node| {
             if let Some(side) = me.upgrade().and_then(|s| s.side().ok().cloned()) {
+                // Operations stalled towards `node`: find out soon if it is gone.
+                side.watch(node);
                 let controller = controller.clone();
                 let _ = side.try_send(node, Message::Wake { controller });
+            }
+        }));
+        let me = Arc::downgrade(self);
+        e.watcher.set(Box::new(move |node| {
+            if let Some(side) = me.upgrade().and_then(|s| s.side().ok().cloned()) {
+                side.watch(node);
             }
         }));
         let me = Arc::downgrade(self);

@@ -68,6 +68,12 @@ fn admit(ctx: &Arc<NodeContext>, peer: &PeerInfo, r: &ConnectRequest) -> Result<
             .segment(r.segment_id)
             .detail("published on another controller type"));
     }
+    // Shared memory between hosts (namespaces of one boot included) is refused before
+    // any key (DESIGN.md §8, "Hosts").
+    let ctrl = export.controller();
+    if (ctrl.is_loopback() || ctrl.kind() == crate::ProviderKind::Shm) && !peer.same_host {
+        return Err(crate::import::other_host(peer.node_id, ctrl.name()).segment(r.segment_id));
+    }
     // A loopback importer gets the memfd itself: only over the Unix link, whose kernel
     // credentials name the one process that may claim it.
     let loopback_pid = match export.controller().is_loopback() {

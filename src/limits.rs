@@ -29,7 +29,9 @@ pub struct Limits {
     /// one peer node's open connections; default [`Limits::DESCRIPTORS_PER_PEER`].
     pub descriptors_per_peer: usize,
     /// Accepted side-channel links still in their handshake, on each listener (TCP, Unix);
-    /// a link beyond it is closed at once. Default [`Limits::HANDSHAKES`].
+    /// a link beyond it waits up to 1 s for a place (among at most four times as many
+    /// waiters, and as many as this from one source), then is closed. Default
+    /// [`Limits::HANDSHAKES`].
     pub handshakes: usize,
     /// Of those, from one IP address (TCP) or one uid (Unix); default
     /// [`Limits::HANDSHAKES_PER_SOURCE`].

@@ -373,7 +373,17 @@ impl Node {
             .filter(|(_, ok)| *ok)
             .filter_map(|(n, _)| peers.get(&n).map(|a| (n, *a)))
             .collect();
-        crate::topology::Topology::build(self.id().get(), self.listen_addr().ip(), &live)
+        let same_host = live
+            .keys()
+            .copied()
+            .filter(|&n| self.inner.side.peer(n).is_some_and(|p| p.same_host))
+            .collect();
+        crate::topology::Topology::build(
+            self.id().get(),
+            self.listen_addr().ip(),
+            &live,
+            &same_host,
+        )
     }
 
     /// Stops the node: for now, closes the side-channel listener. Idempotent; the node's
@@ -782,6 +792,7 @@ impl NodeBuilder {
         let rt = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(1)
             .thread_name(format!("rsm-node-{}", config.node_id))
+            .on_thread_start(crate::sys::signals::block_sigpipe)
             .enable_all()
             .build()
             .map_err(|e| {

@@ -3,7 +3,7 @@
 
 use crate::controller::ControllerRegistry;
 use crate::{NodeId, Result};
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::net::{IpAddr, SocketAddr};
 
 /// `RSM_CONNECTION_ACTIVE`: the path to a remote controller is usable.
@@ -69,10 +69,13 @@ pub struct Topology {
 }
 
 impl Topology {
+    /// `peers` answered; of them, `same_host` run on this host, the only ones listed under
+    /// shm controllers (DESIGN.md §8, "Hosts").
     pub(crate) fn build(
         node_id: u32,
         local_ip: IpAddr,
         peers: &BTreeMap<u32, SocketAddr>,
+        same_host: &BTreeSet<u32>,
     ) -> Result<Topology> {
         let list = ControllerRegistry::new(local_ip, std::sync::Weak::new()).list()?;
         let controllers = list
@@ -81,6 +84,7 @@ impl Topology {
             .map(|c| ControllerConnections {
                 remotes: peers
                     .iter()
+                    .filter(|(node, _)| c.provider != "shm" || same_host.contains(node))
                     .map(|(&node, &address)| RemoteController {
                         node: NodeId(node),
                         controller: c.name.clone(),
@@ -108,7 +112,8 @@ mod tests {
         let mut peers = BTreeMap::new();
         peers.insert(2, "127.0.0.1:7402".parse().unwrap());
         peers.insert(5, "127.0.0.1:7405".parse().unwrap());
-        let t = Topology::build(1, "127.0.0.1".parse().unwrap(), &peers).unwrap();
+        let here = BTreeSet::from([2, 5]);
+        let t = Topology::build(1, "127.0.0.1".parse().unwrap(), &peers, &here).unwrap();
         assert_eq!(t.local_node, NodeId(1));
         assert!(!t.controllers.is_empty());
         assert!(t.controllers.iter().all(|c| c.controller != "loopback"));
@@ -123,5 +128,17 @@ mod tests {
             .find(|c| c.controller == "tcp0")
             .unwrap();
         assert!(tcp.address.starts_with("127.0.0.1"), "{}", tcp.address);
+        // Node 5 on another host: not under shm0, still under tcp0.
+        let here = BTreeSet::from([2]);
+        let t = Topology::build(1, "127.0.0.1".parse().unwrap(), &peers, &here).unwrap();
+        for c in &t.controllers {
+            let nodes: Vec<u32> = c.remotes.iter().map(|r| r.node.get()).collect();
+            let want = if c.controller.starts_with("shm") {
+                vec![2]
+            } else {
+                vec![2, 5]
+            };
+            assert_eq!(nodes, want, "{}", c.controller);
+        }
     }
 }

@@ -6,24 +6,11 @@ mod common;
 
 use common::{fresh_node_id, remove_shm_files, serial};
 use std::io::{BufRead, BufReader, Write};
-use std::path::PathBuf;
 use std::process::{Child, ChildStdin, Command, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
-/// The example binary `name`: cargo builds examples before it runs integration tests, into
-/// `target/<profile>/examples`, beside this test's `deps` directory.
-fn example(name: &str) -> PathBuf {
-    let exe = std::env::current_exe().expect("current exe");
-    let path = exe
-        .parent()
-        .and_then(|deps| deps.parent())
-        .expect("target/<profile>")
-        .join("examples")
-        .join(name);
-    assert!(path.exists(), "{} was built", path.display());
-    path
-}
+use common::example;
 
 /// An example process; killed (if still running) and reaped on drop.
 struct Proc {

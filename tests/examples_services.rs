@@ -9,7 +9,6 @@
 mod common;
 
 use std::io::{BufRead, BufReader};
-use std::path::PathBuf;
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
@@ -28,19 +27,7 @@ struct Example {
 impl Example {
     /// Starts example `name` as node `id` (`RSM_NODE_ID`), with `args`.
     fn start(name: &str, id: u32, args: &[&str]) -> Example {
-        let exe = std::env::current_exe().expect("the test's path");
-        let path: PathBuf = exe
-            .parent()
-            .and_then(|deps| deps.parent())
-            .expect("target/<profile>")
-            .join("examples")
-            .join(name);
-        assert!(
-            path.exists(),
-            "{} is missing: `cargo test --all-features` builds the examples (or `cargo build \
-             --all-features --examples`)",
-            path.display()
-        );
+        let path = common::example(name);
         let mut cmd = Command::new(&path);
         for (k, _) in std::env::vars() {
             if k.starts_with("RSM_") {

@@ -19,12 +19,14 @@ Exit status:
   1  an error (the message names the RSMAPI error, e.g. [RSMERR_BAD_CONF]); bench and
      bench-memory: a byte was wrong; demo: a step did not behave as expected; info with
      --provider or --controller: no controller matches
-  2  the command line is wrong; bench, bench-memory and demo: the run could not go on
+  2  the command line is wrong; bench, bench-memory, bench-scale and demo: the run could
+     not go on
 
 Environment:
   RSM_LOG             log filter, tracing's EnvFilter syntax (\"rsm=debug,warn\"); overrides
                       -q and -v; the default is \"warn\"
-  RSM_CONFIG          the node's TOML configuration file (default /etc/rsm/rsm.toml, if present)
+  RSM_CONFIG          the node's TOML configuration file (default /etc/rsm/rsm.toml, if
+                      present; --config FILE instead)
   RSM_NODE_ID         the node id (over the file's node_id)
   RSM_LISTEN          the side channel's listen address, ip:port
   RSM_PEERS           the peer table, id=ip:port,id=ip:port,...
@@ -51,6 +53,10 @@ struct Cli {
     /// Show the progress line even when standard error is not a terminal.
     #[arg(long, global = true)]
     progress: bool,
+    /// The node's TOML configuration file, as the library reads it (instead of RSM_CONFIG
+    /// or /etc/rsm/rsm.toml); the RSM_* variables still apply over it.
+    #[arg(long, global = true, value_name = "FILE")]
+    config: Option<std::path::PathBuf>,
     #[command(subcommand)]
     command: Command,
 }
@@ -127,11 +133,17 @@ enum Command {
         #[arg(long)]
         node: Option<u32>,
     },
-    /// Print the local node, its controllers and the remote nodes each reaches.
+    /// Print the local node, its controllers and the remote nodes each reaches. It joins
+    /// as an observer, beside the host's running node: another node id (--id), an
+    /// ephemeral port on the configured address, the configured key.
     Topology {
         /// JSON instead of text.
         #[arg(long)]
         json: bool,
+        /// The observer's node id (default: the configured id + 2^31); with keys, the
+        /// peers' trust files list the host's public key under it too.
+        #[arg(long, value_name = "ID")]
+        id: Option<u32>,
     },
     /// Measure put or get latency or bandwidth against a peer process this command starts,
     /// verifying every byte; --baseline compares with plain libfabric calls.
@@ -145,6 +157,11 @@ enum Command {
     /// An importer process of `rsm bench-memory` (started by it).
     #[command(hide = true)]
     BenchMemoryImporter(bench::MemoryImporterArgs),
+    /// A cluster's worth of nodes on this machine: the connect storm, idle CPU and memory.
+    BenchScale(bench::ScaleArgs),
+    /// A node process of `rsm bench-scale` (started by it).
+    #[command(hide = true)]
+    BenchScaleNode(bench::ScaleNodeArgs),
     /// Walk through export, publish with an access list, connect, put, get and the refusals,
     /// with a second process as the exporting node.
     Demo(demo::DemoArgs),
@@ -176,18 +193,21 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
+    let config = cli.config;
     let command = match cli.command {
-        Command::Bench(args) => return rt.block_on(bench::run(args, progress)),
+        Command::Bench(args) => return rt.block_on(bench::run(args, config, progress)),
         Command::BenchPeer(args) => return rt.block_on(bench::run_peer(args)),
         Command::BenchMemory(args) => return rt.block_on(bench::run_memory(args)),
         Command::BenchMemoryImporter(args) => {
             return rt.block_on(bench::run_memory_importer(args));
         }
+        Command::BenchScale(args) => return rt.block_on(bench::run_scale(args)),
+        Command::BenchScaleNode(args) => return rt.block_on(bench::run_scale_node(args)),
         Command::Demo(args) => return rt.block_on(demo::run(args)),
         Command::DemoExporter(args) => return rt.block_on(demo::run_exporter(args)),
         other => other,
     };
-    match rt.block_on(run(command)) {
+    match rt.block_on(run(command, config.as_deref())) {
         Ok(code) => code,
         Err(e) => {
             eprintln!("rsm: {e} [{}]", e.name());
@@ -196,7 +216,21 @@ fn main() -> ExitCode {
     }
 }
 
-async fn run(command: Command) -> rsm::Result<ExitCode> {
+/// A node builder reading the configuration as the library does, from `config` when given.
+pub(crate) fn builder(config: Option<&std::path::Path>) -> rsm::NodeBuilder {
+    match config {
+        Some(path) => rsm::Node::builder().config_file(path),
+        None => rsm::Node::builder(),
+    }
+}
+
+/// The node id `rsm topology` observes as by default: the configured id with the top bit
+/// set, which no node should have (README, "Running on several hosts").
+fn observer_id(node: u32) -> u32 {
+    node ^ 0x8000_0000
+}
+
+async fn run(command: Command, config: Option<&std::path::Path>) -> rsm::Result<ExitCode> {
     match command {
         Command::Keygen {
             out,
@@ -224,7 +258,7 @@ async fn run(command: Command) -> rsm::Result<ExitCode> {
             controller,
         } => {
             // Listing needs only the node's interface, not a running node.
-            let config = rsm::Node::builder().resolve()?;
+            let config = builder(config).resolve()?;
             let mut list = rsm::controller::list_controllers(config.listen.ip())?;
             list.retain(|c| matches_filter(c, provider.as_deref(), controller.as_deref()));
             if list.is_empty() && (provider.is_some() || controller.is_some()) {
@@ -237,18 +271,28 @@ async fn run(command: Command) -> rsm::Result<ExitCode> {
                 print!("{}", info_table(&list));
             }
         }
-        Command::Topology { json } => {
-            let node = rsm::Node::builder().start().await?;
+        Command::Topology { json, id } => {
+            // An observer beside the host's running node: its own id and port, so that it
+            // neither takes the node's name nor looks like its restart to the peers.
+            let resolved = builder(config).resolve()?;
+            let observer = id.unwrap_or_else(|| observer_id(resolved.node_id));
+            let node = builder(config)
+                .id(observer)
+                .listen(std::net::SocketAddr::new(resolved.listen.ip(), 0))
+                .start()
+                .await?;
             let topo = node.topology().await?;
             if json {
-                println!(
-                    "{}",
-                    serde_json::to_string_pretty(&topo).unwrap_or_default()
-                );
+                let mut v = serde_json::to_value(&topo).unwrap_or_default();
+                if let Some(obj) = v.as_object_mut() {
+                    obj.insert("local_node".into(), resolved.node_id.into());
+                    obj.insert("observer".into(), observer.into());
+                }
+                println!("{}", serde_json::to_string_pretty(&v).unwrap_or_default());
             } else {
                 println!(
-                    "local node {} (side channel {})",
-                    topo.local_node,
+                    "local node {} (observed as node {observer}, side channel {})",
+                    resolved.node_id,
                     node.listen_addr()
                 );
                 for c in &topo.controllers {
@@ -272,6 +316,8 @@ async fn run(command: Command) -> rsm::Result<ExitCode> {
         | Command::BenchPeer(_)
         | Command::BenchMemory(_)
         | Command::BenchMemoryImporter(_)
+        | Command::BenchScale(_)
+        | Command::BenchScaleNode(_)
         | Command::Demo(_)
         | Command::DemoExporter(_) => {
             unreachable!("dispatched in main")

@@ -206,3 +206,46 @@ fn memory_figure_of_an_exporter_with_importer_processes() {
         assert_eq!(idle["target_pct_of_core"], 1.0, "{r}");
     }
 }
+
+/// `rsm bench-scale` in small: node processes that all import at once (more dials of one
+/// node than the handshake gate holds from one source: they wait for a place, none is
+/// refused), then idle; the three figures come out.
+#[test]
+fn scale_figures_of_nodes_connecting_at_once() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
+    let out = rsm()
+        .args(["bench-scale", "--controller", "tcp0", "--nodes", "12"])
+        .args(["--imports", "11", "--idle-secs", "1", "--json"])
+        .output()
+        .expect("run rsm bench-scale");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    let rows = json_rows(&out);
+    assert_eq!(rows.len(), 1, "{stderr}");
+    let r = &rows[0];
+    assert_eq!(
+        (r["nodes"].as_u64(), r["imports"].as_u64()),
+        (Some(12), Some(11)),
+        "{r}"
+    );
+    assert_eq!(r["connections"], 132, "{r}");
+    let storm = r["storm"]["slowest_s"].as_f64().unwrap();
+    assert!(
+        storm > 0.0 && r["storm"]["median_s"].as_f64().unwrap() <= storm,
+        "{r}"
+    );
+    let secs = r["idle"]["seconds"].as_f64().unwrap();
+    assert!((1.0..3.0).contains(&secs), "{r}");
+    // Idle links beat every 20 s: a second of idling may cost nothing at all.
+    let total = r["idle"]["total_ms"].as_f64().unwrap();
+    assert!(total >= 0.0, "{r}");
+    assert!(r["idle"]["busiest_ms"].as_f64().unwrap() <= total, "{r}");
+    let rss = r["memory"]["largest_mib"].as_f64().unwrap();
+    assert!(
+        rss > 1.0 && r["memory"]["median_mib"].as_f64().unwrap() <= rss,
+        "{r}"
+    );
+    for figure in ["storm", "idle", "memory"] {
+        assert!(r[figure]["met"].is_boolean(), "{figure}: {r}");
+    }
+}

@@ -1,6 +1,6 @@
 //! What the data-path examples (`scatter_gather`, `zero_copy_map`, `reconnecting_client`)
-//! share: `--name value` arguments parsed by hand, their node, and an exit that prints `ok`
-//! or the error.
+//! share: `--name value` arguments parsed by hand, their node, the exporter's last step, and
+//! an exit that prints `ok` or the error.
 
 /// Any error, printed as it is.
 pub type Res<T> = Result<T, Box<dyn std::error::Error>>;
@@ -49,6 +49,21 @@ impl Args {
         }
         builder.start().await
     }
+}
+
+/// Destroys `seg` once its importers have disconnected (at most 10 s): a destroy before
+/// would revoke them.
+#[allow(
+    dead_code,
+    reason = "reconnecting_client revokes its client on purpose"
+)]
+pub async fn destroy_when_left(seg: rsm::ExportSegment) -> Res<()> {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while seg.importer_count() > 0 && std::time::Instant::now() < deadline {
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+    seg.destroy().await?;
+    Ok(())
 }
 
 /// The process's exit: `ok` on standard output, or the error on standard error.

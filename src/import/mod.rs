@@ -24,6 +24,6 @@ mod observe;
 
 pub use barrier::{Barrier, BarrierMode};
 pub use map::{ImportMapping, MapAt};
-pub(crate) use segment::ImportInner;
 pub use segment::ImportSegment;
+pub(crate) use segment::{ImportInner, other_host};
 pub use sg::{MAX_SGIOREQS, SgEntry, SgFlags, SgLocal, SgOp, SgOutcome};

@@ -270,6 +270,15 @@ impl Controller {
     }
 }
 
+/// The error of a shared-memory connect (`loopback`, `shm`) to a node of another host.
+pub(crate) fn other_host(node: u32, controller: &str) -> Error {
+    Error::remote_node_unreachable().detail(format!(
+        "node {node} runs on another host (its boot id or network namespace differs) and \
+         {controller} moves data through this host's memory only: use a network controller \
+         such as tcp0 or sockets0"
+    ))
+}
+
 /// A grant's length and base as the exporter's segments have them (whole pages at a
 /// page-aligned base, or 0): non-zero multiples of 8, so typed and atomic accesses at
 /// aligned offsets stay aligned at the target. The bytes come from the peer.
@@ -324,6 +333,14 @@ impl ImportSegment {
             doorbell: backend.as_ref().and_then(|b| b.doorbell()),
         });
         let side = Arc::clone(state.side().map_err(ctx)?);
+        if ctrl.is_loopback() || ctrl.kind() == crate::ProviderKind::Shm {
+            // Shared memory reaches only nodes of this host (DESIGN.md §8, "Hosts").
+            let side = Arc::clone(&side);
+            let peer = state.run(async move { side.dial_peer(node).await }).await;
+            if !peer.map_err(ctx)?.same_host {
+                return Err(ctx(other_host(node, ctrl.name())));
+            }
+        }
         let (peer, reply) = state
             .run(async move { side.request(node, request).await })
             .await

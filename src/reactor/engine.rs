@@ -89,6 +89,8 @@ pub(crate) struct Engine {
     remote_data: Mutex<Option<RemoteDataHandler>>,
     /// Wakes a peer node's polling engine (a `Wake` over the side channel).
     kick: Mutex<Option<KickHook>>,
+    /// Tells the side channel which peers posts go to (`reactor/watch.rs`).
+    pub(crate) watcher: super::watch::Watcher,
     /// Peer nodes this engine posted to: when, and when they were last woken.
     targets: Mutex<HashMap<u32, (Instant, Option<Instant>)>>,
     /// Set by the thread when it has exited (and released its hold on the endpoint).
@@ -214,6 +216,7 @@ impl Engine {
             orphan_errors: AtomicU64::new(0),
             remote_data: Mutex::new(None),
             kick: Mutex::new(None),
+            watcher: super::watch::Watcher::default(),
             targets: Mutex::new(HashMap::new()),
             exited: Arc::new(AtomicBool::new(false)),
             reader: Mutex::new(Vec::with_capacity(64)),
@@ -239,6 +242,7 @@ impl Engine {
         std::thread::Builder::new()
             .name(format!("rsm-{name}"))
             .spawn(move || {
+                crate::sys::signals::block_sigpipe();
                 let _in = span.entered();
                 e.run();
                 exited.store(true, Ordering::SeqCst);
@@ -287,9 +291,12 @@ impl Engine {
         *self.kick.lock().unwrap_or_else(|p| p.into_inner()) = Some(f);
     }
 
-    /// Notes a post to `node`. A polling engine (shm) wakes that node's engine unless it
-    /// did so within [`KICK_EVERY`]: the node may sleep, and its progress is needed.
+    /// Notes a post to `node`: the side channel watches its links (`reactor/watch.rs`). A
+    /// polling engine (shm) also wakes that node's engine unless it did so within
+    /// [`KICK_EVERY`]: the node may sleep, and its progress is needed.
     pub(crate) fn note_target(&self, node: u32) {
+        let ns = crate::sys::clock::coarse_nanos();
+        self.watcher.note(node, ns);
         if !self.polls() {
             return;
         }
@@ -298,7 +305,6 @@ impl Engine {
         // 8-byte shm put). The coarse clock, because a precise one was still a tenth of an
         // 8-byte shm get's own cost; it lags by up to a tick (4 ms), which the kick period
         // allows for.
-        let ns = crate::sys::clock::coarse_nanos();
         let half = KICK_EVERY.as_nanos() as u64 / 2;
         if self.last_node.load(Ordering::Relaxed) == u64::from(node)
             && ns.wrapping_sub(self.last_noted.load(Ordering::Relaxed)) < half

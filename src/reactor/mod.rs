@@ -26,6 +26,7 @@ mod spin;
 pub(crate) mod tracker;
 pub(crate) mod tuning;
 pub(crate) mod verdict;
+pub(crate) mod watch;
 
 pub use buf::{IoBuf, IoBufMut};
 pub use buf_result::{BufError, BufResult};

@@ -12,7 +12,7 @@ use std::time::Duration;
 use socket2::{SockRef, TcpKeepalive};
 use tokio::net::{TcpListener, TcpStream, UnixListener, UnixStream};
 
-use super::gate::{Pass, Source};
+use super::gate::{self, Gate, Pass, Source, Ticket};
 use super::held::HeldName;
 use super::link::Via;
 use super::shared::Shared;
@@ -118,15 +118,19 @@ pub(super) async fn tcp_loop(shared: Arc<Shared>, counted: Counted<TcpListener>)
         };
         match accepted {
             Ok((stream, from)) => {
-                let Some(permit) = handshake_permit(&shared, Source::Ip(from.ip())) else {
+                let source = Source::Ip(from.ip());
+                let Some(ticket) = handshake_ticket(&shared, source) else {
                     continue;
                 };
                 let s = Arc::clone(&shared);
                 shared.handle.spawn(async move {
-                    let _permit = permit;
                     tokio::select! {
                         () = s.closed.cancelled() => {}
-                        () = greet_tcp(&s, stream, from) => {}
+                        () = async {
+                            if let Some(_pass) = admitted(&s, ticket, source).await {
+                                greet_tcp(&s, stream, from).await;
+                            }
+                        } => {}
                     }
                 });
             }
@@ -152,15 +156,19 @@ pub(super) async fn unix_loop(shared: Arc<Shared>, counted: Counted<UnixListener
                 let Some(uid) = stream.peer_cred().ok().map(|c| c.uid()) else {
                     continue;
                 };
-                let Some(permit) = handshake_permit(&shared, Source::Uid(uid)) else {
+                let source = Source::Uid(uid);
+                let Some(ticket) = handshake_ticket(&shared, source) else {
                     continue;
                 };
                 let s = Arc::clone(&shared);
                 shared.handle.spawn(async move {
-                    let _permit = permit;
                     tokio::select! {
                         () = s.closed.cancelled() => {}
-                        () = greet_unix(&s, stream) => {}
+                        () = async {
+                            if let Some(_pass) = admitted(&s, ticket, source).await {
+                                greet_unix(&s, stream).await;
+                            }
+                        } => {}
                     }
                 });
             }
@@ -173,23 +181,50 @@ pub(super) async fn unix_loop(shared: Arc<Shared>, counted: Counted<UnixListener
     tracing::debug!(node = shared.me.node_id, "unix listener closed");
 }
 
-/// A place among the handshakes in progress, or `None` (the accepted link is dropped,
-/// closing it) when `max_handshakes` are, or the source's share of them.
-fn handshake_permit(shared: &Shared, source: Source) -> Option<Pass> {
-    let gate = match source {
+/// The gate for `source`'s links.
+fn gate_of(shared: &Shared, source: Source) -> &Arc<Gate> {
+    match source {
         Source::Ip(_) => &shared.tcp_gate,
         Source::Uid(_) => &shared.unix_gate,
-    };
-    let pass = gate.enter(source);
+    }
+}
+
+/// A place among the links waiting for the handshake gate, or `None` (the accepted link is
+/// dropped, closing it) when as many wait as the gate holds, in total or from `source`.
+fn handshake_ticket(shared: &Shared, source: Source) -> Option<Ticket> {
+    let ticket = gate_of(shared, source).queue(source);
+    if ticket.is_none() {
+        gate_full(
+            shared,
+            source,
+            "too many handshakes in progress and waiting: a new link",
+        );
+    }
+    ticket
+}
+
+/// A place among the handshakes in progress, waited for at most [`gate::WAIT`]; `None`
+/// (the link is closed) when none came free.
+async fn admitted(shared: &Shared, ticket: Ticket, source: Source) -> Option<Pass> {
+    let pass = ticket.admit(gate::WAIT).await;
     if pass.is_none() {
-        tracing::warn!(
-            ?source,
-            max = shared.cfg.max_handshakes,
-            per_source = shared.cfg.max_handshakes_per_source,
-            "too many side-channel handshakes in progress; a new link is closed"
+        gate_full(
+            shared,
+            source,
+            "no handshake place came free in time: a waiting link",
         );
     }
     pass
+}
+
+/// Says that a link from `source` is closed at the handshake gate, and why.
+fn gate_full(shared: &Shared, source: Source, why: &str) {
+    tracing::warn!(
+        ?source,
+        max = shared.cfg.max_handshakes,
+        per_source = shared.cfg.max_handshakes_per_source,
+        "side channel: {why} is closed"
+    );
 }
 
 async fn greet_tcp(shared: &Arc<Shared>, stream: TcpStream, from: SocketAddr) {

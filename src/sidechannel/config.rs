@@ -10,10 +10,16 @@ use crate::sans_io::wire::{ByteOrder, Doorbell};
 /// Timing and transports of a side channel.
 #[derive(Debug, Clone)]
 pub(crate) struct SideChannelConfig {
-    /// How often each side sends a heartbeat on every link (default 1 s).
+    /// How often each side sends a heartbeat on a link this node waits on (default 1 s;
+    /// `pulse.rs`).
     pub heartbeat_interval: Duration,
-    /// A link on which nothing arrived for this long is closed (default 3 s).
+    /// A link this node waits on is closed when nothing arrived for this long since the
+    /// wait began (default 3 s).
     pub dead_after: Duration,
+    /// How often each side sends a heartbeat on a link nobody waits on (default 20 s).
+    pub idle_heartbeat_interval: Duration,
+    /// A link nobody waits on is closed when nothing arrived for this long (default 60 s).
+    pub idle_dead_after: Duration,
     /// The longest a dial may take, hello included (default 2 s).
     pub connect_timeout: Duration,
     /// The longest [`SideChannel::request`] waits for its reply once sent (default 5 s).
@@ -36,6 +42,8 @@ impl Default for SideChannelConfig {
         SideChannelConfig {
             heartbeat_interval: Duration::from_secs(1),
             dead_after: Duration::from_secs(3),
+            idle_heartbeat_interval: Duration::from_secs(20),
+            idle_dead_after: Duration::from_secs(60),
             connect_timeout: Duration::from_secs(2),
             request_timeout: Duration::from_secs(5),
             hello_timeout: Duration::from_secs(5),

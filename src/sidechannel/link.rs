@@ -21,13 +21,13 @@ use bytes::{Bytes, BytesMut};
 use futures::{SinkExt, StreamExt};
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::sync::mpsc;
-use tokio::time::{Instant, MissedTickBehavior};
+use tokio::time::Instant;
 use tokio_util::codec::{FramedRead, FramedWrite, LengthDelimitedCodec};
-use tokio_util::sync::CancellationToken;
 
 use super::creds::PeerCreds;
 use super::handler::PeerInfo;
 use super::peers::LinkHandle;
+use super::pulse::Pulse;
 use super::shared::Shared;
 use super::unix_name;
 use crate::sans_io::handshake::{Initiator, Opener, Responder, Sealer, TAG_LEN};
@@ -39,6 +39,9 @@ pub(super) const LINK_QUEUE: usize = 1024;
 
 /// How long the writer may take to flush and shut down its half once the link closes.
 const CLOSE_FLUSH: Duration = Duration::from_millis(500);
+
+/// The `seq` of a heartbeat that answers one (a beat counts from 1 and is never this).
+const ANSWER: u64 = 0;
 
 /// The framing of every link: a 4-byte little-endian length, then a frame body of at most
 /// [`MAX_FRAME`] bytes (plus the tag, encrypted); a longer frame is an error that closes
@@ -301,6 +304,7 @@ where
         info: Arc::clone(&info),
         tx,
         closing: shared.closed.child_token(),
+        pulse: Arc::new(Pulse::new()),
     };
     let replaced = shared
         .peers
@@ -336,10 +340,12 @@ where
         writer,
         sealer,
         rx,
-        link.closing.clone(),
-        shared.cfg.heartbeat_interval,
-        shared.cfg.dead_after,
-        info.link_id,
+        link.clone(),
+        Beats {
+            watched: shared.cfg.heartbeat_interval,
+            idle: shared.cfg.idle_heartbeat_interval,
+            write_within: shared.cfg.dead_after,
+        },
     ));
     shared
         .handle
@@ -375,28 +381,48 @@ async fn read_loop<R>(
         link: link.clone(),
     };
     let info = &*link.info;
-    let dead_after = shared.cfg.dead_after;
+    let pulse = &link.pulse;
+    let mut heard = Instant::now();
     let why: &str = loop {
+        // Watched: `dead_after` of silence since the watch began; idle: `idle_dead_after`.
+        // A watch that begins wakes this wait; one that ends lets it run to the idle term.
+        let now = Instant::now();
+        let (deadline, recheck) = match pulse.watch_at(now) {
+            Some((from, until)) => {
+                let d = heard.max(from) + shared.cfg.dead_after;
+                (d, d.min(until))
+            }
+            None => {
+                let d = heard + shared.cfg.idle_dead_after;
+                (d, d)
+            }
+        };
         let next = tokio::select! {
             biased;
             () = link.closing.cancelled() => break "closed by this node",
-            next = tokio::time::timeout(dead_after, frames.next()) => next,
-        };
-        let frame = match next {
-            Err(_) => {
+            next = frames.next() => next,
+            () = pulse.watch_began.notified() => continue,
+            () = tokio::time::sleep_until(recheck) => {
+                if Instant::now() < deadline {
+                    continue;
+                }
                 tracing::warn!(
                     node = info.node_id,
                     link = info.link_id,
-                    "nothing heard for {dead_after:?}; closing the link"
+                    silent = ?deadline.saturating_duration_since(heard),
+                    "nothing heard in time; closing the link"
                 );
                 break "heartbeats missed";
             }
-            Ok(None) => break "closed by the peer",
-            Ok(Some(Err(e))) => {
+        };
+        heard = Instant::now();
+        let frame = match next {
+            None => break "closed by the peer",
+            Some(Err(e)) => {
                 tracing::warn!(node = info.node_id, link = info.link_id, error = %e, "side-channel read failed; closing the link");
                 break "read failed";
             }
-            Ok(Some(Ok(frame))) => frame,
+            Some(Ok(frame)) => frame,
         };
         let frame = match opener.as_mut().map(|o| o.open(&frame)) {
             None => frame.freeze(),
@@ -414,7 +440,16 @@ async fn read_loop<R>(
             }
         };
         match msg {
-            Message::Heartbeat { .. } => {}
+            Message::Heartbeat { seq } => {
+                // A beat (not an answer) is answered unless this end just sent something:
+                // the peer may be watching the link.
+                if seq != ANSWER && pulse.last_sent().elapsed() >= shared.cfg.heartbeat_interval / 2
+                {
+                    if let Ok(frame) = wire::encode(&Message::Heartbeat { seq: ANSWER }) {
+                        let _ = link.tx.try_send(frame);
+                    }
+                }
+            }
             Message::Goodbye => break "goodbye",
             Message::Hello(_) | Message::Handshake { .. } => {
                 tracing::warn!(
@@ -469,24 +504,36 @@ fn queue_reply(link: &LinkHandle, reply: &Message) -> Result<(), String> {
     })
 }
 
+/// The writer's heartbeat cadence: watched and idle, and how long one write may take.
+struct Beats {
+    watched: Duration,
+    idle: Duration,
+    write_within: Duration,
+}
+
 /// Sends queued frames and heartbeats until the link closes; frames queued before the close
-/// (a goodbye among them) are still sent. A write that does not complete within `dead_after`
-/// closes the link: the peer is not reading.
+/// (a goodbye among them) are still sent. A heartbeat goes when nothing else was sent for
+/// the cadence of the moment (watched or idle, `pulse.rs`). A write that does not complete
+/// within `write_within` closes the link: the peer is not reading.
 async fn write_loop<W>(
     mut sink: FramedWrite<W, LengthDelimitedCodec>,
     mut sealer: Option<Sealer>,
     mut rx: mpsc::Receiver<Bytes>,
-    closing: CancellationToken,
-    heartbeat: Duration,
-    dead_after: Duration,
-    link_id: u64,
+    link: LinkHandle,
+    beats: Beats,
 ) where
     W: AsyncWrite + Unpin,
 {
-    let mut tick = tokio::time::interval_at(Instant::now() + heartbeat, heartbeat);
-    tick.set_missed_tick_behavior(MissedTickBehavior::Delay);
+    let (closing, pulse, link_id) = (&link.closing, &link.pulse, link.info.link_id);
+    pulse.sent();
     let mut seq = 0u64;
     loop {
+        let now = Instant::now();
+        let cadence = if pulse.watch_at(now).is_some() {
+            beats.watched
+        } else {
+            beats.idle
+        };
         let frame = tokio::select! {
             biased;
             frame = rx.recv() => match frame {
@@ -494,8 +541,13 @@ async fn write_loop<W>(
                 None => break,
             },
             () = closing.cancelled() => break,
-            _ = tick.tick() => {
-                seq = seq.wrapping_add(1);
+            () = tokio::time::sleep_until(pulse.last_sent() + cadence) => {
+                if pulse.last_sent() + cadence > Instant::now() {
+                    // Something else went meanwhile, or the cadence changed.
+                    continue;
+                }
+                // Never `ANSWER`: a beat asks for one.
+                seq = seq.wrapping_add(1).max(1);
                 match wire::encode(&Message::Heartbeat { seq }) {
                     Ok(frame) => frame,
                     Err(_) => continue,
@@ -511,8 +563,8 @@ async fn write_loop<W>(
                 return;
             }
         };
-        match tokio::time::timeout(dead_after, sink.send(frame)).await {
-            Ok(Ok(())) => {}
+        match tokio::time::timeout(beats.write_within, sink.send(frame)).await {
+            Ok(Ok(())) => pulse.sent(),
             Ok(Err(e)) => {
                 tracing::debug!(link = link_id, error = %e, "side-channel write failed");
                 closing.cancel();
@@ -521,7 +573,8 @@ async fn write_loop<W>(
             Err(_) => {
                 tracing::warn!(
                     link = link_id,
-                    "a write did not complete within {dead_after:?}; closing the link"
+                    "a write did not complete within {:?}; closing the link",
+                    beats.write_within
                 );
                 closing.cancel();
                 return;

@@ -3,8 +3,9 @@
 //! Every node listens on its TCP address and, on Linux, on the Unix socket `rsm-node-<id>` in
 //! the abstract namespace, so that nodes of one host find each other without configuration.
 //! A link carries length-prefixed frames of [`crate::sans_io::wire`] messages; both sides send
-//! [`Hello`] first, then heartbeats every `heartbeat_interval`, and a
-//! link on which nothing arrived for `dead_after` is closed. Unix links record the kernel's
+//! [`Hello`] first, then heartbeats: slow on a link nobody waits on (closed after
+//! `idle_dead_after` of silence), every `heartbeat_interval` and answered on a link this node
+//! waits on (closed after `dead_after`; `pulse.rs`, DESIGN.md §8). Unix links record the kernel's
 //! credentials of the peer ([`PeerCreds`]), which replace the ids a connect request claims
 //! (DESIGN.md, decision 15).
 //!
@@ -39,6 +40,7 @@ pub(crate) mod held;
 mod host;
 mod link;
 mod peers;
+mod pulse;
 mod shared;
 #[cfg(test)]
 mod tests;
@@ -91,7 +93,7 @@ impl SideChannel {
         handler: Arc<dyn Handler>,
         cfg: SideChannelConfig,
     ) -> Result<Arc<SideChannel>> {
-        let boot_id = host::local_boot_id();
+        let boot_id = host::local_host_id();
         let hello = wire::encode(&Message::Hello(Hello {
             node_id: id.node_id,
             incarnation: id.incarnation,
@@ -190,6 +192,19 @@ impl SideChannel {
             .await
     }
 
+    /// The peer `node` as its newest live link sees it, dialling it if it has none.
+    ///
+    /// # Errors
+    /// `RSMERR_REMOTE_NODE_UNREACHABLE` when the node cannot be reached.
+    ///
+    /// # Cancel safety
+    /// Dropping the future leaves a dial in progress to complete.
+    pub(crate) async fn dial_peer(&self, node: u32) -> Result<PeerInfo> {
+        let shared = Arc::clone(&self.shared);
+        self.on_runtime(async move { shared.ensure_link(node).await.map(|l| (*l.info).clone()) })
+            .await
+    }
+
     /// Sends a message, dialling the node if it has no live link.
     ///
     /// # Errors
@@ -212,6 +227,15 @@ impl SideChannel {
             .send(frame)
             .await
             .map_err(|_| link_closed(node, "send"))
+    }
+
+    /// This node waits on `node` now (operations stalled towards it): its live links are
+    /// watched for a while, so that a frozen or cut-off peer is found within `dead_after`
+    /// (`pulse.rs`). Cheap when they already are.
+    pub(crate) fn watch(&self, node: u32) {
+        for link in self.shared.peers.live_links(node) {
+            self.shared.watch_link(&link);
+        }
     }
 
     /// Queues a message on the live link to `node`, without dialling or waiting.

@@ -12,6 +12,7 @@ use tokio::sync::{mpsc, oneshot};
 use tokio_util::sync::CancellationToken;
 
 use super::handler::PeerInfo;
+use super::pulse::Pulse;
 use crate::Result;
 use crate::sans_io::wire::Message;
 
@@ -27,6 +28,8 @@ pub(super) struct LinkHandle {
     pub(super) tx: mpsc::Sender<Bytes>,
     /// Cancelled when the link closes, for whatever reason; stops both of its tasks.
     pub(super) closing: CancellationToken,
+    /// Its liveness: idle or watched (`pulse.rs`).
+    pub(super) pulse: Arc<Pulse>,
 }
 
 impl LinkHandle {
@@ -187,6 +190,14 @@ impl PeerTable {
             .cloned()
     }
 
+    /// Every live link to `node`.
+    pub(super) fn live_links(&self, node: u32) -> Vec<LinkHandle> {
+        let inner = self.lock();
+        inner.peers.get(&node).map_or_else(Vec::new, |e| {
+            e.links.iter().filter(|l| l.is_live()).cloned().collect()
+        })
+    }
+
     /// The newest live link of every peer.
     #[cfg(test)]
     pub(super) fn newest_of_each(&self) -> Vec<LinkHandle> {
@@ -242,6 +253,7 @@ mod tests {
     fn link(node: u32, incarnation: u64, link_id: u64) -> LinkHandle {
         let (tx, _rx) = mpsc::channel(1);
         LinkHandle {
+            pulse: Arc::new(Pulse::new()),
             info: Arc::new(PeerInfo {
                 node_id: node,
                 incarnation,

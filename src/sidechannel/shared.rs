@@ -16,7 +16,7 @@ use super::config::{LocalIdentity, SideChannelConfig};
 use super::dial_locks::DialLocks;
 use super::gate::Gate;
 use super::handler::{Handler, PeerInfo};
-use super::peers::PeerTable;
+use super::peers::{LinkHandle, PeerTable};
 use crate::sans_io::wire::{self, ConnectReply, Message};
 use crate::{Error, Result};
 
@@ -97,6 +97,8 @@ impl Shared {
         }
         let frame = encode(node, &msg)?;
         let link = self.ensure_link(node).await?;
+        // Waiting on the peer now: a frozen or cut-off one is found within `dead_after`.
+        self.watch_link(&link);
         let (tx, rx) = oneshot::channel();
         self.peers.add_pending(req, node, link.info.link_id, tx);
         let _pending = PendingGuard { shared: &self, req };
@@ -119,6 +121,18 @@ impl Shared {
                 .node(node)
                 .detail(format!("no reply within {wait:?}")))
         })
+    }
+
+    /// Watches `link` for a while (`pulse.rs`): it beats every `heartbeat_interval`, a
+    /// first beat goes at once, and `dead_after` of silence closes it.
+    pub(super) fn watch_link(&self, link: &LinkHandle) {
+        let span = self.cfg.dead_after + self.cfg.heartbeat_interval;
+        if link.pulse.watch(span) {
+            let beat = Message::Heartbeat { seq: u64::MAX };
+            if let Ok(frame) = wire::encode(&beat) {
+                let _ = link.tx.try_send(frame);
+            }
+        }
     }
 
     /// Hands a connect reply to the request waiting for it.

@@ -144,6 +144,9 @@ fn fast() -> SideChannelConfig {
     SideChannelConfig {
         heartbeat_interval: Duration::from_millis(100),
         dead_after: Duration::from_millis(600),
+        // Idle links as watched ones, unless a test says otherwise (`pulse.rs`).
+        idle_heartbeat_interval: Duration::from_millis(100),
+        idle_dead_after: Duration::from_millis(600),
         connect_timeout: Duration::from_millis(800),
         request_timeout: Duration::from_millis(800),
         hello_timeout: Duration::from_millis(800),
@@ -438,7 +441,7 @@ async fn hello_over_tcp_only() {
     assert_eq!(seen.incarnation, b.incarnation);
     assert!(seen.creds.is_none(), "no credentials over tcp");
     // Same host by boot id, when the boot id is known.
-    assert_eq!(seen.same_host, host::local_boot_id() != [0; 16]);
+    assert_eq!(seen.same_host, host::local_host_id() != [0; 16]);
     assert!(wait_until(Duration::from_secs(2), || a_sees(&b, a.id)).await);
     assert!(b.sc.peer(a.id).expect("a seen").creds.is_none());
 }
@@ -894,8 +897,11 @@ fn the_defaults_detect_a_dead_peer_within_five_seconds() {
     assert_eq!(cfg.connect_timeout, Duration::from_secs(2));
     assert_eq!(cfg.request_timeout, Duration::from_secs(5));
     assert!(cfg.unix);
-    // The last frame may have come up to one heartbeat before the peer died.
+    // Watched: the last frame may have come up to one heartbeat before the peer died.
     assert!(cfg.dead_after + cfg.heartbeat_interval <= Duration::from_secs(5));
+    // Idle: a beat every 20 s each way, given up after three missed.
+    assert_eq!(cfg.idle_heartbeat_interval, Duration::from_secs(20));
+    assert_eq!(cfg.idle_dead_after, Duration::from_secs(60));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -922,3 +928,4 @@ async fn a_newcomer_without_hello_is_dropped() {
 }
 
 mod hostile;
+mod liveness;

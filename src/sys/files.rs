@@ -34,3 +34,10 @@ pub(crate) fn loose_permissions(path: &Path) -> io::Result<Option<u32>> {
     let mode = std::fs::metadata(path)?.permissions().mode() & 0o777;
     Ok((mode & 0o077 != 0).then_some(mode))
 }
+
+/// The inode of this process's network namespace (`/proc/self/ns/net`), which tells
+/// namespaces of one boot apart; `None` where it cannot be read.
+pub(crate) fn network_namespace() -> Option<u64> {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::metadata("/proc/self/ns/net").ok().map(|m| m.ino())
+}

@@ -1,6 +1,7 @@
 //! The few OS calls `rsm` makes outside libfabric, in one small place: system limits, a coarse
 //! clock, segment memory, the eventfd and poll that progress threads sleep on, and the loopback controller's
-//! shared memory, wake-up sockets, descriptor passing and cross-memory attach.
+//! shared memory, wake-up sockets, descriptor passing and cross-memory attach; the signal mask
+//! of the node's threads.
 
 pub(crate) mod bell;
 pub(crate) mod clock;
@@ -14,4 +15,5 @@ pub(crate) mod files;
 pub(crate) mod limits;
 pub(crate) mod mem;
 pub(crate) mod shm;
+pub(crate) mod signals;
 pub(crate) mod wake;

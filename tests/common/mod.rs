@@ -84,7 +84,21 @@ pub struct Peer {
 impl Peer {
     /// Starts `role` of test `entry` (a `#[test]` that calls [`run_role`]) with `args`.
     pub fn start(entry: &str, role: &str, args: &[(&str, String)]) -> Peer {
-        let mut cmd = Command::new(std::env::current_exe().expect("current exe"));
+        Peer::start_in(None, entry, role, args)
+    }
+
+    /// As [`Peer::start`], inside the network namespace `ns` when given (`ip netns exec`,
+    /// which execs the test binary: the child's pid is the node's).
+    pub fn start_in(ns: Option<&str>, entry: &str, role: &str, args: &[(&str, String)]) -> Peer {
+        let exe = std::env::current_exe().expect("current exe");
+        let mut cmd = match ns {
+            None => Command::new(exe),
+            Some(ns) => {
+                let mut c = Command::new("ip");
+                c.args(["netns", "exec", ns]).arg(exe);
+                c
+            }
+        };
         cmd.args(["--exact", entry, "--nocapture", "--test-threads", "1"])
             .env(ROLE_VAR, role)
             .env("FI_TCP_IFACE", "lo")
@@ -143,6 +157,13 @@ impl Peer {
         writeln!(self.stdin, "{cmd}").expect("write to the peer");
         self.stdin.flush().expect("flush");
         self.recv()
+    }
+
+    /// Sends a command line and returns the answer, which may take up to `limit`.
+    pub fn ask_within(&mut self, cmd: &str, limit: Duration) -> String {
+        writeln!(self.stdin, "{cmd}").expect("write to the peer");
+        self.stdin.flush().expect("flush");
+        self.recv_within(limit)
     }
 
     pub fn signal(&self, sig: i32) {
@@ -235,6 +256,25 @@ pub fn shm_files_of(pid: u32) -> Vec<String> {
                 .collect()
         })
         .unwrap_or_default()
+}
+
+/// The example binary `name`: cargo builds examples before it runs integration tests, into
+/// `target/<profile>/examples`, beside this test's `deps` directory.
+pub fn example(name: &str) -> std::path::PathBuf {
+    let exe = std::env::current_exe().expect("current exe");
+    let path = exe
+        .parent()
+        .and_then(|deps| deps.parent())
+        .expect("target/<profile>")
+        .join("examples")
+        .join(name);
+    assert!(
+        path.exists(),
+        "{} is missing: `cargo test --all-features` builds the examples (or `cargo build \
+         --all-features --examples`)",
+        path.display()
+    );
+    path
 }
 
 /// The role this process was started for, if any.

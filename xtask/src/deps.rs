@@ -28,6 +28,11 @@ const REQUIREMENTS: &[Requirement] = &[
         package: "gcc",
         otherwise: Probe::Command("gcc"),
     },
+    // The C library's header check compiles <rsmapi.h> as C++ too (capi/tests).
+    Requirement {
+        package: "g++",
+        otherwise: Probe::Command("c++"),
+    },
     // libfabric-sys' build script finds libfabric through it.
     Requirement {
         package: "pkg-config",
@@ -42,6 +47,11 @@ const REQUIREMENTS: &[Requirement] = &[
     Requirement {
         package: "libfabric-bin",
         otherwise: Probe::Command("fi_info"),
+    },
+    // `ip netns`, veth and bridges: the cluster tests' hosts (tests/cluster/netns.rs).
+    Requirement {
+        package: "iproute2",
+        otherwise: Probe::Command("ip"),
     },
     // bindgen parses the libfabric headers with libclang.
     Requirement {

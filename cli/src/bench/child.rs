@@ -26,6 +26,9 @@ pub(crate) struct PeerProcess {
     lines: Receiver<String>,
     /// The peer's hello line.
     pub(crate) hello: PeerHello,
+    /// This side's address toward the peer: loopback for a spawned peer, the control
+    /// connection's local address for a served one (the interface the run must use).
+    pub(crate) local_ip: std::net::IpAddr,
 }
 
 impl PeerProcess {
@@ -63,6 +66,7 @@ impl PeerProcess {
             stdin: stdin.map(|s| Box::new(s) as Box<dyn Write + Send>),
             lines: mpsc::channel().1,
             hello: PeerHello::default(),
+            local_ip: std::net::Ipv4Addr::LOCALHOST.into(),
         };
         let stdout = stdout.ok_or_else(|| BenchError::Peer("no pipe from the peer".into()))?;
         peer.start(stdout)
@@ -73,6 +77,10 @@ impl PeerProcess {
         let stream = TcpStream::connect_timeout(&addr, HELLO_TIMEOUT)
             .map_err(|e| BenchError::Peer(format!("cannot reach the peer at {addr}: {e}")))?;
         let _ = stream.set_nodelay(true);
+        let local_ip = stream
+            .local_addr()
+            .map_err(|e| BenchError::Peer(format!("cannot read the local address: {e}")))?
+            .ip();
         let reader = stream
             .try_clone()
             .map_err(|e| BenchError::Peer(format!("cannot read from {addr}: {e}")))?;
@@ -81,6 +89,7 @@ impl PeerProcess {
             stdin: Some(Box::new(stream)),
             lines: mpsc::channel().1,
             hello: PeerHello::default(),
+            local_ip,
         };
         peer.start(reader)
     }

@@ -186,8 +186,8 @@ pub(crate) struct BenchArgs {
     #[arg(long)]
     pub(crate) controller: String,
     /// The operation: put (delivery-complete write) or get (read).
-    #[arg(long, value_enum)]
-    pub(crate) op: Op,
+    #[arg(long, value_enum, required_unless_present = "serve")]
+    pub(crate) op: Option<Op>,
     /// Transfer sizes, comma-separated; K, M and G are binary units (8,4K,64K,1M).
     #[arg(long, default_value = "8,4096,65536,1048576")]
     pub(crate) sizes: SizeList,
@@ -231,10 +231,52 @@ pub(crate) struct BenchArgs {
     /// 0: the engine does all the progress). Default: the provider's tuned figures.
     #[arg(long, value_name = "US")]
     pub(crate) spin_budget_us: Option<u64>,
-    /// Run against a peer started by hand with `rsm bench-peer --serve ADDR` (on this or
-    /// another host) instead of starting one; its controller and size must cover the run.
-    #[arg(long, value_name = "ADDR")]
+    /// Run against a peer serving on HOST (`rsm bench --serve` there, on this or another
+    /// host; port 7470 unless given) instead of starting one; its controller and size must
+    /// cover the run. This side listens and sends from its address toward HOST.
+    #[arg(long, value_name = "HOST[:PORT]", value_parser = parse_endpoint, conflicts_with = "serve")]
     pub(crate) peer: Option<std::net::SocketAddr>,
+    /// Serve `rsm bench --peer` runs on ADDR (port 7470 unless given) until a `quit` line on
+    /// standard input or the end of the process: the peer of runs from other hosts. Its
+    /// rsm node and baseline endpoint use ADDR's interface (the configuration's listen
+    /// address when ADDR is 0.0.0.0); --controller and the largest of --sizes (or
+    /// --max-size) say what it registers.
+    #[arg(long, value_name = "ADDR[:PORT]", value_parser = parse_endpoint)]
+    pub(crate) serve: Option<std::net::SocketAddr>,
+    /// With --serve: the bytes to register and export (default: the largest of --sizes).
+    #[arg(long, value_parser = parse_size, requires = "serve")]
+    pub(crate) max_size: Option<usize>,
+}
+
+/// The port `rsm bench --serve` listens on and `--peer` dials when none is given.
+pub(crate) const BENCH_PORT: u16 = 7470;
+
+/// `ip`, `ip:port`, `[v6]:port` or a host name (resolved), with [`BENCH_PORT`] when no port.
+pub(crate) fn parse_endpoint(s: &str) -> Result<std::net::SocketAddr, String> {
+    use std::net::ToSocketAddrs;
+    if let Ok(a) = s.parse::<std::net::SocketAddr>() {
+        return Ok(a);
+    }
+    if let Ok(ip) = s.trim_matches(['[', ']']).parse::<std::net::IpAddr>() {
+        return Ok(std::net::SocketAddr::new(ip, BENCH_PORT));
+    }
+    let with_port = if s.contains(':') {
+        s.to_string()
+    } else {
+        format!("{s}:{BENCH_PORT}")
+    };
+    with_port
+        .to_socket_addrs()
+        .map_err(|e| format!("{s:?}: {e}"))?
+        .next()
+        .ok_or_else(|| format!("{s:?} resolves to no address"))
+}
+
+impl BenchArgs {
+    /// The operation measured (`--serve` measures nothing; put then).
+    pub(crate) fn op(&self) -> Op {
+        self.op.unwrap_or(Op::Put)
+    }
 }
 
 /// `rsm bench-peer` (hidden): the target process `rsm bench` starts and talks to over its
@@ -311,7 +353,7 @@ mod tests {
         let cli = Cli::try_parse_from(["x", "--controller", "tcp0", "--op", "put"]).unwrap();
         let b = cli.bench;
         assert_eq!(b.controller, "tcp0");
-        assert_eq!(b.op, Op::Put);
+        assert_eq!(b.op, Some(Op::Put));
         assert_eq!(b.mode, Mode::Latency);
         assert_eq!(b.sizes.0, vec![8, 4096, 65536, 1 << 20]);
         assert_eq!((b.window, b.iters, b.rounds), (16, 1000, 1));
@@ -339,7 +381,7 @@ mod tests {
         .unwrap();
         let b = cli.bench;
         assert_eq!(
-            (b.op, b.mode, b.window, b.iters, b.rounds),
+            (b.op(), b.mode, b.window, b.iters, b.rounds),
             (Op::Get, Mode::Bandwidth, 4, 50, 5)
         );
         assert_eq!(b.sizes.to_string(), "8,4096,65536,1048576");
@@ -356,6 +398,33 @@ mod tests {
         ])
         .unwrap();
         assert_eq!(cli.bench.peer, Some("127.0.0.1:7500".parse().unwrap()));
+        // A host alone gets the default port; --serve needs no --op.
+        let cli = Cli::try_parse_from([
+            "x",
+            "--controller",
+            "tcp0",
+            "--op",
+            "get",
+            "--peer",
+            "10.1.2.3",
+        ])
+        .unwrap();
+        assert_eq!(cli.bench.peer, Some("10.1.2.3:7470".parse().unwrap()));
+        let cli = Cli::try_parse_from(["x", "--controller", "tcp0", "--serve", "0.0.0.0"]).unwrap();
+        assert_eq!(cli.bench.serve, Some("0.0.0.0:7470".parse().unwrap()));
+        assert!(Cli::try_parse_from(["x", "--controller", "tcp0"]).is_err());
+        assert!(
+            Cli::try_parse_from([
+                "x",
+                "--controller",
+                "tcp0",
+                "--op",
+                "put",
+                "--max-size",
+                "1M"
+            ])
+            .is_err()
+        );
 
         for bad in [
             &["x", "--controller", "tcp0"][..],

@@ -19,6 +19,7 @@
 //! the idle figure (the idle target of docs/performance.md).
 
 use super::BenchError;
+use super::children::Children;
 use super::cli::parse_size;
 use crate::sys::cputime::process_cpu;
 use crate::sys::memstat::MemStat;
@@ -26,15 +27,12 @@ use clap::Args;
 use futures::StreamExt;
 use rsm::{ExportFlags, ExportSegment, Node, NodeId, Perm, SegmentId};
 use serde_json::{Value, json};
-use std::io::{BufRead, BufReader, Write};
-use std::process::{Child, ChildStdin, ExitCode, Stdio};
-use std::sync::mpsc::{self, Receiver, RecvTimeoutError};
+use std::io::{BufRead, Write};
+use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
 /// How long an importer may take to connect its share.
 const READY_TIMEOUT: Duration = Duration::from_secs(120);
-/// How long an importer gets to disconnect and exit after `quit` before it is killed.
-const QUIT_GRACE: Duration = Duration::from_secs(10);
 /// Connects one importer runs at once.
 const CONNECTS_IN_FLIGHT: usize = 8;
 /// The idle target: at most this share of one core per process, in percent. Not nothing:
@@ -282,7 +280,8 @@ async fn exporter(
     } else {
         Value::Null
     };
-    importers.quit();
+    let started = importers.0.len();
+    importers.0.quit();
     for (_, seg) in segs {
         let _ = seg.destroy().await;
     }
@@ -296,7 +295,7 @@ async fn exporter(
         "segments": args.segments,
         "segment_size": args.size,
         "segment_bytes": seg_bytes as u64,
-        "importers": importers.count,
+        "importers": started,
         "connections": connections,
         "stages": {
             "start": stat_json(&start),
@@ -328,7 +327,7 @@ async fn idle_cpu(importers: &Importers, span: Duration) -> Result<Value, BenchE
             ))
         })
     };
-    let pids = importers.pids();
+    let pids = importers.0.pids();
     // The exporter's time, then each importer's.
     let snapshot = || -> Result<(Duration, Vec<Duration>), BenchError> {
         let importers = pids
@@ -361,13 +360,9 @@ async fn idle_cpu(importers: &Importers, span: Duration) -> Result<Value, BenchE
     }))
 }
 
-/// The importer children; dropping this asks each to quit, then kills and reaps what is
-/// left.
+/// The importer children.
 #[derive(Default)]
-struct Importers {
-    children: Vec<(Child, Option<ChildStdin>, Receiver<String>)>,
-    count: usize,
-}
+struct Importers(Children);
 
 impl Importers {
     fn spawn(
@@ -377,69 +372,28 @@ impl Importers {
         node: u32,
         segments: &[u32],
     ) -> Result<(), BenchError> {
-        let exe = std::env::current_exe()
-            .map_err(|e| BenchError::Peer(format!("cannot find the rsm executable: {e}")))?;
         let list: Vec<String> = segments.iter().map(u32::to_string).collect();
-        let mut child = std::process::Command::new(exe)
-            .args(["bench-memory-importer", "--controller", controller])
-            .args(["--exporter", &exporter.to_string()])
-            .args(["--node", &node.to_string()])
-            .args(["--segments", &list.join(",")])
-            .env("FI_TCP_IFACE", "lo")
-            .env("FI_SOCKETS_IFACE", "lo")
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .map_err(|e| BenchError::Peer(format!("cannot start an importer: {e}")))?;
-        let stdin = child.stdin.take();
-        let stdout = child.stdout.take();
-        let (tx, rx) = mpsc::channel();
-        self.children.push((child, stdin, rx));
-        self.count += 1;
-        let stdout = stdout.ok_or_else(|| BenchError::Peer("no pipe from an importer".into()))?;
-        std::thread::Builder::new()
-            .name("rsm-bench-importer-out".into())
-            .spawn(move || {
-                for line in BufReader::new(stdout).lines() {
-                    let Ok(line) = line else { break };
-                    if tx.send(line).is_err() {
-                        break;
-                    }
-                }
-            })
-            .map_err(|e| BenchError::Peer(format!("cannot start a reader thread: {e}")))?;
-        Ok(())
-    }
-
-    /// The importers' process ids.
-    fn pids(&self) -> Vec<u32> {
-        self.children.iter().map(|(c, _, _)| c.id()).collect()
+        let args = [
+            "bench-memory-importer",
+            "--controller",
+            controller,
+            "--exporter",
+            &exporter.to_string(),
+            "--node",
+            &node.to_string(),
+            "--segments",
+            &list.join(","),
+        ]
+        .map(String::from);
+        self.0.spawn(&args, "an importer")
     }
 
     /// Waits for every importer's `ready <n>`; returns the connections in all.
     fn wait_ready(&mut self) -> Result<u64, BenchError> {
         let deadline = Instant::now() + READY_TIMEOUT;
         let mut total = 0u64;
-        for (child, _, rx) in &mut self.children {
-            let left = deadline.saturating_duration_since(Instant::now());
-            let line = match rx.recv_timeout(left) {
-                Ok(l) => l,
-                Err(RecvTimeoutError::Timeout) => {
-                    return Err(BenchError::Peer(format!(
-                        "importer {} not ready within {} s",
-                        child.id(),
-                        READY_TIMEOUT.as_secs()
-                    )));
-                }
-                Err(RecvTimeoutError::Disconnected) => {
-                    let status = child.wait().map(|s| s.to_string()).unwrap_or_default();
-                    return Err(BenchError::Peer(format!(
-                        "importer {} exited before it was ready ({status})",
-                        child.id()
-                    )));
-                }
-            };
+        for i in 0..self.0.len() {
+            let line = self.0.line(i, deadline)?;
             let n = line
                 .strip_prefix("ready ")
                 .and_then(|n| n.trim().parse::<u64>().ok())
@@ -447,40 +401,6 @@ impl Importers {
             total += n;
         }
         Ok(total)
-    }
-
-    /// Asks every importer to quit, waits for them, kills the ones that do not.
-    fn quit(&mut self) {
-        for (_, stdin, _) in &mut self.children {
-            if let Some(mut s) = stdin.take() {
-                let _ = writeln!(s, "quit").and_then(|()| s.flush());
-            }
-        }
-        let deadline = Instant::now() + QUIT_GRACE;
-        for (child, _, _) in self.children.drain(..) {
-            let mut child = child;
-            loop {
-                match child.try_wait() {
-                    Ok(Some(_)) => break,
-                    Ok(None) if Instant::now() < deadline => {
-                        std::thread::sleep(Duration::from_millis(10));
-                    }
-                    _ => {
-                        let pid = child.id();
-                        let _ = child.kill();
-                        let _ = child.wait();
-                        super::child::remove_shm_leftovers(pid);
-                        break;
-                    }
-                }
-            }
-        }
-    }
-}
-
-impl Drop for Importers {
-    fn drop(&mut self) {
-        self.quit();
     }
 }
 

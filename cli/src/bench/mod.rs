@@ -59,17 +59,20 @@
 //! The rsm side lives in `rsm_side.rs` (see there); the hidden `--baseline-only` runs the
 //! harness without it.
 //!
-//! **`--peer ADDR`** runs against a peer started by hand, on this host or another one:
-//! `rsm bench-peer --controller C --max-size 1M --serve ADDR [--node-listen IP:PORT]`
-//! serves one run after the other on `ADDR` (the same line protocol over TCP) until a
-//! `quit` line on its standard input; `--node-listen` puts its rsm node's side channel on a
-//! routable address. The fabric providers' own interface variables (`FI_TCP_IFACE`, ...)
-//! are the user's to set on both hosts.
+//! **`--peer HOST[:PORT]`** runs against a peer started by hand, on this host or another
+//! one: `rsm bench --serve ADDR[:PORT] --controller C [--sizes ...|--max-size N]` (port
+//! 7470 by default; the hidden `rsm bench-peer --serve ADDR --node-listen IP:PORT` is the
+//! same) serves one run after the other on `ADDR` (the same line protocol over TCP) until a
+//! `quit` line on its standard input. Its rsm node and baseline endpoint sit on ADDR's
+//! interface (the configuration's listen address for 0.0.0.0); the initiator's on the
+//! interface of its control connection's local address, so tcp and sockets pick the
+//! domain between the two hosts without `FI_*_IFACE` variables.
 //!
 //! `rsm bench-memory` (hidden, `memory.rs`) measures what an exporting node keeps resident
 //! for many published segments and their importers.
 
 mod child;
+mod children;
 mod cli;
 mod memcpy;
 mod memory;
@@ -81,6 +84,7 @@ mod raw;
 mod report;
 mod rsm_run;
 mod rsm_side;
+mod scale;
 mod shape;
 mod shm_bell;
 mod stats;
@@ -88,6 +92,7 @@ mod stats;
 pub(crate) use cli::{BarrierArg, BenchArgs, Mode, Op, PeerArgs};
 pub(crate) use memory::{MemoryArgs, MemoryImporterArgs, run_memory, run_memory_importer};
 pub(crate) use peer::run_peer;
+pub(crate) use scale::{ScaleArgs, ScaleNodeArgs, run_scale, run_scale_node};
 
 use child::PeerProcess;
 use pagebuf::PageBuf;
@@ -195,7 +200,14 @@ fn round_salt(round: usize) -> u64 {
 /// run failed. `show_progress`: whether the progress line is shown (a terminal, or
 /// `--progress`). Call it on a multi-thread runtime: the baseline busy-polls on the calling
 /// thread.
-pub(crate) async fn run(args: BenchArgs, show_progress: bool) -> ExitCode {
+pub(crate) async fn run(
+    args: BenchArgs,
+    config: Option<std::path::PathBuf>,
+    show_progress: bool,
+) -> ExitCode {
+    if let Some(addr) = args.serve {
+        return serve(&args, addr, config.as_deref()).await;
+    }
     let mut progress = Progress::new(show_progress);
     match bench(&args, &mut progress).await {
         Ok(rows) => {
@@ -208,7 +220,7 @@ pub(crate) async fn run(args: BenchArgs, show_progress: bool) -> ExitCode {
                 progress.finish(&format!(
                     "rsm bench: {} {}: {} rows, every byte verified",
                     args.controller,
-                    args.op,
+                    args.op(),
                     rows.len()
                 ));
                 ExitCode::SUCCESS
@@ -216,7 +228,7 @@ pub(crate) async fn run(args: BenchArgs, show_progress: bool) -> ExitCode {
                 progress.finish(&format!(
                     "rsm bench: {} {}: WRONG DATA in the rows of {}",
                     args.controller,
-                    args.op,
+                    args.op(),
                     bad.join(", ")
                 ));
                 ExitCode::from(1)
@@ -230,9 +242,40 @@ pub(crate) async fn run(args: BenchArgs, show_progress: bool) -> ExitCode {
     }
 }
 
+/// `rsm bench --serve ADDR`: the peer of `rsm bench --peer` runs from other hosts, its node
+/// and baseline endpoint on ADDR's interface (the configuration's listen address when ADDR
+/// is unspecified, `--config` or `RSM_CONFIG` as the library reads it).
+async fn serve(
+    args: &BenchArgs,
+    addr: std::net::SocketAddr,
+    config: Option<&std::path::Path>,
+) -> ExitCode {
+    let ip = if addr.ip().is_unspecified() {
+        match crate::builder(config).resolve() {
+            Ok(c) => c.listen.ip(),
+            Err(e) => {
+                eprintln!("rsm bench --serve: {e}");
+                return ExitCode::from(2);
+            }
+        }
+    } else {
+        addr.ip()
+    };
+    let max = args.sizes.0.iter().copied().max().unwrap_or(8);
+    let peer = PeerArgs {
+        controller: args.controller.clone(),
+        max_size: args.max_size.unwrap_or(max),
+        no_rsm: args.baseline_only,
+        baseline_wait: args.baseline_wait,
+        serve: Some(addr),
+        node_listen: Some(std::net::SocketAddr::new(ip, 0)),
+    };
+    peer::run_peer_as(peer, "rsm bench --serve").await
+}
+
 async fn bench(args: &BenchArgs, progress: &mut Progress) -> Result<Vec<Row>, BenchError> {
     // A signal is one 8-byte doorbell write, measured as a round trip: one latency row.
-    let signal = args.op == Op::Signal;
+    let signal = args.op() == Op::Signal;
     let sizes = if signal { &vec![8] } else { &args.sizes.0 };
     let mode = if signal { Mode::Latency } else { args.mode };
     let max = sizes.iter().copied().max().unwrap_or(8);
@@ -250,18 +293,18 @@ async fn bench(args: &BenchArgs, progress: &mut Progress) -> Result<Vec<Row>, Be
             report::human_size(max)
         )));
     }
-    if args.op.is_vector() {
+    if args.op().is_vector() {
         if let Some(&small) = sizes.iter().find(|&&s| s < rsm_run::VECTOR_ENTRIES) {
             return Err(BenchError::Usage(format!(
                 "{} moves {} entries of size / {}: sizes start at {} bytes, not {small}",
-                args.op,
+                args.op(),
                 rsm_run::VECTOR_ENTRIES,
                 rsm_run::VECTOR_ENTRIES,
                 rsm_run::VECTOR_ENTRIES
             )));
         }
     }
-    if args.barrier == BarrierArg::Explicit && args.op != Op::Put {
+    if args.barrier == BarrierArg::Explicit && args.op() != Op::Put {
         return Err(BenchError::Usage(
             "--barrier explicit applies to --op put".into(),
         ));
@@ -279,15 +322,18 @@ async fn bench(args: &BenchArgs, progress: &mut Progress) -> Result<Vec<Row>, Be
     } else {
         None
     };
-    // Fail before starting the peer if the controller has no libfabric domain.
+    // Fail before starting the peer if the controller has no libfabric domain; a served
+    // peer is reached first, for the address toward it (the interface this run uses).
+    let served = args.peer.map(PeerProcess::connect).transpose()?;
+    let source = served.as_ref().map_or(raw::SOURCE, |p| p.local_ip);
     let info = if use_baseline && !loopback {
-        Some(fabric_info_for(&args.controller)?)
+        Some(fabric_info_for(&args.controller, source)?)
     } else {
         None
     };
 
-    let mut peer = match args.peer {
-        Some(addr) => PeerProcess::connect(addr)?,
+    let mut peer = match served {
+        Some(p) => p,
         None => PeerProcess::spawn(&args.controller, max, !use_rsm, args.baseline_wait)?,
     };
     if use_baseline && peer.hello.baseline_wait != args.baseline_wait {
@@ -327,6 +373,8 @@ async fn bench(args: &BenchArgs, progress: &mut Progress) -> Result<Vec<Row>, Be
             peer.hello.len as usize,
             args.spin_budget_us.map(std::time::Duration::from_micros),
             key,
+            // Beyond this host (the peer has a key), listen where the peer can answer.
+            args.peer.map(|_| std::net::SocketAddr::new(source, 0)),
         )
         .await?;
         if args.barrier == BarrierArg::Explicit {
@@ -361,7 +409,7 @@ async fn bench(args: &BenchArgs, progress: &mut Progress) -> Result<Vec<Row>, Be
     let mut rows = Vec::new();
     for (i, &size) in sizes.iter().enumerate() {
         let spec = RowSpec {
-            op: args.op,
+            op: args.op(),
             mode,
             size,
             window,
@@ -371,7 +419,7 @@ async fn bench(args: &BenchArgs, progress: &mut Progress) -> Result<Vec<Row>, Be
         let mut row = Row {
             controller: args.controller.clone(),
             provider: provider.clone(),
-            op: args.op,
+            op: args.op(),
             mode,
             size,
             window,
@@ -388,7 +436,7 @@ async fn bench(args: &BenchArgs, progress: &mut Progress) -> Result<Vec<Row>, Be
         // side, and the medians below leave it out; and neither side always goes first
         // (see `side_order`).
         for round in 0..rounds {
-            progress.row(&args.controller, args.op, size, mode);
+            progress.row(&args.controller, args.op(), size, mode);
             if rounds > 1 {
                 progress.round(round + 1, rounds);
             }

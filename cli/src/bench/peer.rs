@@ -6,7 +6,7 @@ use super::BenchError;
 use super::cli::PeerArgs;
 use super::pattern;
 use super::proto::{Command, PeerHello, Target, hex_encode};
-use super::raw::{RawTarget, YIELD_EVERY, fabric_info_for, round_up};
+use super::raw::{RawTarget, SOURCE, YIELD_EVERY, fabric_info_for, round_up};
 use super::rsm_side::RsmPeer;
 use super::shm_bell::{BELL_IDLE, BellEcho};
 use rsm::test_util::ControllerName;
@@ -21,23 +21,31 @@ use std::time::Instant;
 /// Runs the peer until `quit` or the end of its input. Call it on a multi-thread runtime: it
 /// blocks its own thread while it waits for commands and while it progresses.
 pub(crate) async fn run_peer(args: PeerArgs) -> ExitCode {
-    match peer(args).await {
+    run_peer_as(args, "rsm bench-peer").await
+}
+
+/// [`run_peer`], its errors said as `name` (`rsm bench --serve`).
+pub(crate) async fn run_peer_as(args: PeerArgs, name: &str) -> ExitCode {
+    match peer(args, name).await {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("rsm bench-peer: {e}");
+            eprintln!("{name}: {e}");
             ExitCode::FAILURE
         }
     }
 }
 
-async fn peer(args: PeerArgs) -> Result<(), BenchError> {
+async fn peer(args: PeerArgs, name: &str) -> Result<(), BenchError> {
     let len = round_up(args.max_size.max(1), crate::sys::limits::page_size());
     let loopback = ControllerName::parse(Some(&args.controller))? == ControllerName::Loopback;
+    // The baseline's endpoint sits where the node's controllers do: on the interface of
+    // the node's side-channel address.
+    let source = args.node_listen.map_or(SOURCE, |a| a.ip());
     let raw = if loopback {
         None
     } else {
         Some(RawTarget::open(
-            fabric_info_for(&args.controller)?,
+            fabric_info_for(&args.controller, source)?,
             len,
             args.baseline_wait,
         )?)
@@ -67,7 +75,7 @@ async fn peer(args: PeerArgs) -> Result<(), BenchError> {
     let line = serde_json::to_string(&hello)
         .map_err(|e| BenchError::Peer(format!("cannot encode the hello: {e}")))?;
     let result = match args.serve {
-        Some(addr) => serve_tcp(addr, &line, raw.as_ref(), rsm.as_ref()),
+        Some(addr) => serve_tcp(addr, &line, raw.as_ref(), rsm.as_ref(), name),
         None => {
             let mut out = std::io::stdout();
             reply(&mut out, &line)?;
@@ -89,6 +97,7 @@ fn serve_tcp(
     hello: &str,
     raw: Option<&RawTarget>,
     rsm: Option<&RsmPeer>,
+    name: &str,
 ) -> Result<(), BenchError> {
     let listener = TcpListener::bind(addr)
         .map_err(|e| BenchError::Usage(format!("cannot listen on {addr}: {e}")))?;
@@ -96,7 +105,7 @@ fn serve_tcp(
         .local_addr()
         .map_err(|e| BenchError::Usage(format!("cannot read the bound address: {e}")))?;
     reply(&mut std::io::stdout(), &bound.to_string())?;
-    eprintln!("rsm bench-peer: serving on {bound}; a `quit` line on standard input ends it");
+    eprintln!("{name}: serving on {bound}; a `quit` line on standard input ends it");
     let stop = Arc::new(AtomicBool::new(false));
     {
         let stop = Arc::clone(&stop);

@@ -41,8 +41,9 @@ const STALL: Duration = Duration::from_secs(20);
 /// 10 µs (measured). On an idle core the yield returns at once.
 pub(crate) const YIELD_EVERY: u32 = 256;
 
-/// The address every bench process uses as its source: tcp and sockets then pick `lo`.
-pub(crate) const SOURCE: &str = "127.0.0.1";
+/// The address a bench process on one host uses as its source: tcp and sockets then pick
+/// `lo`. Between hosts each side uses its address toward the other.
+pub(crate) const SOURCE: std::net::IpAddr = std::net::IpAddr::V4(std::net::Ipv4Addr::LOCALHOST);
 
 /// The provider type of a provider name, as controllers name it: `tcp` for `tcp;ofi_rxm`.
 pub(crate) fn provider_kind(provider: &str) -> String {
@@ -54,13 +55,13 @@ pub(crate) fn provider_kind(provider: &str) -> String {
 }
 
 /// The description of the domain behind controller `name` (`tcp0`, `shm0`, `tcp:lo`), chosen
-/// as controllers choose it: the node's controller list on 127.0.0.1 names the provider and
-/// domain, and `fi_getinfo` with the controllers' hints, that provider and that domain (and
-/// 127.0.0.1 as the source, except for shm) gives the description. The loopback controller
-/// has none (it does not use libfabric).
-pub(crate) fn fabric_info_for(name: &str) -> Result<Arc<Info>> {
+/// as controllers choose it: the node's controller list on `source` (a node listening there)
+/// names the provider and domain, and `fi_getinfo` with the controllers' hints, that
+/// provider and that domain (and `source`, except for shm) gives the description. The
+/// loopback controller has none (it does not use libfabric).
+pub(crate) fn fabric_info_for(name: &str, source: std::net::IpAddr) -> Result<Arc<Info>> {
     let parsed = ControllerName::parse(Some(name))?;
-    let list = rsm::controller::list_controllers(SOURCE.parse().expect("an IPv4 address"))?;
+    let list = rsm::controller::list_controllers(source)?;
     let found = match &parsed {
         ControllerName::Loopback => {
             return Err(Error::ctlr_not_present().controller(name).detail(
@@ -86,7 +87,8 @@ pub(crate) fn fabric_info_for(name: &str) -> Result<Arc<Info>> {
     // shm turns the source node into its region's name (`127.0.0.1:0:0` in /dev/shm), the
     // same in every process, so the second endpoint on the host fails with EBUSY: it is
     // asked without one and names its region after the process.
-    let source = (c.provider != "shm").then_some(SOURCE);
+    let source = source.to_string();
+    let source = (c.provider != "shm").then_some(source.as_str());
     let infos = InfoList::get(&hints, source)?;
     let entry = infos
         .iter()

@@ -153,9 +153,13 @@ impl RsmInitiator {
         len: usize,
         spin_budget: Option<std::time::Duration>,
         key: Option<rsm::NodeKey>,
+        listen: Option<std::net::SocketAddr>,
     ) -> Result<RsmInitiator> {
         let id = Self::node_id(peer);
         let mut builder = Node::builder().ignore_environment().id(id);
+        if let (Some(addr), true) = (listen, key.is_some()) {
+            builder = builder.listen(addr);
+        }
         if let (Some(key), Some(theirs)) = (key, &peer.public_key) {
             builder = builder.key(key).peer_key(peer.node_id, theirs.parse()?);
         }

@@ -1,6 +1,8 @@
-//! The CPU time a process has used, from `/proc/<pid>/stat`, for `rsm bench-memory`'s idle
-//! figure: all its threads, those that ended included; not its children.
+//! The CPU time a process has used, for the benchmarks' idle figures: from `/proc/<pid>/stat`
+//! at the kernel's tick (all its threads, those that ended included; not its children), or
+//! from each live thread's `schedstat` to the nanosecond.
 
+use std::collections::HashMap;
 use std::io;
 use std::time::Duration;
 
@@ -22,6 +24,57 @@ pub(crate) fn process_cpu(pid: Option<u32>) -> io::Result<Duration> {
     Ok(Duration::from_nanos(
         ticks.saturating_mul(1_000_000_000 / hz),
     ))
+}
+
+/// The time each live thread of process `pid` has run so far, by thread id, to the
+/// nanosecond (the first field of `/proc/<pid>/task/<tid>/schedstat`).
+pub(crate) fn thread_cpu(pid: u32) -> io::Result<HashMap<u32, Duration>> {
+    let mut threads = HashMap::new();
+    for task in std::fs::read_dir(format!("/proc/{pid}/task"))? {
+        let task = task?;
+        let Some(tid) = task
+            .file_name()
+            .to_str()
+            .and_then(|t| t.parse::<u32>().ok())
+        else {
+            continue;
+        };
+        // A thread that ended meanwhile has no file any more.
+        let Ok(stat) = std::fs::read_to_string(task.path().join("schedstat")) else {
+            continue;
+        };
+        let ns: u64 = stat
+            .split_whitespace()
+            .next()
+            .and_then(|f| f.parse().ok())
+            .ok_or_else(|| {
+                io::Error::new(
+                    io::ErrorKind::InvalidData,
+                    format!("/proc/{pid}/task/{tid}/schedstat: no run time"),
+                )
+            })?;
+        threads.insert(tid, Duration::from_nanos(ns));
+    }
+    if threads.is_empty() {
+        return Err(io::Error::new(
+            io::ErrorKind::NotFound,
+            format!("process {pid}: no thread's schedstat could be read"),
+        ));
+    }
+    Ok(threads)
+}
+
+/// The time the threads of `after` ran since `before` (the same process read twice): a
+/// thread new since counts whole, one that ended meanwhile no more (its last moments are
+/// lost; its earlier time must not be taken off the others').
+pub(crate) fn ran_since(
+    before: &HashMap<u32, Duration>,
+    after: &HashMap<u32, Duration>,
+) -> Duration {
+    after
+        .iter()
+        .map(|(tid, t)| t.saturating_sub(before.get(tid).copied().unwrap_or_default()))
+        .sum()
 }
 
 /// `utime + stime` in ticks. The name between parentheses may hold spaces and parentheses
@@ -57,5 +110,21 @@ mod tests {
             "{before:?} then {after:?} after 60 ms of spinning"
         );
         assert!(process_cpu(Some(u32::MAX)).is_err());
+        let first = thread_cpu(std::process::id()).unwrap();
+        let t = std::time::Instant::now();
+        while t.elapsed() < Duration::from_millis(20) {
+            x = std::hint::black_box(x.wrapping_add(1));
+        }
+        let then = thread_cpu(std::process::id()).unwrap();
+        assert!(
+            ran_since(&first, &then) > Duration::ZERO,
+            "{first:?} then {then:?} after 20 ms of spinning"
+        );
+        assert!(thread_cpu(u32::MAX).is_err());
+        // One thread ran 5 ms more, one ended (its time is not taken off), one is new.
+        let ms = Duration::from_millis;
+        let before = HashMap::from([(1, ms(10)), (2, ms(100))]);
+        let after = HashMap::from([(1, ms(15)), (3, ms(2))]);
+        assert_eq!(ran_since(&before, &after), ms(7));
     }
 }

@@ -1,4 +1,4 @@
-//! The process's own memory figures from `/proc/self/status`, for `rsm bench-memory`.
+//! A process's memory figures from `/proc/<pid>/status`, for the benchmarks.
 
 /// Resident and peak memory of this process, in KiB as the kernel reports them.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -21,6 +21,13 @@ impl MemStat {
     /// Reads `/proc/self/status`; fields the kernel does not report stay 0.
     pub(crate) fn read() -> std::io::Result<MemStat> {
         Ok(parse(&std::fs::read_to_string("/proc/self/status")?))
+    }
+
+    /// Reads `/proc/<pid>/status` of another process.
+    pub(crate) fn of(pid: u32) -> std::io::Result<MemStat> {
+        Ok(parse(&std::fs::read_to_string(format!(
+            "/proc/{pid}/status"
+        ))?))
     }
 }
 

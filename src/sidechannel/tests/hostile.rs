@@ -146,6 +146,7 @@ async fn links_per_peer_are_bounded() {
         max_links_per_peer: 2,
         // The raw peers send no heartbeats.
         dead_after: Duration::from_secs(10),
+        idle_dead_after: Duration::from_secs(10),
         ..tcp_only()
     };
     let b = start(&[], cfg);

@@ -1,0 +1,50 @@
+//! Idle and watched links (`pulse.rs`): an idle link beats slowly and outlives a quiet peer;
+//! a watched one finds a silent peer within `dead_after`, and a live peer's answers keep it
+//! up.
+
+use super::*;
+
+/// Watched links as `fast()`; idle ones beat every 5 s and are given up after 30 s.
+fn slow_when_idle(base: SideChannelConfig) -> SideChannelConfig {
+    SideChannelConfig {
+        idle_heartbeat_interval: Duration::from_secs(5),
+        idle_dead_after: Duration::from_secs(30),
+        ..base
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_idle_link_outlives_a_quiet_peer_and_a_watch_finds_it_silent() {
+    let cfg = slow_when_idle(tcp_only());
+    let b = start(&[], cfg.clone());
+    let fake = random_id();
+    let _raw = raw_peer(b.addr, fake, b.id, 77).await;
+    assert!(wait_until(Duration::from_secs(2), || b.sc.peer(fake).is_some()).await);
+    // Idle: well past `dead_after`, the silent peer is kept.
+    tokio::time::sleep(cfg.dead_after * 3).await;
+    assert!(b.rec.lost(fake).is_empty(), "an idle link closed early");
+    // Waited on: lost within `dead_after`, not before half of it.
+    let started = Instant::now();
+    b.sc.watch(fake);
+    let limit = cfg.dead_after + Duration::from_secs(2);
+    assert!(wait_until(limit, || b.rec.lost(fake) == [77]).await);
+    let took = started.elapsed();
+    assert!(took >= cfg.dead_after / 2, "lost after {took:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_watched_link_to_a_live_idle_peer_stays_up_on_its_answers() {
+    let cfg = slow_when_idle(fast());
+    let a = start(&[], cfg.clone());
+    let b = start(&[], cfg.clone());
+    assert!(a.sc.probe(b.id).await);
+    // b beats every 5 s on its own: only its answers to a's beats can keep a's watch fed.
+    let until = Instant::now() + cfg.dead_after * 4;
+    while Instant::now() < until {
+        a.sc.watch(b.id);
+        tokio::time::sleep(Duration::from_millis(150)).await;
+    }
+    assert!(a.rec.lost(b.id).is_empty() && b.rec.lost(a.id).is_empty());
+    // And a request, which watches too, is answered.
+    assert!(a.sc.request(b.id, connect_request(2)).await.is_ok());
+}
