@@ -97,6 +97,7 @@ pub mod test_util;
 pub struct ReadmeDoctests;
 
 pub use controller::{Controller, ControllerAttr, ControllerInfo};
+pub use sans_io::atomic::{AtomicOp, AtomicValue, CompareOp};
 pub use sans_io::keys::{NodeKey, PublicKey};
 pub use sans_io::segid::{SegmentIdRange, get_segmentid_range};
 pub use sans_io::wire::ByteOrder;

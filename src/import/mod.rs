@@ -6,6 +6,8 @@
 //! operation counts and traces.
 
 mod segment;
+// Remote atomics, in import/atomic.rs.
+mod atomic;
 
 // Typed put/get (8/16/32/64 bits, byte order), an `impl ImportSegment`.
 mod typed;

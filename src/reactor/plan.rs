@@ -35,8 +35,32 @@ impl OpInfo {
 /// The direction of an operation, and for writes the completion flags.
 #[derive(Debug, Clone, Copy)]
 pub(crate) enum Dir {
-    Write { flags: u64 },
+    Write {
+        flags: u64,
+    },
     Read,
+    /// One remote atomic on the value at the plan's offset; its buffer is [`ATOMIC_BUF`]
+    /// bytes laid out as the `AT_*` offsets say, copied in before and back after.
+    Atomic(AtomicPost),
+}
+
+/// Where the operand, the compare value and the result lie in an atomic's buffer.
+pub(crate) const AT_OPERAND: usize = 0;
+/// See [`AT_OPERAND`].
+pub(crate) const AT_COMPARE: usize = 8;
+/// See [`AT_OPERAND`].
+pub(crate) const AT_RESULT: usize = 16;
+/// The size of an atomic's buffer.
+pub(crate) const ATOMIC_BUF: usize = 24;
+
+/// Which atomic a [`Dir::Atomic`] posts.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct AtomicPost {
+    pub(crate) kind: crate::fabric::atomic::AtomicKind,
+    pub(crate) op: ffi::fi_op,
+    pub(crate) datatype: ffi::fi_datatype,
+    /// Completion flags of an update (`FI_DELIVERY_COMPLETE`).
+    pub(crate) flags: u64,
 }
 
 impl Dir {
