@@ -510,6 +510,54 @@ fn a_revoke_fails_a_stream_of_atomics(ctrl: &str) {
     assert!(asked.elapsed() < Duration::from_secs(10), "{ctrl}");
 }
 
+/// Futures dropped after their first poll may still perform their atomic (the operation
+/// owns its buffers until the provider is done); futures dropped unpolled do nothing. On
+/// the CPU and exporter paths the first poll performs or sends it, so every one happens;
+/// a provider may refuse a post for want of space (shm while an operation to the peer is
+/// in flight), and a future dropped then never posted.
+fn dropped_atomics_may_still_happen_and_unpolled_ones_do_not(ctrl: &str) {
+    use std::future::Future;
+    use std::task::{Context, Poll, Waker};
+    let _serial = serial();
+    let (mut exporter, exporter_id, segid) = start_exporter(ctrl);
+    let rt = runtime();
+    let (_node, imp) = import(&rt, ctrl, exporter_id, segid, Perm::RDWR);
+    let n = 200u64;
+    let mut cx = Context::from_waker(Waker::noop());
+    for _ in 0..n {
+        let mut f = Box::pin(imp.fetch_add(0, 1u64));
+        if let Poll::Ready(r) = f.as_mut().poll(&mut cx) {
+            r.unwrap();
+        }
+        drop(f);
+        drop(imp.fetch_add(0, 1000u64));
+    }
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while imp.in_flight() > 0 {
+        assert!(
+            Instant::now() < deadline,
+            "{ctrl}: dropped atomics never complete"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let every = matches!(ctrl, "loopback" | "loopback-caller" | "tcp0");
+    let v: u64 = loop {
+        let v: u64 = exporter.ask("get 0").parse().unwrap();
+        if !every || v == n || Instant::now() >= deadline {
+            break v;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    assert!(v <= n, "{ctrl}: {v}: an unpolled atomic happened");
+    if every {
+        assert_eq!(v, n, "{ctrl}: every polled atomic happened");
+    }
+    // Nothing more arrives later, and the segment still works.
+    std::thread::sleep(Duration::from_millis(200));
+    assert_eq!(exporter.ask("get 0"), v.to_string(), "{ctrl}");
+    assert_eq!(rt.block_on(imp.fetch_add(0, 1u64)).unwrap(), v, "{ctrl}");
+}
+
 macro_rules! per_controller {
     ($($name:ident => $f:ident),* $(,)?) => {$(
         mod $name {
@@ -533,4 +581,5 @@ per_controller! {
     model => every_op_and_type_follows_the_model,
     refusals => every_refusal_has_its_error,
     revoke => a_revoke_fails_a_stream_of_atomics,
+    cancel => dropped_atomics_may_still_happen_and_unpolled_ones_do_not,
 }
