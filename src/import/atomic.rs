@@ -27,6 +27,7 @@ use crate::reactor::slot::{
 };
 use crate::sans_io::atomic::{AtomicOp, AtomicValue, Call, Class, CompareOp, op_name};
 use crate::sans_io::wire::{AtomicRequest, ByteOrder, Message};
+use crate::stats::OpKind;
 use crate::{Error, Result};
 use std::future::Future;
 use std::sync::Arc;
@@ -281,12 +282,16 @@ impl ImportSegment {
         compare: T,
     ) -> Result<Pending> {
         let dt = T::DATATYPE;
+        self.count_made(OpKind::Atomic, dt.size());
         let ctx = |e: Error| {
-            e.op(name)
+            let e = e
+                .op(name)
                 .segment(self.inner.segment)
                 .node(self.inner.node)
                 .offset(offset)
-                .length(dt.size() as u64)
+                .length(dt.size() as u64);
+            self.count_failure(OpKind::Atomic, &e);
+            e
         };
         let call = Call::decode(class as u8, op, dt as u8).ok_or_else(|| {
             ctx(Error::locks_not_supported().detail(format!(
@@ -304,7 +309,8 @@ impl ImportSegment {
             ))));
         }
         let fabric = self.inner.lo.is_none();
-        self.check_access(name, Perm::RDWR, offset, dt.size(), fabric)?;
+        self.check_access(name, Perm::RDWR, offset, dt.size(), fabric)
+            .inspect_err(|e| self.count_failure(OpKind::Atomic, e))?;
         let route = match &self.inner.lo {
             Some(lo) if !lo.is_remote() => Route::Cpu(Arc::clone(lo)),
             Some(_) => Route::Exporter,
@@ -374,11 +380,14 @@ impl Pending {
         let size = self.call.datatype.size();
         let inner = &self.seg.inner;
         let ctx = |e: Error| {
-            e.op(self.name)
+            let e = e
+                .op(self.name)
                 .segment(inner.segment)
                 .node(inner.node)
                 .offset(self.offset)
-                .length(size as u64)
+                .length(size as u64);
+            self.seg.count_failure(OpKind::Atomic, &e);
+            e
         };
         match self.route {
             Route::Cpu(lo) => lo
