@@ -139,6 +139,15 @@ impl Baseline {
             if self.empty_polls % super::YIELD_EVERY == 0 {
                 std::thread::yield_now();
             }
+            // Auto-progress providers (sockets): sleep on the fd, as `poll` does, so their
+            // own threads have the cores.
+            if let Some(fd) = self.idle_fd {
+                if self.raw.cq.trywait() {
+                    super::wait_readable(fd, std::time::Duration::from_millis(10));
+                }
+            }
+        } else {
+            self.empty_polls = 0;
         }
         Ok(())
     }
