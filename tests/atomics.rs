@@ -558,6 +558,27 @@ fn dropped_atomics_may_still_happen_and_unpolled_ones_do_not(ctrl: &str) {
     assert_eq!(rt.block_on(imp.fetch_add(0, 1u64)).unwrap(), v, "{ctrl}");
 }
 
+/// In explicit barrier mode an atomic joins the open barrier as a get does: it resolves
+/// once performed, and the barrier's close waits for those whose futures were dropped.
+fn atomics_in_explicit_barrier_mode(ctrl: &str) {
+    let _serial = serial();
+    let (mut exporter, exporter_id, segid) = start_exporter(ctrl);
+    let rt = runtime();
+    let (_node, imp) = import(&rt, ctrl, exporter_id, segid, Perm::RDWR);
+    imp.set_mode(rsm::BarrierMode::Explicit).unwrap();
+    let barrier = imp.init_barrier().unwrap();
+    rt.block_on(async {
+        barrier.open().unwrap();
+        for i in 0..50u64 {
+            assert_eq!(imp.fetch_add(0, 1u64).await.unwrap(), i, "{ctrl}");
+        }
+        imp.atomic(8, AtomicOp::Write, 7u64).await.unwrap();
+        barrier.close().await.unwrap();
+    });
+    assert_eq!(exporter.ask("get 0"), "50", "{ctrl}");
+    assert_eq!(exporter.ask("get 8"), "7", "{ctrl}");
+}
+
 macro_rules! per_controller {
     ($($name:ident => $f:ident),* $(,)?) => {$(
         mod $name {
@@ -582,4 +603,5 @@ per_controller! {
     refusals => every_refusal_has_its_error,
     revoke => a_revoke_fails_a_stream_of_atomics,
     cancel => dropped_atomics_may_still_happen_and_unpolled_ones_do_not,
+    explicit => atomics_in_explicit_barrier_mode,
 }
