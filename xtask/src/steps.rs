@@ -83,6 +83,8 @@ pub const TEST: &[Step] = &[
             "signals",
             "--test",
             "semantics",
+            "--test",
+            "atomics",
         ],
         env: &[LOOPBACK_FABRIC, BACKTRACES, FORCE_MR_LOCAL],
     },

@@ -205,7 +205,8 @@ pub(crate) struct BenchArgs {
     /// The controller to measure, such as tcp0 or shm0 (see `rsm info`).
     #[arg(long)]
     pub(crate) controller: String,
-    /// The operation: put (delivery-complete write) or get (read).
+    /// The operation: put (delivery-complete write), get (read), putv, getv, signal, or a
+    /// remote atomic on a u64 (fetch-add, cswap, add).
     #[arg(long, value_enum, required_unless_present = "serve")]
     pub(crate) op: Option<Op>,
     /// Transfer sizes, comma-separated; K, M and G are binary units (8,4K,64K,1M).
