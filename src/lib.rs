@@ -124,8 +124,8 @@ pub use events::{EventStream, Importer, Lagged, PollFd, SegmentEvent, SignalFlag
 pub use export::{ExportSegment, SegmentMemory};
 pub use ids::{NodeId, ProviderKind, SegmentId};
 pub use import::{
-    Barrier, BarrierMode, ImportMapping, ImportSegment, MAX_SGIOREQS, MapAt, SgEntry, SgFlags,
-    SgLocal, SgOp, SgOutcome,
+    Barrier, BarrierMode, ImportMapping, ImportSegment, MAX_ATOMIC_VALUES, MAX_SGIOREQS, MapAt,
+    SgEntry, SgFlags, SgLocal, SgOp, SgOutcome,
 };
 pub use limits::Limits;
 pub use local::LocalMemory;

@@ -579,6 +579,185 @@ fn atomics_in_explicit_barrier_mode(ctrl: &str) {
     assert_eq!(exporter.ask("get 8"), "7", "{ctrl}");
 }
 
+/// The vector form: every value against the model, over more values than one native post
+/// takes; its refusals.
+fn vectors_follow_the_model(ctrl: &str) {
+    let _serial = serial();
+    let (_exporter, exporter_id, segid) = start_exporter(ctrl);
+    let rt = runtime();
+    let (_node, imp) = import(&rt, ctrl, exporter_id, segid, Perm::RDWR);
+    fn check<T: AtomicValue>(
+        rt: &tokio::runtime::Runtime,
+        imp: &rsm::ImportSegment,
+        ctrl: &str,
+        old: Vec<T>,
+        x: Vec<T>,
+        c: Vec<T>,
+    ) {
+        let n = old.len();
+        let off = 64u64;
+        let put_all = |vals: &[T]| {
+            for (i, v) in vals.iter().enumerate() {
+                set(rt, imp, off + (i * T::SIZE) as u64, *v);
+            }
+        };
+        let left = || -> Vec<T> {
+            (0..n)
+                .map(|i| value::<T>(rt, imp, off + (i * T::SIZE) as u64))
+                .collect()
+        };
+        for op in [
+            AtomicOp::Sum,
+            AtomicOp::Max,
+            AtomicOp::Write,
+            AtomicOp::Read,
+        ] {
+            put_all(&old);
+            let got = rt
+                .block_on(imp.fetch_atomic_many(off, op, x.clone()))
+                .unwrap();
+            let want: Vec<T> = (0..n)
+                .map(|i| model(op.code(), old[i], x[i], x[i]))
+                .collect();
+            assert!(
+                got.iter().zip(&old).all(|(a, b)| same(*a, *b)),
+                "{ctrl} {op:?} fetched"
+            );
+            assert!(
+                left().iter().zip(&want).all(|(a, b)| same(*a, *b)),
+                "{ctrl} {op:?} left"
+            );
+            if op != AtomicOp::Read {
+                put_all(&old);
+                rt.block_on(imp.atomic_many(off, op, x.clone())).unwrap();
+                assert!(
+                    left().iter().zip(&want).all(|(a, b)| same(*a, *b)),
+                    "{ctrl} {op:?}"
+                );
+            }
+        }
+        put_all(&old);
+        let got = rt
+            .block_on(imp.compare_atomic_many(off, CompareOp::Eq, c.clone(), x.clone()))
+            .unwrap();
+        let want: Vec<T> = (0..n).map(|i| model(12, old[i], x[i], c[i])).collect();
+        assert!(
+            got.iter().zip(&old).all(|(a, b)| same(*a, *b)),
+            "{ctrl} cswap fetched"
+        );
+        assert!(
+            left().iter().zip(&want).all(|(a, b)| same(*a, *b)),
+            "{ctrl} cswap left"
+        );
+    }
+    for n in [1usize, 5, 70] {
+        let old: Vec<u64> = (0..n as u64).map(|i| i * 3).collect();
+        let x: Vec<u64> = (0..n as u64).map(|i| 100 + i).collect();
+        // Every other compare hits.
+        let c: Vec<u64> = old
+            .iter()
+            .enumerate()
+            .map(|(i, &o)| if i % 2 == 0 { o } else { o + 1 })
+            .collect();
+        check(&rt, &imp, ctrl, old.clone(), x.clone(), c.clone());
+        let narrow = |v: &Vec<u64>| v.iter().map(|&a| a as u16).collect::<Vec<u16>>();
+        check(&rt, &imp, ctrl, narrow(&old), narrow(&x), narrow(&c));
+        let float = |v: &Vec<u64>| v.iter().map(|&a| a as f64 / 2.0).collect::<Vec<f64>>();
+        check(&rt, &imp, ctrl, float(&old), float(&x), float(&c));
+    }
+    // More values than one post of shm (256) or sockets (512) takes: several posts.
+    let n = 1000usize;
+    let old: Vec<u8> = (0..n as u32).flat_map(|i| i.to_ne_bytes()).collect();
+    rt.block_on(imp.put(0, old)).unwrap();
+    let x: Vec<u32> = (0..n as u32).map(|i| i * 7).collect();
+    let got = rt
+        .block_on(imp.fetch_atomic_many(0, AtomicOp::Sum, x))
+        .unwrap();
+    assert_eq!(
+        got,
+        (0..n as u32).collect::<Vec<_>>(),
+        "{ctrl}: previous values"
+    );
+    let (_, now) = rt.block_on(imp.get(0, vec![0u8; 4 * n])).unwrap();
+    let now: Vec<u32> = now
+        .chunks_exact(4)
+        .map(|c| u32::from_ne_bytes(c.try_into().unwrap()))
+        .collect();
+    assert_eq!(
+        now,
+        (0..n as u32).map(|i| i * 8).collect::<Vec<_>>(),
+        "{ctrl}: sums"
+    );
+    let name = |r: rsm::Result<Vec<u64>>| r.unwrap_err().name();
+    let f = |off, ops: Vec<u64>| rt.block_on(imp.fetch_atomic_many(off, AtomicOp::Sum, ops));
+    assert_eq!(name(f(4, vec![1, 2])), "RSMERR_BAD_MEM_ALIGNMENT");
+    assert_eq!(name(f(SIZE as u64 - 8, vec![1, 2])), "RSMERR_BAD_LENGTH");
+    assert_eq!(
+        name(f(0, vec![0; rsm::MAX_ATOMIC_VALUES + 1])),
+        "RSMERR_BAD_LENGTH"
+    );
+    let e = rt.block_on(imp.compare_atomic_many(0, CompareOp::Eq, vec![1u64], vec![1, 2]));
+    assert_eq!(e.unwrap_err().name(), "RSMERR_BAD_LENGTH");
+    assert_eq!(
+        rt.block_on(imp.fetch_atomic_many(0, AtomicOp::Sum, Vec::<u64>::new()))
+            .unwrap(),
+        Vec::<u64>::new()
+    );
+}
+
+/// Many atomics in flight at once, each on its own word holding its own value: each gets
+/// its own word's previous value back (a provider that mixed up results would hand one
+/// operation another's).
+fn concurrent_atomics_get_their_own_results(ctrl: &str) {
+    let _serial = serial();
+    let (_exporter, exporter_id, segid) = start_exporter(ctrl);
+    let rt = runtime();
+    let (_node, imp) = import(&rt, ctrl, exporter_id, segid, Perm::RDWR);
+    let n = 64u64;
+    // Vectors in flight at once, on ranges of their own.
+    for (k, round) in [128usize, 256]
+        .into_iter()
+        .flat_map(|k| (0..5u32).map(move |r| (k, r)))
+    {
+        let start: Vec<u8> = (0..8 * k as u32)
+            .flat_map(|i| (i * 7 + round).to_ne_bytes())
+            .collect();
+        rt.block_on(imp.put(0, start)).unwrap();
+        let got = rt.block_on(futures::future::join_all((0..8).map(|v| {
+            imp.fetch_atomic_many((v * 4 * k) as u64, AtomicOp::Sum, vec![1u32; k])
+        })));
+        for (v, g) in got.into_iter().enumerate() {
+            let want: Vec<u32> = (0..k as u32)
+                .map(|i| (v as u32 * k as u32 + i) * 7 + round)
+                .collect();
+            assert_eq!(g.unwrap(), want, "{ctrl}: vector {v} of {k}, round {round}");
+        }
+    }
+    for round in 0..20u64 {
+        let start: Vec<u8> = (0..n)
+            .flat_map(|i| (i * 1000 + round).to_ne_bytes())
+            .collect();
+        rt.block_on(imp.put(0, start)).unwrap();
+        let got = rt.block_on(futures::future::join_all(
+            (0..n).map(|i| imp.fetch_add(8 * i, 1u64)),
+        ));
+        for (i, g) in got.into_iter().enumerate() {
+            assert_eq!(
+                g.unwrap(),
+                i as u64 * 1000 + round,
+                "{ctrl}: word {i}, round {round}"
+            );
+        }
+        let got = rt.block_on(futures::future::join_all((0..n).map(|i| {
+            let old = i * 1000 + round + 1;
+            imp.compare_swap(8 * i, old, old + 1)
+        })));
+        for (i, g) in got.into_iter().enumerate() {
+            assert_eq!(g.unwrap(), i as u64 * 1000 + round + 1, "{ctrl}: cswap {i}");
+        }
+    }
+}
+
 macro_rules! per_controller {
     ($($name:ident => $f:ident),* $(,)?) => {$(
         mod $name {
@@ -604,4 +783,6 @@ per_controller! {
     revoke => a_revoke_fails_a_stream_of_atomics,
     cancel => dropped_atomics_may_still_happen_and_unpolled_ones_do_not,
     explicit => atomics_in_explicit_barrier_mode,
+    vectors => vectors_follow_the_model,
+    concurrent => concurrent_atomics_get_their_own_results,
 }

@@ -362,6 +362,7 @@ fn info_json(list: &[ControllerInfo]) -> String {
             obj.insert("atomics".into(), c.atomics.path.into());
             obj.insert("atomics_native".into(), c.atomics.native_count().into());
             obj.insert("atomics_offered".into(), c.atomics.offered_count().into());
+            obj.insert("atomics_max_count".into(), c.atomics.max_count().into());
             serde_json::Value::Object(obj)
         })
         .collect();
@@ -391,7 +392,10 @@ fn atomics_row(a: &rsm::controller::AtomicSupport) -> String {
     let (native, offered) = (a.native_count(), a.offered_count());
     match a.path {
         "cpu" => "cpu (shared mapping; the exporter for caller memory)".into(),
-        "provider" => format!("provider ({native} of {offered} native)"),
+        "provider" => format!(
+            "provider ({native} of {offered} native, up to {} values a post)",
+            a.max_count()
+        ),
         "exporter" => format!("exporter (side channel; 0 of {offered} native)"),
         other => format!(
             "{other} ({native} of {offered} native; the exporter performs {})",

@@ -78,19 +78,21 @@ impl Endpoint {
         (ret == 0 && count > 0).then_some(count)
     }
 
-    /// Posts `op` with the one value at `buf` on the value of `datatype` at `addr`/`key`
-    /// of `dest`, without a result (`fi_atomicmsg`), completed as `flags` asks
-    /// (`FI_DELIVERY_COMPLETE` to be performed at the target when it completes).
+    /// Posts `op` with the `count` values at `buf` on as many values of `datatype` from
+    /// `addr`/`key` of `dest` (each atomic by itself), without a result (`fi_atomicmsg`),
+    /// completed as `flags` asks (`FI_DELIVERY_COMPLETE` to be performed at the target when
+    /// it completes).
     ///
     /// # Safety
-    /// `buf` must stay readable and `context` valid and unmoved until the completion for
-    /// `context` has been read or the endpoint is closed; `desc` is the descriptor of a
-    /// registration covering `buf`, or NULL where the provider needs none.
+    /// The `count` values at `buf` must stay readable and `context` valid and unmoved until
+    /// the completion for `context` has been read or the endpoint is closed; `desc` is the
+    /// descriptor of a registration covering them, or NULL where the provider needs none.
     #[allow(clippy::too_many_arguments)]
     #[inline]
     pub unsafe fn atomic(
         &self,
         buf: *const u8,
+        count: usize,
         desc: *mut libc::c_void,
         dest: ffi::fi_addr_t,
         addr: u64,
@@ -103,14 +105,10 @@ impl Endpoint {
         self.post_raw(dest, "fi_atomicmsg", |ep, peer| {
             let iov = ffi::fi_ioc {
                 addr: buf as *mut _,
-                count: 1,
+                count,
             };
             let mut desc = desc;
-            let rma = ffi::fi_rma_ioc {
-                addr,
-                count: 1,
-                key,
-            };
+            let rma = ffi::fi_rma_ioc { addr, count, key };
             let msg = ffi::fi_msg_atomic {
                 msg_iov: &iov,
                 desc: &mut desc,
@@ -130,17 +128,19 @@ impl Endpoint {
         })
     }
 
-    /// Posts `op` with the one value at `buf` on the value at `addr`/`key` of `dest`; the
-    /// previous value lands at `result` (`fi_fetch_atomic`).
+    /// Posts `op` with the `count` values at `buf` on as many values from `addr`/`key` of
+    /// `dest`; the previous values land at `result` (`fi_fetch_atomic`).
     ///
     /// # Safety
-    /// As for [`Endpoint::atomic`]; `result` must stay writable and untouched by anyone
-    /// else until the completion, with `result_desc` its descriptor (or NULL).
+    /// As for [`Endpoint::atomic`]; the `count` values at `result` must stay writable and
+    /// untouched by anyone else until the completion, with `result_desc` their descriptor
+    /// (or NULL).
     #[allow(clippy::too_many_arguments)]
     #[inline]
     pub unsafe fn fetch_atomic(
         &self,
         buf: *const u8,
+        count: usize,
         desc: *mut libc::c_void,
         result: *mut u8,
         result_desc: *mut libc::c_void,
@@ -158,7 +158,7 @@ impl Endpoint {
                 ffi::fi_fetch_atomic(
                     ep,
                     buf.cast(),
-                    1,
+                    count,
                     desc,
                     result.cast(),
                     result_desc,
@@ -173,18 +173,19 @@ impl Endpoint {
         })
     }
 
-    /// Posts the conditional swap `op` (operand at `buf`, compare value at `compare`) on
-    /// the value at `addr`/`key` of `dest`; the previous value lands at `result`
-    /// (`fi_compare_atomic`).
+    /// Posts the conditional swaps `op` (the `count` operands at `buf`, compare values at
+    /// `compare`) on as many values from `addr`/`key` of `dest`; the previous values land
+    /// at `result` (`fi_compare_atomic`).
     ///
     /// # Safety
-    /// As for [`Endpoint::fetch_atomic`], and `compare` stays readable until the completion,
-    /// with `compare_desc` its descriptor (or NULL).
+    /// As for [`Endpoint::fetch_atomic`], and the `count` values at `compare` stay readable
+    /// until the completion, with `compare_desc` their descriptor (or NULL).
     #[allow(clippy::too_many_arguments)]
     #[inline]
     pub unsafe fn compare_atomic(
         &self,
         buf: *const u8,
+        count: usize,
         desc: *mut libc::c_void,
         compare: *const u8,
         compare_desc: *mut libc::c_void,
@@ -204,7 +205,7 @@ impl Endpoint {
                 ffi::fi_compare_atomic(
                     ep,
                     buf.cast(),
-                    1,
+                    count,
                     desc,
                     compare.cast(),
                     compare_desc,

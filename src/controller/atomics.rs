@@ -25,6 +25,9 @@ pub struct AtomicSupport {
     /// the provider performs it. Index `[class][datatype]`.
     #[cfg_attr(feature = "serde", serde(skip))]
     pub(crate) native: [[u32; 10]; 3],
+    /// The fewest values one native post takes, over every native combination (0: none):
+    /// a vector operation goes in posts of at most this many.
+    pub(crate) max_count: usize,
 }
 
 impl AtomicSupport {
@@ -33,22 +36,26 @@ impl AtomicSupport {
         AtomicSupport {
             path: "cpu",
             native: [[0; 10]; 3],
+            max_count: 0,
         }
     }
 
-    /// The table `native(class, datatype, op)` answers, restricted to what `rsm` offers.
-    pub(crate) fn from_provider(native: impl Fn(Class, Datatype, u8) -> bool) -> Self {
+    /// The table `native(class, datatype, op)` answers (how many values one post takes, or
+    /// `None`), restricted to what `rsm` offers.
+    pub(crate) fn from_provider(native: impl Fn(Class, Datatype, u8) -> Option<usize>) -> Self {
         let mut t = [[0u32; 10]; 3];
         let (mut all, mut any) = (true, false);
+        let mut max_count = usize::MAX;
         for class in Class::ALL {
             for dt in Datatype::ALL {
                 for op in 0..OPS as u8 {
                     if !offered(class, op, dt) {
                         continue;
                     }
-                    if native(class, dt, op) {
+                    if let Some(count) = native(class, dt, op) {
                         t[class as usize][dt as usize] |= 1 << op;
                         any = true;
+                        max_count = max_count.min(count);
                     } else {
                         all = false;
                     }
@@ -60,12 +67,21 @@ impl AtomicSupport {
             (true, false) => "mixed",
             _ => "exporter",
         };
-        AtomicSupport { path, native: t }
+        AtomicSupport {
+            path,
+            native: t,
+            max_count: if any { max_count } else { 0 },
+        }
     }
 
     /// Whether the provider performs `op` of `class` on `dt` itself.
     pub(crate) fn is_native(&self, class: Class, dt: Datatype, op: u8) -> bool {
         self.native[class as usize][dt as usize] & (1 << op) != 0
+    }
+
+    /// The most values one native post of a vector takes here (0 where none is native).
+    pub fn max_count(&self) -> usize {
+        self.max_count
     }
 
     /// How many (class, operation, type) combinations the provider performs itself.
@@ -114,14 +130,14 @@ mod tests {
 
     #[test]
     fn paths_follow_the_table() {
-        let all = AtomicSupport::from_provider(|_, _, _| true);
-        assert_eq!(all.path, "provider");
+        let all = AtomicSupport::from_provider(|_, _, _| Some(4));
+        assert_eq!((all.path, all.max_count()), ("provider", 4));
         assert_eq!(all.native_count(), all.offered_count());
         assert!(all.not_native().is_empty());
-        let none = AtomicSupport::from_provider(|_, _, _| false);
+        let none = AtomicSupport::from_provider(|_, _, _| None);
         assert_eq!((none.path, none.native_count()), ("exporter", 0));
-        let some = AtomicSupport::from_provider(|_, dt, _| dt == Datatype::U64);
-        assert_eq!(some.path, "mixed");
+        let some = AtomicSupport::from_provider(|_, dt, _| (dt == Datatype::U64).then_some(2));
+        assert_eq!((some.path, some.max_count()), ("mixed", 2));
         assert!(some.is_native(Class::Fetch, Datatype::U64, 2));
         assert!(!some.is_native(Class::Fetch, Datatype::U32, 2));
         assert!(some.not_native().contains(&"fetch:sum:u32".to_string()));

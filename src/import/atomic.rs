@@ -22,9 +22,7 @@ use crate::fabric::atomic::AtomicKind;
 use crate::fabric::ffi;
 use crate::perm::Perm;
 use crate::reactor::Op;
-use crate::reactor::slot::{
-    AT_COMPARE, AT_OPERAND, AT_RESULT, ATOMIC_BUF, AtomicPost, Dir, Visibility,
-};
+use crate::reactor::slot::{AtomicPost, Dir, Visibility};
 use crate::sans_io::atomic::{AtomicOp, AtomicValue, Call, Class, CompareOp, op_name};
 use crate::sans_io::wire::{AtomicRequest, ByteOrder, Message};
 use crate::stats::OpKind;
@@ -32,12 +30,15 @@ use crate::{Error, Result};
 use std::future::Future;
 use std::sync::Arc;
 
-/// An atomic's operand, compare value and result, owned by its operation (`plan.rs`
-/// says where each lies).
-type Words = Box<[u64; ATOMIC_BUF / 8]>;
+/// An atomic's operand, compare value and result, owned by its operation.
+type Words = Box<[u64; 3]>;
+
+/// Where the compare value and the result lie in [`Words`].
+const COMPARE_AT: usize = 8;
+const RESULT_AT: usize = 16;
 
 /// The word whose first `size` bytes in memory are the value `bits` holds in its low bytes.
-fn place(bits: u64, size: usize) -> u64 {
+pub(super) fn place(bits: u64, size: usize) -> u64 {
     if cfg!(target_endian = "little") || size == 8 {
         bits
     } else {
@@ -46,7 +47,7 @@ fn place(bits: u64, size: usize) -> u64 {
 }
 
 /// The inverse of [`place`].
-fn take(word: u64, size: usize) -> u64 {
+pub(super) fn take(word: u64, size: usize) -> u64 {
     if cfg!(target_endian = "little") || size == 8 {
         word & (u64::MAX >> (64 - 8 * size))
     } else {
@@ -336,9 +337,22 @@ impl ImportSegment {
     /// The provider's own post of `call`, where it performs it and the exporter shares
     /// this node's byte order; else the exporter's path.
     fn native(&self, name: &'static str, call: Call, offset: u64, x: u64, c: u64) -> Route {
-        let Some((_, backend)) = self.inner.fabric() else {
+        let Some(kind) = self.native_kind(call) else {
             return Route::Exporter(self.clone());
         };
+        let size = call.datatype.size();
+        let mut words: Words = Box::new([place(x, size), place(c, size), 0]);
+        let ptr = words.as_mut_ptr().cast::<u8>();
+        let post = self.post_of(kind, call, 1, COMPARE_AT, RESULT_AT);
+        Route::Native(Box::new(
+            self.post_native(post, ptr, 24, words, name, offset),
+        ))
+    }
+
+    /// How the provider posts `call` on this connection, if it performs it and the exporter
+    /// shares this node's byte order (`None`: the exporter's path).
+    pub(super) fn native_kind(&self, call: Call) -> Option<AtomicKind> {
+        let (_, backend) = self.inner.fabric()?;
         let atomics = &self.inner.ctrl.info().atomics;
         let fenced = backend.visibility() == Visibility::FencedRead;
         // Without delivery completion an update is posted fetching: its result comes back
@@ -347,36 +361,48 @@ impl ImportSegment {
             Class::Update if fenced => Class::Fetch,
             c => c,
         };
-        if self.inner.peer_byte_order != ByteOrder::native()
-            || !atomics.is_native(class, call.datatype, call.op)
-        {
-            return Route::Exporter(self.clone());
-        }
-        let kind = match class {
+        let native = self.inner.peer_byte_order == ByteOrder::native()
+            && atomics.is_native(class, call.datatype, call.op);
+        native.then_some(match class {
             Class::Update => AtomicKind::Update,
             Class::Fetch => AtomicKind::Fetch,
             Class::Compare => AtomicKind::Compare,
-        };
-        let size = call.datatype.size();
-        let mut words: Words = Box::new([0; ATOMIC_BUF / 8]);
-        words[AT_OPERAND / 8] = place(x, size);
-        words[AT_COMPARE / 8] = place(c, size);
-        words[AT_RESULT / 8] = 0;
-        let ptr = words.as_mut_ptr().cast::<u8>();
-        let plan = Op::<Words>::contiguous(ptr, ATOMIC_BUF, offset, ATOMIC_BUF);
-        let post = AtomicPost {
+        })
+    }
+
+    /// The post of `count` values of `call` as `kind`, the buffer laid out as the offsets
+    /// say.
+    pub(super) fn post_of(
+        &self,
+        kind: AtomicKind,
+        call: Call,
+        count: usize,
+        compare_at: usize,
+        result_at: usize,
+    ) -> AtomicPost {
+        AtomicPost {
             kind,
             op: ffi::fi_op::from(call.op),
             datatype: call.datatype as ffi::fi_datatype,
             flags: u64::from(ffi::FI_DELIVERY_COMPLETE),
-        };
-        Route::Native(Box::new(self.start(
-            Dir::Atomic(post),
-            plan,
-            words,
-            name,
-            offset,
-        )))
+            count,
+            compare_at,
+            result_at,
+        }
+    }
+
+    /// The operation posting `post` with the `len` bytes at `ptr`, which lie in `buf`.
+    pub(super) fn post_native<B: Send + 'static>(
+        &self,
+        post: AtomicPost,
+        ptr: *mut u8,
+        len: usize,
+        buf: B,
+        name: &'static str,
+        offset: u64,
+    ) -> Op<B> {
+        let plan = Op::<B>::contiguous(ptr, len, offset, len);
+        self.start(Dir::Atomic(post), plan, buf, name, offset)
     }
 }
 
@@ -400,7 +426,7 @@ impl Pending {
                 .map_err(ctx),
             Route::Native(op) => {
                 let (_, words) = op.await.map_err(|e| e.into_error())?;
-                Ok(take(words[AT_RESULT / 8], size))
+                Ok(take(words[RESULT_AT / 8], size))
             }
             Route::Exporter(seg) => {
                 let req = AtomicRequest {
@@ -422,7 +448,7 @@ impl Pending {
 }
 
 /// Asks the exporter to perform `req`; the previous value's bits.
-async fn ask_exporter(seg: ImportSegment, req: AtomicRequest) -> Result<u64> {
+pub(super) async fn ask_exporter(seg: ImportSegment, req: AtomicRequest) -> Result<u64> {
     let inner = &seg.inner;
     if let Some(e) = inner.tracker.aborted() {
         return Err(e);

@@ -39,19 +39,11 @@ pub(crate) enum Dir {
         flags: u64,
     },
     Read,
-    /// One remote atomic on the value at the plan's offset; its buffer is [`ATOMIC_BUF`]
-    /// bytes laid out as the `AT_*` offsets say, copied in before and back after.
+    /// Remote atomics on `count` values from the plan's offset; the plan's buffer holds the
+    /// operands from its start, the compare values and the results where the post says,
+    /// copied in before and back after.
     Atomic(AtomicPost),
 }
-
-/// Where the operand, the compare value and the result lie in an atomic's buffer.
-pub(crate) const AT_OPERAND: usize = 0;
-/// See [`AT_OPERAND`].
-pub(crate) const AT_COMPARE: usize = 8;
-/// See [`AT_OPERAND`].
-pub(crate) const AT_RESULT: usize = 16;
-/// The size of an atomic's buffer.
-pub(crate) const ATOMIC_BUF: usize = 24;
 
 /// Which atomic a [`Dir::Atomic`] posts.
 #[derive(Debug, Clone, Copy)]
@@ -61,6 +53,11 @@ pub(crate) struct AtomicPost {
     pub(crate) datatype: ffi::fi_datatype,
     /// Completion flags of an update (`FI_DELIVERY_COMPLETE`).
     pub(crate) flags: u64,
+    /// Values (of the datatype) in the post.
+    pub(crate) count: usize,
+    /// Where the compare values and the results start in the buffer.
+    pub(crate) compare_at: usize,
+    pub(crate) result_at: usize,
 }
 
 impl Dir {

@@ -34,8 +34,7 @@ use std::task::Waker;
 
 // The plan types and `clone_error` keep their paths here for the rest of the crate.
 pub(crate) use super::plan::{
-    AT_COMPARE, AT_OPERAND, AT_RESULT, ATOMIC_BUF, AtomicPost, Batches, Cut, Dir, OpInfo, Piece,
-    Plan, Span, Visibility,
+    AtomicPost, Batches, Cut, Dir, OpInfo, Piece, Plan, Span, Visibility,
 };
 pub(crate) use crate::error::clone_error;
 

@@ -320,7 +320,7 @@ pub(crate) fn describe(c: &Candidate, local_ip: IpAddr) -> Result<(ControllerInf
 fn native_atomics(info: &fabric::Info, domain: &Domain) -> AtomicSupport {
     let v = info.view();
     if v.caps() & u64::from(ffi::FI_ATOMIC) == 0 || v.is_msg() {
-        return AtomicSupport::from_provider(|_, _, _| false);
+        return AtomicSupport::from_provider(|_, _, _| None);
     }
     AtomicSupport::from_provider(|class, dt, op| {
         let kind = match class {
@@ -328,9 +328,7 @@ fn native_atomics(info: &fabric::Info, domain: &Domain) -> AtomicSupport {
             Class::Fetch => AtomicKind::Fetch,
             Class::Compare => AtomicKind::Compare,
         };
-        domain
-            .query_atomic(kind, dt as ffi::fi_datatype, ffi::fi_op::from(op))
-            .is_some()
+        domain.query_atomic(kind, dt as ffi::fi_datatype, ffi::fi_op::from(op))
     })
 }
 

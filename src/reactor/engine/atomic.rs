@@ -3,16 +3,17 @@
 use super::{Engine, PostOutcome, outcome};
 use crate::fabric::atomic::AtomicKind;
 use crate::fabric::ffi;
-use crate::reactor::plan::{AT_COMPARE, AT_RESULT, AtomicPost};
+use crate::reactor::plan::AtomicPost;
 use std::sync::atomic::Ordering;
 
 impl Engine {
-    /// Posts the remote atomic `a` on the value at `addr`/`key` of `dest`; its buffer at
-    /// `buf` holds the operand, the compare value and room for the result (`plan.rs`).
+    /// Posts the remote atomics `a` on the `a.count` values from `addr`/`key` of `dest`;
+    /// the buffer at `buf` holds the operands, and the compare values and room for the
+    /// results where `a` says (`plan.rs`).
     ///
     /// # Safety
-    /// As `Endpoint::fetch_atomic`, for the `ATOMIC_BUF` bytes at `buf` (`plan.rs`), all covered by
-    /// `desc` where the domain wants descriptors.
+    /// As `Endpoint::fetch_atomic`, for the buffer's operands, compare values and results,
+    /// all covered by `desc` where the domain wants descriptors.
     #[allow(clippy::too_many_arguments)]
     pub(crate) unsafe fn post_atomic(
         &self,
@@ -28,17 +29,18 @@ impl Engine {
             return PostOutcome::Closed;
         }
         let at = |o: usize| buf.wrapping_add(o);
-        let (dt, op) = (a.datatype, a.op);
+        let (dt, op, n) = (a.datatype, a.op, a.count);
         // SAFETY: forwarded contract; the three places lie in the buffer.
         outcome(unsafe {
             match a.kind {
                 AtomicKind::Update => self
                     .ep
-                    .atomic(buf, desc, dest, addr, key, dt, op, ctx, a.flags),
+                    .atomic(buf, n, desc, dest, addr, key, dt, op, ctx, a.flags),
                 AtomicKind::Fetch => self.ep.fetch_atomic(
                     buf,
+                    n,
                     desc,
-                    at(AT_RESULT),
+                    at(a.result_at),
                     desc,
                     dest,
                     addr,
@@ -49,10 +51,11 @@ impl Engine {
                 ),
                 AtomicKind::Compare => self.ep.compare_atomic(
                     buf,
+                    n,
                     desc,
-                    at(AT_COMPARE),
+                    at(a.compare_at),
                     desc,
-                    at(AT_RESULT),
+                    at(a.result_at),
                     desc,
                     dest,
                     addr,

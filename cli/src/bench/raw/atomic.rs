@@ -56,6 +56,7 @@ impl Baseline {
             Op::FetchAdd => unsafe {
                 self.raw.ep.fetch_atomic(
                     buf,
+                    1,
                     desc,
                     res,
                     desc,
@@ -71,6 +72,7 @@ impl Baseline {
             Op::Cswap => unsafe {
                 self.raw.ep.compare_atomic(
                     buf,
+                    1,
                     desc,
                     cmp,
                     desc,
@@ -88,6 +90,7 @@ impl Baseline {
             _ => unsafe {
                 self.raw.ep.atomic(
                     buf,
+                    1,
                     desc,
                     r.addr,
                     word,
