@@ -90,3 +90,58 @@ pub fn connection_id(imp: &crate::ImportSegment) -> u64 {
 pub fn operations_in_flight(ctrl: &crate::Controller) -> usize {
     ctrl.fabric().map_or(0, |b| b.engine().in_flight())
 }
+
+/// The registration of owned buffers (`FI_MR_LOCAL`), for the benchmark of its paths.
+pub mod registration {
+    use crate::reactor::held::Held;
+    use crate::reactor::slot::{Dir, Piece, Plan};
+    use crate::{Controller, Error, Result};
+
+    /// How an operation's buffer gets its descriptor.
+    #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+    pub enum Path {
+        /// Copied into a slot of the registered bounce pool (at most 16 KiB).
+        Bounce,
+        /// Its own range registered, or a live registration covering it reused.
+        Register,
+    }
+
+    /// What an operation would hold for `buf`'s descriptor; dropping it releases that.
+    pub struct Holding {
+        _held: Held,
+        desc: usize,
+    }
+
+    impl Holding {
+        /// The descriptor the operation would post with (an address: equal for one
+        /// registration or pool, never null).
+        pub fn desc(&self) -> usize {
+            self.desc
+        }
+    }
+
+    /// Prepares a put of `buf` on `ctrl` (a libfabric controller) as the data path does
+    /// under `FI_MR_LOCAL`, by `path`: the bounce copy, or a registration (a cache hit while
+    /// another holding of the same range, made first, is alive; else a new one).
+    pub fn hold_put(ctrl: &Controller, buf: &[u8], path: Path) -> Result<Holding> {
+        let backend = ctrl
+            .fabric()
+            .ok_or_else(|| Error::bad_ctlr_hndl().detail("not a libfabric controller"))?;
+        let mut plan = Plan::Contiguous {
+            piece: Piece {
+                ptr: buf.as_ptr().cast_mut(),
+                len: buf.len(),
+                desc: std::ptr::null_mut(),
+                offset: 0,
+            },
+            chunk: usize::MAX,
+        };
+        let bounce_max = if path == Path::Bounce { usize::MAX } else { 0 };
+        let held = backend.hold_with(&mut plan, Dir::Write { flags: 0 }, false, bounce_max)?;
+        let desc = match plan {
+            Plan::Contiguous { piece, .. } => piece.desc as usize,
+            Plan::Batches(_) => 0,
+        };
+        Ok(Holding { _held: held, desc })
+    }
+}

@@ -56,6 +56,45 @@ fn data_arrives_intact(ctrl: &str) {
         );
     }
 
+    // Under RSM_FORCE_MR_LOCAL=1 (the forced run of `cargo xtask test`) the controller says
+    // it registers owned buffers: this run took the registration path.
+    let forced = std::env::var_os("RSM_FORCE_MR_LOCAL").is_some_and(|v| v == "1");
+    let owned = s.rt.block_on(async {
+        let c = s.node.controller(ctrl).await.unwrap();
+        c.info().provider_attr.as_ref().map(|p| p.owned_buffers)
+    });
+    if forced && ctrl != "loopback" {
+        assert_eq!(owned, Some("registered (forced)"), "{ctrl}");
+    }
+
+    // One buffer's clones and slices in flight at once, put to several places: under
+    // registration they share one registration while the first still holds its buffer.
+    let shared = bytes::Bytes::from(pattern(77, 256 * 1024));
+    let ops: Vec<_> = (0..8u64)
+        .map(|k| {
+            let part = if k % 2 == 0 {
+                shared.clone()
+            } else {
+                shared.slice(4096..)
+            };
+            s.imp.put(k * 256 * 1024, part)
+        })
+        .collect();
+    for r in s.rt.block_on(futures::future::join_all(ops)) {
+        r.unwrap();
+    }
+    for k in 0..8u64 {
+        let want = if k % 2 == 0 {
+            shared.clone()
+        } else {
+            shared.slice(4096..)
+        };
+        let (res, got) =
+            common::split(s.rt.block_on(s.imp.get(k * 256 * 1024, vec![0u8; want.len()])));
+        res.unwrap();
+        assert!(got.unwrap() == want[..], "{ctrl}: shared buffer put {k}");
+    }
+
     // Many operations in flight from several tasks at once, on disjoint ranges.
     in_tasks(&s.rt, &s.imp, 8, |t, imp| async move {
         let mut ops = Vec::new();

@@ -416,6 +416,7 @@ fn info_table(list: &[ControllerInfo]) -> String {
                         p.mr_mode.join("|")
                     },
                 ),
+                ("owned buffers", p.owned_buffers.into()),
                 ("mr_key_size", p.mr_key_size.to_string()),
                 ("max_msg_size", human(p.max_msg_size)),
                 ("inject_size", p.inject_size.to_string()),

@@ -171,6 +171,18 @@ impl Endpoint {
         }
     }
 
+    /// The endpoint a registration binds to under `FI_MR_ENDPOINT`: the reliable datagram
+    /// endpoint (`None` for connected endpoints, one per peer, or once closed).
+    pub fn bindable_fid(&self) -> Option<*mut ffi::fid_ep> {
+        match &self.transport {
+            Transport::Rdm { fid, closed, .. } => {
+                let closed = closed.read().unwrap_or_else(|p| p.into_inner());
+                (!*closed).then_some(*fid)
+            }
+            Transport::Connected(_) => None,
+        }
+    }
+
     /// This endpoint's fabric address, to send to peers (the listening address of a
     /// connected one).
     pub fn name(&self) -> &[u8] {

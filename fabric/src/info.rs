@@ -5,6 +5,18 @@ use crate::{Error, Result};
 use std::ffi::{CStr, CString};
 use std::ptr;
 
+/// The registration modes `rsm` honours on a reliable datagram endpoint (DESIGN.md
+/// §5.1): descriptors for local buffers, virtual or offset addressing,
+/// allocated memory only, the provider's keys, and registrations bound to the endpoint.
+pub const RDM_MR_MODES: u32 = ffi::FI_MR_LOCAL
+    | ffi::FI_MR_VIRT_ADDR
+    | ffi::FI_MR_ALLOCATED
+    | ffi::FI_MR_PROV_KEY
+    | ffi::FI_MR_ENDPOINT;
+
+/// The modes honoured on connected endpoints: all but `FI_MR_ENDPOINT`.
+pub const MSG_MR_MODES: u32 = RDM_MR_MODES & !ffi::FI_MR_ENDPOINT;
+
 /// Hints for `fi_getinfo`, allocated with `fi_allocinfo` and freed with `fi_freeinfo` (which
 /// also frees the strings we `strdup` into it).
 pub struct Hints {
@@ -38,10 +50,7 @@ impl Hints {
             (*info.ep_attr).type_ = ffi::fi_ep_type_FI_EP_RDM;
             let dom = &mut *info.domain_attr;
             dom.threading = ffi::fi_threading_FI_THREAD_SAFE;
-            dom.mr_mode = (ffi::FI_MR_LOCAL
-                | ffi::FI_MR_VIRT_ADDR
-                | ffi::FI_MR_ALLOCATED
-                | ffi::FI_MR_PROV_KEY) as i32;
+            dom.mr_mode = RDM_MR_MODES as i32;
         }
         Ok(hints)
     }
@@ -50,8 +59,13 @@ impl Hints {
     /// without rxm's pre-posted receive buffers (see `connected.rs`).
     pub fn rsm_msg() -> Result<Self> {
         let hints = Self::rsm_rdm()?;
-        // SAFETY: ep_attr was allocated by fi_allocinfo and is exclusively ours.
-        unsafe { (*(*hints.ptr).ep_attr).type_ = ffi::fi_ep_type_FI_EP_MSG };
+        // SAFETY: ep_attr and domain_attr were allocated by fi_allocinfo and are exclusively
+        // ours. A connected controller has an endpoint per peer, and a registration can be
+        // bound to one endpoint only: no `FI_MR_ENDPOINT` here.
+        unsafe {
+            (*(*hints.ptr).ep_attr).type_ = ffi::fi_ep_type_FI_EP_MSG;
+            (*(*hints.ptr).domain_attr).mr_mode = MSG_MR_MODES as i32;
+        }
         Ok(hints)
     }
 

@@ -1,6 +1,8 @@
-//! Memory registrations with a caller-chosen key.
+//! Memory registrations with a caller-chosen key (which a `FI_MR_PROV_KEY` provider may
+//! replace: read [`MemoryRegion::key`]), bound to an endpoint where the domain demands it
+//! (`FI_MR_ENDPOINT`).
 
-use super::{close_fid, domain::Domain, error::fi_failure, ffi};
+use super::{close_fid, domain::Domain, endpoint::Endpoint, error::fi_failure, ffi};
 use crate::{Error, Result};
 use std::ptr;
 use std::sync::Arc;
@@ -31,6 +33,8 @@ pub struct MemoryRegion {
     fid: *mut ffi::fid_mr,
     /// Keeps the domain open while the registration exists.
     _domain: Arc<Domain>,
+    /// The endpoint the registration is bound to (`FI_MR_ENDPOINT`), kept open as long.
+    _bound: Option<Arc<Endpoint>>,
     addr: usize,
     len: usize,
 }
@@ -85,9 +89,55 @@ impl MemoryRegion {
         Ok(MemoryRegion {
             fid,
             _domain: Arc::clone(domain),
+            _bound: None,
             addr: addr as usize,
             len,
         })
+    }
+
+    /// Registers as [`MemoryRegion::register`] does, then, when the domain demands
+    /// `FI_MR_ENDPOINT`, binds the region to `ep` and enables it (`fi_mr_bind`,
+    /// `fi_mr_enable`): only then is it usable, and only then does a `FI_MR_PROV_KEY`
+    /// provider give its key.
+    ///
+    /// # Safety
+    /// As for [`MemoryRegion::register`].
+    pub unsafe fn register_for(
+        ep: &Arc<Endpoint>,
+        domain: &Arc<Domain>,
+        addr: *const u8,
+        len: usize,
+        access: MrAccess,
+        requested_key: u64,
+    ) -> Result<Self> {
+        // SAFETY: forwarded contract.
+        let mut mr = unsafe { Self::register(domain, addr, len, access, requested_key)? };
+        if domain.info().view().mr_mode() & ffi::FI_MR_ENDPOINT as i32 == 0 {
+            return Ok(mr);
+        }
+        let Some(ep_fid) = ep.bindable_fid() else {
+            // Connected endpoints are never opened under `FI_MR_ENDPOINT` (see `info.rs`).
+            return Err(Error::insufficient_resources()
+                .op("fi_mr_bind")
+                .detail("a connected endpoint cannot take an endpoint-bound registration"));
+        };
+        // SAFETY: the region and the endpoint are alive and belong to one domain; the region
+        // holds the endpoint (below) as long as it exists.
+        let ret = unsafe { ffi::fi_mr_bind(mr.fid, &mut (*ep_fid).fid, 0) };
+        if ret != 0 {
+            return Err(
+                Error::insufficient_resources().fabric(fi_failure("fi_mr_bind", ret as isize))
+            );
+        }
+        mr._bound = Some(Arc::clone(ep));
+        // SAFETY: the region is alive and bound.
+        let ret = unsafe { ffi::fi_mr_enable(mr.fid) };
+        if ret != 0 {
+            return Err(
+                Error::insufficient_resources().fabric(fi_failure("fi_mr_enable", ret as isize))
+            );
+        }
+        Ok(mr)
     }
 
     /// The key peers use; read back from the provider in case it chose one (`FI_MR_PROV_KEY`).

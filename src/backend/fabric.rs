@@ -15,7 +15,12 @@ pub(crate) struct FabricBackend {
     domain: Arc<Domain>,
     engine: Arc<Engine>,
     name: String,
-    keys: Mutex<HashSet<u64>>,
+    keys: Keys,
+    /// Owned buffers need descriptors: the domain demands `FI_MR_LOCAL`, or the test
+    /// switch forces it (`owned.rs`).
+    mr_local: bool,
+    /// The bounce pool and registration cache for them.
+    owned: owned::Owned,
     peers: Mutex<HashMap<Vec<u8>, (ffi::fi_addr_t, usize)>>,
     /// Addresses the provider refused once: never inserted again (see `peer`).
     refused: Mutex<HashSet<Vec<u8>>>,
@@ -33,6 +38,10 @@ pub(crate) struct FabricBackend {
 
 pub(crate) mod discovery;
 mod doorbell;
+pub(crate) mod owned;
+
+/// The registration keys in use in the domain.
+pub(crate) type Keys = Arc<Mutex<HashSet<u64>>>;
 
 impl FabricBackend {
     /// Opens the endpoint and starts the progress engine on `domain`, with the user's spin
@@ -59,6 +68,7 @@ impl FabricBackend {
             (1u64 << (key_size * 8)) - 1
         };
         let virt_addr = v.mr_mode() & ffi::FI_MR_VIRT_ADDR as i32 != 0;
+        let mr_local = v.mr_mode() & ffi::FI_MR_LOCAL as i32 != 0 || owned::forced();
         let max_transfer = max_transfer_for(v.max_msg_size());
         let sg_limits = sg_limits_for(kind, v.iov_limit(), v.rma_iov_limit());
         let cq_data_size = v.cq_data_size();
@@ -67,7 +77,9 @@ impl FabricBackend {
             domain,
             engine,
             name: name.to_string(),
-            keys: Mutex::new(HashSet::new()),
+            keys: Arc::new(Mutex::new(HashSet::new())),
+            mr_local,
+            owned: owned::Owned::new(),
             peers: Mutex::new(HashMap::new()),
             refused: Mutex::new(HashSet::new()),
             key_mask,
@@ -114,24 +126,44 @@ impl FabricBackend {
         len: usize,
         access: MrAccess,
     ) -> Result<Registration> {
+        // SAFETY: forwarded contract.
+        let (mr, key) = unsafe { self.register_region(addr, len, access) }
+            .map_err(|e| registration_error(e).controller(self.name.clone()))?;
+        let base = if self.virt_addr { addr as u64 } else { 0 };
+        Ok(Registration {
+            mr,
+            key,
+            base,
+            backend: Arc::clone(self),
+        })
+    }
+
+    /// Registers `len` bytes at `addr` as the domain demands (bound to the endpoint under
+    /// `FI_MR_ENDPOINT`), retrying with a fresh key while the provider says the key is taken;
+    /// returns the region and its key, the provider's own under `FI_MR_PROV_KEY`, now held
+    /// in the domain's key set (the caller gives it back with `forget_key`).
+    ///
+    /// # Safety
+    /// As for [`FabricBackend::register`].
+    pub(crate) unsafe fn register_region(
+        &self,
+        addr: *const u8,
+        len: usize,
+        access: MrAccess,
+    ) -> std::result::Result<(MemoryRegion, u64), crate::fabric::Error> {
         let mut last = None;
         for _ in 0..KEY_ATTEMPTS {
             let key = self.fresh_key();
+            let ep = self.engine.endpoint();
             // SAFETY: forwarded contract.
-            match unsafe { MemoryRegion::register(&self.domain, addr, len, access, key) } {
+            match unsafe { MemoryRegion::register_for(ep, &self.domain, addr, len, access, key) } {
                 Ok(mr) => {
                     let key = mr.key(); // a PROV_KEY provider may have chosen its own
                     self.keys
                         .lock()
                         .unwrap_or_else(|p| p.into_inner())
                         .insert(key);
-                    let base = if self.virt_addr { addr as u64 } else { 0 };
-                    return Ok(Registration {
-                        mr,
-                        key,
-                        base,
-                        backend: Arc::clone(self),
-                    });
+                    return Ok((mr, key));
                 }
                 Err(e)
                     if e.fabric_failure()
@@ -139,13 +171,18 @@ impl FabricBackend {
                 {
                     last = Some(e)
                 }
-                Err(e) => return Err(registration_error(e).controller(self.name.clone())),
+                Err(e) => return Err(e),
             }
         }
-        Err(last
-            .map(registration_error)
-            .unwrap_or_else(Error::insufficient_resources)
-            .controller(self.name.clone()))
+        Err(last.unwrap_or_else(crate::fabric::Error::insufficient_resources))
+    }
+
+    /// Gives back a key `register_region` took.
+    pub(crate) fn forget_key(&self, key: u64) {
+        self.keys
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(&key);
     }
 
     fn fresh_key(&self) -> u64 {
@@ -262,10 +299,6 @@ impl Registration {
 
 impl Drop for Registration {
     fn drop(&mut self) {
-        self.backend
-            .keys
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .remove(&self.key);
+        self.backend.forget_key(self.key);
     }
 }

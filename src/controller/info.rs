@@ -42,8 +42,13 @@ pub struct ControllerAttr {
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize))]
 pub struct ProviderAttr {
-    /// Memory-registration modes the provider requires (`FI_MR_*` names).
+    /// Memory-registration modes the domain demands (`FI_MR_*` names, of those `rsm`
+    /// offers in its hints: a provider answers with the ones it requires).
     pub mr_mode: Vec<&'static str>,
+    /// How owned buffers (`Vec<u8>`, `Bytes`, ...) reach the provider: `"as they are"`, or
+    /// `"registered"` where the domain demands `FI_MR_LOCAL`, `"registered (forced)"` where
+    /// `RSM_FORCE_MR_LOCAL=1` asks for it (DESIGN.md §5.1).
+    pub owned_buffers: &'static str,
     /// Bytes in a registration key.
     pub mr_key_size: u64,
     /// The largest message (and RMA transfer) in bytes.

@@ -151,12 +151,15 @@ impl ImportSegment {
     /// (udp;ofi_rxd is asked to order reads after writes, `FI_ORDER_RMA_RAW`).
     async fn fence(&self, op: &'static str) -> Result<()> {
         let inner = &self.inner;
-        let Some((engine, _)) = inner.fabric() else {
+        let Some((engine, backend)) = inner.fabric() else {
             return Ok(());
         };
         let mut byte = vec![0u8; 1];
         let (ptr, len) = Op::sink(&mut byte);
-        let plan = Op::<Vec<u8>>::contiguous(ptr, len, 0, 1);
+        let mut plan = Op::<Vec<u8>>::contiguous(ptr, len, 0, 1);
+        let held = backend
+            .hold(&mut plan, Dir::Read, false)
+            .map_err(|e| e.op(op))?;
         let fence = Op::new(
             Spec {
                 engine: Arc::clone(engine),
@@ -167,6 +170,7 @@ impl ImportSegment {
                 fence: None,
                 info: self.info(op, 0),
                 barrier: None,
+                held,
             },
             byte,
         );

@@ -725,6 +725,11 @@ impl ImportSegment {
             (true, false, Visibility::FencedRead) => plan.last_byte(),
             _ => None,
         };
+        let mut plan = plan;
+        let held = match backend.hold(&mut plan, dir, fence.is_some()) {
+            Ok(h) => h,
+            Err(e) => return self.refused(op, e, buf),
+        };
         let barrier = if explicit {
             inner.attached_barrier(write)
         } else {
@@ -740,6 +745,7 @@ impl ImportSegment {
                 fence,
                 info: self.info(op, offset),
                 barrier: barrier.clone(),
+                held,
             },
             buf,
         );

@@ -16,6 +16,7 @@ pub(crate) mod copy;
 mod drive;
 pub(crate) mod engine;
 mod failure;
+pub(crate) mod held;
 mod looks;
 mod op;
 mod plan;

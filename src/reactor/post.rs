@@ -162,7 +162,11 @@ fn post_part<O: Send + 'static>(
         };
         // The slot's scratch bytes (and the part's context) stay in place until the
         // completion: the provider's count keeps the slot.
-        let scratch = slot.scratch.get().cast::<u8>();
+        // Where the domain wants descriptors, into the controller's registered sink.
+        let (scratch, sink_desc) = match slot.held.as_ref().and_then(|h| h.sink()) {
+            Some(sink) => sink,
+            None => (slot.scratch.get().cast::<u8>(), std::ptr::null_mut()),
+        };
         let iov = [libc::iovec {
             iov_base: scratch.cast(),
             iov_len: 1,
@@ -173,7 +177,7 @@ fn post_part<O: Send + 'static>(
             key,
         }];
         // SAFETY: as above; the endpoint is kept by the slot's Arc<Engine>.
-        unsafe { engine.post_readmsg(&iov, &mut [std::ptr::null_mut()], slot.dest, &rma, ctx) }
+        unsafe { engine.post_readmsg(&iov, &mut [sink_desc], slot.dest, &rma, ctx) }
     };
     // A full queue first gets a short while of this thread's own progress, as a
     // busy-polling loop does, before the waker waits for the engine (see

@@ -21,6 +21,7 @@ use super::barrier::BarrierCore;
 use super::context::SlotHeader;
 use super::engine::Engine;
 use super::failure::completion_error;
+use super::held::Held;
 use super::tracker::{Abort, Tracker};
 use crate::error::FabricFailure;
 use crate::fabric::ffi;
@@ -50,6 +51,8 @@ pub(crate) struct Spec {
     pub(crate) info: OpInfo,
     /// The explicit barrier the operation reports to.
     pub(crate) barrier: Option<Arc<BarrierCore>>,
+    /// The registrations its descriptors name, where the domain wants them (`held.rs`).
+    pub(crate) held: Option<Held>,
 }
 
 /// How an operation ended: its result, its buffer (once the provider is done with it), and
@@ -127,6 +130,8 @@ pub(crate) struct Slot<O> {
     pub(super) handed: AtomicBool,
     /// The byte a fence part reads into (an operation has at most one fence).
     pub(super) scratch: UnsafeCell<[u8; 8]>,
+    /// The registrations its descriptors name (`FI_MR_LOCAL`), freed with the slot.
+    pub(super) held: Option<Held>,
     /// The contexts of parts 4 and later; empty (no allocation) for most operations.
     more: Box<[ProxyCell<O>]>,
     /// The contexts of parts 1 to 3 (a put's fence, a vector's next batches: a 16-entry
@@ -296,6 +301,9 @@ impl<O: Send + 'static> Slot<O> {
             }
             st.provider_done = true;
             let res = self.final_result(&mut st);
+            if let Some(h) = &self.held {
+                h.buffer_returned(res.is_ok());
+            }
             let s = self.settle(&mut st, res);
             // A result decided early (an abort) still needs the waker for the buffer.
             let w = st.waker.take();
@@ -345,6 +353,9 @@ impl<O: Send + 'static> Slot<O> {
         let settled = {
             let mut st = self.lock();
             st.provider_done = true;
+            if let Some(h) = &self.held {
+                h.buffer_returned(false);
+            }
             st.failed_entry = Some(0);
             let s = self.settle(&mut st, Err(err));
             let w = st.waker.take();
@@ -420,6 +431,7 @@ impl<O: Send + 'static> Slot<O> {
             (&raw mut (*p).barrier).write(spec.barrier);
             (&raw mut (*p).handed).write(AtomicBool::new(false));
             (&raw mut (*p).scratch).write(UnsafeCell::new([0; 8]));
+            (&raw mut (*p).held).write(spec.held);
             (&raw mut (*p).more).write(more);
         }
         // SAFETY: every field was written above (`near` needs none).
@@ -445,6 +457,7 @@ impl<O: Send + 'static> Slot<O> {
             barrier: _,
             handed: _,
             scratch: _,
+            held: _,
             more: _,
             near: _,
         } = &*slot;

@@ -60,12 +60,41 @@ pub const TEST: &[Step] = &[
         cargo_args: &["test", "--workspace", "--all-features"],
         env: &[LOOPBACK_FABRIC, BACKTRACES],
     },
+    // The data-path suite again with owned buffers registered as a domain demanding
+    // `FI_MR_LOCAL` wants them (DESIGN.md §5.1); the binaries are built. Signals are
+    // injects, which take no descriptor: their suite is not repeated.
+    Step {
+        name: "test (forced FI_MR_LOCAL)",
+        cargo_args: &[
+            "test",
+            "-p",
+            "rsm",
+            "--all-features",
+            "--test",
+            "data_path",
+            "--test",
+            "barriers",
+            "--test",
+            "scatter_gather",
+            "--test",
+            "typed",
+            "--test",
+            "ownership",
+            "--test",
+            "semantics",
+        ],
+        env: &[LOOPBACK_FABRIC, BACKTRACES, FORCE_MR_LOCAL],
+    },
     Step {
         name: "fuzz",
         cargo_args: &["test", "-p", "rsm", "--all-features", "--lib", "fuzz_"],
         env: &[FUZZ, BACKTRACES],
     },
 ];
+
+/// Makes every controller register owned buffers and pass their descriptors
+/// (`src/backend/fabric/owned.rs`).
+const FORCE_MR_LOCAL: &[(&str, &str)] = &[("RSM_FORCE_MR_LOCAL", "1")];
 
 /// The fuzz targets of the frame decoder and the handshake (`fuzz_*` property tests), with
 /// this many times their usual cases: a bounded run, a few tens of seconds.
@@ -194,6 +223,24 @@ mod tests {
     #[test]
     fn test_steps_run_cheapest_first() {
         let names: Vec<_> = TEST.iter().map(|step| step.name).collect();
-        assert_eq!(names, ["fmt", "clippy", "capi", "test", "fuzz"]);
+        assert_eq!(
+            names,
+            [
+                "fmt",
+                "clippy",
+                "capi",
+                "test",
+                "test (forced FI_MR_LOCAL)",
+                "fuzz"
+            ]
+        );
+    }
+
+    #[test]
+    fn the_forced_run_registers_owned_buffers_on_loopback() {
+        let forced = TEST.iter().find(|s| s.name == "test (forced FI_MR_LOCAL)");
+        let env = forced.map(env_of).unwrap_or_default();
+        assert!(env.contains(&("RSM_FORCE_MR_LOCAL", "1")));
+        assert!(env.contains(&("FI_TCP_IFACE", "lo")));
     }
 }

@@ -252,6 +252,13 @@ pub(crate) fn describe(c: &Candidate, local_ip: IpAddr) -> Result<(ControllerInf
         },
         provider_attr: Some(ProviderAttr {
             mr_mode: mr_mode_names(v.mr_mode()),
+            owned_buffers: if v.mr_mode() & ffi::FI_MR_LOCAL as i32 != 0 {
+                "registered"
+            } else if super::owned::forced() {
+                "registered (forced)"
+            } else {
+                "as they are"
+            },
             mr_key_size: v.mr_key_size() as u64,
             max_msg_size: v.max_msg_size() as u64,
             inject_size: v.inject_size() as u64,

@@ -3,7 +3,7 @@
 //! `fi_inject_writedata` to it; only the completion data matters, the bytes are never read.
 
 use super::FabricBackend;
-use crate::fabric::{MemoryRegion, MrAccess, ffi};
+use crate::fabric::{MemoryRegion, MrAccess};
 use crate::sans_io::wire::Doorbell;
 use crate::sys::mem::Mapping;
 
@@ -42,51 +42,31 @@ impl FabricBackend {
                 return None;
             }
         };
-        for _ in 0..super::KEY_ATTEMPTS {
-            let key = self.fresh_key();
-            // SAFETY: the page stays mapped until the registration is closed (field order of
-            // DoorbellMr), and the page is only ever written by the provider.
-            match unsafe {
-                MemoryRegion::register(
-                    &self.domain,
-                    page.as_ptr(),
-                    page.len(),
-                    MrAccess::REMOTE_WRITE,
+        // SAFETY: the page stays mapped until the registration is closed (field order of
+        // DoorbellMr), and the page is only ever written by the provider.
+        match unsafe { self.register_region(page.as_ptr(), page.len(), MrAccess::REMOTE_WRITE) } {
+            Ok((mr, key)) => {
+                let addr = if self.virt_addr {
+                    page.as_ptr() as u64
+                } else {
+                    0
+                };
+                let bell = Doorbell {
+                    controller: self.name.clone(),
+                    addr,
                     key,
-                )
-            } {
-                Ok(mr) => {
-                    let key = mr.key();
-                    self.keys
-                        .lock()
-                        .unwrap_or_else(|p| p.into_inner())
-                        .insert(key);
-                    let addr = if self.virt_addr {
-                        page.as_ptr() as u64
-                    } else {
-                        0
-                    };
-                    let bell = Doorbell {
-                        controller: self.name.clone(),
-                        addr,
-                        key,
-                    };
-                    return Some(DoorbellMr {
-                        mr,
-                        _page: page,
-                        bell,
-                    });
-                }
-                Err(e)
-                    if e.fabric_failure()
-                        .is_some_and(|f| f.errno == ffi::FI_ENOKEY as i32) => {}
-                Err(e) => {
-                    tracing::warn!(controller = %self.name, error = %e, "no doorbell registration: signals use the side channel");
-                    return None;
-                }
+                };
+                Some(DoorbellMr {
+                    mr,
+                    _page: page,
+                    bell,
+                })
+            }
+            Err(e) => {
+                tracing::warn!(controller = %self.name, error = %e, "no doorbell registration: signals use the side channel");
+                None
             }
         }
-        None
     }
 }
 

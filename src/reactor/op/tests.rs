@@ -151,6 +151,7 @@ fn put_op(
             offset,
         },
         barrier: None,
+        held: None,
     };
     Op::new(spec, buf)
 }
@@ -238,6 +239,7 @@ fn parts_complete_through_tagged_contexts_and_proxies_alike() {
                     offset,
                 },
                 barrier: None,
+                held: None,
             };
             let (res, buf) = split(futures::executor::block_on(Op::new(spec, back)));
             res.expect("the get of 12 parts");
@@ -299,6 +301,7 @@ fn a_failed_part_reports_its_own_entry_through_tags_and_proxies() {
                 offset: 0,
             },
             barrier: None,
+            held: None,
         };
         let mut op = Op::new(spec, local);
         let outcome = futures::executor::block_on(std::future::poll_fn(|cx| op.poll_outcome(cx)));
@@ -489,6 +492,7 @@ fn a_future_dropped_while_posting_leaves_once_its_posted_parts_complete() {
             offset: 0,
         },
         barrier: None,
+        held: None,
     };
     let mut cx = Context::from_waker(Waker::noop());
     // A first put, the target progressed by hand: shm connects to a peer on first use.
