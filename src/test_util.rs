@@ -107,7 +107,18 @@ pub mod registration {
     }
 
     /// What an operation would hold for `buf`'s descriptor; dropping it releases that.
-    pub struct Holding(#[allow(dead_code)] Held);
+    pub struct Holding {
+        _held: Held,
+        desc: usize,
+    }
+
+    impl Holding {
+        /// The descriptor the operation would post with (an address: equal for one
+        /// registration or pool, never null).
+        pub fn desc(&self) -> usize {
+            self.desc
+        }
+    }
 
     /// Prepares a put of `buf` on `ctrl` (a libfabric controller) as the data path does
     /// under `FI_MR_LOCAL`, by `path`: the bounce copy, or a registration (a cache hit while
@@ -126,8 +137,11 @@ pub mod registration {
             chunk: usize::MAX,
         };
         let bounce_max = if path == Path::Bounce { usize::MAX } else { 0 };
-        backend
-            .hold_with(&mut plan, Dir::Write { flags: 0 }, false, bounce_max)
-            .map(Holding)
+        let held = backend.hold_with(&mut plan, Dir::Write { flags: 0 }, false, bounce_max)?;
+        let desc = match plan {
+            Plan::Contiguous { piece, .. } => piece.desc as usize,
+            Plan::Batches(_) => 0,
+        };
+        Ok(Holding { _held: held, desc })
     }
 }

@@ -513,9 +513,10 @@ struct Beats {
 }
 
 /// Sends queued frames and heartbeats until the link closes; frames queued before the close
-/// (a goodbye among them) are still sent. A heartbeat goes when nothing else was sent for
-/// the cadence of the moment (watched or idle, `pulse.rs`). A write that does not complete
-/// within `write_within` closes the link: the peer is not reading.
+/// (a goodbye among them) are still sent. Idle, a heartbeat goes when nothing else was sent
+/// for the idle cadence; watched, one goes every watched cadence whatever else was sent,
+/// since only a beat asks the peer for an answer (`pulse.rs`). A write that does not
+/// complete within `write_within` closes the link: the peer is not reading.
 async fn write_loop<W>(
     mut sink: FramedWrite<W, LengthDelimitedCodec>,
     mut sealer: Option<Sealer>,
@@ -528,13 +529,17 @@ async fn write_loop<W>(
     let (closing, pulse, link_id) = (&link.closing, &link.pulse, link.info.link_id);
     pulse.sent();
     let mut seq = 0u64;
-    loop {
-        let now = Instant::now();
-        let cadence = if pulse.watch_at(now).is_some() {
-            beats.watched
+    // When this writer last sent a beat.
+    let mut beat = Instant::now();
+    // One-way frames (wakes, signals) keep the peer's idle term fed, but a watch needs answers.
+    let due = |beat: Instant| {
+        if pulse.watch_at(Instant::now()).is_some() {
+            beat + beats.watched
         } else {
-            beats.idle
-        };
+            pulse.last_sent() + beats.idle
+        }
+    };
+    loop {
         let frame = tokio::select! {
             biased;
             frame = rx.recv() => match frame {
@@ -542,13 +547,14 @@ async fn write_loop<W>(
                 None => break,
             },
             () = closing.cancelled() => break,
-            () = tokio::time::sleep_until(pulse.last_sent() + cadence) => {
-                if pulse.last_sent() + cadence > Instant::now() {
+            () = tokio::time::sleep_until(due(beat)) => {
+                if due(beat) > Instant::now() {
                     // Something else went meanwhile, or the cadence changed.
                     continue;
                 }
                 // Never `ANSWER`: a beat asks for one.
                 seq = seq.wrapping_add(1).max(1);
+                beat = Instant::now();
                 match wire::encode(&Message::Heartbeat { seq }) {
                     Ok(frame) => frame,
                     Err(_) => continue,

@@ -38,9 +38,6 @@ pub(crate) const BOUNCE_MAX: usize = 16 * 1024;
 /// Bounce slots per controller.
 const BOUNCE_SLOTS: usize = 64;
 
-/// Bytes at the pool's end where fence parts read their byte.
-const SINK: usize = 64;
-
 /// Whether `RSM_FORCE_MR_LOCAL` asks for the registration path.
 pub(crate) fn forced() -> bool {
     std::env::var_os(ENV_FORCE_MR_LOCAL).is_some_and(|v| v == "1")
@@ -198,7 +195,8 @@ pub(crate) struct BouncePool {
 
 impl BouncePool {
     fn new(backend: &FabricBackend) -> Result<Self> {
-        let mem = Mapping::new(BOUNCE_SLOTS * BOUNCE_MAX + SINK)?;
+        // The slots, then a page whose first byte is the fence sink (mappings are whole pages).
+        let mem = Mapping::new(BOUNCE_SLOTS * BOUNCE_MAX + crate::sys::limits::page_size())?;
         // SAFETY: the mapping lives as long as the pool and outlives its registration
         // (field order); slots go out only to operations that hold the pool.
         let (mr, key) = unsafe { backend.register_region(mem.as_ptr(), mem.len(), LOCAL) }
@@ -291,11 +289,25 @@ impl Drop for CachedMr {
 /// the registration to others.
 struct Owner(Arc<CachedMr>);
 
-impl Keep for Owner {
-    fn buffer_returned(&self) {
+impl Owner {
+    fn retire(&self) {
         if let Some(cache) = self.0.cache.upgrade() {
             cache.retire(self.0.start, self.0.id);
         }
+    }
+}
+
+impl Keep for Owner {
+    fn buffer_returned(&self) {
+        self.retire();
+    }
+}
+
+// An operation dropped before its buffer was reported returned (never posted, or refused)
+// gave it back all the same.
+impl Drop for Owner {
+    fn drop(&mut self) {
+        self.retire();
     }
 }
 

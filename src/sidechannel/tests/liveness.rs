@@ -48,3 +48,23 @@ async fn a_watched_link_to_a_live_idle_peer_stays_up_on_its_answers() {
     // And a request, which watches too, is answered.
     assert!(a.sc.request(b.id, connect_request(2)).await.is_ok());
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_way_notices_do_not_starve_a_watched_links_beats() {
+    let cfg = slow_when_idle(fast());
+    let a = start(&[], cfg.clone());
+    let b = start(&[], cfg.clone());
+    assert!(a.sc.probe(b.id).await);
+    // a watches b and sends it wakes more often than it beats; b answers none of them, so
+    // only a's beats, sent all the same, draw the answers that keep the watch fed.
+    let until = Instant::now() + cfg.dead_after * 4;
+    while Instant::now() < until {
+        a.sc.watch(b.id);
+        a.sc.try_send(b.id, wake()).expect("a live link");
+        tokio::time::sleep(cfg.heartbeat_interval / 4).await;
+    }
+    assert!(
+        a.rec.lost(b.id).is_empty() && b.rec.lost(a.id).is_empty(),
+        "a watched link closed while its peer was alive"
+    );
+}
