@@ -510,6 +510,36 @@ fn a_revoke_fails_a_stream_of_atomics(ctrl: &str) {
     assert!(asked.elapsed() < Duration::from_secs(10), "{ctrl}");
 }
 
+/// The exporter's process killed during streams of atomics: every stream ends with
+/// `RSMERR_CONN_ABORTED`, none hangs.
+fn a_dead_exporter_fails_a_stream_of_atomics(ctrl: &str) {
+    let _serial = serial();
+    let (mut exporter, exporter_id, segid) = start_exporter(ctrl);
+    let rt = runtime();
+    let (_node, imp) = import(&rt, ctrl, exporter_id, segid, Perm::RDWR);
+    let streams: Vec<_> = (0..4u64)
+        .map(|t| {
+            let imp = imp.clone();
+            rt.spawn(async move {
+                loop {
+                    if let Err(e) = imp.compare_swap(8 * t, 0u64, 0).await {
+                        return e;
+                    }
+                }
+            })
+        })
+        .collect();
+    std::thread::sleep(Duration::from_millis(300));
+    exporter.kill();
+    for s in streams {
+        let e = rt
+            .block_on(async { tokio::time::timeout(Duration::from_secs(15), s).await })
+            .unwrap_or_else(|_| panic!("{ctrl}: a stream hangs after the exporter died"))
+            .unwrap();
+        assert_eq!(e.name(), "RSMERR_CONN_ABORTED", "{ctrl}: {e}");
+    }
+}
+
 /// Futures dropped after their first poll may still perform their atomic (the operation
 /// owns its buffers until the provider is done); futures dropped unpolled do nothing. On
 /// the CPU and exporter paths the first poll performs or sends it, so every one happens;
@@ -785,4 +815,5 @@ per_controller! {
     explicit => atomics_in_explicit_barrier_mode,
     vectors => vectors_follow_the_model,
     concurrent => concurrent_atomics_get_their_own_results,
+    dead_exporter => a_dead_exporter_fails_a_stream_of_atomics,
 }
