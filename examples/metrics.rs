@@ -35,6 +35,7 @@ fn prometheus(s: &NodeStats) -> String {
                 ("putv", &c.putv),
                 ("getv", &c.getv),
                 ("signal", &c.signal),
+                ("atomic", &c.atomic),
             ];
             for (kind, o) in kinds {
                 rows.push((format!("controller=\"{}\",kind=\"{kind}\"", c.name), f(o)));

@@ -28,9 +28,11 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, Weak};
 use std::time::Duration;
 
+pub(crate) mod atomics;
 pub(crate) mod info;
 
 pub use crate::backend::fabric::discovery::list_controllers;
+pub use atomics::AtomicSupport;
 use info::loopback_info;
 pub use info::{
     ControllerAttr, ControllerInfo, ProviderAttr, RSM_DAS8, RSM_DAS16, RSM_DAS32, RSM_DAS64,

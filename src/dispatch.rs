@@ -18,7 +18,9 @@ use crate::ids::NodeId;
 use crate::import::ImportInner;
 use crate::perm::Perm;
 use crate::sans_io::access::Requester;
-use crate::sans_io::wire::{ConnectGrant, ConnectReply, ConnectRequest, Message};
+use crate::sans_io::wire::{
+    AtomicReply, AtomicRequest, ConnectGrant, ConnectReply, ConnectRequest, Message,
+};
 use crate::sidechannel::{Handler, PeerInfo};
 use crate::{Error, Result};
 use futures::FutureExt;
@@ -264,6 +266,7 @@ impl Handler for NodeHandler {
                 node.wake(&controller);
                 None
             }
+            Message::AtomicRequest(r) => Some(on_atomic(&node, from, &r)),
             other => {
                 tracing::debug!(node = peer.node_id, message = ?other, "side-channel message not handled yet");
                 None
@@ -323,6 +326,16 @@ fn on_disconnect(ctx: &NodeContext, from: Owner, conn_id: u64) {
         export.forget(conn_id);
     }
     ctx.remove_conn(conn_id);
+}
+
+/// Exporter side: an atomic an importer asks this node to perform (DESIGN.md §13); the
+/// export checks the connection's owner, grant and bounds.
+fn on_atomic(ctx: &NodeContext, from: Owner, r: &AtomicRequest) -> Message {
+    let result = match ctx.export_of_conn(r.conn_id).and_then(export_inner) {
+        Some(export) => export.serve_atomic(from, r).map_err(|e| e.code() as u32),
+        None => Err(Error::conn_aborted().code() as u32),
+    };
+    Message::AtomicReply(AtomicReply { req: r.req, result })
 }
 
 /// Importer side: the import of connection `conn_id` from `from`, if `from` is the

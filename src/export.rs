@@ -985,6 +985,8 @@ impl Drop for ExportInner {
 mod create;
 // The last phase of a revoke and of a rebind, in export/settle.rs.
 mod settle;
+// Atomics the exporter performs, for peers and its own, in export/atomic.rs.
+mod atomic;
 // Signals, waits, the pollable descriptor and event streams, in export/signal.rs.
 mod signal;
 // The drop's races, in export/tests.rs.

@@ -97,6 +97,7 @@ pub mod test_util;
 pub struct ReadmeDoctests;
 
 pub use controller::{Controller, ControllerAttr, ControllerInfo};
+pub use sans_io::atomic::{AtomicOp, AtomicValue, CompareOp};
 pub use sans_io::keys::{NodeKey, PublicKey};
 pub use sans_io::segid::{SegmentIdRange, get_segmentid_range};
 pub use sans_io::wire::ByteOrder;
@@ -123,8 +124,8 @@ pub use events::{EventStream, Importer, Lagged, PollFd, SegmentEvent, SignalFlag
 pub use export::{ExportSegment, SegmentMemory};
 pub use ids::{NodeId, ProviderKind, SegmentId};
 pub use import::{
-    Barrier, BarrierMode, ImportMapping, ImportSegment, MAX_SGIOREQS, MapAt, SgEntry, SgFlags,
-    SgLocal, SgOp, SgOutcome,
+    Barrier, BarrierMode, ImportMapping, ImportSegment, MAX_ATOMIC_VALUES, MAX_SGIOREQS, MapAt,
+    SgEntry, SgFlags, SgLocal, SgOp, SgOutcome,
 };
 pub use limits::Limits;
 pub use local::LocalMemory;

@@ -29,6 +29,7 @@ pub(crate) enum OpKind {
     Putv = 2,
     Getv = 3,
     Signal = 4,
+    Atomic = 5,
 }
 
 impl OpKind {
@@ -40,6 +41,7 @@ impl OpKind {
             OpKind::Putv => "putv",
             OpKind::Getv => "getv",
             OpKind::Signal => "signal",
+            OpKind::Atomic => "atomic",
         }
     }
 
@@ -56,6 +58,8 @@ impl OpKind {
             Some(OpKind::Get)
         } else if op.contains("signal") {
             Some(OpKind::Signal)
+        } else if op.contains("atomic") {
+            Some(OpKind::Atomic)
         } else {
             None
         }
@@ -71,7 +75,7 @@ enum Event<'a> {
     Failed(&'a Error),
 }
 
-const KINDS: usize = 5;
+const KINDS: usize = 6;
 /// RSMERR codes run from 1 to 45 (docs/rsmapi.md §3.1); slot 0 takes anything else.
 const CODES: usize = 46;
 
@@ -234,6 +238,7 @@ impl Counters {
             putv: kind(OpKind::Putv),
             getv: kind(OpKind::Getv),
             signal: kind(OpKind::Signal),
+            atomic: kind(OpKind::Atomic),
             errors,
             imports_open: conns.0,
             importers_connected: conns.1,
@@ -344,6 +349,9 @@ pub struct ControllerStats {
     pub getv: OpStats,
     /// Signals sent: `ImportSegment::signal`, `ExportSegment::signal_to`.
     pub signal: OpStats,
+    /// Remote atomics made by this node's imports (`fetch_add`, `compare_swap`, ...; the
+    /// bytes are the values' sizes).
+    pub atomic: OpStats,
     /// Failed operations by RSMAPI error name (`RSMERR_CONN_ABORTED`), those that occurred.
     pub errors: BTreeMap<String, u64>,
     /// Imports of this controller connected now.

@@ -12,7 +12,7 @@
 //! ```
 
 pub use crate::sans_io::ctlrname::ControllerName;
-pub use crate::sans_io::{access, config, ctlrname, handshake, keys, segid, wire};
+pub use crate::sans_io::{access, atomic, config, ctlrname, handshake, keys, segid, wire};
 
 /// OS helpers the benchmarks share with the library.
 pub mod sys {

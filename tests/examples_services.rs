@@ -1,5 +1,6 @@
 //! The service examples (`examples/kv_store.rs`, `pubsub_ring.rs`, `pollfd_select.rs`,
-//! `graceful_shutdown.rs`; `metrics.rs`, two nodes in one process) run as real processes,
+//! `graceful_shutdown.rs`, `atomic_counter.rs`; `metrics.rs`, two nodes in one process) run
+//! as real processes,
 //! one per node, and say what they did.
 //!
 //! This file builds nothing: `cargo test` builds the examples into `target/<profile>/examples/`,
@@ -441,4 +442,77 @@ fn metrics_loopback() {
 #[test]
 fn metrics_tcp0() {
     metrics("tcp0");
+}
+
+fn atomic_counter(controller: &str) {
+    let [server_id, a, b, c] = ids();
+    let (clients, tasks, iters) = (3, 4, 25);
+    let expect = (clients * tasks * iters).to_string();
+    let mut server = Example::start(
+        "atomic_counter",
+        server_id,
+        &[
+            "--role",
+            "server",
+            "--clients",
+            &clients.to_string(),
+            "--expect",
+            &expect,
+            "--controller",
+            controller,
+        ],
+    );
+    server.expect("counter server: ready");
+    let server_arg = server_id.to_string();
+    let (tasks_arg, iters_arg) = (tasks.to_string(), iters.to_string());
+    let mut running: Vec<Example> = [("a", a), ("b", b), ("c", c)]
+        .into_iter()
+        .map(|(name, id)| {
+            Example::start(
+                "atomic_counter",
+                id,
+                &[
+                    "--role",
+                    "client",
+                    "--server",
+                    &server_arg,
+                    "--name",
+                    name,
+                    "--tasks",
+                    &tasks_arg,
+                    "--iters",
+                    &iters_arg,
+                    "--controller",
+                    controller,
+                ],
+            )
+        })
+        .collect();
+    for (client, name) in running.iter_mut().zip(["a", "b", "c"]) {
+        client.expect(&format!("counter {name}: {} increments", tasks * iters));
+        client.expect(&format!("counter {name}: ok"));
+        client.succeeds();
+    }
+    let line = server.expect("counter server: counter =");
+    assert!(
+        line.contains(&format!("counter = {expect}, protected = {expect}")),
+        "{line}"
+    );
+    server.expect("counter server: ok");
+    server.succeeds();
+}
+
+#[test]
+fn atomic_counter_loopback() {
+    atomic_counter("loopback");
+}
+
+#[test]
+fn atomic_counter_tcp0() {
+    atomic_counter("tcp0");
+}
+
+#[test]
+fn atomic_counter_shm0() {
+    atomic_counter("shm0");
 }

@@ -57,6 +57,10 @@ fn counters_move(ctrl_name: &str) {
             .result
             .unwrap();
         imp.signal(SignalFlags::empty()).await.unwrap();
+        // Atomics count as such, their bytes the values' sizes; a misaligned one fails.
+        imp.fetch_add(0, 1u64).await.unwrap();
+        imp.compare_swap::<u32>(8, 0, 1).await.unwrap();
+        assert!(imp.fetch_add(4, 1u64).await.is_err());
         // Two failures, refused when made: past the end, and a range that runs over it.
         // Their bytes count: the bytes are those the operations were made to move.
         assert!(imp.put(8192, vec![0u8; 8]).await.is_err());
@@ -68,6 +72,9 @@ fn counters_move(ctrl_name: &str) {
         assert_eq!((s.putv.ops, s.putv.bytes), (1, 16), "{s:?}");
         assert_eq!((s.getv.ops, s.getv.bytes), (1, 24), "{s:?}");
         assert_eq!((s.signal.ops, s.signal.errors), (1, 0), "{s:?}");
+        let atomic = (s.atomic.ops, s.atomic.bytes, s.atomic.errors);
+        assert_eq!(atomic, (3, 20, 1), "{s:?}");
+        assert_eq!(s.errors.get("RSMERR_BAD_MEM_ALIGNMENT"), Some(&1), "{s:?}");
         assert_eq!(s.errors.get("RSMERR_BAD_OFFSET"), Some(&1), "{s:?}");
         assert_eq!(s.errors.get("RSMERR_BAD_LENGTH"), Some(&1), "{s:?}");
         assert_eq!(s.imports_open, 1);

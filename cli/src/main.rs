@@ -359,6 +359,10 @@ fn info_json(list: &[ControllerInfo]) -> String {
                     obj.extend(m);
                 }
             }
+            obj.insert("atomics".into(), c.atomics.path.into());
+            obj.insert("atomics_native".into(), c.atomics.native_count().into());
+            obj.insert("atomics_offered".into(), c.atomics.offered_count().into());
+            obj.insert("atomics_max_count".into(), c.atomics.max_count().into());
             serde_json::Value::Object(obj)
         })
         .collect();
@@ -383,6 +387,23 @@ fn human(n: u64) -> String {
     n.to_string()
 }
 
+/// How a controller performs remote atomics, in one line.
+fn atomics_row(a: &rsm::controller::AtomicSupport) -> String {
+    let (native, offered) = (a.native_count(), a.offered_count());
+    match a.path {
+        "cpu" => "cpu (shared mapping; the exporter for caller memory)".into(),
+        "provider" => format!(
+            "provider ({native} of {offered} native, up to {} values a post)",
+            a.max_count()
+        ),
+        "exporter" => format!("exporter (side channel; 0 of {offered} native)"),
+        other => format!(
+            "{other} ({native} of {offered} native; the exporter performs {})",
+            a.not_native().join(" ")
+        ),
+    }
+}
+
 fn info_table(list: &[ControllerInfo]) -> String {
     let mut out = String::new();
     for c in list {
@@ -405,6 +426,7 @@ fn info_table(list: &[ControllerInfo]) -> String {
             ("max_import_map_size", human(a.max_import_map_size)),
             ("tot_import_map_size", human(a.tot_import_map_size)),
             ("max_import_segments", human(a.max_import_segments)),
+            ("atomics", atomics_row(&c.atomics)),
         ];
         if let Some(p) = &c.provider_attr {
             rows.extend([

@@ -146,6 +146,18 @@ impl Endpoint {
         }
     }
 
+    /// Runs one post on the endpoint that reaches `dest`, unless the endpoint is closed
+    /// (for the calls of `atomic.rs`).
+    #[inline]
+    pub(crate) fn post_raw(
+        &self,
+        dest: ffi::fi_addr_t,
+        call: &'static str,
+        post: impl FnOnce(*mut ffi::fid_ep, ffi::fi_addr_t) -> isize,
+    ) -> std::result::Result<(), PostError> {
+        self.post(dest, call, post)
+    }
+
     /// Runs one post on the endpoint that reaches `dest`, unless the endpoint is closed.
     fn post(
         &self,

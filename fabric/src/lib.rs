@@ -32,6 +32,7 @@
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
 pub mod addr;
+pub mod atomic;
 pub mod av;
 pub mod connected;
 pub mod cq;

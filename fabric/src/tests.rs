@@ -429,3 +429,191 @@ fn own_addresses_pass_and_hostile_ones_do_not_reach_the_provider() {
         }
     }
 }
+
+/// A domain of `provider` asked with remote atomics.
+fn atomic_domain(provider: &str) -> Arc<Domain> {
+    let mut hints = Hints::for_provider(provider).unwrap();
+    hints.atomics();
+    let list = InfoList::get(&hints, Some("127.0.0.1")).unwrap();
+    let info = Arc::new(list.iter().next().expect("provider present").dup().unwrap());
+    Domain::open(Fabric::open(info).unwrap()).unwrap()
+}
+
+/// Posts with `post` until the provider takes it, then waits for `ctx`'s completion.
+fn posted(
+    provider: &str,
+    queues: &[&Arc<CompletionQueue>],
+    ctx: *mut ffi::fi_context2,
+    mut post: impl FnMut() -> std::result::Result<(), PostError>,
+) {
+    loop {
+        match post() {
+            Ok(()) => break,
+            Err(PostError::Again | PostError::Connecting { .. }) => progress(queues),
+            Err(PostError::Failed(f)) => panic!("{provider}: {f}"),
+        }
+    }
+    wait_for(ctx as usize, queues).unwrap_or_else(|e| panic!("{provider}: {e}"));
+}
+
+/// The three atomic posts and the queries, end to end: a fetch-add, a compare-and-swap that
+/// hits and one that misses, an update, two values at once.
+fn atomics(provider: &str) {
+    use crate::atomic::AtomicKind;
+    let domain = atomic_domain(provider);
+    let (a, b) = (side(&domain), side(&domain));
+    let b_addr = a.ep.add_peer(b.ep.name()).unwrap();
+    let t = target(&domain, 0xA70);
+    let (u64t, sum, cswap) = (
+        ffi::fi_datatype_FI_UINT64,
+        ffi::fi_op_FI_SUM,
+        ffi::fi_op_FI_CSWAP,
+    );
+    for kind in [AtomicKind::Update, AtomicKind::Fetch] {
+        assert!(domain.query_atomic(kind, u64t, sum).is_some(), "{provider}");
+        assert!(a.ep.atomic_valid(kind, u64t, sum).is_some(), "{provider}");
+    }
+    assert!(
+        a.ep.atomic_valid(AtomicKind::Compare, u64t, cswap)
+            .is_some()
+    );
+    assert!(a.ep.atomic_valid(AtomicKind::Compare, u64t, sum).is_none());
+    let queues = [&a.cq, &b.cq];
+    let mut ctx = Box::new(ffi::fi_context2::default());
+    let ctx_ptr: *mut ffi::fi_context2 = &mut *ctx;
+    // [operand, compare, result] x 2.
+    let mut buf = vec![0u64; 6].into_boxed_slice();
+    let p = buf.as_mut_ptr();
+    let at = |i: usize| p.wrapping_add(i).cast::<u8>();
+    let (word, key) = (t.base + 8, t.mr.key());
+    let read = |i: usize| {
+        // SAFETY: inside `buf`; the operation that wrote it completed.
+        unsafe { at(i).cast::<u64>().read_volatile() }
+    };
+    let write = |i: usize, v: u64| {
+        // SAFETY: inside `buf`; no operation is in flight.
+        unsafe { at(i).cast::<u64>().write_volatile(v) }
+    };
+    write(0, 5);
+    // SAFETY: `buf` and `ctx` live until `posted` saw the completion.
+    posted(provider, &queues, ctx_ptr, || unsafe {
+        a.ep.fetch_atomic(
+            at(0),
+            1,
+            std::ptr::null_mut(),
+            at(2),
+            std::ptr::null_mut(),
+            b_addr,
+            word,
+            key,
+            u64t,
+            sum,
+            ctx_ptr,
+        )
+    });
+    assert_eq!(read(2), 0, "{provider}: the previous value");
+    write(0, 9);
+    write(1, 5);
+    // SAFETY: `buf` and `ctx` live until `posted` saw the completion.
+    posted(provider, &queues, ctx_ptr, || unsafe {
+        a.ep.compare_atomic(
+            at(0),
+            1,
+            std::ptr::null_mut(),
+            at(1),
+            std::ptr::null_mut(),
+            at(2),
+            std::ptr::null_mut(),
+            b_addr,
+            word,
+            key,
+            u64t,
+            cswap,
+            ctx_ptr,
+        )
+    });
+    assert_eq!(read(2), 5, "{provider}: the swap hit");
+    write(0, 1);
+    write(1, 5);
+    // SAFETY: `buf` and `ctx` live until `posted` saw the completion.
+    posted(provider, &queues, ctx_ptr, || unsafe {
+        a.ep.compare_atomic(
+            at(0),
+            1,
+            std::ptr::null_mut(),
+            at(1),
+            std::ptr::null_mut(),
+            at(2),
+            std::ptr::null_mut(),
+            b_addr,
+            word,
+            key,
+            u64t,
+            cswap,
+            ctx_ptr,
+        )
+    });
+    assert_eq!(read(2), 9, "{provider}: the swap missed");
+    write(0, 100);
+    // SAFETY: `buf` and `ctx` live until `posted` saw the completion.
+    posted(provider, &queues, ctx_ptr, || unsafe {
+        a.ep.atomic(
+            at(0),
+            1,
+            std::ptr::null_mut(),
+            b_addr,
+            word,
+            key,
+            u64t,
+            sum,
+            ctx_ptr,
+            ffi::FI_DELIVERY_COMPLETE as u64,
+        )
+    });
+    // Two values at once: the word and the next one.
+    write(0, 1);
+    write(1, 2);
+    // SAFETY: `buf` and `ctx` live until `posted` saw the completion.
+    posted(provider, &queues, ctx_ptr, || unsafe {
+        a.ep.fetch_atomic(
+            at(0),
+            2,
+            std::ptr::null_mut(),
+            at(4),
+            std::ptr::null_mut(),
+            b_addr,
+            word,
+            key,
+            u64t,
+            sum,
+            ctx_ptr,
+        )
+    });
+    assert_eq!(
+        (read(4), read(5)),
+        (109, 0),
+        "{provider}: two previous values"
+    );
+    // SAFETY: every operation completed; nothing writes the target now.
+    let now = unsafe { std::ptr::read_volatile(t._memory.as_ptr().add(8).cast::<[u64; 2]>()) };
+    assert_eq!(now, [110, 2], "{provider}");
+}
+
+#[test]
+fn atomics_on_shm() {
+    atomics("shm");
+}
+
+#[test]
+fn atomics_on_sockets() {
+    atomics("sockets");
+}
+
+#[test]
+fn connected_tcp_endpoints_have_no_atomics() {
+    let domain = open_domain("tcp");
+    let a = side(&domain);
+    let kind = crate::atomic::AtomicKind::Fetch;
+    let (dt, op) = (ffi::fi_datatype_FI_UINT64, ffi::fi_op_FI_SUM);
+    assert!(a.ep.atomic_valid(kind, dt, op).is_none());
+}

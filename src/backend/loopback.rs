@@ -398,6 +398,30 @@ impl LoopbackImport {
         Ok(())
     }
 
+    /// Performs `call` on the value at `offset` of the shared mapping (checked in bounds and
+    /// aligned by the caller, on a read-write import); the previous value's bits.
+    /// `CONN_ABORTED` after a revoke, as a copy's.
+    pub(crate) fn atomic(
+        &self,
+        offset: usize,
+        call: crate::sans_io::atomic::Call,
+        operand: u64,
+        compare: u64,
+    ) -> Result<u64> {
+        let _busy = self.enter()?;
+        let Reach::Mapped(m) = &self.implicit else {
+            return Err(Error::locks_not_supported()
+                .detail("caller memory is not mapped here: the exporter performs its atomics"));
+        };
+        debug_assert!(offset + call.datatype.size() <= self.size);
+        // SAFETY: in bounds and aligned (checked by the import; the mapping is page-aligned)
+        // of the live implicit mapping, writable for a read-write import; `_busy` holds
+        // off its replacement. Other processes reach the value only through their mappings.
+        Ok(unsafe {
+            crate::sys::atomic_mem::perform(m.as_ptr().add(offset), call, operand, compare)
+        })
+    }
+
     /// Fails every later access with `err` (the exporting node is lost, DESIGN.md, decision 19).
     pub(crate) fn abort(&self, err: Error) {
         lock(&self.why).get_or_insert(err);

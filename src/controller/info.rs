@@ -87,6 +87,8 @@ pub struct ControllerInfo {
     pub attr: ControllerAttr,
     /// The provider's own attributes; `None` for loopback.
     pub provider_attr: Option<ProviderAttr>,
+    /// How remote atomics are performed (natively by the provider, or by the exporter).
+    pub atomics: super::atomics::AtomicSupport,
 }
 
 pub(crate) const ALL_DAS: u32 = RSM_DAS8 | RSM_DAS16 | RSM_DAS32 | RSM_DAS64;
@@ -114,5 +116,6 @@ pub(crate) fn loopback_info() -> ControllerInfo {
             max_import_segments: fds,
         },
         provider_attr: None,
+        atomics: super::atomics::AtomicSupport::cpu(),
     }
 }

@@ -6,6 +6,9 @@
 //! operation counts and traces.
 
 mod segment;
+// Remote atomics, in import/atomic.rs, and on several values at once, in atomic_vec.rs.
+mod atomic;
+mod atomic_vec;
 
 // Typed put/get (8/16/32/64 bits, byte order), an `impl ImportSegment`.
 mod typed;
@@ -22,6 +25,7 @@ mod signal;
 // What an operation counts and traces.
 mod observe;
 
+pub use atomic_vec::MAX_ATOMIC_VALUES;
 pub use barrier::{Barrier, BarrierMode};
 pub use map::{ImportMapping, MapAt};
 pub use segment::ImportSegment;

@@ -990,3 +990,6 @@ impl std::future::Future for ConnectionChanged<'_> {
         std::task::Poll::Pending
     }
 }
+
+// Posting remote atomics, in reactor/engine/atomic.rs.
+mod atomic;

@@ -35,8 +35,29 @@ impl OpInfo {
 /// The direction of an operation, and for writes the completion flags.
 #[derive(Debug, Clone, Copy)]
 pub(crate) enum Dir {
-    Write { flags: u64 },
+    Write {
+        flags: u64,
+    },
     Read,
+    /// Remote atomics on `count` values from the plan's offset; the plan's buffer holds the
+    /// operands from its start, the compare values and the results where the post says,
+    /// copied in before and back after.
+    Atomic(AtomicPost),
+}
+
+/// Which atomic a [`Dir::Atomic`] posts.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct AtomicPost {
+    pub(crate) kind: crate::fabric::atomic::AtomicKind,
+    pub(crate) op: ffi::fi_op,
+    pub(crate) datatype: ffi::fi_datatype,
+    /// Completion flags of an update (`FI_DELIVERY_COMPLETE`).
+    pub(crate) flags: u64,
+    /// Values (of the datatype) in the post.
+    pub(crate) count: usize,
+    /// Where the compare values and the results start in the buffer.
+    pub(crate) compare_at: usize,
+    pub(crate) result_at: usize,
 }
 
 impl Dir {

@@ -134,6 +134,22 @@ fn post_part<O: Send + 'static>(
             .cast(),
     };
     let post = || -> PostOutcome {
+        if let (Dir::Atomic(a), Plan::Contiguous { piece, .. }) = (slot.dir, &slot.plan) {
+            // SAFETY: the buffer (owned by the slot, or the bounce slot it holds) and the
+            // context stay alive and unmoved until the completion returns the provider's
+            // count; the endpoint is kept by the slot's Arc<Engine>.
+            return unsafe {
+                engine.post_atomic(
+                    a,
+                    piece.ptr,
+                    piece.desc,
+                    slot.dest,
+                    base + piece.offset,
+                    key,
+                    ctx,
+                )
+            };
+        }
         if index < slot.data_parts {
             return match slot.plan {
                 // One range: arrays of 16 cost a fill of 768 bytes per post.
@@ -237,7 +253,7 @@ fn post_data<O: Send + 'static, const N: usize>(
             engine.post_writemsg(&iov[..n], &mut desc[..n], slot.dest, &rma[..m], ctx, flags)
         },
         // SAFETY: as above; nobody else touches the buffers while the slot owns them.
-        Dir::Read => unsafe {
+        Dir::Read | Dir::Atomic(_) => unsafe {
             engine.post_readmsg(&iov[..n], &mut desc[..n], slot.dest, &rma[..m], ctx)
         },
     }

@@ -33,7 +33,9 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::task::Waker;
 
 // The plan types and `clone_error` keep their paths here for the rest of the crate.
-pub(crate) use super::plan::{Batches, Cut, Dir, OpInfo, Piece, Plan, Span, Visibility};
+pub(crate) use super::plan::{
+    AtomicPost, Batches, Cut, Dir, OpInfo, Piece, Plan, Span, Visibility,
+};
 pub(crate) use crate::error::clone_error;
 
 /// [`Slot::epoch`] of an operation the tracker does not count.

@@ -99,6 +99,8 @@ pub(crate) struct Tracker {
     waiting: AtomicUsize,
     inner: Mutex<Inner>,
     idle: tokio::sync::Notify,
+    /// Told of an abort: waits that no slot reaches (the exporter's atomics) end on it.
+    abort_note: tokio::sync::Notify,
 }
 
 #[derive(Default)]
@@ -235,9 +237,24 @@ impl Tracker {
             self.aborted_flag.store(true, Ordering::Release);
             g.parked.values().filter_map(Weak::upgrade).collect()
         };
+        self.abort_note.notify_waiters();
         let err = self.aborted().unwrap_or_else(Error::conn_aborted);
         for s in slots {
             s.abort(&err);
+        }
+    }
+
+    /// Resolves with the abort's error once the connection is torn down.
+    pub(crate) async fn aborted_wait(&self) -> Error {
+        loop {
+            let note = self.abort_note.notified();
+            let mut note = std::pin::pin!(note);
+            // Registered before the look: an abort after it wakes this wait.
+            note.as_mut().enable();
+            if let Some(e) = self.aborted() {
+                return e;
+            }
+            note.await;
         }
     }
 

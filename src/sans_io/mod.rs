@@ -5,6 +5,7 @@
 //! `test-util` feature reaches the rest.
 
 pub mod access;
+pub mod atomic;
 pub mod config;
 pub mod ctlrname;
 pub mod handshake;

@@ -71,6 +71,8 @@ mod tag {
     pub(super) const HEARTBEAT: u8 = 11;
     pub(super) const GOODBYE: u8 = 12;
     pub(super) const HANDSHAKE: u8 = 13;
+    pub(super) const ATOMIC_REQUEST: u8 = 14;
+    pub(super) const ATOMIC_REPLY: u8 = 15;
 }
 
 /// Why a frame did not decode, or a message could not be encoded.
@@ -248,6 +250,38 @@ pub struct ConnectReply {
     pub result: Result<ConnectGrant, u32>,
 }
 
+/// An importer asks the exporter to perform one atomic on its behalf (DESIGN.md §13):
+/// where the fabric cannot. Every field is the peer's word: the exporter decodes the call
+/// (`sans_io::atomic::Call`) and checks the connection's owner, grant and bounds first.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct AtomicRequest {
+    /// The request id the reply carries back.
+    pub req: u64,
+    /// The connection.
+    pub conn_id: u64,
+    /// The call's class code (`Class`).
+    pub class: u8,
+    /// The operation code (libfabric's `fi_op`).
+    pub op: u8,
+    /// The operand type code (libfabric's `fi_datatype`).
+    pub datatype: u8,
+    /// The value's offset in the segment.
+    pub offset: u64,
+    /// The operand's bits (in the low bytes).
+    pub operand: u64,
+    /// The compare value's bits (compare operations).
+    pub compare: u64,
+}
+
+/// The exporter's answer to an [`AtomicRequest`].
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct AtomicReply {
+    /// The id of the request this answers.
+    pub req: u64,
+    /// The previous value's bits, or the RSMERR code of the refusal.
+    pub result: Result<u64, u32>,
+}
+
 /// A side-channel message.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub enum Message {
@@ -321,6 +355,10 @@ pub enum Message {
         /// The Noise message.
         noise: Vec<u8>,
     },
+    /// An atomic the exporter performs for the importer.
+    AtomicRequest(AtomicRequest),
+    /// Its result.
+    AtomicReply(AtomicReply),
 }
 
 impl Message {
@@ -340,6 +378,8 @@ impl Message {
             Message::Heartbeat { .. } => "heartbeat",
             Message::Goodbye => "goodbye",
             Message::Handshake { .. } => "handshake",
+            Message::AtomicRequest(_) => "atomic request",
+            Message::AtomicReply(_) => "atomic reply",
         }
     }
 
@@ -358,6 +398,8 @@ impl Message {
             Message::Heartbeat { .. } => tag::HEARTBEAT,
             Message::Goodbye => tag::GOODBYE,
             Message::Handshake { .. } => tag::HANDSHAKE,
+            Message::AtomicRequest(_) => tag::ATOMIC_REQUEST,
+            Message::AtomicReply(_) => tag::ATOMIC_REPLY,
         }
     }
 }
@@ -478,6 +520,29 @@ pub fn encode(msg: &Message) -> Result<Bytes, WireError> {
         Message::Goodbye => {}
         Message::Handshake { noise } => {
             w.bytes("handshake", noise, 1, MAX_HANDSHAKE)?;
+        }
+        Message::AtomicRequest(a) => {
+            w.u64(a.req);
+            w.u64(a.conn_id);
+            w.u8(a.class);
+            w.u8(a.op);
+            w.u8(a.datatype);
+            w.u64(a.offset);
+            w.u64(a.operand);
+            w.u64(a.compare);
+        }
+        Message::AtomicReply(a) => {
+            w.u64(a.req);
+            match a.result {
+                Ok(v) => {
+                    w.u8(0);
+                    w.u64(v);
+                }
+                Err(code) => {
+                    w.u8(1);
+                    w.u32(code);
+                }
+            }
         }
     }
     let frame = w.finish();
@@ -613,6 +678,30 @@ pub fn decode(frame: &[u8]) -> Result<Message, WireError> {
         tag::HANDSHAKE => Message::Handshake {
             noise: r.bytes("handshake", 1, MAX_HANDSHAKE)?,
         },
+        tag::ATOMIC_REQUEST => Message::AtomicRequest(AtomicRequest {
+            req: r.u64("atomic request id")?,
+            conn_id: r.u64("atomic connection id")?,
+            class: r.u8("atomic class")?,
+            op: r.u8("atomic op")?,
+            datatype: r.u8("atomic datatype")?,
+            offset: r.u64("atomic offset")?,
+            operand: r.u64("atomic operand")?,
+            compare: r.u64("atomic compare")?,
+        }),
+        tag::ATOMIC_REPLY => {
+            let req = r.u64("atomic reply id")?;
+            let result = match r.u8("atomic reply result")? {
+                0 => Ok(r.u64("atomic reply value")?),
+                1 => Err(r.u32("atomic reply error code")?),
+                v => {
+                    return Err(WireError::BadValue {
+                        field: "atomic reply result",
+                        value: u64::from(v),
+                    });
+                }
+            };
+            Message::AtomicReply(AtomicReply { req, result })
+        }
         other => return Err(WireError::UnknownTag(other)),
     };
     if !r.buf.is_empty() {

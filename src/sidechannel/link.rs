@@ -460,6 +460,7 @@ async fn read_loop<R>(
                 break "second hello";
             }
             Message::ConnectReply(reply) => shared.complete_request(info, reply),
+            Message::AtomicReply(reply) => shared.complete_atomic(info, reply),
             other => {
                 if link.closing.is_cancelled() {
                     break "closed by this node";

@@ -173,8 +173,8 @@ impl SideChannel {
         Ok(Arc::new(SideChannel { shared }))
     }
 
-    /// Sends a request and waits for its reply. Only `ConnectRequest` is a request: its `req`
-    /// is replaced by a fresh id, which the returned `ConnectReply` carries. Dials the node
+    /// Sends a request and waits for its reply. `ConnectRequest` and `AtomicRequest` are
+    /// requests: the `req` is replaced by a fresh id, which the returned reply carries. Dials the node
     /// if it has no live link.
     ///
     /// # Errors

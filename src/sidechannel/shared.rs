@@ -17,7 +17,7 @@ use super::dial_locks::DialLocks;
 use super::gate::Gate;
 use super::handler::{Handler, PeerInfo};
 use super::peers::{LinkHandle, PeerTable};
-use crate::sans_io::wire::{self, ConnectReply, Message};
+use crate::sans_io::wire::{self, AtomicReply, ConnectReply, Message};
 use crate::{Error, Result};
 
 /// What the side channel's tasks share.
@@ -88,9 +88,10 @@ impl Shared {
         let req = self.next_req.fetch_add(1, Ordering::Relaxed);
         match &mut msg {
             Message::ConnectRequest(r) => r.req = req,
+            Message::AtomicRequest(r) => r.req = req,
             other => {
                 return Err(Error::bad_conf().op("request").node(node).detail(format!(
-                    "a {} expects no reply; only a connect request does",
+                    "a {} expects no reply; only connect and atomic requests do",
                     other.kind()
                 )));
             }
@@ -137,15 +138,24 @@ impl Shared {
 
     /// Hands a connect reply to the request waiting for it.
     pub(super) fn complete_request(&self, peer: &PeerInfo, reply: ConnectReply) {
-        let req = reply.req;
+        self.complete(peer, reply.req, Message::ConnectReply(reply));
+    }
+
+    /// Hands an atomic's reply to the request waiting for it.
+    pub(super) fn complete_atomic(&self, peer: &PeerInfo, reply: AtomicReply) {
+        self.complete(peer, reply.req, Message::AtomicReply(reply));
+    }
+
+    fn complete(&self, peer: &PeerInfo, req: u64, reply: Message) {
         match self.peers.take_pending(req, peer.node_id, peer.link_id) {
             Some(tx) => {
-                let _ = tx.send(Ok((peer.clone(), Message::ConnectReply(reply))));
+                let _ = tx.send(Ok((peer.clone(), reply)));
             }
             None => tracing::debug!(
                 node = peer.node_id,
                 req,
-                "a connect reply no request waits for (timed out or abandoned)"
+                reply = reply.kind(),
+                "a reply no request waits for (timed out or abandoned)"
             ),
         }
     }

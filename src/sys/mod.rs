@@ -3,6 +3,7 @@
 //! shared memory, wake-up sockets, descriptor passing and cross-memory attach; the signal mask
 //! of the node's threads.
 
+pub(crate) mod atomic_mem;
 pub(crate) mod bell;
 pub(crate) mod clock;
 pub(crate) mod cma;

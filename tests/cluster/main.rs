@@ -335,3 +335,61 @@ fn the_kv_store_example_serves_a_client_on_another_host() {
     server.expect("kv server: 10 puts from 1 clients");
     server.expect("kv server: ok");
 }
+
+/// `examples/atomic_counter.rs` across three hosts: the counter and the ticket lock stay
+/// exact with clients on two other hosts, on tcp0 (the exporter performs the atomics) and
+/// sockets0 (the provider does).
+fn atomic_counter(test: &str, ctrl: &str) {
+    let _serial = common::serial();
+    let Some(cluster) = Cluster::new(test, 3) else {
+        return;
+    };
+    let [a, b, c] = &cluster.hosts[..] else {
+        unreachable!()
+    };
+    let ex = common::example("atomic_counter");
+    let mut server = a.command(&ex);
+    server.args(["--role", "server", "--clients", "2", "--expect", "200"]);
+    server
+        .args(["--controller", ctrl])
+        .arg("--config")
+        .arg(&a.config);
+    let mut server = Lines::start(server);
+    server.expect("counter server: ready");
+    let clients: Vec<Lines> = [(b, "b"), (c, "c")]
+        .into_iter()
+        .map(|(host, name)| {
+            let mut client = host.command(&ex);
+            client.args(["--role", "client", "--server", &a.node_id.to_string()]);
+            client.args(["--name", name, "--tasks", "4", "--iters", "25"]);
+            client
+                .args(["--controller", ctrl])
+                .arg("--config")
+                .arg(&host.config);
+            Lines::start(client)
+        })
+        .collect();
+    for (mut client, name) in clients.into_iter().zip(["b", "c"]) {
+        client.expect(&format!("counter {name}: 100 increments"));
+        client.expect(&format!("counter {name}: ok"));
+    }
+    let line = server.expect("counter server: counter =");
+    assert!(line.contains("counter = 200, protected = 200"), "{line}");
+    server.expect("counter server: ok");
+}
+
+#[test]
+fn the_atomic_counter_example_counts_across_hosts_on_tcp0() {
+    atomic_counter(
+        "the_atomic_counter_example_counts_across_hosts_on_tcp0",
+        "tcp0",
+    );
+}
+
+#[test]
+fn the_atomic_counter_example_counts_across_hosts_on_sockets0() {
+    atomic_counter(
+        "the_atomic_counter_example_counts_across_hosts_on_sockets0",
+        "sockets0",
+    );
+}

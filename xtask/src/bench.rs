@@ -48,6 +48,10 @@ pub const OPS: &[(&str, &[usize])] = &[
     ("putv", VECTOR_SIZES),
     ("getv", VECTOR_SIZES),
     ("signal", SIGNAL_SIZES),
+    // Remote atomics: one u64 per operation in flight (`rsm bench` ignores the size).
+    ("fetch-add", SIGNAL_SIZES),
+    ("cswap", SIGNAL_SIZES),
+    ("add", SIGNAL_SIZES),
 ];
 
 pub const MODES: &[&str] = &["latency", "bandwidth"];
@@ -117,7 +121,8 @@ pub fn plan() -> Vec<Job> {
     for &controller in CONTROLLERS {
         for &(op, sizes) in OPS {
             for &mode in MODES {
-                if op == "signal" && mode != "latency" {
+                // A signal is a round trip; an add's rate says what a fetch-add's does.
+                if matches!(op, "signal" | "add") && mode != "latency" {
                     continue;
                 }
                 let (max, small_iters) = if mode == "latency" {
@@ -638,6 +643,12 @@ mod tests {
                         "{c} {op} {mode} missing"
                     );
                 }
+            }
+        }
+        for op in ["fetch-add", "cswap"] {
+            for mode in ["latency", "bandwidth"] {
+                let n = jobs.iter().filter(|j| j.op == op && j.mode == mode).count();
+                assert_eq!(n, CONTROLLERS.len(), "{op} {mode} on every controller");
             }
         }
         let signals: Vec<&Job> = jobs.iter().filter(|j| j.op == "signal").collect();

@@ -95,6 +95,11 @@ pub fn target_for(controller: &str, op: &str, mode: &str, size: usize) -> Option
         ("loopback", "bandwidth") if data && size == 1 << 20 => Some(Target::RatioAtLeast(0.9)),
         ("loopback", "bandwidth") if op == "put" && size == 8 => Some(Target::MicrosBelow(0.1)),
         ("loopback", "latency") if op == "put" && size == 8 => Some(Target::MicrosBelow(0.25)),
+        // Remote atomics against fi_fetch_atomic / fi_compare_atomic (a CPU atomic on
+        // loopback): the goal of the issue that brought them.
+        ("shm0" | "loopback", "latency") if matches!(op, "fetch-add" | "cswap") => {
+            Some(Target::RatioAtLeast(0.9))
+        }
         _ => None,
     }
 }

@@ -82,6 +82,8 @@ pub const TEST: &[Step] = &[
             "ownership",
             "--test",
             "semantics",
+            "--test",
+            "atomics",
         ],
         env: &[LOOPBACK_FABRIC, BACKTRACES, FORCE_MR_LOCAL],
     },

@@ -40,6 +40,7 @@ impl PeerProcess {
         max_size: usize,
         no_rsm: bool,
         wait: BaselineWait,
+        atomics: bool,
     ) -> Result<PeerProcess, BenchError> {
         let exe = std::env::current_exe()
             .map_err(|e| BenchError::Peer(format!("cannot find the rsm executable: {e}")))?;
@@ -55,6 +56,9 @@ impl PeerProcess {
             cmd.arg("--no-rsm");
         }
         cmd.args(["--baseline-wait", wait.as_str()]);
+        if atomics {
+            cmd.arg("--atomics");
+        }
         let mut child = cmd
             .spawn()
             .map_err(|e| BenchError::Peer(format!("cannot start the peer: {e}")))?;

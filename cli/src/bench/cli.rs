@@ -21,6 +21,18 @@ pub(crate) enum Op {
     /// in a page shared with the peer), both sides busy-polling. Sizes are ignored (one row,
     /// 8 B: the doorbell write).
     Signal,
+    /// A fetch-and-add of 1 on a u64 (`ImportSegment::fetch_add`); the baseline is
+    /// `fi_fetch_atomic` busy-polled (on loopback a CPU `fetch_add` on a shared page). Each
+    /// slot of the window has its own word. Sizes are ignored (8 B).
+    FetchAdd,
+    /// A compare-and-swap of a u64 from its last value to the next (every one succeeds):
+    /// `ImportSegment::compare_swap` against `fi_compare_atomic` (on loopback a CPU
+    /// `compare_exchange`).
+    Cswap,
+    /// An add of 1 without a result, resolved once performed (`ImportSegment::atomic` with
+    /// `AtomicOp::Sum`) against `fi_atomicmsg` with `FI_DELIVERY_COMPLETE` (on loopback a
+    /// CPU `fetch_add` whose result is dropped).
+    Add,
 }
 
 impl Op {
@@ -32,7 +44,15 @@ impl Op {
             Op::Putv => "putv",
             Op::Getv => "getv",
             Op::Signal => "signal",
+            Op::FetchAdd => "fetch-add",
+            Op::Cswap => "cswap",
+            Op::Add => "add",
         }
+    }
+
+    /// Whether the operation is a remote atomic on one 8-byte word per slot.
+    pub(crate) fn is_atomic(self) -> bool {
+        matches!(self, Op::FetchAdd | Op::Cswap | Op::Add)
     }
 
     /// Whether the operation writes the peer's memory.
@@ -185,7 +205,8 @@ pub(crate) struct BenchArgs {
     /// The controller to measure, such as tcp0 or shm0 (see `rsm info`).
     #[arg(long)]
     pub(crate) controller: String,
-    /// The operation: put (delivery-complete write) or get (read).
+    /// The operation: put (delivery-complete write), get (read), putv, getv, signal, or a
+    /// remote atomic on a u64 (fetch-add, cswap, add).
     #[arg(long, value_enum, required_unless_present = "serve")]
     pub(crate) op: Option<Op>,
     /// Transfer sizes, comma-separated; K, M and G are binary units (8,4K,64K,1M).
@@ -303,6 +324,10 @@ pub(crate) struct PeerArgs {
     /// another host; default: loopback).
     #[arg(long, value_name = "ADDR")]
     pub(crate) node_listen: Option<std::net::SocketAddr>,
+    /// Open the baseline's endpoint with remote atomics (`--op fetch-add|cswap|add`): on
+    /// tcp that is `tcp;ofi_rxm`, whose atomics libfabric emulates over messages.
+    #[arg(long)]
+    pub(crate) atomics: bool,
 }
 
 #[cfg(test)]

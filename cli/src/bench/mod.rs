@@ -71,6 +71,7 @@
 //! `rsm bench-memory` (hidden, `memory.rs`) measures what an exporting node keeps resident
 //! for many published segments and their importers.
 
+mod atomic;
 mod child;
 mod children;
 mod cli;
@@ -97,7 +98,7 @@ pub(crate) use scale::{ScaleArgs, ScaleNodeArgs, run_scale, run_scale_node};
 use child::PeerProcess;
 use pagebuf::PageBuf;
 use proto::{Command, Target};
-use raw::{Baseline, fabric_info_for, round_up};
+use raw::{Baseline, fabric_info_for, fabric_info_for_atomics, round_up};
 use report::{Progress, Row};
 use rsm_side::RsmInitiator;
 use stats::Summary;
@@ -269,6 +270,7 @@ async fn serve(
         baseline_wait: args.baseline_wait,
         serve: Some(addr),
         node_listen: Some(std::net::SocketAddr::new(ip, 0)),
+        atomics: args.op.is_some_and(Op::is_atomic),
     };
     peer::run_peer_as(peer, "rsm bench --serve").await
 }
@@ -276,7 +278,13 @@ async fn serve(
 async fn bench(args: &BenchArgs, progress: &mut Progress) -> Result<Vec<Row>, BenchError> {
     // A signal is one 8-byte doorbell write, measured as a round trip: one latency row.
     let signal = args.op() == Op::Signal;
-    let sizes = if signal { &vec![8] } else { &args.sizes.0 };
+    // An atomic acts on one u64 per slot: one 8-byte row.
+    let atomic = args.op().is_atomic();
+    let sizes = if signal || atomic {
+        &vec![8]
+    } else {
+        &args.sizes.0
+    };
     let mode = if signal { Mode::Latency } else { args.mode };
     let max = sizes.iter().copied().max().unwrap_or(8);
     let window = match mode {
@@ -304,6 +312,13 @@ async fn bench(args: &BenchArgs, progress: &mut Progress) -> Result<Vec<Row>, Be
             )));
         }
     }
+    let page_words = crate::sys::limits::page_size() / 8;
+    if atomic && window > page_words {
+        return Err(BenchError::Usage(format!(
+            "{} gives each operation in flight a word of one page: --window is at most              {page_words}",
+            args.op()
+        )));
+    }
     if args.barrier == BarrierArg::Explicit && args.op() != Op::Put {
         return Err(BenchError::Usage(
             "--barrier explicit applies to --op put".into(),
@@ -312,8 +327,13 @@ async fn bench(args: &BenchArgs, progress: &mut Progress) -> Result<Vec<Row>, Be
     // On loopback the baseline is memcpy between two mappings of one shared buffer, and
     // for signals a busy-polled word in a page shared with the peer.
     let loopback = args.controller.to_ascii_lowercase().starts_with("loopback");
-    let memcpy = if use_baseline && loopback && !signal {
+    let memcpy = if use_baseline && loopback && !signal && !atomic {
         Some(memcpy::MemcpyBaseline::open(max, window)?)
+    } else {
+        None
+    };
+    let cpu = if use_baseline && loopback && atomic {
+        Some(atomic::CpuAtomics::open()?)
     } else {
         None
     };
@@ -326,15 +346,15 @@ async fn bench(args: &BenchArgs, progress: &mut Progress) -> Result<Vec<Row>, Be
     // peer is reached first, for the address toward it (the interface this run uses).
     let served = args.peer.map(PeerProcess::connect).transpose()?;
     let source = served.as_ref().map_or(raw::SOURCE, |p| p.local_ip);
-    let info = if use_baseline && !loopback {
-        Some(fabric_info_for(&args.controller, source)?)
-    } else {
-        None
+    let info = match (use_baseline && !loopback, atomic) {
+        (true, false) => Some(fabric_info_for(&args.controller, source)?),
+        (true, true) => Some(fabric_info_for_atomics(&args.controller, source)?),
+        (false, _) => None,
     };
 
     let mut peer = match served {
         Some(p) => p,
-        None => PeerProcess::spawn(&args.controller, max, !use_rsm, args.baseline_wait)?,
+        None => PeerProcess::spawn(&args.controller, max, !use_rsm, args.baseline_wait, atomic)?,
     };
     if use_baseline && peer.hello.baseline_wait != args.baseline_wait {
         return Err(BenchError::Usage(format!(
@@ -445,15 +465,19 @@ async fn bench(args: &BenchArgs, progress: &mut Progress) -> Result<Vec<Row>, Be
                     Side::Rsm => {
                         let Some(init) = &rsm else { continue };
                         let seed = seed_for(i, 1) ^ round_salt(round);
-                        let (s, ok) = rsm_row(
-                            init,
-                            &mut peer,
-                            &spec,
-                            seed,
-                            progress,
-                            args.corrupt_for_test,
-                        )
-                        .await?;
+                        let (s, ok) = if atomic {
+                            atomic::rsm_row(init, &mut peer, &spec, seed, progress).await?
+                        } else {
+                            rsm_row(
+                                init,
+                                &mut peer,
+                                &spec,
+                                seed,
+                                progress,
+                                args.corrupt_for_test,
+                            )
+                            .await?
+                        };
                         row.rsm_rounds.push(s);
                         row.rsm_verified = Some(row.rsm_verified.unwrap_or(true) && ok);
                     }
@@ -461,6 +485,10 @@ async fn bench(args: &BenchArgs, progress: &mut Progress) -> Result<Vec<Row>, Be
                         let seed = seed_for(i, 2) ^ round_salt(round);
                         let measured = if let Some(m) = &memcpy {
                             Some(m.row(&spec, seed, progress))
+                        } else if let Some(c) = &cpu {
+                            Some(c.row(&spec, seed, progress))
+                        } else if let (Some(b), true) = (&mut baseline, atomic) {
+                            Some(atomic::baseline_row(b, &mut peer, &spec, seed, progress)?)
                         } else if let Some(b) = &mut bell {
                             Some(b.row(&mut peer, &spec, progress)?)
                         } else if let Some(b) = &mut baseline {
@@ -534,7 +562,7 @@ fn baseline_signal_row(
 
 fn seeds(op: Op, seed: u64) -> (u64, u64) {
     match op {
-        Op::Put | Op::Putv | Op::Signal => (seed, !seed),
+        Op::Put | Op::Putv | Op::Signal | Op::FetchAdd | Op::Cswap | Op::Add => (seed, !seed),
         Op::Get | Op::Getv => (!seed, seed),
     }
 }
@@ -563,7 +591,8 @@ async fn rsm_row(
     let want = pattern::pattern(seed, size);
     let ok = match spec.op {
         // Every round trip got its answer, or the run failed.
-        Op::Signal => true,
+        // Atomic rows are checked in `atomic.rs`; signal rows got every answer.
+        Op::Signal | Op::FetchAdd | Op::Cswap | Op::Add => true,
         Op::Put | Op::Putv => {
             if corrupt {
                 peer.expect_ok(&Command::Corrupt {
@@ -639,7 +668,7 @@ fn baseline_row(
                 target: Target::Raw,
             })?,
             Op::Get | Op::Getv => b.corrupt_local(size / 2)?,
-            Op::Signal => {}
+            Op::Signal | Op::FetchAdd | Op::Cswap | Op::Add => {}
         }
     }
     // This command also ends the peer's polling.
@@ -649,7 +678,7 @@ fn baseline_row(
     })?;
     let want = pattern::fnv1a64(&pattern::pattern(seed, size));
     let ok = match op {
-        Op::Put | Op::Putv | Op::Signal => remote_sum == want,
+        Op::Put | Op::Putv | Op::Signal | Op::FetchAdd | Op::Cswap | Op::Add => remote_sum == want,
         // The peer's memory must still hold its pattern, and every slot must have got it.
         Op::Get | Op::Getv => remote_sum == want && b.check_local(seed, size, slots)?.is_none(),
     };

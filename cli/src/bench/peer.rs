@@ -6,7 +6,9 @@ use super::BenchError;
 use super::cli::PeerArgs;
 use super::pattern;
 use super::proto::{Command, PeerHello, Target, hex_encode};
-use super::raw::{RawTarget, SOURCE, YIELD_EVERY, fabric_info_for, round_up};
+use super::raw::{
+    RawTarget, SOURCE, YIELD_EVERY, fabric_info_for, fabric_info_for_atomics, round_up,
+};
 use super::rsm_side::RsmPeer;
 use super::shm_bell::{BELL_IDLE, BellEcho};
 use rsm::test_util::ControllerName;
@@ -44,11 +46,12 @@ async fn peer(args: PeerArgs, name: &str) -> Result<(), BenchError> {
     let raw = if loopback {
         None
     } else {
-        Some(RawTarget::open(
-            fabric_info_for(&args.controller, source)?,
-            len,
-            args.baseline_wait,
-        )?)
+        let info = if args.atomics {
+            fabric_info_for_atomics(&args.controller, source)?
+        } else {
+            fabric_info_for(&args.controller, source)?
+        };
+        Some(RawTarget::open(info, len, args.baseline_wait)?)
     };
     let (rsm, rsm_info, rsm_error) = if args.no_rsm {
         (None, None, None)

@@ -102,6 +102,39 @@ pub(crate) fn fabric_info_for(name: &str, source: std::net::IpAddr) -> Result<Ar
     Ok(Arc::new(entry.dup()?))
 }
 
+/// The description of controller `name`'s domain asked with remote atomics (`FI_ATOMIC`),
+/// for the baseline of `--op fetch-add|cswap|add`: the same provider and domain, except on
+/// tcp, whose connected endpoints have none, where it is `tcp;ofi_rxm` on the same domain
+/// (libfabric's own atomics over tcp, emulated with messages).
+pub(crate) fn fabric_info_for_atomics(name: &str, source: std::net::IpAddr) -> Result<Arc<Info>> {
+    let plain = fabric_info_for(name, source)?;
+    let (provider, domain) = {
+        let v = plain.view();
+        (v.provider(), v.domain_name())
+    };
+    let provider = if provider == "tcp" {
+        "tcp;ofi_rxm".to_string()
+    } else {
+        provider
+    };
+    let mut hints = Hints::rsm_rdm()?;
+    hints.provider(&provider)?.domain(&domain)?.atomics();
+    let source = source.to_string();
+    let source = (provider != "shm").then_some(source.as_str());
+    let infos = InfoList::get(&hints, source)?;
+    let entry = infos
+        .iter()
+        .find(|i| i.provider() == provider && i.domain_name() == domain)
+        .ok_or_else(|| {
+            Error::locks_not_supported()
+                .controller(name)
+                .detail(format!(
+                    "{provider} offers no remote atomics on domain {domain}"
+                ))
+        })?;
+    Ok(Arc::new(entry.dup()?))
+}
+
 /// An endpoint with its completion queue (no wait object: it is busy-polled) and address
 /// vector, on a domain of its own.
 pub(crate) struct RawEndpoint {
@@ -329,6 +362,8 @@ pub(crate) struct Baseline {
 }
 
 mod signal;
+// The atomics' rows (`--op fetch-add|cswap|add`), in raw/atomic.rs.
+mod atomic;
 
 /// Why a run stopped.
 fn op_failed(op: Op, f: rsm::error::FabricFailure) -> Error {

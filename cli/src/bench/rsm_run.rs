@@ -60,7 +60,10 @@ impl Moved for PageBuf {
     fn one(init: &RsmInitiator, op: Op, buf: Self) -> impl Future<Output = Outcome<Self>> + '_ {
         match op {
             // A vector row never hands over a plain buffer (`Vector` moves those).
-            Op::Put | Op::Putv => Either::Left(init.put(0, buf).map(split as Split<Self>)),
+            // Atomic rows are measured in `atomic.rs`, never here.
+            Op::Put | Op::Putv | Op::FetchAdd | Op::Cswap | Op::Add => {
+                Either::Left(init.put(0, buf).map(split as Split<Self>))
+            }
             Op::Get | Op::Getv => Either::Left(init.get(0, buf).map(split as Split<Self>)),
             Op::Signal => {
                 let trip: SignalTrip<'_> =

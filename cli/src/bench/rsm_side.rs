@@ -236,6 +236,23 @@ impl RsmInitiator {
         self.imp.get(offset, buf)
     }
 
+    /// One remote atomic of `op` (`fetch-add`, `cswap`, `add`) on the u64 at `offset`,
+    /// believed to hold `cur`; the previous value (`cur` for an add, which fetches none).
+    pub(crate) async fn atomic(&self, op: super::Op, offset: u64, cur: u64) -> Result<u64> {
+        match op {
+            super::Op::FetchAdd => self.imp.fetch_add(offset, 1u64).await,
+            super::Op::Cswap => {
+                self.imp
+                    .compare_swap(offset, cur, cur.wrapping_add(1))
+                    .await
+            }
+            _ => {
+                self.imp.atomic(offset, rsm::AtomicOp::Sum, 1u64).await?;
+                Ok(cur)
+            }
+        }
+    }
+
     /// One signal round trip: post to the peer's segment, wait for its answer.
     pub(crate) async fn signal_round_trip(&self) -> Result<()> {
         self.imp.signal(rsm::SignalFlags::empty()).await?;

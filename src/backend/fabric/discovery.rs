@@ -4,13 +4,16 @@
 //! registry (`controller.rs`) opens.
 
 use super::visibility_for;
+use crate::controller::atomics::AtomicSupport;
 use crate::controller::info::{
     ALL_DAS, ControllerAttr, ControllerInfo, ProviderAttr, RSM_DAS8, RSM_DAS16, RSM_DAS32,
     RSM_DAS64, loopback_info,
 };
+use crate::fabric::atomic::AtomicKind;
 use crate::fabric::{self, Domain, Fabric, Hints, InfoList, ffi};
 use crate::reactor::engine::Tuning;
 use crate::reactor::slot::Visibility;
+use crate::sans_io::atomic::Class;
 use crate::{Error, Result, sys};
 use std::collections::HashMap;
 use std::net::IpAddr;
@@ -98,7 +101,12 @@ pub(crate) fn enumerate(local_ip: IpAddr) -> Result<Vec<Candidate>> {
         } else {
             match ordered_variant(&provider, &entry.domain_name(), &kind, local_ip)? {
                 Some(ordered) => ordered,
-                None => entry.dup()?,
+                None => {
+                    match with_atomics(&provider, &entry.domain_name(), local_ip, entry.is_ip())? {
+                        Some(atomic) => atomic,
+                        None => entry.dup()?,
+                    }
+                }
             }
         };
         let unit = units.entry(kind.clone()).or_insert(0);
@@ -139,6 +147,24 @@ fn connected_tcp(domain: &str, local_ip: IpAddr) -> Result<Option<fabric::Info>>
     }
 }
 
+/// The same domain asked with remote atomics (`FI_ATOMIC`), so that atomics may be posted
+/// natively; `None` where the provider has none (atomics then go through the exporter).
+fn with_atomics(
+    provider: &str,
+    domain: &str,
+    local_ip: IpAddr,
+    on_interface: bool,
+) -> Result<Option<fabric::Info>> {
+    let mut hints = Hints::rsm_rdm()?;
+    hints.provider(provider)?.domain(domain)?.atomics();
+    let node = on_interface.then(|| local_ip.to_string());
+    let list = InfoList::get(&hints, node.as_deref())?;
+    let found = list
+        .iter()
+        .find(|e| e.provider() == provider && e.domain_name() == domain && e.is_rdm());
+    found.map(|e| e.dup()).transpose().map_err(Into::into)
+}
+
 /// On providers whose puts are fenced by a read (udp), the same domain asked with
 /// read-after-write ordering, which the fence relies on; `None` (and a warning) where the
 /// provider does not offer it.
@@ -153,6 +179,19 @@ fn ordered_variant(
     }
     let mut hints = Hints::rsm_rdm()?;
     hints.provider(provider)?.domain(domain)?.read_after_write();
+    let mut atomic = Hints::rsm_rdm()?;
+    atomic
+        .provider(provider)?
+        .domain(domain)?
+        .read_after_write()
+        .atomics();
+    let list = InfoList::get(&atomic, Some(&local_ip.to_string()))?;
+    if let Some(e) = list
+        .iter()
+        .find(|e| e.provider() == provider && e.domain_name() == domain)
+    {
+        return Ok(Some(e.dup()?));
+    }
     let list = InfoList::get(&hints, Some(&local_ip.to_string()))?;
     let found = list
         .iter()
@@ -229,6 +268,7 @@ pub(crate) fn describe(c: &Candidate, local_ip: IpAddr) -> Result<(ControllerInf
         _ => "poll",
     };
     let mr_cnt = v.mr_cnt() as u64;
+    let atomics = native_atomics(&c.info, &domain);
     let info = ControllerInfo {
         name: c.name.clone(),
         provider: v.provider(),
@@ -269,8 +309,27 @@ pub(crate) fn describe(c: &Candidate, local_ip: IpAddr) -> Result<(ControllerInf
             auto_progress: v.data_progress_auto(),
             wait,
         }),
+        atomics,
     };
     Ok((info, domain))
+}
+
+/// Which atomics the provider performs (`fi_query_atomic` per class, operation and type):
+/// none on a domain opened without `FI_ATOMIC`, or on connected endpoints, whose posts here
+/// carry no atomics.
+fn native_atomics(info: &fabric::Info, domain: &Domain) -> AtomicSupport {
+    let v = info.view();
+    if v.caps() & u64::from(ffi::FI_ATOMIC) == 0 || v.is_msg() {
+        return AtomicSupport::from_provider(|_, _, _| None);
+    }
+    AtomicSupport::from_provider(|class, dt, op| {
+        let kind = match class {
+            Class::Update => AtomicKind::Update,
+            Class::Fetch => AtomicKind::Fetch,
+            Class::Compare => AtomicKind::Compare,
+        };
+        domain.query_atomic(kind, dt as ffi::fi_datatype, ffi::fi_op::from(op))
+    })
 }
 
 fn source_address(v: &fabric::info::InfoRef<'_>, local_ip: IpAddr) -> String {

@@ -103,6 +103,18 @@ impl FabricBackend {
                                 to: piece.ptr,
                                 len: piece.len,
                             }),
+                            // An atomic's operands go in and its result comes back.
+                            Dir::Atomic(_) => {
+                                // SAFETY: as for a write.
+                                unsafe {
+                                    std::ptr::copy_nonoverlapping(piece.ptr, slot, piece.len)
+                                };
+                                held.copy_back(CopyBack {
+                                    from: slot,
+                                    to: piece.ptr,
+                                    len: piece.len,
+                                })
+                            }
                         }
                         piece.ptr = slot;
                         piece.desc = lease.pool.mr.desc();

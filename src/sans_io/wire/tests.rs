@@ -88,6 +88,24 @@ fn samples() -> Vec<Message> {
         Message::Handshake {
             noise: vec![7; MAX_HANDSHAKE],
         },
+        Message::AtomicRequest(AtomicRequest {
+            req: 1,
+            conn_id: 2,
+            class: 1,
+            op: 2,
+            datatype: 7,
+            offset: 8,
+            operand: u64::MAX,
+            compare: 3,
+        }),
+        Message::AtomicReply(AtomicReply {
+            req: 1,
+            result: Ok(41),
+        }),
+        Message::AtomicReply(AtomicReply {
+            req: 1,
+            result: Err(10),
+        }),
     ]
 }
 
@@ -96,7 +114,7 @@ fn every_message_round_trips() {
     let all = samples();
     let mut tags: Vec<u8> = all.iter().map(Message::tag).collect();
     tags.dedup();
-    assert_eq!(tags.len(), 13, "every message kind is covered");
+    assert_eq!(tags.len(), 15, "every message kind is covered");
     for msg in all {
         let frame = encode(&msg).expect("encodes");
         assert_eq!(&frame[..2], &WIRE_VERSION.to_le_bytes());
@@ -406,6 +424,22 @@ fn arb_message() -> impl Strategy<Value = Message> {
         any::<u64>().prop_map(|seq| Message::Heartbeat { seq }),
         Just(Message::Goodbye),
         vec(any::<u8>(), 1..=MAX_HANDSHAKE).prop_map(|noise| Message::Handshake { noise }),
+        any::<(u64, u64, u8, u8, u8, u64, u64, u64)>().prop_map(
+            |(req, conn_id, class, op, datatype, offset, operand, compare)| {
+                Message::AtomicRequest(AtomicRequest {
+                    req,
+                    conn_id,
+                    class,
+                    op,
+                    datatype,
+                    offset,
+                    operand,
+                    compare,
+                })
+            }
+        ),
+        any::<(u64, Result<u64, u32>)>()
+            .prop_map(|(req, result)| Message::AtomicReply(AtomicReply { req, result })),
     ]
 }
 
