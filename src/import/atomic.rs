@@ -23,7 +23,7 @@ use crate::fabric::ffi;
 use crate::perm::Perm;
 use crate::reactor::Op;
 use crate::reactor::slot::{AtomicPost, Dir, Visibility};
-use crate::sans_io::atomic::{AtomicOp, AtomicValue, Call, Class, CompareOp, op_name};
+use crate::sans_io::atomic::{AtomicOp, AtomicValue, Call, Class, CompareOp, Datatype, op_name};
 use crate::sans_io::wire::{AtomicRequest, ByteOrder, Message};
 use crate::stats::OpKind;
 use crate::{Error, Result};
@@ -53,6 +53,27 @@ pub(super) fn take(word: u64, size: usize) -> u64 {
     } else {
         word >> (64 - 8 * size)
     }
+}
+
+/// The (class, operation, type) as a call rsm offers, at an offset aligned to the type:
+/// `RSMERR_LOCKS_NOT_SUPPORTED`, else `RSMERR_BAD_MEM_ALIGNMENT`.
+pub(super) fn offered(class: Class, op: u8, dt: Datatype, offset: u64) -> Result<Call> {
+    let call = Call::decode(class as u8, op, dt as u8).ok_or_else(|| {
+        Error::locks_not_supported().detail(format!(
+            "{} {} is not an atomic rsm offers on {}",
+            class.name(),
+            op_name(op),
+            dt.name()
+        ))
+    })?;
+    if offset % dt.size() as u64 != 0 {
+        return Err(Error::bad_mem_alignment().detail(format!(
+            "atomics on {} need an offset that is a multiple of {}",
+            dt.name(),
+            dt.size()
+        )));
+    }
+    Ok(call)
 }
 
 /// How a checked atomic will run.
@@ -298,21 +319,7 @@ impl ImportSegment {
             self.count_failure(OpKind::Atomic, &e);
             e
         };
-        let call = Call::decode(class as u8, op, dt as u8).ok_or_else(|| {
-            ctx(Error::locks_not_supported().detail(format!(
-                "{} {} is not an atomic rsm offers on {}",
-                class.name(),
-                op_name(op),
-                dt.name()
-            )))
-        })?;
-        if offset % dt.size() as u64 != 0 {
-            return Err(ctx(Error::bad_mem_alignment().detail(format!(
-                "atomics on {} need an offset that is a multiple of {}",
-                dt.name(),
-                dt.size()
-            ))));
-        }
+        let call = offered(class, op, dt, offset).map_err(ctx)?;
         let fabric = self.inner.lo.is_none();
         self.check_access(name, Perm::RDWR, offset, dt.size(), fabric)
             .inspect_err(|e| self.count_failure(OpKind::Atomic, e))?;

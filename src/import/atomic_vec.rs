@@ -6,10 +6,10 @@
 //! value, all in flight at once.
 
 use super::ImportSegment;
-use super::atomic::{ask_exporter, place, take};
+use super::atomic::{ask_exporter, offered, place, take};
 use crate::perm::Perm;
 use crate::reactor::Op;
-use crate::sans_io::atomic::{AtomicOp, AtomicValue, Call, Class, CompareOp, op_name};
+use crate::sans_io::atomic::{AtomicOp, AtomicValue, Call, Class, CompareOp};
 use crate::sans_io::wire::AtomicRequest;
 use crate::stats::OpKind;
 use crate::{Error, Result};
@@ -175,21 +175,7 @@ impl ImportSegment {
             self.count_failure(OpKind::Atomic, &e);
             e
         };
-        let call = Call::decode(class as u8, op, dt as u8).ok_or_else(|| {
-            ctx(Error::locks_not_supported().detail(format!(
-                "{} {} is not an atomic rsm offers on {}",
-                class.name(),
-                op_name(op),
-                dt.name()
-            )))
-        })?;
-        if offset % dt.size() as u64 != 0 {
-            return Err(ctx(Error::bad_mem_alignment().detail(format!(
-                "atomics on {} need an offset that is a multiple of {}",
-                dt.name(),
-                dt.size()
-            ))));
-        }
+        let call = offered(class, op, dt, offset).map_err(ctx)?;
         if n > MAX_ATOMIC_VALUES || compares.len() != n {
             return Err(ctx(Error::bad_length().detail(format!(
                 "{n} operands and {} compare values: a vector takes at most \
