@@ -705,7 +705,14 @@ fn republish(ctrl: &str) {
         exp.peer.ask(&format!("sum r 128 {PROBE}")),
         checksum(&pattern(5, PROBE)).to_string()
     );
-    assert_eq!(exp.peer.ask("importers r"), "1");
+    // b's disconnect notice travels on its own link, without an answer: give it a moment.
+    let t = Instant::now();
+    let mut importers = exp.peer.ask("importers r");
+    while importers != "1" && t.elapsed() < Duration::from_secs(5) {
+        std::thread::sleep(Duration::from_millis(20));
+        importers = exp.peer.ask("importers r");
+    }
+    assert_eq!(importers, "1", "{ctrl}: only a's connection is left");
     // Later connects see the new list, from the node that holds a connection too.
     assert_eq!(
         a.check(rsm::NodeId(exp.node).get(), segid, Perm::READ),
