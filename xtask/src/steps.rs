@@ -82,8 +82,22 @@ pub const TEST: &[Step] = &[
             "ownership",
             "--test",
             "semantics",
+        ],
+        env: &[LOOPBACK_FABRIC, BACKTRACES, FORCE_MR_LOCAL],
+    },
+    // Atomics take descriptors only where the provider performs them (shm0, sockets0).
+    Step {
+        name: "test (forced FI_MR_LOCAL, atomics)",
+        cargo_args: &[
+            "test",
+            "-p",
+            "rsm",
+            "--all-features",
             "--test",
             "atomics",
+            "--",
+            "shm0",
+            "sockets0",
         ],
         env: &[LOOPBACK_FABRIC, BACKTRACES, FORCE_MR_LOCAL],
     },
@@ -233,6 +247,7 @@ mod tests {
                 "capi",
                 "test",
                 "test (forced FI_MR_LOCAL)",
+                "test (forced FI_MR_LOCAL, atomics)",
                 "fuzz"
             ]
         );
