@@ -54,7 +54,8 @@ pub(crate) struct Spec {
     /// The explicit barrier the operation reports to.
     pub(crate) barrier: Option<Arc<BarrierCore>>,
     /// The registrations its descriptors name, where the domain wants them (`held.rs`).
-    pub(crate) held: Option<Held>,
+    /// Boxed: every slot carries the field, few domains fill it.
+    pub(crate) held: Option<Box<Held>>,
 }
 
 /// How an operation ended: its result, its buffer (once the provider is done with it), and
@@ -133,7 +134,7 @@ pub(crate) struct Slot<O> {
     /// The byte a fence part reads into (an operation has at most one fence).
     pub(super) scratch: UnsafeCell<[u8; 8]>,
     /// The registrations its descriptors name (`FI_MR_LOCAL`), freed with the slot.
-    pub(super) held: Option<Held>,
+    pub(super) held: Option<Box<Held>>,
     /// The contexts of parts 4 and later; empty (no allocation) for most operations.
     more: Box<[ProxyCell<O>]>,
     /// The contexts of parts 1 to 3 (a put's fence, a vector's next batches: a 16-entry

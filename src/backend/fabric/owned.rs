@@ -62,11 +62,17 @@ impl FabricBackend {
     /// What an operation of `plan` in direction `dir` holds for its descriptors, its
     /// pieces' descriptors filled in: `None` where the domain wants none. `fenced`: the
     /// operation has a fence part, which reads into the pool's sink.
-    pub(crate) fn hold(&self, plan: &mut Plan, dir: Dir, fenced: bool) -> Result<Option<Held>> {
+    pub(crate) fn hold(
+        &self,
+        plan: &mut Plan,
+        dir: Dir,
+        fenced: bool,
+    ) -> Result<Option<Box<Held>>> {
         if !self.mr_local {
             return Ok(None);
         }
-        self.hold_with(plan, dir, fenced, BOUNCE_MAX).map(Some)
+        self.hold_with(plan, dir, fenced, BOUNCE_MAX)
+            .map(|h| Some(Box::new(h)))
     }
 
     /// [`FabricBackend::hold`] with operations of at most `bounce_max` bytes bounced (the
