@@ -41,7 +41,7 @@ struct Opts {
     controller: String,
     records: u64,
     ledger_id: u32,
-    segment: u32,
+    segment: rsm::SegmentId,
 }
 
 fn opts() -> Opts {
@@ -50,7 +50,7 @@ fn opts() -> Opts {
         controller: "tcp0".into(),
         records: 1000,
         ledger_id: 0,
-        segment: 0,
+        segment: rsm::SegmentId(0),
     };
     let mut args = std::env::args().skip(1);
     while let Some(a) = args.next() {
@@ -58,7 +58,13 @@ fn opts() -> Opts {
             "--controller" => o.controller = args.next().unwrap_or(o.controller),
             "--records" => o.records = args.next().and_then(|v| v.parse().ok()).unwrap_or(1000),
             "--ledger" => o.ledger_id = args.next().and_then(|v| v.parse().ok()).unwrap_or(0),
-            "--segment" => o.segment = args.next().and_then(|v| v.parse().ok()).unwrap_or(0),
+            // As the ledger prints it (`0x...`), or decimal.
+            "--segment" => {
+                o.segment = args
+                    .next()
+                    .and_then(|v| v.parse().ok())
+                    .unwrap_or(rsm::SegmentId(0));
+            }
             "ledger" | "teller" => o.role = Some(a),
             other => eprintln!("ignoring argument {other}"),
         }
@@ -170,7 +176,7 @@ async fn teller(o: &Opts) -> Result<(), Box<dyn std::error::Error>> {
         .await?
         .import(
             rsm::NodeId(o.ledger_id),
-            rsm::SegmentId(o.segment),
+            o.segment,
             Perm::RDWR,
         )
         .await?;

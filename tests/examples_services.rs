@@ -1,5 +1,6 @@
 //! The service examples (`examples/kv_store.rs`, `pubsub_ring.rs`, `pollfd_select.rs`,
-//! `graceful_shutdown.rs`, `atomic_counter.rs`; `metrics.rs`, two nodes in one process) run
+//! `graceful_shutdown.rs`, `atomic_counter.rs`, `signal_service.rs`; `metrics.rs`, two nodes in
+//! one process) run
 //! as real processes,
 //! one per node, and say what they did.
 //!
@@ -515,4 +516,37 @@ fn atomic_counter_tcp0() {
 #[test]
 fn atomic_counter_shm0() {
     atomic_counter("shm0");
+}
+
+/// The ledger starts its teller itself, which connects by the segment id the ledger prints.
+fn signal_service(controller: &str) {
+    let [ledger_id, ..] = ids();
+    let mut ledger = Example::start(
+        "signal_service",
+        ledger_id,
+        &["--controller", controller, "--records", "200"],
+    );
+    ledger.expect("teller: 200 records written and acknowledged");
+    let line = ledger.expect("ledger: 200 records, total");
+    let want: u64 = (0..200u64).map(|i| i % 97).sum();
+    assert!(
+        line.contains(&format!("total {want} (expected {want})")),
+        "{line}"
+    );
+    ledger.succeeds();
+}
+
+#[test]
+fn signal_service_loopback() {
+    signal_service("loopback");
+}
+
+#[test]
+fn signal_service_tcp0() {
+    signal_service("tcp0");
+}
+
+#[test]
+fn signal_service_shm0() {
+    signal_service("shm0");
 }

@@ -27,6 +27,9 @@ pub(crate) trait Sender: Copy + Eq + Hash + Into<Signaller> + Send + Sync + 'sta
 impl Sender for Importer {}
 impl Sender for NodeId {}
 
+/// Looks at the queue or the doorbells between two takes and clock reads while a wait spins.
+const LOOKS_PER_CHECK: u32 = 32;
+
 pub(crate) struct Hub<S: Sender> {
     state: Mutex<HubState<S>>,
     /// Wakes every waiter when an event arrives or the hub closes; they race to take it.
@@ -317,6 +320,7 @@ impl<S: Sender> Hub<S> {
                 if bells.is_empty() {
                     return None;
                 }
+                let _looking: Vec<_> = bells.iter().map(|b| b.looking()).collect();
                 self.look_until(node.loopback_signal_spin(), deadline, || {
                     bells.iter().fold(false, |found, b| b.look() | found)
                 })
@@ -334,15 +338,22 @@ impl<S: Sender> Hub<S> {
     ) -> Option<S> {
         let start = Instant::now();
         let until = deadline.map_or(start + budget, |d| d.min(start + budget));
-        while Instant::now() < until {
-            if !look() {
+        let mut n: u32 = 0;
+        loop {
+            // The state's lock and the clock only after a find, or now and then for a
+            // signal another thread delivered: both were most of a look.
+            if look() || n % LOOKS_PER_CHECK == 0 {
+                if let Ok(Some(from)) = self.try_take() {
+                    return Some(from);
+                }
+                if Instant::now() >= until {
+                    return None;
+                }
+            } else {
                 std::hint::spin_loop();
             }
-            if let Ok(Some(from)) = self.try_take() {
-                return Some(from);
-            }
+            n = n.wrapping_add(1);
         }
-        None
     }
 
     /// A new stream of this segment's events (ends at once on a closed segment).

@@ -27,6 +27,14 @@
 //! the receiver, which the receiving hub decides, as on the other paths. Draining the
 //! socket before the swap means a post that finds the word 0 after the swap rings again.
 //!
+//! A receiver whose waiting task reads its word before parking (`look`) says so in the
+//! word's neighbour ([`LOOKING`] past it, same cache line): a post that finds it set skips
+//! the ring, a system call here and a wake-up of the receiver's watch there. The poster's
+//! add and the receiver's clearing of the flag are both sequentially consistent and each
+//! side reads the other's word after its own write, so a post either sees the flag cleared
+//! and rings, or is seen by the receiver's last look ([`Looking`]'s drop). A peer can only
+//! set or clear the flag of its own word: the rings it loses are its own.
+//!
 //! Order (DESIGN.md, decision 18): a loopback put is a copy done before it returns, and the words'
 //! release/acquire pairs make it visible to the receiver before the signal is.
 //!
@@ -45,7 +53,7 @@ use crate::sys::bell as wake;
 use crate::sys::shm::{SharedMap, check_peer_memfd, sealed_memfd};
 use rustix::fd::{AsFd, OwnedFd};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use tokio::io::Interest;
 use tokio::io::unix::AsyncFd;
 use tokio_util::sync::CancellationToken;
@@ -53,6 +61,8 @@ use tokio_util::sync::CancellationToken;
 /// Where each direction's word lies in the page (separate cache lines).
 const TO_EXPORTER: usize = 0;
 const TO_IMPORTER: usize = 64;
+/// Past a direction's word: non-zero while its receiver reads the word before parking.
+const LOOKING: usize = 8;
 /// Bit 63 of a word: the first post of the batch had `NO_ACCUMULATE`.
 const FIRST_NO_ACC: u64 = 1 << 63;
 const COUNT: u64 = FIRST_NO_ACC - 1;
@@ -71,6 +81,9 @@ pub(crate) struct LoopbackBell {
     rx: Receiver,
     on_ring: OnRing,
     stop: CancellationToken,
+    /// This process's tasks reading this side's word now; the page's flag is set while
+    /// there is one.
+    lookers: AtomicUsize,
 }
 
 /// What a bell read: from `from`, for the receiver's `token`, first a `NO_ACCUMULATE` post
@@ -95,7 +108,7 @@ impl Drop for LoopbackBell {
 
 fn word(page: &SharedMap, at: usize) -> &AtomicU64 {
     debug_assert!(at + 8 <= page.len());
-    // SAFETY: `at` is 0 or 64 in a mapping of at least a page (checked when it was made),
+    // SAFETY: `at` is 0, 8, 64 or 72 in a mapping of at least a page (checked when it was made),
     // page-aligned, so the word is in bounds and 8-byte aligned; the mapping lives as long
     // as `page`, and this memory is only ever accessed atomically, by both processes.
     unsafe { AtomicU64::from_ptr(page.as_ptr().add(at).cast()) }
@@ -107,15 +120,16 @@ impl LoopbackBell {
     pub(crate) fn ring(&self, no_accumulate: bool) -> Result<()> {
         let w = word(&self.page, self.out_at);
         let before = if no_accumulate {
-            match w.compare_exchange(0, FIRST_NO_ACC, Ordering::AcqRel, Ordering::Acquire) {
+            match w.compare_exchange(0, FIRST_NO_ACC, Ordering::SeqCst, Ordering::Acquire) {
                 Ok(b) => b,
                 // Dropped: the posts in the word leave one pending before it.
                 Err(_) => return Ok(()),
             }
         } else {
-            w.fetch_add(1, Ordering::AcqRel)
+            w.fetch_add(1, Ordering::SeqCst)
         };
-        if before == 0 {
+        // SeqCst, with the add above: pairs with `Looking`'s drop (the module docs).
+        if before == 0 && word(&self.page, self.out_at + LOOKING).load(Ordering::SeqCst) == 0 {
             wake::ring(self.out.as_fd()).map_err(|e| {
                 Error::conn_aborted()
                     .detail(format!("cannot ring the loopback doorbell: {e}"))
@@ -140,6 +154,34 @@ impl LoopbackBell {
         }
         deliver(&self.on_ring, &self.rx, w);
         true
+    }
+
+    /// Tells the peer that a task of this process reads this side's word (`look`) until
+    /// the guard drops, so that its posts need not ring.
+    pub(crate) fn looking(&self) -> Looking<'_> {
+        if self.lookers.fetch_add(1, Ordering::SeqCst) == 0 {
+            word(&self.page, self.in_at + LOOKING).store(1, Ordering::SeqCst);
+        }
+        Looking(self)
+    }
+}
+
+/// A task reading a bell's word before it parks; dropped, it looks once more after clearing
+/// the page's flag, taking a post that saw the flag set and did not ring.
+pub(crate) struct Looking<'a>(&'a LoopbackBell);
+
+impl Drop for Looking<'_> {
+    fn drop(&mut self) {
+        let bell = self.0;
+        // The last one out clears the flag; a flag left clear by a racing first one in only
+        // costs rings.
+        if bell.lookers.fetch_sub(1, Ordering::SeqCst) == 1 {
+            word(&bell.page, bell.in_at + LOOKING).store(0, Ordering::SeqCst);
+            // SeqCst, after the store: sees any post that saw the flag set.
+            if word(&bell.page, bell.in_at).load(Ordering::SeqCst) != 0 {
+                bell.look();
+            }
+        }
     }
 }
 
@@ -254,6 +296,7 @@ fn start(
         rx,
         on_ring,
         stop,
+        lookers: AtomicUsize::new(0),
     })
 }
 
@@ -372,6 +415,7 @@ mod tests {
             },
             on_ring: Arc::new(|_| true),
             stop: CancellationToken::new(),
+            lookers: AtomicUsize::new(0),
         };
         (map, bell, fd)
     }
