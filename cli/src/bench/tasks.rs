@@ -109,7 +109,10 @@ pub(crate) async fn rsm_row(
 }
 
 /// `total` operations from one task per buffer of `bufs` (task `i` at offset `i * size`),
-/// timed from when every task is ready; the buffers come back in order.
+/// timed from the start, given once every task waits for it, to the last task's end; the
+/// buffers come back in order. The start's time is taken before it is given and each task
+/// notes its own end: where operations complete inline (loopback, shm's copies) the tasks
+/// can finish before this task is awake again.
 async fn run(
     lane: &Lane,
     write: bool,
@@ -118,26 +121,30 @@ async fn run(
     total: usize,
 ) -> Result<(Duration, Vec<PageBuf>), BenchError> {
     let n = bufs.len();
-    let gate = Arc::new(tokio::sync::Barrier::new(n + 1));
+    let ready = Arc::new(tokio::sync::Barrier::new(n + 1));
+    let start = Arc::new(tokio::sync::Semaphore::new(0));
     let handles: Vec<_> = bufs
         .into_iter()
         .enumerate()
         .map(|(i, buf)| {
-            let (lane, gate) = (lane.clone(), Arc::clone(&gate));
+            let (lane, ready, start) = (lane.clone(), Arc::clone(&ready), Arc::clone(&start));
             let (offset, count) = ((i * size) as u64, share(total, n, i));
             tokio::spawn(async move {
-                gate.wait().await;
+                ready.wait().await;
+                drop(start.acquire().await);
                 let mut buf = buf;
                 for _ in 0..count {
                     buf = lane.transfer(write, offset, buf).await?;
                 }
-                Ok::<_, rsm::Error>(buf)
+                Ok::<_, rsm::Error>((buf, Instant::now()))
             })
         })
         .collect();
-    gate.wait().await;
+    ready.wait().await;
     let t0 = Instant::now();
+    start.add_permits(n);
     let mut back = Vec::with_capacity(n);
+    let mut end = t0;
     let mut pending = handles.into_iter();
     while let Some(h) = pending.next() {
         let done = match h.await {
@@ -145,7 +152,10 @@ async fn run(
             Err(e) => Err(BenchError::Peer(format!("a task ended: {e}"))),
         };
         match done {
-            Ok(buf) => back.push(buf),
+            Ok((buf, at)) => {
+                back.push(buf);
+                end = end.max(at);
+            }
             Err(e) => {
                 // The run fails: the other tasks have nothing left to measure.
                 pending.for_each(|h| h.abort());
@@ -153,7 +163,7 @@ async fn run(
             }
         }
     }
-    Ok((t0.elapsed(), back))
+    Ok((end - t0, back))
 }
 
 #[cfg(test)]
