@@ -647,3 +647,107 @@ fn the_progress_line_is_shown_on_a_terminal_or_when_asked_for() {
         run.stderr
     );
 }
+
+/// `--op round`: the service round against its parts, on loopback and a fabric controller;
+/// every record is checked by the peer, and a wrong one fails the row.
+#[test]
+fn service_rounds_against_their_parts() {
+    for ctrl in ["loopback", "shm0"] {
+        let run = bench(&[
+            "--controller",
+            ctrl,
+            "--op",
+            "round",
+            "--iters",
+            "200",
+            "--baseline",
+            "--rounds",
+            "2",
+            "--json",
+        ]);
+        assert_eq!(run.code, Some(0), "{ctrl}: {}", run.stderr);
+        assert_eq!(run.rows.len(), 1, "{ctrl}: one row whatever the sizes");
+        let row = &run.rows[0];
+        assert_eq!(row["op"], "round");
+        assert_eq!(row["size"], 8);
+        assert_eq!(row["baseline_kind"], "parts", "{row}");
+        check_rounds(row, 2, &format!("{ctrl} round"));
+        let parts = row["parts_put_median_us"].as_f64().unwrap()
+            + row["parts_signal_median_us"].as_f64().unwrap();
+        let base = row["baseline_median_us"].as_f64().unwrap();
+        assert!((parts - base).abs() < 0.01 * base.max(1.0), "{row}");
+    }
+    let run = bench(&[
+        "--controller",
+        "loopback",
+        "--op",
+        "round",
+        "--iters",
+        "100",
+        "--json",
+        "--corrupt-for-test",
+    ]);
+    assert_eq!(run.code, Some(1), "{}", run.stderr);
+    assert_eq!(run.rows[0]["verified"], false, "{}", run.rows[0]);
+    let run = bench(&[
+        "--controller",
+        "loopback",
+        "--op",
+        "round",
+        "--baseline-only",
+    ]);
+    assert_eq!(run.code, Some(2), "{}", run.stderr);
+}
+
+/// `--tasks N`: put and get bandwidth rows from N tasks, each task's range verified; the
+/// combinations it does not fit fail before any peer starts.
+#[test]
+fn task_rows_verify_every_range() {
+    for (ctrl, op) in [("loopback", "put"), ("shm0", "get"), ("tcp0", "put")] {
+        let run = bench(&[
+            "--controller",
+            ctrl,
+            "--op",
+            op,
+            "--mode",
+            "bandwidth",
+            "--sizes",
+            "8,4K",
+            "--window",
+            "8",
+            "--tasks",
+            "8",
+            "--iters",
+            "200",
+            "--baseline",
+            "--json",
+        ]);
+        assert_eq!(run.code, Some(0), "{ctrl} {op}: {}", run.stderr);
+        assert_eq!(run.rows.len(), 2);
+        for row in &run.rows {
+            assert_eq!(row["tasks"], 8, "{row}");
+            assert_eq!(row["verified"], true, "{row}");
+            assert!(row["ratio"].as_f64().is_some_and(|r| r > 0.0), "{row}");
+        }
+    }
+    for (op, mode) in [
+        ("put", "latency"),
+        ("putv", "bandwidth"),
+        ("round", "latency"),
+    ] {
+        let run = bench(&[
+            "--controller",
+            "loopback",
+            "--op",
+            op,
+            "--mode",
+            mode,
+            "--tasks",
+            "4",
+        ]);
+        assert_eq!(run.code, Some(2), "{op} {mode}: {}", run.stderr);
+        assert!(run.stderr.contains("--tasks"), "{}", run.stderr);
+    }
+    let run = bench(&["--controller", "loopback", "--op", "put", "--tasks", "4097"]);
+    assert_eq!(run.code, Some(2), "{}", run.stderr);
+}

@@ -33,10 +33,16 @@ pub(crate) enum Op {
     /// `AtomicOp::Sum`) against `fi_atomicmsg` with `FI_DELIVERY_COMPLETE` (on loopback a
     /// CPU `fetch_add` whose result is dropped).
     Add,
+    /// The service round of `examples/signal_service.rs`: put an 8-byte record (a counter)
+    /// into the peer's segment, signal it, await the answer of the peer's task, which reads
+    /// and checks the record first. The baseline is not libfabric but the round's parts,
+    /// measured by rsm in the same run: an 8 B put's median plus a signal round trip's.
+    /// Sizes are ignored (one row, 8 B).
+    Round,
 }
 
 impl Op {
-    /// The name used in output: `put`, `get`, `putv` or `getv`.
+    /// The name used in output: `put`, `get`, `signal`, `round`, ...
     pub(crate) fn as_str(self) -> &'static str {
         match self {
             Op::Put => "put",
@@ -47,6 +53,7 @@ impl Op {
             Op::FetchAdd => "fetch-add",
             Op::Cswap => "cswap",
             Op::Add => "add",
+            Op::Round => "round",
         }
     }
 
@@ -205,8 +212,8 @@ pub(crate) struct BenchArgs {
     /// The controller to measure, such as tcp0 or shm0 (see `rsm info`).
     #[arg(long)]
     pub(crate) controller: String,
-    /// The operation: put (delivery-complete write), get (read), putv, getv, signal, or a
-    /// remote atomic on a u64 (fetch-add, cswap, add).
+    /// The operation: put (delivery-complete write), get (read), putv, getv, signal, a
+    /// remote atomic on a u64 (fetch-add, cswap, add), or round (put, signal, answer).
     #[arg(long, value_enum, required_unless_present = "serve")]
     pub(crate) op: Option<Op>,
     /// Transfer sizes, comma-separated; K, M and G are binary units (8,4K,64K,1M).
@@ -221,6 +228,11 @@ pub(crate) struct BenchArgs {
     /// Operations in flight in bandwidth mode.
     #[arg(long, default_value_t = 16, value_parser = clap::value_parser!(u32).range(1..=4096))]
     pub(crate) window: u32,
+    /// Bandwidth mode, put and get: rsm's operations come from this many tokio tasks, each
+    /// awaiting its own puts or gets one after the other (own buffer, own offset), instead
+    /// of one task keeping --window in flight; the baseline keeps its --window.
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=4096))]
+    pub(crate) tasks: Option<u32>,
     /// Timed operations per row, at least (latency rows take at least 1000 samples,
     /// bandwidth rows at least the window and more for small sizes).
     #[arg(long, default_value_t = 1000, value_parser = clap::value_parser!(u64).range(1..=100_000_000))]
@@ -423,6 +435,23 @@ mod tests {
         ])
         .unwrap();
         assert_eq!(cli.bench.peer, Some("127.0.0.1:7500".parse().unwrap()));
+        assert_eq!(cli.bench.tasks, None);
+        let cli = Cli::try_parse_from([
+            "x",
+            "--controller",
+            "shm0",
+            "--op",
+            "put",
+            "--mode",
+            "bandwidth",
+            "--tasks",
+            "64",
+        ])
+        .unwrap();
+        assert_eq!(cli.bench.tasks, Some(64));
+        let cli = Cli::try_parse_from(["x", "--controller", "shm0", "--op", "round"]).unwrap();
+        assert_eq!(cli.bench.op(), Op::Round);
+        assert_eq!(Op::Round.to_string(), "round");
         // A host alone gets the default port; --serve needs no --op.
         let cli = Cli::try_parse_from([
             "x",
@@ -466,6 +495,16 @@ mod tests {
             ],
             &["x", "--controller", "tcp0", "--op", "put", "--mode", "fast"],
             &["x", "--controller", "tcp0", "--op", "put", "--rounds", "0"],
+            &["x", "--controller", "tcp0", "--op", "put", "--tasks", "0"],
+            &[
+                "x",
+                "--controller",
+                "tcp0",
+                "--op",
+                "put",
+                "--tasks",
+                "4097",
+            ],
         ] {
             assert!(Cli::try_parse_from(bad).is_err(), "{bad:?} accepted");
         }

@@ -65,9 +65,13 @@ impl MemcpyBaseline {
         // buffer (seen through two mappings), each at least size bytes.
         unsafe {
             match op {
-                Op::Put | Op::Putv | Op::Signal | Op::FetchAdd | Op::Cswap | Op::Add => {
-                    std::ptr::copy_nonoverlapping(slot, target, size)
-                }
+                Op::Put
+                | Op::Putv
+                | Op::Signal
+                | Op::FetchAdd
+                | Op::Cswap
+                | Op::Add
+                | Op::Round => std::ptr::copy_nonoverlapping(slot, target, size),
                 Op::Get | Op::Getv => std::ptr::copy_nonoverlapping(target, slot, size),
             }
         }
@@ -83,7 +87,9 @@ impl MemcpyBaseline {
         let (size, op) = (spec.size, spec.op);
         let slots = spec.slots().min(self.slots).max(1);
         let (local_seed, remote_seed) = match op {
-            Op::Put | Op::Putv | Op::Signal | Op::FetchAdd | Op::Cswap | Op::Add => (seed, !seed),
+            Op::Put | Op::Putv | Op::Signal | Op::FetchAdd | Op::Cswap | Op::Add | Op::Round => {
+                (seed, !seed)
+            }
             Op::Get | Op::Getv => (!seed, seed),
         };
         progress.phase("baseline", "preparing");
@@ -119,7 +125,7 @@ impl MemcpyBaseline {
         };
         progress.phase("baseline", "verifying");
         let ok = match op {
-            Op::Put | Op::Putv | Op::Signal | Op::FetchAdd | Op::Cswap | Op::Add => {
+            Op::Put | Op::Putv | Op::Signal | Op::FetchAdd | Op::Cswap | Op::Add | Op::Round => {
                 self.holds(self.remote.as_ptr(), seed, size)
             }
             Op::Get | Op::Getv => (0..slots).all(|i| self.holds(self.slot(i), seed, size)),

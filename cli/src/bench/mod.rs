@@ -1,7 +1,8 @@
 //! Benchmark support for `rsm bench`.
 //!
-//! `rsm bench --controller C --op put|get|putv|getv|signal --sizes LIST
-//! [--mode latency|bandwidth] [--window W] [--iters N] [--baseline] [--rounds R] [--json]`
+//! `rsm bench --controller C --op put|get|putv|getv|signal|round|fetch-add|cswap|add
+//! --sizes LIST [--mode latency|bandwidth] [--window W] [--tasks N] [--iters N] [--baseline]
+//! [--rounds R] [--json]`
 //! starts its own peer process (`rsm bench-peer`, the same executable), measures one row per
 //! size and checks every byte it moved:
 //!
@@ -36,6 +37,20 @@
 //!   storing a ring number in one word and spinning on another that the peer, busy-polling
 //!   the first, sets to the same number. Both sides busy-poll, no system call: what rsm's
 //!   doorbell (a word and an eventfd each way) costs on top of the cache-line transfers.
+//! - **round** is the service round of `examples/signal_service.rs` (`round.rs`): an
+//!   8-byte record put into the peer's segment, a signal, the answer awaited; the peer's
+//!   task awaits the signal, reads the record and answers the importer that signalled. One
+//!   8 B latency row. The records count up and the peer checks each one: the row verifies
+//!   only if every round's record arrived with the value due. Its baseline is not libfabric
+//!   but the round's parts, measured by rsm in the same run (alternating rounds as below):
+//!   an 8 B put row and a signal round-trip row, whose medians (and p99s) add up to the
+//!   baseline's; `ratio` is parts / round, above 1 when the round costs less than its parts.
+//!   The rows say so (`baseline_kind: "parts"`, and each part's median).
+//! - **`--tasks N`** (bandwidth, put and get; `tasks.rs`): rsm's operations come from N
+//!   tokio tasks on the multi-thread runtime, each awaiting its own operations one after
+//!   the other, with its own buffer and its own range of the peer's memory (the peer
+//!   registers N times the size), the row's operations split over them; the baseline keeps
+//!   its window of W. Verification covers every task's range.
 //! - **`--rounds R`** measures each row R times, rsm and baseline alternating, each going
 //!   first in every other round (rsm, baseline, baseline, rsm, ...; same peer process, each
 //!   round with its own warm-up and seeds). The row's sample count is split over the
@@ -83,12 +98,14 @@ mod peer;
 mod proto;
 mod raw;
 mod report;
+mod round;
 mod rsm_run;
 mod rsm_side;
 mod scale;
 mod shape;
 mod shm_bell;
 mod stats;
+mod tasks;
 
 pub(crate) use cli::{BarrierArg, BenchArgs, Mode, Op, PeerArgs};
 pub(crate) use memory::{MemoryArgs, MemoryImporterArgs, run_memory, run_memory_importer};
@@ -99,7 +116,7 @@ use child::PeerProcess;
 use pagebuf::PageBuf;
 use proto::{Command, Target};
 use raw::{Baseline, fabric_info_for, fabric_info_for_atomics, round_up};
-use report::{Progress, Row};
+use report::{BaselineKind, Progress, Row};
 use rsm_side::RsmInitiator;
 use stats::Summary;
 use std::io::Write;
@@ -276,16 +293,23 @@ async fn serve(
 }
 
 async fn bench(args: &BenchArgs, progress: &mut Progress) -> Result<Vec<Row>, BenchError> {
-    // A signal is one 8-byte doorbell write, measured as a round trip: one latency row.
+    // A signal is one 8-byte doorbell write, measured as a round trip: one latency row; a
+    // round (put, signal, answer) too.
     let signal = args.op() == Op::Signal;
+    let round_op = args.op() == Op::Round;
     // An atomic acts on one u64 per slot: one 8-byte row.
     let atomic = args.op().is_atomic();
-    let sizes = if signal || atomic {
+    let sizes = if signal || atomic || round_op {
         &vec![8]
     } else {
         &args.sizes.0
     };
-    let mode = if signal { Mode::Latency } else { args.mode };
+    let mode = if signal || round_op {
+        Mode::Latency
+    } else {
+        args.mode
+    };
+    let tasks = tasks::check(args.op(), mode, args.tasks, args.barrier)?;
     let max = sizes.iter().copied().max().unwrap_or(8);
     let window = match mode {
         Mode::Latency => 1,
@@ -294,8 +318,17 @@ async fn bench(args: &BenchArgs, progress: &mut Progress) -> Result<Vec<Row>, Be
     let iters = usize::try_from(args.iters).unwrap_or(usize::MAX);
     let use_rsm = !args.baseline_only;
     let use_baseline = args.baseline || args.baseline_only;
+    if round_op && args.baseline_only {
+        return Err(BenchError::Usage(
+            "--op round's baseline is rsm's own put and signal: it cannot run without rsm".into(),
+        ));
+    }
+    // Each task has a range of its own in the peer's memory.
+    let peer_len = max.saturating_mul(tasks.unwrap_or(1));
     let page = crate::sys::limits::page_size();
-    if round_up(max, page).saturating_mul(window) > MAX_LOCAL {
+    if round_up(max, page).saturating_mul(window.max(tasks.unwrap_or(0))) > MAX_LOCAL
+        || peer_len > MAX_LOCAL
+    {
         return Err(BenchError::Usage(format!(
             "{window} operations of {} in flight need more than 1 GiB of buffers: lower --window or the largest size",
             report::human_size(max)
@@ -327,7 +360,7 @@ async fn bench(args: &BenchArgs, progress: &mut Progress) -> Result<Vec<Row>, Be
     // On loopback the baseline is memcpy between two mappings of one shared buffer, and
     // for signals a busy-polled word in a page shared with the peer.
     let loopback = args.controller.to_ascii_lowercase().starts_with("loopback");
-    let memcpy = if use_baseline && loopback && !signal && !atomic {
+    let memcpy = if use_baseline && loopback && !signal && !atomic && !round_op {
         Some(memcpy::MemcpyBaseline::open(max, window)?)
     } else {
         None
@@ -346,7 +379,7 @@ async fn bench(args: &BenchArgs, progress: &mut Progress) -> Result<Vec<Row>, Be
     // peer is reached first, for the address toward it (the interface this run uses).
     let served = args.peer.map(PeerProcess::connect).transpose()?;
     let source = served.as_ref().map_or(raw::SOURCE, |p| p.local_ip);
-    let info = match (use_baseline && !loopback, atomic) {
+    let info = match (use_baseline && !loopback && !round_op, atomic) {
         (true, false) => Some(fabric_info_for(&args.controller, source)?),
         (true, true) => Some(fabric_info_for_atomics(&args.controller, source)?),
         (false, _) => None,
@@ -354,7 +387,13 @@ async fn bench(args: &BenchArgs, progress: &mut Progress) -> Result<Vec<Row>, Be
 
     let mut peer = match served {
         Some(p) => p,
-        None => PeerProcess::spawn(&args.controller, max, !use_rsm, args.baseline_wait, atomic)?,
+        None => PeerProcess::spawn(
+            &args.controller,
+            peer_len,
+            !use_rsm,
+            args.baseline_wait,
+            atomic,
+        )?,
     };
     if use_baseline && peer.hello.baseline_wait != args.baseline_wait {
         return Err(BenchError::Usage(format!(
@@ -365,9 +404,10 @@ async fn bench(args: &BenchArgs, progress: &mut Progress) -> Result<Vec<Row>, Be
             args.baseline_wait.as_str()
         )));
     }
-    if (peer.hello.len as usize) < max {
+    if (peer.hello.len as usize) < peer_len {
         return Err(BenchError::Usage(format!(
-            "the peer registered {} B, less than the largest size: start it with --max-size {max}",
+            "the peer registered {} B, less than the largest size (times --tasks): start it \
+             with --max-size {peer_len}",
             peer.hello.len
         )));
     }
@@ -424,6 +464,13 @@ async fn bench(args: &BenchArgs, progress: &mut Progress) -> Result<Vec<Row>, Be
         .map(Baseline::provider)
         .or_else(|| peer.hello.provider.clone())
         .unwrap_or_else(|| "loopback".into());
+    let baseline_kind = if round_op {
+        BaselineKind::Parts
+    } else if loopback {
+        BaselineKind::SharedMemory
+    } else {
+        BaselineKind::Libfabric
+    };
 
     let rounds = args.rounds.max(1) as usize;
     let mut rows = Vec::new();
@@ -451,6 +498,9 @@ async fn bench(args: &BenchArgs, progress: &mut Progress) -> Result<Vec<Row>, Be
             rounds,
             rsm_rounds: Vec::new(),
             baseline_rounds: Vec::new(),
+            baseline_kind,
+            tasks: tasks.filter(|_| use_rsm),
+            parts: Vec::new(),
         };
         // rsm, baseline, baseline, rsm, rsm, ...: a disturbance lands in one round of one
         // side, and the medians below leave it out; and neither side always goes first
@@ -465,8 +515,15 @@ async fn bench(args: &BenchArgs, progress: &mut Progress) -> Result<Vec<Row>, Be
                     Side::Rsm => {
                         let Some(init) = &rsm else { continue };
                         let seed = seed_for(i, 1) ^ round_salt(round);
+                        let corrupt = args.corrupt_for_test;
                         let (s, ok) = if atomic {
                             atomic::rsm_row(init, &mut peer, &spec, seed, progress).await?
+                        } else if round_op {
+                            round::rsm_row(init, &mut peer, &spec, seed, progress, corrupt).await?
+                        } else if let Some(n) = tasks {
+                            let seeds = seeds(spec.op, seed);
+                            tasks::rsm_row(init, &mut peer, &spec, n, seeds, progress, corrupt)
+                                .await?
                         } else {
                             rsm_row(
                                 init,
@@ -480,6 +537,24 @@ async fn bench(args: &BenchArgs, progress: &mut Progress) -> Result<Vec<Row>, Be
                         };
                         row.rsm_rounds.push(s);
                         row.rsm_verified = Some(row.rsm_verified.unwrap_or(true) && ok);
+                    }
+                    Side::Baseline if round_op => {
+                        let Some(init) = &rsm else { continue };
+                        let seed = seed_for(i, 2) ^ round_salt(round);
+                        let (put, signal) = parts_row(
+                            init,
+                            &mut peer,
+                            &spec,
+                            seed,
+                            progress,
+                            args.corrupt_for_test,
+                        )
+                        .await?;
+                        row.baseline_rounds
+                            .push(round::parts(&put.0, &signal.0, size));
+                        row.baseline_verified =
+                            Some(row.baseline_verified.unwrap_or(true) && put.1 && signal.1);
+                        row.parts.push((put.0, signal.0));
                     }
                     Side::Baseline => {
                         let seed = seed_for(i, 2) ^ round_salt(round);
@@ -534,6 +609,29 @@ async fn bench(args: &BenchArgs, progress: &mut Progress) -> Result<Vec<Row>, Be
     Ok(rows)
 }
 
+/// The parts of a round (`--op round`), measured by rsm one after the other as rows of
+/// their own: an 8 B put, then a signal round trip.
+async fn parts_row(
+    init: &RsmInitiator,
+    peer: &mut PeerProcess,
+    spec: &RowSpec,
+    seed: u64,
+    progress: &mut Progress,
+    corrupt: bool,
+) -> Result<((Summary, bool), (Summary, bool)), BenchError> {
+    let put = RowSpec {
+        op: Op::Put,
+        ..*spec
+    };
+    let signal = RowSpec {
+        op: Op::Signal,
+        ..*spec
+    };
+    let put = rsm_row(init, peer, &put, seed, progress, corrupt).await?;
+    let signal = rsm_row(init, peer, &signal, seed, progress, false).await?;
+    Ok((put, signal))
+}
+
 /// The seeds of the data written and of what it overwrites: a transfer that moves nothing,
 /// or moves the wrong bytes, leaves the other pattern behind.
 /// The signal round trip of the baseline: the peer echoes every doorbell write while it
@@ -562,7 +660,9 @@ fn baseline_signal_row(
 
 fn seeds(op: Op, seed: u64) -> (u64, u64) {
     match op {
-        Op::Put | Op::Putv | Op::Signal | Op::FetchAdd | Op::Cswap | Op::Add => (seed, !seed),
+        Op::Put | Op::Putv | Op::Signal | Op::FetchAdd | Op::Cswap | Op::Add | Op::Round => {
+            (seed, !seed)
+        }
         Op::Get | Op::Getv => (!seed, seed),
     }
 }
@@ -592,7 +692,7 @@ async fn rsm_row(
     let ok = match spec.op {
         // Every round trip got its answer, or the run failed.
         // Atomic rows are checked in `atomic.rs`; signal rows got every answer.
-        Op::Signal | Op::FetchAdd | Op::Cswap | Op::Add => true,
+        Op::Signal | Op::FetchAdd | Op::Cswap | Op::Add | Op::Round => true,
         Op::Put | Op::Putv => {
             if corrupt {
                 peer.expect_ok(&Command::Corrupt {
@@ -668,7 +768,7 @@ fn baseline_row(
                 target: Target::Raw,
             })?,
             Op::Get | Op::Getv => b.corrupt_local(size / 2)?,
-            Op::Signal | Op::FetchAdd | Op::Cswap | Op::Add => {}
+            Op::Signal | Op::FetchAdd | Op::Cswap | Op::Add | Op::Round => {}
         }
     }
     // This command also ends the peer's polling.
@@ -678,7 +778,9 @@ fn baseline_row(
     })?;
     let want = pattern::fnv1a64(&pattern::pattern(seed, size));
     let ok = match op {
-        Op::Put | Op::Putv | Op::Signal | Op::FetchAdd | Op::Cswap | Op::Add => remote_sum == want,
+        Op::Put | Op::Putv | Op::Signal | Op::FetchAdd | Op::Cswap | Op::Add | Op::Round => {
+            remote_sum == want
+        }
         // The peer's memory must still hold its pattern, and every slot must have got it.
         Op::Get | Op::Getv => remote_sum == want && b.check_local(seed, size, slots)?.is_none(),
     };

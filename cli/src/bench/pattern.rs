@@ -42,6 +42,23 @@ pub(crate) fn fnv1a64(bytes: &[u8]) -> u64 {
         .fold(OFFSET, |h, &b| (h ^ u64::from(b)).wrapping_mul(PRIME))
 }
 
+/// The value of a round's record (`--op round`): the little-endian u64 at the start of
+/// `bytes`, 0 when they are shorter.
+pub(crate) fn record(bytes: &[u8]) -> u64 {
+    bytes
+        .get(..8)
+        .and_then(|b| b.try_into().ok())
+        .map_or(0, u64::from_le_bytes)
+}
+
+/// Makes `bytes` hold the next record: its value plus one (a no-op on fewer than 8 bytes).
+pub(crate) fn next_record(bytes: &mut [u8]) {
+    let next = record(bytes).wrapping_add(1);
+    if let Some(b) = bytes.get_mut(..8) {
+        b.copy_from_slice(&next.to_le_bytes());
+    }
+}
+
 /// The first position where `got` differs from `want` (or where one ends early).
 pub(crate) fn first_mismatch(got: &[u8], want: &[u8]) -> Option<usize> {
     got.iter()
@@ -53,6 +70,18 @@ pub(crate) fn first_mismatch(got: &[u8], want: &[u8]) -> Option<usize> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn records_count_up() {
+        let mut r = 41u64.to_le_bytes().to_vec();
+        assert_eq!(record(&r), 41);
+        next_record(&mut r);
+        assert_eq!(record(&r), 42);
+        let mut max = u64::MAX.to_le_bytes();
+        next_record(&mut max);
+        assert_eq!(record(&max), 0);
+        assert_eq!(record(&[1, 2]), 0);
+    }
 
     #[test]
     fn patterns_are_deterministic_and_position_dependent() {

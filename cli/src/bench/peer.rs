@@ -364,6 +364,14 @@ fn execute(
             rsm()?.trust(node, key).map_err(e)?;
             Ok("ok".into())
         }
+        Command::Check { next } => {
+            rsm()?.check_records(next);
+            Ok("ok".into())
+        }
+        Command::Checked => {
+            let (seen, wrong) = rsm()?.records_checked();
+            Ok(format!("{seen} {wrong}"))
+        }
         Command::Progress
         | Command::Quit
         | Command::Echo { .. }

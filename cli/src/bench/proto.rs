@@ -11,6 +11,8 @@
 //! | `bell <name>` | `ok` once the peer fetched the bell page from the abstract Unix socket `name` (loopback signal baseline) |
 //! | `rings` | how many rings of the bell page the peer answered so far, in decimal |
 //! | `trust <node> <key>` | `ok` once the peer's rsm node trusts that public key for that node (runs across hosts, where the peer's node has a key) |
+//! | `check <next>` | `ok` once the peer's signal answerer checks the record each signal brings (`--op round`), the first due to hold `next` |
+//! | `checked` | `<seen> <wrong>`: how many signals brought a record since `check`, and how many held another value than due; ends the checking |
 //! | `quit` | `bye`, then the peer closes everything and exits |
 //!
 //! A command that fails is answered `err <text>`. The target defaults to `raw` (the buffer
@@ -115,6 +117,14 @@ pub(crate) enum Command {
         /// Its public key.
         key: rsm::PublicKey,
     },
+    /// Check the record of each signal from now on, the first due to hold `next`
+    /// (`--op round`).
+    Check {
+        /// The value the first record must hold.
+        next: u64,
+    },
+    /// Stop checking records; answered with the records seen and how many were wrong.
+    Checked,
     /// Close everything and exit.
     Quit,
 }
@@ -180,6 +190,10 @@ impl Command {
                     .parse()
                     .map_err(|_| "trust: bad key".to_string())?,
             },
+            "check" => Command::Check {
+                next: num(w.next(), "value")?,
+            },
+            "checked" => Command::Checked,
             "quit" => Command::Quit,
             other => return Err(format!("unknown command {other:?}")),
         };
@@ -205,6 +219,8 @@ impl Command {
             Command::Bell(name) => format!("bell {name}"),
             Command::Rings => "rings".into(),
             Command::Trust { node, key } => format!("trust {node} {key}"),
+            Command::Check { next } => format!("check {next}"),
+            Command::Checked => "checked".into(),
             Command::Quit => "quit".into(),
         }
     }
@@ -263,6 +279,8 @@ mod tests {
                 node: 7,
                 key: rsm::PublicKey::from_bytes([0xab; 32]),
             },
+            Command::Check { next: u64::MAX },
+            Command::Checked,
             Command::Quit,
         ];
         for c in all {
@@ -292,6 +310,9 @@ mod tests {
             "trust 7",
             "trust x aa",
             "trust 7 abc",
+            "check",
+            "check -1",
+            "checked 3",
         ] {
             assert!(Command::parse(bad).is_err(), "{bad:?} accepted");
         }

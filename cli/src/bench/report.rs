@@ -6,6 +6,29 @@ use serde_json::{Map, Value, json};
 use std::io::Write;
 use std::time::{Duration, Instant};
 
+/// What a row's baseline is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum BaselineKind {
+    /// Plain libfabric calls on the same provider and domain.
+    Libfabric,
+    /// Plain shared memory between the two processes (`loopback`: memcpy, a busy-polled
+    /// word, CPU atomics).
+    SharedMemory,
+    /// rsm itself: the parts of a round (`--op round`), an 8 B put and a signal round trip.
+    Parts,
+}
+
+impl BaselineKind {
+    /// The name in the JSON rows: `libfabric`, `shared-memory` or `parts`.
+    pub(crate) fn as_str(self) -> &'static str {
+        match self {
+            BaselineKind::Libfabric => "libfabric",
+            BaselineKind::SharedMemory => "shared-memory",
+            BaselineKind::Parts => "parts",
+        }
+    }
+}
+
 /// One row: one size of one operation and mode on one controller, measured by rsm, by the
 /// baseline, or by both.
 #[derive(Debug, Clone)]
@@ -38,6 +61,12 @@ pub(crate) struct Row {
     pub(crate) rsm_rounds: Vec<Summary>,
     /// What the baseline measured in each round; `baseline` is their median.
     pub(crate) baseline_rounds: Vec<Summary>,
+    /// What the baseline is.
+    pub(crate) baseline_kind: BaselineKind,
+    /// The tokio tasks rsm's operations came from (`--tasks`), if not one window.
+    pub(crate) tasks: Option<usize>,
+    /// A round row's parts in each baseline round: the put's and the signal round trip's.
+    pub(crate) parts: Vec<(Summary, Summary)>,
 }
 
 fn round(x: f64, decimals: i32) -> f64 {
@@ -84,6 +113,12 @@ impl Row {
     /// the baseline ran, `baseline_rounds`) list each round's `samples`, `median_us`,
     /// `p99_us`, `mb_per_s` and `ops_per_s` in the order they ran, and `round_ratios` the
     /// ratio of each round pair (null where a side is missing).
+    ///
+    /// With a baseline, `baseline_kind` says what it is: `libfabric`, `shared-memory`
+    /// (loopback) or `parts` (`--op round`: the baseline figures are rsm's 8 B put plus its
+    /// signal round trip, `ratio` is parts / round, and `parts_put_median_us`,
+    /// `parts_put_p99_us`, `parts_signal_median_us`, `parts_signal_p99_us` give each part's
+    /// median over the rounds). `tasks` is there when rsm's operations came from tasks.
     pub(crate) fn to_json(&self) -> Value {
         let side = |s: Option<&Summary>| {
             (
@@ -122,7 +157,12 @@ impl Row {
             obj.insert("baseline_verified".into(), json!(self.baseline_verified));
             obj.insert("baseline_wait".into(), json!(self.baseline_wait.as_str()));
             obj.insert("ratio".into(), json!(self.ratio().map(|r| round(r, 3))));
+            obj.insert("baseline_kind".into(), json!(self.baseline_kind.as_str()));
         }
+        if let Some(n) = self.tasks {
+            obj.insert("tasks".into(), json!(n));
+        }
+        self.insert_parts(&mut obj);
         let each = |rounds: &[Summary]| {
             rounds
                 .iter()
@@ -149,6 +189,40 @@ impl Row {
             obj.insert("round_ratios".into(), json!(ratios));
         }
         Value::Object(obj)
+    }
+}
+
+impl Row {
+    /// A round row's parts, each the median over the rounds.
+    fn insert_parts(&self, obj: &mut Map<String, Value>) {
+        if self.parts.is_empty() {
+            return;
+        }
+        let (put, signal): (Vec<Summary>, Vec<Summary>) = self.parts.iter().cloned().unzip();
+        for (name, part) in [("put", put), ("signal", signal)] {
+            let m = Summary::median_of(&part);
+            let m = m.as_ref();
+            obj.insert(
+                format!("parts_{name}_median_us"),
+                json!(m.map(|s| round(s.median_us, 3))),
+            );
+            obj.insert(
+                format!("parts_{name}_p99_us"),
+                json!(m.and_then(|s| s.p99_us).map(|p| round(p, 3))),
+            );
+        }
+    }
+
+    /// The table header's words on the row's set-up: tasks, and a baseline of parts.
+    fn table_note(&self) -> String {
+        let mut note = String::new();
+        if let Some(n) = self.tasks {
+            note.push_str(&format!(", rsm from {n} tasks"));
+        }
+        if self.baseline_kind == BaselineKind::Parts {
+            note.push_str(", baseline: the parts (rsm's 8 B put + signal round trip)");
+        }
+        note
     }
 }
 
@@ -196,11 +270,21 @@ pub(crate) fn table(rows: &[Row]) -> String {
                 ""
             };
             out.push_str(&format!(
-                "{} ({}) {} {}, window {}{wait}\n",
-                r.controller, r.provider, r.op, r.mode, r.window
+                "{} ({}) {} {}, window {}{}{wait}\n",
+                r.controller,
+                r.provider,
+                r.op,
+                r.mode,
+                r.window,
+                r.table_note()
             ));
             let mut h = format!("{:>8}", "size");
-            for (on, side) in [(has_rsm, "rsm"), (has_base, "baseline")] {
+            let base = if r.baseline_kind == BaselineKind::Parts {
+                "parts"
+            } else {
+                "baseline"
+            };
+            for (on, side) in [(has_rsm, "rsm"), (has_base, base)] {
                 if on {
                     h.push_str(&format!(
                         " | {side:<8} {:>10} {:>10} {:>10} {:>11}",
@@ -356,6 +440,9 @@ mod tests {
             rounds: 1,
             rsm_rounds: rsm.then(|| s(20.0)).into_iter().collect(),
             baseline_rounds: baseline.then(|| s(10.0)).into_iter().collect(),
+            baseline_kind: BaselineKind::Libfabric,
+            tasks: None,
+            parts: Vec::new(),
         }
     }
 
@@ -407,6 +494,8 @@ mod tests {
         assert_eq!(v["ratio"], 0.5);
         assert_eq!(v["baseline_median_us"], 10.0);
         assert_eq!(v["baseline_wait"], "none");
+        assert_eq!(v["baseline_kind"], "libfabric");
+        assert!(v.get("tasks").is_none() && v.get("parts_put_median_us").is_none());
 
         let v = row(true, true, Mode::Bandwidth).to_json();
         assert!(v["p99_us"].is_null());
@@ -461,6 +550,37 @@ mod tests {
             t.contains("round ratios") && t.contains("0.25..1.00"),
             "{t}"
         );
+    }
+
+    #[test]
+    fn round_rows_say_their_baseline_is_the_parts() {
+        let mut r = row(true, true, Mode::Latency);
+        r.op = Op::Round;
+        r.baseline_kind = BaselineKind::Parts;
+        let part = |median: f64| Summary {
+            median_us: median,
+            p99_us: Some(2.0 * median),
+            mb_per_s: 8.0 / median,
+            ops_per_s: 1e6 / median,
+            ops: 1000,
+        };
+        r.parts = vec![(part(3.0), part(7.0))];
+        let v = r.to_json();
+        assert_eq!(v["op"], "round");
+        assert_eq!(v["baseline_kind"], "parts");
+        assert_eq!(v["parts_put_median_us"], 3.0);
+        assert_eq!(v["parts_signal_median_us"], 7.0);
+        assert_eq!(v["parts_signal_p99_us"], 14.0);
+        let t = table(&[r]);
+        assert!(
+            t.contains("baseline: the parts") && t.contains("| parts"),
+            "{t}"
+        );
+
+        let mut r = row(true, true, Mode::Bandwidth);
+        r.tasks = Some(64);
+        assert_eq!(r.to_json()["tasks"], 64);
+        assert!(table(&[r]).contains("rsm from 64 tasks"));
     }
 
     #[test]

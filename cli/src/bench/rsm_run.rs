@@ -49,7 +49,7 @@ fn split<T>(out: rsm::BufResult<usize, T>) -> Outcome<T> {
     }
 }
 
-/// A signal round trip, boxed: its future is several times a put's, and would be moved on
+/// A signal round trip (or a service round), boxed: its future is several times a put's, and would be moved on
 /// every put of a row.
 type SignalTrip<'a> = Pin<Box<dyn Future<Output = Outcome<PageBuf>> + 'a>>;
 
@@ -68,6 +68,10 @@ impl Moved for PageBuf {
             Op::Signal => {
                 let trip: SignalTrip<'_> =
                     Box::pin(async move { (init.signal_round_trip().await, Some(buf)) });
+                Either::Right(trip)
+            }
+            Op::Round => {
+                let trip: SignalTrip<'_> = Box::pin(init.round(buf));
                 Either::Right(trip)
             }
         }

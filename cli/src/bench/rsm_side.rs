@@ -20,11 +20,19 @@
 //!   keeps `window` of these futures in flight at once (one lane per buffer, each taking
 //!   the next operation when its last one completes, all polled on the caller's task).
 //! - [`RsmInitiator::vector`]: one putv or getv of a [`Vector`], the entries coming back.
+//! - [`RsmInitiator::round`]: one service round (`--op round`): the record put, a signal,
+//!   the answer awaited. The peer's task answers every signal; between
+//!   [`RsmPeer::check_records`] and [`RsmPeer::records_checked`] it first reads the record
+//!   at offset 0 and counts those that are not the value due (the next of a counter), and
+//!   answers the importer that signalled, as the example's service does.
+//! - [`RsmInitiator::lane`]: a [`Lane`], the import as tasks of their own hold it
+//!   (`--tasks`).
 //!
 //! Both processes run these on the `rsm` binary's multi-thread tokio runtime; the harness's
 //! own loops block the thread they run on only while they measure the baseline.
 
 use super::pagebuf::PageBuf;
+use super::pattern;
 use rsm::{
     Barrier, BarrierMode, Error, ExportFlags, ExportSegment, ImportSegment, IoBuf, IoBufMut, Node,
     NodeId, Perm, Result, SegmentId, SgEntry, SgFlags, SgLocal,
@@ -32,6 +40,7 @@ use rsm::{
 use serde::{Deserialize, Serialize};
 use std::cell::UnsafeCell;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 /// What the peer tells the initiator about its rsm side, in its hello line. Free for the rsm
 /// side to reshape: the harness only carries it from [`RsmPeer::start`] to
@@ -59,8 +68,50 @@ fn node_id(pid: u32, initiator: bool) -> u32 {
 pub(crate) struct RsmPeer {
     node: Node,
     seg: ExportSegment,
-    /// Answers every signal with one (`--op signal`).
+    /// Answers every signal with one (`--op signal`, `--op round`).
     echo: tokio::task::JoinHandle<()>,
+    /// What the answering task checks while a round row runs.
+    records: Arc<Records>,
+}
+
+/// The records of a round row (`--op round`), as the peer's answering task checks them:
+/// while armed, each signal brings one at offset 0 that must hold the next value.
+#[derive(Default)]
+struct Records {
+    armed: AtomicBool,
+    next: AtomicU64,
+    seen: AtomicU64,
+    wrong: AtomicU64,
+}
+
+impl Records {
+    /// Reads the record a signal brought and counts it, and whether it held the value due.
+    fn check(&self, seg: &ExportSegment) {
+        let mut r = [0u8; 8];
+        let got = seg.read_at(0, &mut r).map(|()| pattern::record(&r));
+        let due = self.next.fetch_add(1, Ordering::SeqCst);
+        if got.ok() != Some(due) {
+            self.wrong.fetch_add(1, Ordering::SeqCst);
+        }
+        self.seen.fetch_add(1, Ordering::SeqCst);
+    }
+}
+
+/// The peer's task: awaits each signal and answers it, as `examples/signal_service.rs`'s
+/// ledger does (reading the record, answering the importer that signalled) while a round
+/// row runs, with a plain signal otherwise.
+async fn answer(seg: ExportSegment, records: Arc<Records>) {
+    while let Ok(client) = seg.wait_signal(None).await {
+        let answered = if records.armed.load(Ordering::SeqCst) {
+            records.check(&seg);
+            seg.signal_to(client, rsm::SignalFlags::empty()).await
+        } else {
+            seg.signal(rsm::SignalFlags::empty()).await
+        };
+        if answered.is_err() {
+            break;
+        }
+    }
 }
 
 impl RsmPeer {
@@ -97,15 +148,37 @@ impl RsmPeer {
             segment_id: segment_id.get(),
             public_key: node.public_key().map(|k| k.to_string()),
         };
-        let echo_seg = seg.clone();
-        let echo = tokio::spawn(async move {
-            while echo_seg.wait_signal(None).await.is_ok() {
-                if echo_seg.signal(rsm::SignalFlags::empty()).await.is_err() {
-                    break;
-                }
-            }
-        });
-        Ok((RsmPeer { node, seg, echo }, info))
+        let records = Arc::new(Records::default());
+        let echo = tokio::spawn(answer(seg.clone(), Arc::clone(&records)));
+        Ok((
+            RsmPeer {
+                node,
+                seg,
+                echo,
+                records,
+            },
+            info,
+        ))
+    }
+
+    /// From now on every signal must bring a record, the first holding `next`.
+    pub(crate) fn check_records(&self, next: u64) {
+        let r = &self.records;
+        r.next.store(next, Ordering::SeqCst);
+        r.seen.store(0, Ordering::SeqCst);
+        r.wrong.store(0, Ordering::SeqCst);
+        r.armed.store(true, Ordering::SeqCst);
+    }
+
+    /// Stops checking records; how many signals brought one, and how many of those were
+    /// wrong.
+    pub(crate) fn records_checked(&self) -> (u64, u64) {
+        let r = &self.records;
+        r.armed.store(false, Ordering::SeqCst);
+        (
+            r.seen.load(Ordering::SeqCst),
+            r.wrong.load(Ordering::SeqCst),
+        )
     }
 
     /// Copies `data` into the segment at `offset`.
@@ -262,10 +335,46 @@ impl RsmInitiator {
             .map(|_exporter| ())
     }
 
+    /// One service round (`--op round`): `buf`'s 8-byte record put at offset 0, a signal,
+    /// the answer awaited; the buffer comes back holding the next record.
+    pub(crate) async fn round(&self, buf: PageBuf) -> (Result<()>, Option<PageBuf>) {
+        let mut buf = match self.imp.put(0, buf).await {
+            Ok((_, buf)) => buf,
+            Err(e) => {
+                let (e, buf) = e.into_parts();
+                return (Err(e), buf);
+            }
+        };
+        let answered = self.signal_round_trip().await;
+        pattern::next_record(&mut buf);
+        (answered, Some(buf))
+    }
+
+    /// A handle on the import for tasks of their own (`--tasks`).
+    pub(crate) fn lane(&self) -> Lane {
+        Lane(self.imp.clone())
+    }
+
     /// Disconnects and closes everything.
     pub(crate) async fn shutdown(self) {
         let _ = self.imp.disconnect().await;
         self.node.shutdown().await;
+    }
+}
+
+/// The import as a task of its own holds it (`--tasks`).
+#[derive(Clone)]
+pub(crate) struct Lane(ImportSegment);
+
+impl Lane {
+    /// One put (`write`) or get of `buf` at `offset`, the buffer coming back.
+    pub(crate) async fn transfer(&self, write: bool, offset: u64, buf: PageBuf) -> Result<PageBuf> {
+        let out = if write {
+            self.0.put(offset, buf).await
+        } else {
+            self.0.get(offset, buf).await
+        };
+        out.map(|(_, buf)| buf).map_err(|e| e.into_parts().0)
     }
 }
 
