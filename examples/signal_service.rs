@@ -174,11 +174,7 @@ async fn teller(o: &Opts) -> Result<(), Box<dyn std::error::Error>> {
     let seg = node
         .controller(&o.controller)
         .await?
-        .import(
-            rsm::NodeId(o.ledger_id),
-            o.segment,
-            Perm::RDWR,
-        )
+        .import(rsm::NodeId(o.ledger_id), o.segment, Perm::RDWR)
         .await?;
     let start = Instant::now();
     for seq in 0..o.records {

@@ -339,3 +339,49 @@ fn signals_round_trip_with_a_zero_spin_budget() {
         b.shutdown().await;
     });
 }
+
+/// A service's waits read the queue themselves, so its engine does no work of its own for
+/// long stretches; when such a wait gives up spinning and parks after a pause, the next
+/// signal must still arrive: the engine keeps its idle window from the readers' work, not
+/// only its own (it fell asleep, and a peer that had posted to it within the last few
+/// milliseconds sent no wake-up, so the signal waited for the next post).
+#[test]
+fn a_signal_after_a_pause_in_busy_round_trips_arrives() {
+    let _serial = serial();
+    runtime().block_on(async {
+        let a = node_with_budget(None).await;
+        let b = node_with_budget(None).await;
+        for ctrl in ["tcp0", "shm0"] {
+            let (seg, imp) = export_and_import(&a, &b, ctrl, page(), ExportFlags::empty()).await;
+            let echo_seg = seg.clone();
+            let echo = tokio::spawn(async move {
+                while echo_seg.wait_signal(None).await.is_ok() {
+                    if echo_seg.signal(rsm::SignalFlags::empty()).await.is_err() {
+                        break;
+                    }
+                }
+            });
+            let round = || async {
+                imp.signal(rsm::SignalFlags::empty()).await.unwrap();
+                imp.wait_signal(Some(Duration::from_secs(2)))
+                    .await
+                    .unwrap_or_else(|e| panic!("{ctrl}: the answer never came: {e}"));
+            };
+            for _ in 0..5 {
+                // Longer than the engines' 20 ms idle window, with the waits reading.
+                let busy = std::time::Instant::now();
+                while busy.elapsed() < Duration::from_millis(60) {
+                    round().await;
+                }
+                // Longer than a wait's spin, shorter than the poster's 2.5 ms between
+                // looks at whom it posts to.
+                std::thread::sleep(Duration::from_millis(1));
+                round().await;
+            }
+            echo.abort();
+            let _ = imp.disconnect().await;
+        }
+        a.shutdown().await;
+        b.shutdown().await;
+    });
+}

@@ -546,6 +546,10 @@ impl Engine {
                 // (`wait_for_space` ends the deferral).
                 self.wake_tx_waiters();
                 self.defer_to_reaper(&mut looks);
+                // The reader's work is the node's: the idle window runs from it, so the
+                // engine does not fall asleep the moment a reader leaves, with a peer's
+                // signal or write on its way that only this node's progress places.
+                last_work = looks.now;
                 continue;
             }
             let n = self.drain_unless_read();
@@ -611,7 +615,8 @@ impl Engine {
             // As in `idle_poll`: the awaiting thread reads the queue, which on tcp also
             // drives rxm's progress; the engine keeps out of its way (and off its core).
             self.defer_to_reaper(looks);
-            return false;
+            // As in `run`: the idle window runs from the reader's work.
+            return true;
         }
         let window = match self.inflight.load(Ordering::SeqCst) {
             0 => self.tuning.idle_window,
@@ -682,7 +687,8 @@ impl Engine {
         looks.read_clock();
     }
 
-    /// One idle step without a wait fd; returns whether it slept (and was woken).
+    /// One idle step without a wait fd; returns whether it slept (and was woken) or deferred
+    /// to a reader, either of which restarts the idle window.
     fn idle_poll(&self, last_work: Stamp, looks: &mut Looks) -> bool {
         let busy = self.inflight.load(Ordering::SeqCst) > 0;
         if busy && !looks.within(last_work, KICK_EVERY) {
@@ -694,7 +700,8 @@ impl Engine {
             // would take a core from it and from the target on 2 cores. Not `sleeping`:
             // posts need not wake us, their thread reaps, or calls us back.
             self.defer_to_reaper(looks);
-            return false;
+            // As in `run`: the idle window runs from the reader's work.
+            return true;
         }
         if busy || looks.within(last_work, self.tuning.idle_window) {
             // A target serves its peers' operations from this loop: a `sched_yield` per
