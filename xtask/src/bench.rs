@@ -43,9 +43,9 @@ pub const MEMORY_RUNS: &[(&str, &[(&str, &str)])] =
 /// was seen on a busy machine).
 const JOB_TIMEOUT: Duration = Duration::from_secs(180);
 /// No small-row pair starts later than this after the measuring began.
-const SMALL_BUDGET: Duration = Duration::from_secs(10 * 60);
+const SMALL_BUDGET: Duration = Duration::from_secs(11 * 60);
 /// No larger run starts later than this after the measuring began.
-const BUDGET: Duration = Duration::from_secs(15 * 60);
+const BUDGET: Duration = Duration::from_secs(16 * 60);
 
 /// Every UCX test runs once after this many small-row pairs.
 const UCX_EVERY: usize = 2;
@@ -458,10 +458,15 @@ fn run_job(rsm: &Path, job: &Job) -> Vec<Row> {
         // Its rows, or why rsm alone cannot run either.
         out = retry;
     }
+    let shaped = match (job.window, job.tasks) {
+        (_, Some(t)) => format!("{} ({t} tasks)", job.op),
+        (Some(w), None) => format!("{} (window {w})", job.op),
+        (None, None) => job.op.to_string(),
+    };
     eprintln!(
-        "xtask: {:<9} {:<6} {:<9} {:>2} rows in {:>5.1} s{}",
+        "xtask: {:<9} {:<9} {:<9} {:>2} rows in {:>5.1} s{}",
         job.controller,
-        job.op,
+        shaped,
         job.mode,
         objects.len(),
         out.secs,

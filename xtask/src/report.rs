@@ -727,7 +727,10 @@ mod tests {
             line.contains("| 0.80 µs (round trip) | 0.90 vs UCX | 0.80–1.00 | 3 | ≤ 2 × UCX | **within noise** |"),
             "{line}"
         );
-        assert!(line.contains("against libfabric 0.06"), "{line}");
+        assert!(
+            line.contains("against libfabric 0.06; pair ratios vs UCX 0.80, 0.90, 1.00;"),
+            "{line}"
+        );
         assert!(
             line.contains("UCX: ucp_put_lat, UCX_TLS=sm,self, 6 runs"),
             "{line}"

@@ -406,14 +406,20 @@ impl Row {
                 if self.op == "round" {
                     parts.push("baseline: rsm's own 8 B put and signal round trip".into());
                 }
+                let list = |ratios: &[f64]| {
+                    let texts: Vec<String> = ratios.iter().map(|r| format!("{r:.2}")).collect();
+                    texts.join(", ")
+                };
                 if self.against_ucx() {
                     if let Some(s) = quartiles::spread(pair_ratios) {
                         parts.push(format!("against libfabric {:.2}", s.median));
                     }
-                }
-                if pair_ratios.len() > 1 {
-                    let list: Vec<String> = pair_ratios.iter().map(|r| format!("{r:.2}")).collect();
-                    parts.push(format!("pair ratios {}", list.join(", ")));
+                    let ucx = self.target_ratios();
+                    if !ucx.is_empty() {
+                        parts.push(format!("pair ratios vs UCX {}", list(&ucx)));
+                    }
+                } else if pair_ratios.len() > 1 {
+                    parts.push(format!("pair ratios {}", list(pair_ratios)));
                 }
                 if let Some(spread) = round_spread(round_ratios) {
                     parts.push(format!("round ratios {spread}"));
