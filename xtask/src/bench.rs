@@ -117,15 +117,20 @@ pub fn run() -> Result<(), Failure> {
     }
 
     eprintln!("xtask: == small rows, alternating pairs ==");
+    let small = plan::small_rows();
+    let runnable: Vec<Job> = small
+        .iter()
+        .filter(|j| can.missing(j).is_none())
+        .cloned()
+        .collect();
+    let mut measured = run_small_pairs(&rsm, &runnable, ucx.is_ok(), bench_start).into_iter();
     let mut rows = Vec::new();
-    let mut runnable = Vec::new();
-    for job in plan::small_rows() {
-        match can.missing(&job) {
-            Some(why) => rows.extend(job_rows(&job, Status::NotAvailable(why))),
-            None => runnable.push(job),
+    for job in &small {
+        match can.missing(job) {
+            Some(why) => rows.extend(job_rows(job, Status::NotAvailable(why))),
+            None => rows.extend(measured.next()),
         }
     }
-    rows.extend(run_small_pairs(&rsm, &runnable, ucx.is_ok(), bench_start));
 
     eprintln!("xtask: == larger rows ==");
     for job in plan::plan() {
@@ -222,7 +227,8 @@ fn ucx_mapping(job: &Job) -> Option<(UcxRun, crate::row::Reading)> {
 }
 
 /// The small rows, each measured by up to [`plan::SMALL_PAIRS`] fresh process pairs in
-/// alternating order, with every UCX run (when `with_ucx`) once every [`UCX_EVERY`] pairs.
+/// alternating order, with every UCX run (when `with_ucx`) once every [`UCX_EVERY`] pairs:
+/// one row per job, in the order of `jobs`.
 fn run_small_pairs(rsm: &Path, jobs: &[Job], with_ucx: bool, bench_start: Instant) -> Vec<Row> {
     let runs = if with_ucx { ucx_runs(jobs) } else { Vec::new() };
     let mut pairs: Vec<Vec<Row>> = vec![Vec::new(); jobs.len()];
@@ -257,18 +263,18 @@ fn run_small_pairs(rsm: &Path, jobs: &[Job], with_ucx: bool, bench_start: Instan
     }
     jobs.iter()
         .zip(pairs)
-        .flat_map(|(job, measured)| {
+        .map(|(job, measured)| {
             let ucx = ucx_mapping(job).map(|(run, reading)| {
                 let k = runs.iter().position(|r| *r == run);
                 let results = k.map_or(&[][..], |k| &ucx_results[k][..]);
                 ucx_column(run, reading, results, &measured, with_ucx)
             });
-            let mut row = match Row::combine(measured.clone()) {
-                Some(row) => row,
-                None => measured.into_iter().next()?,
-            };
+            let first_failure = measured.first().cloned();
+            let mut row = Row::combine(measured)
+                .or(first_failure)
+                .unwrap_or_else(|| job_rows(job, Status::Failed("no pair ran".into())).remove(0));
             row.ucx = ucx;
-            Some(row)
+            row
         })
         .collect()
 }

@@ -752,6 +752,19 @@ mod tests {
             line.contains("| no UCX here | - | - | - | ≥ UCX | no UCX here |"),
             "{line}"
         );
+        let mut put = measured("shm0", "put", "latency", 8, 0.9, 2.0);
+        put.ucx = Some(UcxColumn {
+            pair_ratios: vec![0.2, 0.25, 0.3],
+            value: Some(0.5),
+            runs: 2,
+            ..UcxColumn::missing("ucp_put_lat".into(), Reading::HalfRoundTrip, "")
+        });
+        let line = row_line(&put, false);
+        assert!(
+            line.contains("| 0.50 µs (½ round trip) | 0.90 | - | 1 | ratio ≥ 0.9 | met |"),
+            "{line}"
+        );
+        assert!(line.contains("vs UCX 0.25 (0.20–0.30)"), "{line}");
         let js =
             serde_json::to_value(json(&meta(Err("not installed".into())), &[rate], &[])).unwrap();
         assert!(js["ucx"].is_null());

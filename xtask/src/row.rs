@@ -421,6 +421,10 @@ impl Row {
                 } else if pair_ratios.len() > 1 {
                     parts.push(format!("pair ratios {}", list(pair_ratios)));
                 }
+                let vs_ucx = self.ucx.as_ref().map(|u| &u.pair_ratios[..]);
+                if let (false, Some(s)) = (self.against_ucx(), vs_ucx.and_then(quartiles::spread)) {
+                    parts.push(format!("vs UCX {:.2} ({:.2}–{:.2})", s.median, s.q1, s.q3));
+                }
                 if let Some(spread) = round_spread(round_ratios) {
                     parts.push(format!("round ratios {spread}"));
                 }
