@@ -1,151 +1,87 @@
 //! `cargo xtask bench`: builds `rsm` in release mode, runs the standard set (docs/performance.md, Method) as
 //! `rsm bench ... --baseline --json` and `rsm bench-memory --json` child processes, and
-//! writes `target/bench/report.md` and `target/bench/report.json`.
+//! UCX's `ucx_perftest` where it is installed, and writes `target/bench/report.md` and
+//! `target/bench/report.json`.
 //!
-//! The set is a fixed plan (controllers × operations × modes × sizes); what the `rsm` binary
-//! cannot run yet is found out, not assumed: operations come from `rsm bench -h` (its
-//! `--op` possible values), controllers from `rsm info --json`. A planned row whose
-//! operation or controller is missing is listed as "not available yet", so putv, getv,
-//! signal and the loopback rows appear by themselves once `rsm bench` supports them. A run
-//! that fails with `--baseline` (the loopback baseline, say) is retried without it, so the
-//! row keeps rsm's figure and says why it has no baseline.
+//! The set is a fixed plan (`plan.rs`); what the `rsm` binary cannot run yet is found out,
+//! not assumed: operations and options come from `rsm bench -h`, controllers from
+//! `rsm info --json`. A planned row whose operation, option or controller is missing is
+//! listed as "not available yet", so new rows appear by themselves once `rsm bench` has
+//! them. A run that fails with `--baseline` is retried without it, so the row keeps rsm's
+//! figure and says why it has no baseline.
 //!
-//! Every run measures each row in [`ROUNDS`] interleaved rounds (`rsm bench --rounds`: rsm,
-//! baseline, baseline, rsm, ...); the report's figures are the medians over the rounds, and each
-//! row's note gives the spread of the round ratios.
+//! The small rows run first, in [`plan::SMALL_PAIRS`] alternating process pairs with UCX's
+//! runs between them ([`run_small_pairs`]); then the larger rows, each run in
+//! [`plan::ROUNDS`] interleaved rounds, those with a target in [`plan::PAIRS`] pairs.
 //!
-//! A row with a target is measured by [`PAIRS`] process pairs: its run goes again (those
-//! rows alone), each time between two new processes, and the row keeps the pair with the
-//! median ratio ([`Row::median_pair`]).
-//!
-//! Bounded: every child gets at most [`JOB_TIMEOUT`], and runs that would start after
-//! [`BUDGET`] are skipped and listed as such.
+//! Bounded: every child gets at most [`JOB_TIMEOUT`]; no small-row pair starts after
+//! [`SMALL_BUDGET`] and no larger run after [`BUDGET`]; what is skipped is listed as such.
 
 use std::env;
 use std::ffi::OsString;
-use std::io::{BufRead, BufReader, Read};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use crate::command::{display, run_echoed, stdout_of};
+use crate::child::{Output, run_child};
+use crate::command::{run_echoed, stdout_of};
 use crate::failure::Failure;
-use crate::report::{self, Figure, Memory, Row, Status};
+use crate::plan::{self, Job};
+use crate::quartiles;
+use crate::report::{self, Memory};
+use crate::row::{Figure, Row, Shape, Status, UcxColumn};
+use crate::ucx::{self, Final, UcxRun};
 use serde::Deserialize;
 use serde_json::Value;
-
-/// The controllers of the standard set, in the order they run.
-pub const CONTROLLERS: &[&str] = &["tcp0", "shm0", "loopback", "sockets0"];
-
-const SMALL_TO_LARGE: &[usize] = &[8, 4 << 10, 64 << 10, 1 << 20];
-const VECTOR_SIZES: &[usize] = &[4 << 10, 64 << 10, 1 << 20];
-const SIGNAL_SIZES: &[usize] = &[8];
-
-/// The operations of the standard set with their sizes.
-pub const OPS: &[(&str, &[usize])] = &[
-    ("put", SMALL_TO_LARGE),
-    ("get", SMALL_TO_LARGE),
-    ("putv", VECTOR_SIZES),
-    ("getv", VECTOR_SIZES),
-    ("signal", SIGNAL_SIZES),
-    // Remote atomics: one u64 per operation in flight (`rsm bench` ignores the size).
-    ("fetch-add", SIGNAL_SIZES),
-    ("cswap", SIGNAL_SIZES),
-    ("add", SIGNAL_SIZES),
-];
-
-pub const MODES: &[&str] = &["latency", "bandwidth"];
 
 /// The controllers the memory figure is measured on, and the extra environment of each
 /// run (none since tcp left rxm, whose receive pool only environment variables sized).
 pub const MEMORY_RUNS: &[(&str, &[(&str, &str)])] =
     &[("tcp0", &[]), ("shm0", &[]), ("sockets0", &[])];
 
-/// Interleaved rounds per row (`rsm bench --rounds`, which splits the row's samples over
-/// them, so the whole set takes about 90 s of measuring here whatever the count): with 5,
-/// up to two rounds of a side disturbed by a neighbour on this shared 2-core machine are
-/// outvoted (with 3, a run at load 5 still had a row whose baseline lost 2 of 3 rounds).
-pub const ROUNDS: u32 = 5;
-
-/// Process pairs per row with a target. The rounds of one run share its two processes'
-/// places on this machine's two cores, and the ratio with them: a row's ratio moved from
-/// pair to pair by far more than between the rounds of one pair (tcp0 get 64 KiB: pairs
-/// from 0.64 to 1.06 in one report), so one pair met or missed a target by where the
-/// scheduler put the threads. 5 pairs took the set from 200 s (3 pairs) to 263 s here; even
-/// so, two reports (3 pairs, then 5) put tcp0 getv 64 KiB at 0.76 and then 0.96.
-pub const PAIRS: usize = 5;
-
 /// The most one child may take (the slowest, sockets0 put bandwidth, takes 5-10 s; 57 s
-/// was seen on a busy machine when each round took the full sample count).
+/// was seen on a busy machine).
 const JOB_TIMEOUT: Duration = Duration::from_secs(180);
-/// Runs that would start later than this after the first are skipped.
-const BUDGET: Duration = Duration::from_secs(8 * 60);
+/// No small-row pair starts later than this after the measuring began.
+const SMALL_BUDGET: Duration = Duration::from_secs(11 * 60);
+/// No larger run starts later than this after the measuring began.
+const BUDGET: Duration = Duration::from_secs(16 * 60);
+
+/// Every UCX test runs once after this many small-row pairs.
+const UCX_EVERY: usize = 2;
 
 /// Every child's providers stay on loopback.
 const LOOPBACK_FABRIC: &[(&str, &str)] = &[("FI_TCP_IFACE", "lo"), ("FI_SOCKETS_IFACE", "lo")];
 
-/// Latency rows up to this size take [`SMALL_LATENCY_ITERS`] samples, as OSU's latency
-/// benchmarks do (10 000 iterations up to 8 KiB, 1 000 above).
-const SMALL_LATENCY_MAX: usize = 8 << 10;
-/// Samples of a small latency row (`rsm bench --iters`, split over the rounds). With the
-/// default 1 000, a round of 200 operations lasted 0.3 ms on shm0, less than the
-/// scheduler takes to move two threads it put on one core apart: 8 of 15 rounds of the
-/// 8-byte shm0 put ran at 8 µs instead of 1.4 (rsm; the baseline alike at 36 µs); with
-/// 10 000, 1 of 15.
-const SMALL_LATENCY_ITERS: usize = 10_000;
-
-/// Bandwidth rows up to this size take [`SMALL_BANDWIDTH_ITERS`] operations.
-const SMALL_BANDWIDTH_MAX: usize = 64 << 10;
-/// Operations of a bandwidth row up to 64 KiB (split over the rounds). With the default
-/// 1,000, a round of 200 shm0 64 KiB operations lasted about 2 ms, shorter than the
-/// kernel's 4 ms tick, and tcp0 64 KiB get ratios spread from 0.67 to 1.18 over 3 runs;
-/// with 10,000 they were 0.82-0.88. 1 MiB rows keep 1,000 (a round moves 200 MiB).
-const SMALL_BANDWIDTH_ITERS: usize = 10_000;
-
-/// One `rsm bench` invocation: one controller, operation and mode, some of its sizes.
-#[derive(Debug, Clone, PartialEq)]
-pub struct Job {
-    pub controller: &'static str,
-    pub op: &'static str,
-    pub mode: &'static str,
-    pub sizes: Vec<usize>,
-    /// `--iters`, where the default does not do.
-    pub iters: Option<usize>,
+/// What the `rsm` binary can run.
+struct Abilities {
+    ops: Vec<String>,
+    controllers: Vec<String>,
+    tasks: bool,
 }
 
-/// The standard set in running order: per controller, put and get first. A signal is
-/// one latency row (a round trip; `rsm bench` measures it so whatever the mode), so it
-/// runs once.
-pub fn plan() -> Vec<Job> {
-    let mut jobs = Vec::new();
-    for &controller in CONTROLLERS {
-        for &(op, sizes) in OPS {
-            for &mode in MODES {
-                // A signal is a round trip; an add's rate says what a fetch-add's does.
-                if matches!(op, "signal" | "add") && mode != "latency" {
-                    continue;
-                }
-                let (max, small_iters) = if mode == "latency" {
-                    (SMALL_LATENCY_MAX, SMALL_LATENCY_ITERS)
-                } else {
-                    (SMALL_BANDWIDTH_MAX, SMALL_BANDWIDTH_ITERS)
-                };
-                let (small, large) = sizes.split_at(sizes.partition_point(|&s| s <= max));
-                for (sizes, iters) in [(small, Some(small_iters)), (large, None)] {
-                    if !sizes.is_empty() {
-                        jobs.push(Job {
-                            controller,
-                            op,
-                            mode,
-                            sizes: sizes.to_vec(),
-                            iters,
-                        });
-                    }
-                }
-            }
+impl Abilities {
+    fn of(rsm: &Path) -> Abilities {
+        let help = stdout_of(&rsm.to_string_lossy(), &["bench", "-h"]).unwrap_or_default();
+        Abilities {
+            ops: plan::parse_possible_values(&help, "--op"),
+            controllers: available_controllers(rsm),
+            tasks: plan::has_option(&help, "--tasks"),
         }
     }
-    jobs
+
+    /// Why `job` cannot run here, if it cannot.
+    fn missing(&self, job: &Job) -> Option<String> {
+        if !self.ops.iter().any(|o| o == job.op) {
+            Some(format!("rsm bench has no `--op {}` yet", job.op))
+        } else if job.tasks.is_some() && !self.tasks {
+            Some("rsm bench has no `--tasks` yet".into())
+        } else if !self.controllers.iter().any(|c| c == job.controller) {
+            Some(format!("no controller {} on this machine", job.controller))
+        } else {
+            None
+        }
+    }
 }
 
 pub fn run() -> Result<(), Failure> {
@@ -159,46 +95,61 @@ pub fn run() -> Result<(), Failure> {
         .current_dir(&root);
     run_echoed(&mut build, "building rsm")?;
     let build_s = started.elapsed().as_secs_f64();
+    let ucx = ucx_here();
 
     let target_dir =
         env::var_os("CARGO_TARGET_DIR").map_or_else(|| root.join("target"), PathBuf::from);
     let rsm = target_dir.join("release").join("rsm");
-    let ops = supported_ops(&rsm);
-    let controllers = available_controllers(&rsm);
+    let can = Abilities::of(&rsm);
     eprintln!(
-        "xtask: rsm bench supports {}; controllers here: {}",
-        ops.join(", "),
-        controllers.join(", ")
+        "xtask: rsm bench supports {}{}; controllers here: {}; UCX: {}",
+        can.ops.join(", "),
+        if can.tasks { " and --tasks" } else { "" },
+        can.controllers.join(", "),
+        ucx.as_ref().unwrap_or_else(|e| e)
     );
 
     let bench_start = Instant::now();
     eprintln!("xtask: == memory ==");
     let mut memory = Vec::new();
     for &(controller, extra) in MEMORY_RUNS {
-        memory.push(run_memory(&rsm, controller, extra, &controllers));
+        memory.push(run_memory(&rsm, controller, extra, &can.controllers));
     }
 
-    eprintln!("xtask: == rsm bench ==");
+    eprintln!("xtask: == small rows, alternating pairs ==");
+    let small = plan::small_rows();
+    let runnable: Vec<Job> = small
+        .iter()
+        .filter(|j| can.missing(j).is_none())
+        .cloned()
+        .collect();
+    let mut measured = run_small_pairs(&rsm, &runnable, ucx.is_ok(), bench_start).into_iter();
     let mut rows = Vec::new();
-    for job in plan() {
-        let unavailable = if !ops.iter().any(|o| o == job.op) {
-            Some(format!("rsm bench has no `--op {}` yet", job.op))
-        } else if !controllers.iter().any(|c| c == job.controller) {
-            Some(format!("no controller {} on this machine", job.controller))
-        } else if bench_start.elapsed() > BUDGET {
-            rows.extend(job_rows(
-                &job,
-                Status::Skipped(format!("time budget of {} s spent", BUDGET.as_secs())),
-            ));
-            continue;
-        } else {
-            None
-        };
-        match unavailable {
-            Some(why) => rows.extend(job_rows(&job, Status::NotAvailable(why))),
-            None => rows.extend(run_pairs(&rsm, &job, bench_start)),
+    for job in &small {
+        match can.missing(job) {
+            Some(why) => rows.extend(job_rows(job, Status::NotAvailable(why))),
+            None => rows.extend(measured.next()),
         }
     }
+
+    eprintln!("xtask: == larger rows ==");
+    for job in plan::plan() {
+        if let Some(why) = can.missing(&job) {
+            rows.extend(job_rows(&job, Status::NotAvailable(why)));
+        } else if bench_start.elapsed() > BUDGET {
+            let why = format!("time budget of {} s spent", BUDGET.as_secs());
+            rows.extend(job_rows(&job, Status::Skipped(why)));
+        } else {
+            rows.extend(run_pairs(&rsm, &job, bench_start));
+        }
+    }
+    // The report reads per controller, in the plan's order of controllers.
+    rows.sort_by_key(|r| {
+        plan::CONTROLLERS
+            .iter()
+            .position(|c| *c == r.controller)
+            .unwrap_or(usize::MAX)
+    });
     let elapsed_s = started.elapsed().as_secs_f64();
 
     let out_dir = target_dir.join("bench");
@@ -219,8 +170,11 @@ pub fn run() -> Result<(), Failure> {
         cpus: std::thread::available_parallelism().map_or(0, |n| n.get()),
         build_s,
         elapsed_s,
-        rounds: ROUNDS,
-        pairs: PAIRS,
+        rounds: plan::ROUNDS,
+        pairs: plan::PAIRS,
+        small_rounds: plan::SMALL_ROUNDS,
+        small_pairs: plan::SMALL_PAIRS,
+        ucx,
         unix_time: std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(0, |d| d.as_secs()),
@@ -242,20 +196,129 @@ pub fn run() -> Result<(), Failure> {
     Ok(())
 }
 
-/// The operations `rsm bench -h` lists as possible values of `--op`.
-fn supported_ops(rsm: &Path) -> Vec<String> {
-    let help = stdout_of(&rsm.to_string_lossy(), &["bench", "-h"]).unwrap_or_default();
-    parse_possible_values(&help, "--op")
+/// Which `ucx_perftest` the UCX figures come from (installing it as root when missing), or
+/// why there are none: the benchmark goes on without them.
+fn ucx_here() -> Result<String, String> {
+    ucx::ensure().map_err(|f| f.message)?;
+    Ok(crate::dpkg::version("ucx-utils").map_or_else(
+        || ucx::PERFTEST.to_string(),
+        |v| format!("{} (ucx-utils {v})", ucx::PERFTEST),
+    ))
 }
 
-/// `[possible values: a, b]` on the help line of `flag`.
-pub fn parse_possible_values(help: &str, flag: &str) -> Vec<String> {
-    help.lines()
-        .find(|l| l.trim_start().starts_with(flag))
-        .and_then(|l| l.split("[possible values: ").nth(1))
-        .and_then(|rest| rest.split(']').next())
-        .map(|list| list.split(',').map(|v| v.trim().to_string()).collect())
-        .unwrap_or_default()
+/// The distinct UCX runs the small rows compare with, in the order of the rows.
+fn ucx_runs(jobs: &[Job]) -> Vec<UcxRun> {
+    let mut runs = Vec::new();
+    for job in jobs {
+        if let Some((run, _)) = ucx_mapping(job) {
+            if !runs.contains(&run) {
+                runs.push(run);
+            }
+        }
+    }
+    runs
+}
+
+fn ucx_mapping(job: &Job) -> Option<(UcxRun, crate::row::Reading)> {
+    if job.tasks.is_some() {
+        return None;
+    }
+    ucx::mapping(job.controller, job.op, job.mode, job.sizes[0], job.window)
+}
+
+/// The small rows, each measured by up to [`plan::SMALL_PAIRS`] fresh process pairs in
+/// alternating order, with every UCX run (when `with_ucx`) once every [`UCX_EVERY`] pairs:
+/// one row per job, in the order of `jobs`.
+fn run_small_pairs(rsm: &Path, jobs: &[Job], with_ucx: bool, bench_start: Instant) -> Vec<Row> {
+    let runs = if with_ucx { ucx_runs(jobs) } else { Vec::new() };
+    let mut pairs: Vec<Vec<Row>> = vec![Vec::new(); jobs.len()];
+    let mut ucx_results: Vec<Vec<Result<Final, String>>> = vec![Vec::new(); runs.len()];
+    for pair in 0..plan::SMALL_PAIRS {
+        if pair > 0 && bench_start.elapsed() > SMALL_BUDGET {
+            eprintln!(
+                "xtask: time budget of {} s for the small rows spent after {pair} pairs",
+                SMALL_BUDGET.as_secs()
+            );
+            break;
+        }
+        eprintln!("xtask: -- pair {} of {} --", pair + 1, plan::SMALL_PAIRS);
+        for i in plan::pair_order(pair, jobs.len()) {
+            pairs[i].extend(run_job(rsm, &jobs[i]));
+        }
+        if pair % UCX_EVERY == UCX_EVERY - 1 {
+            for k in plan::pair_order(pair / UCX_EVERY, runs.len()) {
+                let result = ucx::measure(&runs[k]);
+                match &result {
+                    Ok(f) => eprintln!(
+                        "xtask: UCX {}: {:.3} µs, {:.0} msg/s",
+                        runs[k].label(),
+                        f.median_us,
+                        f.rate_overall
+                    ),
+                    Err(e) => eprintln!("xtask: UCX {}: {e}", runs[k].label()),
+                }
+                ucx_results[k].push(result);
+            }
+        }
+    }
+    jobs.iter()
+        .zip(pairs)
+        .map(|(job, measured)| {
+            let ucx = ucx_mapping(job).map(|(run, reading)| {
+                let k = runs.iter().position(|r| *r == run);
+                let results = k.map_or(&[][..], |k| &ucx_results[k][..]);
+                ucx_column(run, reading, results, &measured, with_ucx)
+            });
+            let first_failure = measured.first().cloned();
+            let mut row = Row::combine(measured)
+                .or(first_failure)
+                .unwrap_or_else(|| job_rows(job, Status::Failed("no pair ran".into())).remove(0));
+            row.ucx = ucx;
+            row
+        })
+        .collect()
+}
+
+/// A row's UCX side: the median over UCX's runs, and each pair's ratio against the run
+/// after it (the last run for pairs after the last).
+fn ucx_column(
+    run: UcxRun,
+    reading: crate::row::Reading,
+    results: &[Result<Final, String>],
+    pairs: &[Row],
+    with_ucx: bool,
+) -> UcxColumn {
+    if !with_ucx {
+        return UcxColumn::missing(run.label(), reading, "no UCX here");
+    }
+    let values: Vec<Option<f64>> = results
+        .iter()
+        .map(|r| r.as_ref().ok().map(|f| f.value(reading)))
+        .collect();
+    let ok: Vec<f64> = values.iter().flatten().copied().collect();
+    let pair_ratios = pairs
+        .iter()
+        .enumerate()
+        .filter_map(|(p, row)| {
+            let ucx = values.get((p / UCX_EVERY).min(values.len().checked_sub(1)?))?;
+            reading.ratio(&row.figures().0?, (*ucx)?)
+        })
+        .collect();
+    UcxColumn {
+        label: run.label(),
+        reading,
+        value: quartiles::median(&ok),
+        runs: ok.len(),
+        pair_ratios,
+        missing: match (
+            ok.is_empty(),
+            results.iter().rev().find_map(|r| r.as_ref().err()),
+        ) {
+            (true, Some(e)) => Some(format!("failed: {e}")),
+            (true, None) => Some("not run".into()),
+            (false, _) => None,
+        },
+    }
 }
 
 /// The controller names `rsm info --json` lists.
@@ -279,142 +342,79 @@ fn available_controllers(rsm: &Path) -> Vec<String> {
         .unwrap_or_default()
 }
 
+fn shape(job: &Job) -> Shape {
+    Shape {
+        window: job.window,
+        tasks: job.tasks,
+    }
+}
+
 /// One row per size of `job`, all with `status`.
 fn job_rows(job: &Job, status: Status) -> Vec<Row> {
     job.sizes
         .iter()
-        .map(|&size| Row::new(job.controller, job.op, job.mode, size, status.clone()))
+        .map(|&size| {
+            Row::new(
+                job.controller,
+                job.op,
+                job.mode,
+                size,
+                shape(job),
+                status.clone(),
+            )
+        })
         .collect()
 }
 
 /// `job`'s rows: run once, then its rows with a target and a ratio again in
-/// `PAIRS - 1` more process pairs (while the time budget lasts), each keeping its median
-/// pair.
+/// `PAIRS - 1` more process pairs (while the time budget lasts), each row combining its
+/// pairs.
 fn run_pairs(rsm: &Path, job: &Job, bench_start: Instant) -> Vec<Row> {
-    let mut rows = run_job(rsm, job);
+    let rows = run_job(rsm, job);
     let again: Vec<usize> = rows
         .iter()
         .filter(|r| r.target.is_some())
         .filter(|r| matches!(r.status, Status::Measured { ratio: Some(_), .. }))
         .map(|r| r.size)
         .collect();
-    if again.is_empty() {
-        return rows;
-    }
-    let rerun = Job {
-        sizes: again,
-        ..job.clone()
-    };
     let mut pairs: Vec<Vec<Row>> = rows.iter().map(|r| vec![r.clone()]).collect();
-    for _ in 1..PAIRS {
-        if bench_start.elapsed() > BUDGET {
-            break;
-        }
-        for r in run_job(rsm, &rerun) {
-            if let Some(i) = rows.iter().position(|have| have.size == r.size) {
-                pairs[i].push(r);
+    if !again.is_empty() {
+        let rerun = Job {
+            sizes: again,
+            ..job.clone()
+        };
+        for _ in 1..plan::PAIRS {
+            if bench_start.elapsed() > BUDGET {
+                break;
+            }
+            for r in run_job(rsm, &rerun) {
+                if let Some(i) = rows.iter().position(|have| have.size == r.size) {
+                    pairs[i].push(r);
+                }
             }
         }
     }
-    for (row, measured) in rows.iter_mut().zip(pairs) {
-        if measured.len() > 1 {
-            if let Some(median) = Row::median_pair(measured) {
-                *row = median;
-            }
-        }
-    }
-    rows
-}
-
-fn sizes_arg(sizes: &[usize]) -> String {
-    sizes
-        .iter()
-        .map(usize::to_string)
-        .collect::<Vec<_>>()
-        .join(",")
-}
-
-/// What a child printed and how it ended.
-struct Output {
-    stdout: Vec<String>,
-    /// The last line it wrote to standard error (progress lines end in `\r`).
-    last_err: String,
-    /// `None` when it had to be killed.
-    code: Option<i32>,
-    secs: f64,
-}
-
-/// Runs a child with loopback fabric, reading both pipes, killing it after `timeout`.
-fn run_child(cmd: &mut Command, timeout: Duration) -> Output {
-    let t0 = Instant::now();
-    cmd.envs(LOOPBACK_FABRIC.iter().copied())
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped());
-    let mut child = match cmd.spawn() {
-        Ok(c) => c,
-        Err(e) => {
-            return Output {
-                stdout: Vec::new(),
-                last_err: format!("cannot start `{}`: {e}", display(cmd)),
-                code: None,
-                secs: 0.0,
-            };
-        }
-    };
-    // Read to the end on a thread, joined once the child is gone: lines still in the pipe
-    // when it exits are kept.
-    let out_reader = child.stdout.take().map(|out| {
-        std::thread::spawn(move || {
-            BufReader::new(out)
-                .lines()
-                .map_while(Result::ok)
-                .collect::<Vec<String>>()
-        })
-    });
-    let err_reader = child.stderr.take().map(|mut err| {
-        std::thread::spawn(move || {
-            let mut all = Vec::new();
-            let _ = err.read_to_end(&mut all);
-            String::from_utf8_lossy(&all)
-                .split(['\r', '\n'])
-                .map(str::trim)
-                .rfind(|l| !l.is_empty())
-                .unwrap_or_default()
-                .to_string()
-        })
-    });
-    let code = loop {
-        match child.try_wait() {
-            Ok(Some(status)) => break status.code(),
-            Ok(None) if t0.elapsed() < timeout => std::thread::sleep(Duration::from_millis(20)),
-            _ => {
-                let _ = child.kill();
-                let _ = child.wait();
-                break None;
-            }
-        }
-    };
-    let mut last_err = err_reader.and_then(|h| h.join().ok()).unwrap_or_default();
-    if code.is_none() {
-        last_err = format!("killed after {} s ({last_err})", timeout.as_secs());
-    }
-    Output {
-        stdout: out_reader.and_then(|h| h.join().ok()).unwrap_or_default(),
-        last_err,
-        code,
-        secs: t0.elapsed().as_secs_f64(),
-    }
+    rows.into_iter()
+        .zip(pairs)
+        .map(|(row, measured)| Row::combine(measured).unwrap_or(row))
+        .collect()
 }
 
 fn bench_command(rsm: &Path, job: &Job, baseline: bool) -> Command {
     let mut cmd = Command::new(rsm);
     cmd.args(["bench", "--controller", job.controller, "--op", job.op])
-        .args(["--mode", job.mode, "--sizes", &sizes_arg(&job.sizes)])
-        .args(["--rounds", &ROUNDS.to_string()])
-        .arg("--json");
-    if let Some(n) = job.iters {
-        cmd.args(["--iters", &n.to_string()]);
+        .args(["--mode", job.mode, "--sizes", &plan::sizes_arg(&job.sizes)])
+        .args(["--rounds", &job.rounds.to_string()])
+        .arg("--json")
+        .envs(LOOPBACK_FABRIC.iter().copied());
+    for (flag, value) in [
+        ("--iters", job.iters),
+        ("--window", job.window),
+        ("--tasks", job.tasks),
+    ] {
+        if let Some(n) = value {
+            cmd.args([flag, &n.to_string()]);
+        }
     }
     if baseline {
         cmd.arg("--baseline");
@@ -422,15 +422,16 @@ fn bench_command(rsm: &Path, job: &Job, baseline: bool) -> Command {
     cmd
 }
 
+fn parsed(out: &Output) -> Vec<BenchRow> {
+    out.stdout
+        .iter()
+        .filter_map(|l| serde_json::from_str(l).ok())
+        .collect()
+}
+
 fn run_job(rsm: &Path, job: &Job) -> Vec<Row> {
     let mut out = run_child(&mut bench_command(rsm, job, true), JOB_TIMEOUT);
     let mut no_baseline = None;
-    let parsed = |out: &Output| -> Vec<BenchRow> {
-        out.stdout
-            .iter()
-            .filter_map(|l| serde_json::from_str(l).ok())
-            .collect()
-    };
     let mut objects = parsed(&out);
     if objects.len() < job.sizes.len() && !matches!(out.code, Some(0 | 1)) {
         // The run failed part-way (a side channel that missed its heartbeats while a
@@ -463,10 +464,15 @@ fn run_job(rsm: &Path, job: &Job) -> Vec<Row> {
         // Its rows, or why rsm alone cannot run either.
         out = retry;
     }
+    let shaped = match (job.window, job.tasks) {
+        (_, Some(t)) => format!("{} ({t} tasks)", job.op),
+        (Some(w), None) => format!("{} (window {w})", job.op),
+        (None, None) => job.op.to_string(),
+    };
     eprintln!(
-        "xtask: {:<9} {:<6} {:<9} {:>2} rows in {:>5.1} s{}",
+        "xtask: {:<9} {:<9} {:<9} {:>2} rows in {:>5.1} s{}",
         job.controller,
-        job.op,
+        shaped,
         job.mode,
         objects.len(),
         out.secs,
@@ -478,41 +484,20 @@ fn run_job(rsm: &Path, job: &Job) -> Vec<Row> {
     );
     job.sizes
         .iter()
-        .map(|&size| {
-            let found = objects.iter().find(|o| o.size == size);
-            match found {
-                Some(o) => {
-                    let mut row = Row::new(
-                        job.controller,
-                        job.op,
-                        job.mode,
-                        size,
-                        Status::Measured {
-                            rsm: o.rsm(),
-                            baseline: o.baseline(),
-                            ratio: o.ratio,
-                            verified: o.verified,
-                            baseline_missing: no_baseline.clone(),
-                            round_ratios: o.round_ratios(),
-                            pair_ratios: o.ratio.into_iter().collect(),
-                        },
-                    );
-                    row.provider = o.provider.clone();
-                    row.window = o.window;
-                    row
-                }
-                None => Row::new(
-                    job.controller,
-                    job.op,
-                    job.mode,
-                    size,
-                    Status::Failed(if out.last_err.is_empty() {
-                        format!("no row (exit {:?})", out.code)
-                    } else {
-                        out.last_err.clone()
-                    }),
-                ),
-            }
+        .map(|&size| match objects.iter().find(|o| o.size == size) {
+            Some(o) => o.row(job, no_baseline.clone()),
+            None => Row::new(
+                job.controller,
+                job.op,
+                job.mode,
+                size,
+                shape(job),
+                Status::Failed(if out.last_err.is_empty() {
+                    format!("no row (exit {:?})", out.code)
+                } else {
+                    out.last_err.clone()
+                }),
+            ),
         })
         .collect()
 }
@@ -542,6 +527,29 @@ struct BenchRow {
 }
 
 impl BenchRow {
+    /// The report's row for `job` from this one.
+    fn row(&self, job: &Job, baseline_missing: Option<String>) -> Row {
+        let mut row = Row::new(
+            job.controller,
+            job.op,
+            job.mode,
+            self.size,
+            shape(job),
+            Status::Measured {
+                rsm: self.rsm(),
+                baseline: self.baseline(),
+                ratio: self.ratio,
+                verified: self.verified,
+                baseline_missing,
+                round_ratios: self.round_ratios(),
+                pair_ratios: self.ratio.into_iter().collect(),
+            },
+        );
+        row.provider = self.provider.clone();
+        row.window = row.window.or(self.window);
+        row
+    }
+
     /// The ratios of the row's round pairs, the unknown ones left out.
     fn round_ratios(&self) -> Vec<f64> {
         self.round_ratios.iter().flatten().copied().collect()
@@ -589,6 +597,7 @@ fn run_memory(
     }
     let mut cmd = Command::new(rsm);
     cmd.args(["bench-memory", "--controller", controller, "--json"])
+        .envs(LOOPBACK_FABRIC.iter().copied())
         .envs(extra.iter().copied());
     let out = run_child(&mut cmd, JOB_TIMEOUT);
     let result = out
@@ -631,72 +640,44 @@ fn run_memory(
 mod tests {
     use super::*;
 
-    #[test]
-    fn plan_covers_the_standard_set() {
-        let jobs = plan();
-        for c in ["tcp0", "shm0", "sockets0", "loopback"] {
-            for op in ["put", "get", "putv", "getv"] {
-                for mode in ["latency", "bandwidth"] {
-                    assert!(
-                        jobs.iter()
-                            .any(|j| j.controller == c && j.op == op && j.mode == mode),
-                        "{c} {op} {mode} missing"
-                    );
-                }
-            }
-        }
-        for op in ["fetch-add", "cswap"] {
-            for mode in ["latency", "bandwidth"] {
-                let n = jobs.iter().filter(|j| j.op == op && j.mode == mode).count();
-                assert_eq!(n, CONTROLLERS.len(), "{op} {mode} on every controller");
-            }
-        }
-        let signals: Vec<&Job> = jobs.iter().filter(|j| j.op == "signal").collect();
-        assert_eq!(signals.len(), CONTROLLERS.len(), "one signal row each");
-        assert!(signals.iter().all(|j| j.mode == "latency"));
-        // Small sizes with more samples, the rest as they are.
-        let put: Vec<&Job> = jobs
-            .iter()
-            .filter(|j| j.controller == "tcp0" && j.op == "put")
-            .collect();
-        assert_eq!(put.len(), 4);
-        assert_eq!(
-            (put[0].mode, &put[0].sizes[..], put[0].iters),
-            ("latency", &[8, 4096][..], Some(SMALL_LATENCY_ITERS))
-        );
-        assert_eq!(
-            (put[1].mode, &put[1].sizes[..], put[1].iters),
-            ("latency", &[65536, 1 << 20][..], None)
-        );
-        assert_eq!(
-            (put[2].mode, &put[2].sizes[..], put[2].iters),
-            (
-                "bandwidth",
-                &[8, 4096, 65536][..],
-                Some(SMALL_BANDWIDTH_ITERS)
-            )
-        );
-        assert_eq!(
-            (put[3].mode, &put[3].sizes[..], put[3].iters),
-            ("bandwidth", &[1 << 20][..], None)
-        );
-        let putv = jobs.iter().find(|j| j.op == "putv").unwrap();
-        assert_eq!(putv.sizes, [4096]);
-        assert_eq!(jobs[0].controller, "tcp0");
-        assert_eq!(sizes_arg(&put[2].sizes), "8,4096,65536");
+    fn args(cmd: &Command) -> Vec<String> {
+        cmd.get_args()
+            .map(|a| a.to_string_lossy().into_owned())
+            .collect()
     }
 
     #[test]
-    fn runs_ask_for_interleaved_rounds() {
-        let job = &plan()[0];
-        let cmd = bench_command(Path::new("rsm"), job, true);
-        let args: Vec<String> = cmd
-            .get_args()
-            .map(|a| a.to_string_lossy().into_owned())
-            .collect();
-        let at = args.iter().position(|a| a == "--rounds").expect("--rounds");
-        assert_eq!(args[at + 1], ROUNDS.to_string());
-        assert!(args.contains(&"--baseline".to_string()));
+    fn runs_ask_for_their_rounds_window_and_tasks() {
+        let job = &plan::plan()[0];
+        let a = args(&bench_command(Path::new("rsm"), job, true));
+        let at = a.iter().position(|a| a == "--rounds").expect("--rounds");
+        assert_eq!(a[at + 1], plan::ROUNDS.to_string());
+        assert!(a.contains(&"--baseline".to_string()));
+        assert!(!a.contains(&"--tasks".to_string()));
+        let tasks = plan::small_rows()
+            .into_iter()
+            .find(|j| j.tasks.is_some())
+            .unwrap();
+        let a = args(&bench_command(Path::new("rsm"), &tasks, true));
+        for (flag, value) in [
+            ("--rounds", "2"),
+            ("--sizes", "8"),
+            ("--window", "64"),
+            ("--tasks", "64"),
+            ("--mode", "bandwidth"),
+            ("--iters", "10000"),
+        ] {
+            assert!(
+                a.windows(2).any(|w| w == [flag, value]),
+                "{flag} {value} in {a:?}"
+            );
+        }
+        let cmd = bench_command(Path::new("rsm"), &tasks, false);
+        assert!(cmd.get_envs().any(|(k, _)| k == "FI_TCP_IFACE"));
+    }
+
+    #[test]
+    fn bench_rows_parse_into_report_rows() {
         let row: BenchRow =
             serde_json::from_str(r#"{"size":8,"round_ratios":[0.9,null,1.1]}"#).unwrap();
         assert_eq!(row.round_ratios(), [0.9, 1.1]);
@@ -716,36 +697,98 @@ mod tests {
         assert_eq!(row.baseline().unwrap().median_us, Some(2.0));
         assert_eq!((row.size, row.window, row.ratio), (64, Some(1), Some(0.8)));
         assert!(row.verified && row.provider == "shm");
+        let job = plan::small_rows()
+            .into_iter()
+            .find(|j| j.controller == "loopback" && j.window == Some(64) && j.tasks.is_none())
+            .unwrap();
+        let row: BenchRow =
+            serde_json::from_str(r#"{"size":8,"window":64,"ops_per_s":1e7}"#).unwrap();
+        let r = row.row(&job, None);
+        assert_eq!((r.window, r.shape.tasks), (Some(64), None));
+        assert!(r.against_ucx());
     }
 
     #[test]
-    fn possible_values_come_from_the_short_help() {
-        let help = "Options:\n      --controller <C>  The controller\n      \
-                    --op <OP>  The operation [possible values: put, get, putv]\n      \
-                    --mode <MODE>  x [default: latency] [possible values: latency, bandwidth]\n";
-        assert_eq!(parse_possible_values(help, "--op"), ["put", "get", "putv"]);
+    fn missing_abilities_say_what_is_missing() {
+        let can = Abilities {
+            ops: vec!["put".into()],
+            controllers: vec!["shm0".into()],
+            tasks: false,
+        };
+        let jobs = plan::small_rows();
+        let find = |c: &str, op: &str, tasks: bool| {
+            jobs.iter()
+                .find(|j| j.controller == c && j.op == op && j.tasks.is_some() == tasks)
+                .unwrap()
+        };
+        assert_eq!(can.missing(find("shm0", "put", false)), None);
         assert_eq!(
-            parse_possible_values(help, "--mode"),
-            ["latency", "bandwidth"]
+            can.missing(find("shm0", "round", false)).as_deref(),
+            Some("rsm bench has no `--op round` yet")
         );
-        assert!(parse_possible_values(help, "--sizes").is_empty());
+        assert_eq!(
+            can.missing(find("shm0", "put", true)).as_deref(),
+            Some("rsm bench has no `--tasks` yet")
+        );
+        assert_eq!(
+            can.missing(find("tcp0", "put", false)).as_deref(),
+            Some("no controller tcp0 on this machine")
+        );
     }
 
     #[test]
-    fn children_are_bounded_and_report_their_last_error_line() {
-        let mut cmd = Command::new("sh");
-        cmd.args([
-            "-c",
-            "echo '{\"a\":1}'; printf 'progress\\rrsm bench: broken\\n' >&2; exit 2",
-        ]);
-        let out = run_child(&mut cmd, Duration::from_secs(10));
-        assert_eq!(out.code, Some(2));
-        assert_eq!(out.stdout, ["{\"a\":1}"]);
-        assert_eq!(out.last_err, "rsm bench: broken");
-        let mut cmd = Command::new("sleep");
-        cmd.arg("30");
-        let out = run_child(&mut cmd, Duration::from_millis(200));
-        assert_eq!(out.code, None);
-        assert!(out.secs < 10.0 && out.last_err.starts_with("killed after"));
+    fn ucx_runs_are_shared_and_pair_with_the_run_after_them() {
+        let jobs = plan::small_rows();
+        let runs = ucx_runs(&jobs);
+        // put, get, rate with the default window, each for sm and tcp, and sm's window 64.
+        assert_eq!(runs.len(), 7, "{runs:?}");
+        let run = runs[0];
+        let reading = crate::row::Reading::HalfRoundTrip;
+        let f = |us| Final {
+            iters: 1.0,
+            median_us: us,
+            average_us: us,
+            overall_us: us,
+            mib_per_s: 0.0,
+            mib_per_s_overall: 0.0,
+            rate: 0.0,
+            rate_overall: 0.0,
+        };
+        let pair = |us| {
+            let mut r = Row::new(
+                "shm0",
+                "put",
+                "latency",
+                8,
+                Shape::default(),
+                Status::Skipped(String::new()),
+            );
+            r.status = Status::Measured {
+                rsm: Some(Figure {
+                    median_us: Some(us),
+                    ..Figure::default()
+                }),
+                baseline: None,
+                ratio: Some(1.0),
+                verified: true,
+                baseline_missing: None,
+                round_ratios: vec![],
+                pair_ratios: vec![1.0],
+            };
+            r
+        };
+        let results = vec![Ok(f(1.0)), Err("boom".to_string()), Ok(f(3.0))];
+        let pairs: Vec<Row> = [1.0, 2.0, 1.0, 1.0, 2.0, 3.0, 6.0].map(pair).into();
+        let col = ucx_column(run, reading, &results, &pairs, true);
+        assert_eq!(col.value, Some(2.0));
+        assert_eq!(col.runs, 2);
+        // Pairs 0-1 take run 0, 2-3 the failed one, 4 and on the last.
+        assert_eq!(col.pair_ratios, [1.0, 0.5, 1.5, 1.0, 0.5]);
+        assert_eq!(col.missing, None);
+        let none = ucx_column(run, reading, &results, &pairs, false);
+        assert_eq!(none.missing.as_deref(), Some("no UCX here"));
+        let failed = ucx_column(run, reading, &[Err("x".into())], &pairs, true);
+        assert_eq!(failed.missing.as_deref(), Some("failed: x"));
+        assert!(failed.pair_ratios.is_empty());
     }
 }

@@ -12,13 +12,18 @@
 
 mod bench;
 mod capi;
+mod child;
 mod command;
 mod deps;
 mod dpkg;
 mod failure;
+mod plan;
 mod profile;
+mod quartiles;
 mod report;
+mod row;
 mod steps;
+mod ucx;
 mod uid;
 mod version;
 
@@ -32,8 +37,9 @@ commands:
   setup   check the system packages rsm needs; as root, install missing ones with apt-get
   test    setup, then cargo fmt --check, cargo clippy -D warnings, cargo test
   demo    setup, then build and run the rsm binary's demo commands
-  bench   setup, then build rsm in release mode, run the standard benchmark set and
-          write target/bench/report.md and report.json
+  bench   setup, then build rsm in release mode, run the standard benchmark set (and
+          UCX's ucx_perftest beside it, installing ucx-utils if missing) and write
+          target/bench/report.md and report.json
   profile [CONTROLLER OP SIZE [MODE]]
           instructions per operation by function, rsm against the baseline, under
           callgrind (installs valgrind if missing): the rows the last bench report

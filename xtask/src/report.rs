@@ -1,5 +1,4 @@
-//! The rows of `cargo xtask bench`, the targets of docs/performance.md (Method), and the report in Markdown and
-//! JSON.
+//! The report of `cargo xtask bench` in Markdown and JSON.
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
@@ -7,262 +6,8 @@ use std::fmt::Write as _;
 use serde::Serialize;
 use serde_json::Value;
 
-/// What one side measured for one row (`rsm bench --json` keys, with or without the
-/// `baseline_` prefix).
-#[derive(Debug, Clone, Copy, PartialEq, Default, Serialize)]
-pub struct Figure {
-    pub median_us: Option<f64>,
-    pub p99_us: Option<f64>,
-    pub mb_per_s: Option<f64>,
-    pub ops_per_s: Option<f64>,
-}
-
-impl Figure {
-    /// The side's figure, `None` when that side did not run (no figure at all).
-    pub fn measured(self) -> Option<Figure> {
-        (self != Figure::default()).then_some(self)
-    }
-
-    /// The headline: the median in µs in latency mode, MB/s in bandwidth mode.
-    fn headline(&self, mode: &str) -> Option<f64> {
-        if mode == "latency" {
-            self.median_us
-        } else {
-            self.mb_per_s
-        }
-    }
-}
-
-/// How a planned row came out.
-#[derive(Debug, Clone, PartialEq)]
-pub enum Status {
-    Measured {
-        rsm: Option<Figure>,
-        baseline: Option<Figure>,
-        ratio: Option<f64>,
-        verified: bool,
-        /// Why the run had to go without its baseline, if it did.
-        baseline_missing: Option<String>,
-        /// The ratio of each round pair (`rsm bench --rounds`), in the order they ran.
-        round_ratios: Vec<f64>,
-        /// The ratio each process pair measured for the row, in the order they ran (see
-        /// [`Row::median_pair`]); one entry where one pair measured it.
-        pair_ratios: Vec<f64>,
-    },
-    /// `rsm bench` cannot run it yet (operation or controller missing).
-    NotAvailable(String),
-    /// The run failed; the last line it wrote.
-    Failed(String),
-    /// Not run (time budget).
-    Skipped(String),
-}
-
-/// The goal a row is held to (docs/performance.md, Method).
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub enum Target {
-    /// The ratio (above 1: rsm better) at least this.
-    RatioAtLeast(f64),
-    /// rsm's median (latency) or time per operation (bandwidth) under this many µs.
-    MicrosBelow(f64),
-}
-
-impl Target {
-    fn text(self) -> String {
-        match self {
-            Target::RatioAtLeast(r) => format!("ratio ≥ {r}"),
-            Target::MicrosBelow(us) => format!("< {us} µs/op"),
-        }
-    }
-
-    /// The least ratio the target asks for, if it asks for one.
-    fn min_ratio(self) -> Option<f64> {
-        match self {
-            Target::RatioAtLeast(r) => Some(r),
-            Target::MicrosBelow(_) => None,
-        }
-    }
-}
-
-/// The target of a row, if it has one.
-pub fn target_for(controller: &str, op: &str, mode: &str, size: usize) -> Option<Target> {
-    let data = matches!(op, "put" | "get" | "putv" | "getv");
-    let scalar = matches!(op, "put" | "get");
-    match (controller, mode) {
-        ("tcp0" | "shm0", "bandwidth") if data && (size == 64 << 10 || size == 1 << 20) => {
-            Some(Target::RatioAtLeast(0.95))
-        }
-        ("tcp0" | "shm0", "latency") if scalar && size == 8 => Some(Target::RatioAtLeast(0.77)),
-        ("loopback", "bandwidth") if data && size == 1 << 20 => Some(Target::RatioAtLeast(0.9)),
-        ("loopback", "bandwidth") if op == "put" && size == 8 => Some(Target::MicrosBelow(0.1)),
-        ("loopback", "latency") if op == "put" && size == 8 => Some(Target::MicrosBelow(0.25)),
-        // Remote atomics against fi_fetch_atomic / fi_compare_atomic (a CPU atomic on
-        // loopback): the goal of the issue that brought them.
-        ("shm0" | "loopback", "latency") if matches!(op, "fetch-add" | "cswap") => {
-            Some(Target::RatioAtLeast(0.9))
-        }
-        _ => None,
-    }
-}
-
-/// One row of the report.
-#[derive(Debug, Clone, PartialEq)]
-pub struct Row {
-    pub controller: String,
-    pub provider: String,
-    pub op: String,
-    pub mode: String,
-    pub size: usize,
-    pub window: Option<usize>,
-    pub status: Status,
-    pub target: Option<Target>,
-}
-
-impl Row {
-    pub fn new(controller: &str, op: &str, mode: &str, size: usize, status: Status) -> Row {
-        Row {
-            controller: controller.into(),
-            provider: String::new(),
-            op: op.into(),
-            mode: mode.into(),
-            size,
-            window: None,
-            status,
-            target: target_for(controller, op, mode, size),
-        }
-    }
-
-    fn figures(&self) -> (Option<Figure>, Option<Figure>, Option<f64>) {
-        match &self.status {
-            Status::Measured {
-                rsm,
-                baseline,
-                ratio,
-                ..
-            } => (*rsm, *baseline, *ratio),
-            _ => (None, None, None),
-        }
-    }
-
-    /// The row as the process pair with the median ratio measured it (the lower of the two
-    /// middle ones for an even count), with every pair's ratio in `pair_ratios`, in the order
-    /// of `pairs`. Verified only if every pair verified. Pairs without a ratio are left out;
-    /// `None` when none has one.
-    pub fn median_pair(pairs: Vec<Row>) -> Option<Row> {
-        let all_verified = pairs.iter().all(|r| match r.status {
-            Status::Measured { verified, .. } => verified,
-            _ => true,
-        });
-        let mut measured: Vec<(f64, Row)> = pairs
-            .into_iter()
-            .filter_map(|r| Some((r.figures().2?, r)))
-            .collect();
-        let ratios: Vec<f64> = measured.iter().map(|(x, _)| *x).collect();
-        measured.sort_by(|a, b| a.0.total_cmp(&b.0));
-        let mid = measured.len().checked_sub(1)? / 2;
-        let (_, mut row) = measured.swap_remove(mid);
-        if let Status::Measured {
-            verified,
-            pair_ratios,
-            ..
-        } = &mut row.status
-        {
-            *verified &= all_verified;
-            *pair_ratios = ratios;
-        }
-        Some(row)
-    }
-
-    /// Whether the target is met; `None` without a target or without the figure it needs.
-    pub fn met(&self) -> Option<bool> {
-        let (rsm, _, ratio) = self.figures();
-        match self.target? {
-            Target::RatioAtLeast(min) => ratio.map(|r| r >= min),
-            Target::MicrosBelow(max) => rsm.and_then(|f| f.median_us).map(|us| us < max),
-        }
-    }
-
-    /// How far from the target, for a missed row: "short by 23%".
-    fn shortfall(&self) -> Option<String> {
-        let (rsm, _, ratio) = self.figures();
-        match self.target? {
-            Target::RatioAtLeast(min) => {
-                let r = ratio?;
-                (r < min).then(|| {
-                    format!(
-                        "ratio {} is {:.1}% short of {min}",
-                        ratio_text(r, Some(min)),
-                        (1.0 - r / min) * 100.0
-                    )
-                })
-            }
-            Target::MicrosBelow(max) => {
-                let us = rsm?.median_us?;
-                (us >= max).then(|| format!("{us:.3} µs is {:.1}× the {max} µs target", us / max))
-            }
-        }
-    }
-
-    fn unit(&self) -> &'static str {
-        if self.mode == "latency" {
-            "µs"
-        } else {
-            "MB/s"
-        }
-    }
-
-    fn status_text(&self) -> String {
-        match &self.status {
-            Status::Measured {
-                verified,
-                baseline_missing,
-                round_ratios,
-                pair_ratios,
-                ..
-            } => {
-                let mut s = String::new();
-                if !verified {
-                    s.push_str("WRONG DATA");
-                }
-                if pair_ratios.len() > 1 {
-                    if !s.is_empty() {
-                        s.push_str("; ");
-                    }
-                    let list: Vec<String> = pair_ratios.iter().map(|r| format!("{r:.2}")).collect();
-                    let _ = write!(s, "pair ratios {}", list.join(", "));
-                }
-                if let Some(spread) = spread(round_ratios) {
-                    if !s.is_empty() {
-                        s.push_str("; ");
-                    }
-                    if pair_ratios.len() > 1 {
-                        s.push_str("the median pair's ");
-                    }
-                    let _ = write!(s, "round ratios {spread}");
-                }
-                if let Some(why) = baseline_missing {
-                    if !s.is_empty() {
-                        s.push_str("; ");
-                    }
-                    let _ = write!(s, "no baseline: {why}");
-                }
-                s
-            }
-            Status::NotAvailable(why) => format!("not available yet: {why}"),
-            Status::Failed(why) => format!("failed: {why}"),
-            Status::Skipped(why) => format!("skipped: {why}"),
-        }
-    }
-}
-
-/// The lowest and highest of several round ratios, `0.91..1.04`; `None` for fewer than two.
-fn spread(ratios: &[f64]) -> Option<String> {
-    if ratios.len() < 2 {
-        return None;
-    }
-    let lo = ratios.iter().copied().fold(f64::INFINITY, f64::min);
-    let hi = ratios.iter().copied().fold(f64::NEG_INFINITY, f64::max);
-    Some(format!("{lo:.2}..{hi:.2}"))
-}
+use crate::quartiles::{Spread, Verdict};
+use crate::row::{Figure, Reading, Row, Status, Target, ratio_text};
 
 /// One `rsm bench-memory` run.
 #[derive(Debug, Clone, PartialEq)]
@@ -280,10 +25,16 @@ pub struct Meta {
     pub cpus: usize,
     pub build_s: f64,
     pub elapsed_s: f64,
-    /// Interleaved rounds per row.
+    /// Interleaved rounds per run of the larger rows.
     pub rounds: u32,
-    /// Process pairs per row with a target.
+    /// Process pairs per larger row with a target.
     pub pairs: usize,
+    /// Interleaved rounds per small-row pair.
+    pub small_rounds: u32,
+    /// Process pairs planned per small row.
+    pub small_pairs: usize,
+    /// The `ucx_perftest` the UCX figures come from, or why there are none.
+    pub ucx: Result<String, String>,
     pub unix_time: u64,
 }
 
@@ -312,6 +63,16 @@ fn fig_text(f: Option<Figure>, mode: &str) -> String {
     }
 }
 
+fn verdict_text(r: &Row) -> String {
+    match (r.verdict(), &r.ucx) {
+        (Some(Verdict::Met), _) => "met".into(),
+        (Some(Verdict::WithinNoise), _) => "**within noise**".into(),
+        (Some(Verdict::Missed), _) => "**MISSED**".into(),
+        (None, Some(u)) if r.against_ucx() && u.value.is_none() => "no UCX here".into(),
+        (None, _) => "-".into(),
+    }
+}
+
 fn met_text(m: Option<bool>) -> &'static str {
     match m {
         Some(true) => "yes",
@@ -320,35 +81,41 @@ fn met_text(m: Option<bool>) -> &'static str {
     }
 }
 
-/// A ratio to two decimals, or to three where two would round a miss of `min` up to it
-/// (0.946 against 0.95 read "0.95", "NO", "0% short").
-fn ratio_text(ratio: f64, min: Option<f64>) -> String {
-    match min {
-        Some(min) if ratio < min && (ratio * 100.0).round() / 100.0 >= min => format!("{ratio:.3}"),
-        _ => format!("{ratio:.2}"),
+fn quartiles_text(s: Option<Spread>) -> String {
+    match s {
+        Some(s) if s.n > 1 => format!("{:.2}–{:.2}", s.q1, s.q3),
+        _ => "-".into(),
     }
 }
 
 fn row_line(r: &Row, with_controller: bool) -> String {
-    let (rsm, base, ratio) = r.figures();
+    let (rsm, base, _) = r.figures();
+    let spread = r.spread();
     let mut s = String::from("|");
     if with_controller {
         let _ = write!(s, " {} |", r.controller);
     }
+    let ratio = spread.map_or("-".into(), |x| {
+        let text = ratio_text(x.median, r.target.map(Target::min_ratio));
+        if r.against_ucx() {
+            format!("{text} vs UCX")
+        } else {
+            text
+        }
+    });
     let _ = write!(
         s,
-        " {} | {} | {} | {} | {} | {} | {} | {} | {} |",
-        r.op,
+        " {} | {} | {} | {} | {} | {} | {ratio} | {} | {} | {} | {} | {} |",
+        r.op_text(),
         r.mode,
         human_size(r.size),
         fig_text(rsm, &r.mode),
         fig_text(base, &r.mode),
-        ratio.map_or("-".into(), |x| ratio_text(
-            x,
-            r.target.and_then(Target::min_ratio)
-        )),
+        r.ucx.as_ref().map_or("-".into(), |u| u.text(r.size)),
+        quartiles_text(spread),
+        spread.map_or("-".into(), |x| x.n.to_string()),
         r.target.map_or("-".into(), Target::text),
-        met_text(r.met()),
+        verdict_text(r),
         r.status_text()
     );
     s
@@ -390,63 +157,8 @@ pub fn markdown(meta: &Meta, rows: &[Row], memory: &[Memory]) -> String {
          a side, larger ones 1 000, and every bandwidth row moves at least 16 MiB or \
          20 000 operations.\n"
     );
-    if meta.rounds > 1 {
-        let _ = writeln!(
-            md,
-            "Every figure is the median of {} interleaved rounds: each row ran rsm, baseline, \
-             baseline, rsm, rsm, ... (each side first in every other round) between the same \
-             two processes, each round with its own \
-             warm-up and an equal share of the row's samples (latency: the median of the \
-             rounds' medians and of their p99s; bandwidth: of their MB/s and time per \
-             operation), and the ratio is that of \
-             the two medians, so a neighbour taking a core during one round does not decide \
-             it. A row is verified only if every round verified. The note gives the lowest \
-             and highest ratio of the round pairs.\n",
-            meta.rounds
-        );
-    }
-    if meta.pairs > 1 {
-        let _ = writeln!(
-            md,
-            "Rows with a target are measured by {} process pairs: their runs go again, each \
-             time between two new processes, and a row's figures are those of the pair whose \
-             ratio is the median (the note lists every pair's ratio in the order they ran). \
-             The rounds of one pair share where the scheduler put its threads on this 2-core \
-             machine, and with it much of the ratio: in one report a row's pairs measured \
-             from 0.64 to 1.06 (tcp0 get 64 KiB), enough to decide a target either way.\n",
-            meta.pairs
-        );
-    }
-
-    let targeted: Vec<&Row> = rows.iter().filter(|r| r.target.is_some()).collect();
-    let met = targeted.iter().filter(|r| r.met() == Some(true)).count();
-    let missed: Vec<&&Row> = targeted.iter().filter(|r| r.met() == Some(false)).collect();
-    let _ = writeln!(md, "## Targets\n");
-    let _ = writeln!(
-        md,
-        "{met} of {} targeted rows met, {} missed, {} without a figure yet.\n",
-        targeted.len(),
-        missed.len(),
-        targeted.len() - met - missed.len()
-    );
-    table_header(&mut md, true);
-    for r in &targeted {
-        let _ = writeln!(md, "{}", row_line(r, true));
-    }
-    if !missed.is_empty() {
-        let _ = writeln!(md, "\nMissed:\n");
-        for r in &missed {
-            let _ = writeln!(
-                md,
-                "- {} {} {} {}: {}",
-                r.controller,
-                r.op,
-                r.mode,
-                human_size(r.size),
-                r.shortfall().unwrap_or_default()
-            );
-        }
-    }
+    method_section(&mut md, meta);
+    targets_section(&mut md, rows);
 
     let _ = writeln!(md, "\n## Memory\n");
     let _ = writeln!(
@@ -517,6 +229,93 @@ pub fn markdown(meta: &Meta, rows: &[Row], memory: &[Memory]) -> String {
     md
 }
 
+/// How the rows were measured and judged.
+fn method_section(md: &mut String, meta: &Meta) {
+    let _ = writeln!(
+        md,
+        "**Small rows** (every 8-byte row on tcp0, shm0 and loopback, and the round and tasks \
+         rows) are measured by up to {} process pairs each: every pair is a fresh \
+         `rsm bench --sizes 8 --baseline --rounds {} --json` child per row, the rows running \
+         in one order in even pairs and reversed in odd ones, so drift over the run hits every \
+         row alike. **Larger rows** (and sockets0's) run {} interleaved rounds (rsm, baseline, \
+         baseline, rsm, ...) between one pair of processes; those with a target run in {} \
+         such pairs. A row's rsm and libfabric figures are the medians over its pairs, its \
+         ratio the median of the pair ratios; q1–q3 are the quartiles of the pair ratios as \
+         Python's `statistics.quantiles(ratios, n=4)` computes them (position k(n+1)/4 of the \
+         sorted ratios, interpolated linearly). The note lists every pair's ratio in the \
+         order the pairs ran; a row one pair measured gives its round ratios' range instead. \
+         A round row's baseline is rsm's own 8 B put latency plus its signal round trip, \
+         measured in the same run.\n",
+        meta.small_pairs, meta.small_rounds, meta.rounds, meta.pairs
+    );
+    let _ = writeln!(
+        md,
+        "**Verdict** of a row with a target: **met** when the median ratio reaches the \
+         target, **within noise** when it does not but the target lies within the quartiles \
+         (q1 < target ≤ q3), **missed** otherwise.\n"
+    );
+    let ucx = match &meta.ucx {
+        Ok(version) => format!(
+            "from {version}, run between the pairs (every second pair runs each UCX test \
+             once, in alternating order); a row's UCX figure is the median over those runs, \
+             and a pair's ratio against UCX takes the UCX run next to it"
+        ),
+        Err(why) => format!("not measured: {why}"),
+    };
+    let _ = writeln!(
+        md,
+        "**UCX** figures are `ucx_perftest`'s (server and client on this host, 8 bytes), \
+         {ucx}. loopback and shm0 rows run with `UCX_TLS=sm,self`, tcp0 rows with \
+         `UCX_TLS=tcp UCX_NET_DEVICES=lo`. put latency: `ucp_put_lat`'s 50th percentile as UCX \
+         reports it, half its put ping-pong's round trip; signal: that round trip (twice the \
+         figure); get latency: `ucp_get` (one get at a time); put rate: `ucp_put_bw` with \
+         `-O` the row's window, its overall message rate (MB/s here is 10^6 B/s). A ratio \
+         against UCX is UCX's time over rsm's median, or rsm's rate over UCX's; the loopback \
+         signal target (rsm's round trip at most twice UCX's) takes twice that.\n"
+    );
+}
+
+/// The targeted rows, their verdicts, and how far the others are.
+fn targets_section(md: &mut String, rows: &[Row]) {
+    let targeted: Vec<&Row> = rows.iter().filter(|r| r.target.is_some()).collect();
+    let count = |v: Verdict| targeted.iter().filter(|r| r.verdict() == Some(v)).count();
+    let (met, noise, missed) = (
+        count(Verdict::Met),
+        count(Verdict::WithinNoise),
+        count(Verdict::Missed),
+    );
+    let _ = writeln!(md, "## Targets\n");
+    let _ = writeln!(
+        md,
+        "{met} of {} targeted rows met, {noise} within noise, {missed} missed, {} without a \
+         verdict.\n",
+        targeted.len(),
+        targeted.len() - met - noise - missed
+    );
+    table_header(md, true);
+    for r in &targeted {
+        let _ = writeln!(md, "{}", row_line(r, true));
+    }
+    let short: Vec<&&Row> = targeted
+        .iter()
+        .filter(|r| matches!(r.verdict(), Some(Verdict::Missed | Verdict::WithinNoise)))
+        .collect();
+    if !short.is_empty() {
+        let _ = writeln!(md, "\nNot met:\n");
+        for r in short {
+            let _ = writeln!(
+                md,
+                "- {} {} {} {}: {}",
+                r.controller,
+                r.op_text(),
+                r.mode,
+                human_size(r.size),
+                r.shortfall().unwrap_or_default()
+            );
+        }
+    }
+}
+
 /// The idle figures of the memory runs: CPU time over a span with nothing to do.
 fn idle_section(md: &mut String, memory: &[Memory]) {
     let _ = writeln!(md, "\n## Idle\n");
@@ -585,9 +384,12 @@ fn table_header(md: &mut String, with_controller: bool) {
     };
     let _ = writeln!(
         md,
-        "{c}| op | mode | size | rsm | baseline | ratio | target | met | note |"
+        "{c}| op | mode | size | rsm | libfabric | UCX | ratio | q1–q3 | pairs | target | verdict | note |"
     );
-    let _ = writeln!(md, "{dash}|---|---|---|---|---|---|---|---|---|");
+    let _ = writeln!(
+        md,
+        "{dash}|---|---|---|---|---|---|---|---|---|---|---|---|"
+    );
 }
 
 /// The JSON report (`target/bench/report.json`): the run, then every row with its figures,
@@ -598,6 +400,10 @@ pub struct Report<'a> {
     cpus: usize,
     rounds: u32,
     pairs: usize,
+    small_rounds: u32,
+    small_pairs: usize,
+    /// The `ucx_perftest` the UCX figures come from; null without them.
+    ucx: Option<&'a str>,
     unix_time: u64,
     build_s: f64,
     elapsed_s: f64,
@@ -614,14 +420,29 @@ struct ReportRow<'a> {
     mode: &'a str,
     size: usize,
     window: Option<usize>,
+    tasks: Option<usize>,
     unit: &'static str,
+    /// The medians over the pairs.
     rsm: Option<f64>,
     baseline: Option<f64>,
+    /// The median of the pair ratios against the baseline.
     ratio: Option<f64>,
     /// Null for a row not measured.
     round_ratios: Option<&'a [f64]>,
     pair_ratios: Option<&'a [f64]>,
+    /// UCX's figure (µs, or messages/s for a rate), its reading and test.
+    ucx: Option<f64>,
+    ucx_reading: Option<Reading>,
+    ucx_test: Option<&'a str>,
+    ucx_runs: Option<usize>,
+    /// Against UCX per pair, for the rows with a UCX figure.
+    ucx_pair_ratios: Option<&'a [f64]>,
     target: Option<String>,
+    /// "libfabric" (the baseline) or "UCX": what the target's ratios are against.
+    target_against: Option<&'static str>,
+    /// The median and quartiles of the ratios the verdict takes.
+    target_ratio: Option<Spread>,
+    verdict: Option<Verdict>,
     met: Option<bool>,
     status: &'static str,
     verified: Option<bool>,
@@ -645,6 +466,7 @@ pub fn json<'a>(meta: &'a Meta, rows: &'a [Row], memory: &'a [Memory]) -> Report
         .iter()
         .map(|r| {
             let (rsm, base, ratio) = r.figures();
+            let ucx = r.ucx.as_ref();
             let status = match &r.status {
                 Status::Measured { .. } => "measured",
                 Status::NotAvailable(_) => "not available",
@@ -671,13 +493,24 @@ pub fn json<'a>(meta: &'a Meta, rows: &'a [Row], memory: &'a [Memory]) -> Report
                 mode: &r.mode,
                 size: r.size,
                 window: r.window,
+                tasks: r.shape.tasks,
                 unit: r.unit(),
                 rsm: rsm.and_then(|f| f.headline(&r.mode)),
                 baseline: base.and_then(|f| f.headline(&r.mode)),
                 ratio,
                 round_ratios: rounds,
                 pair_ratios: pairs,
+                ucx: ucx.and_then(|u| u.value),
+                ucx_reading: ucx.map(|u| u.reading),
+                ucx_test: ucx.map(|u| &u.label[..]),
+                ucx_runs: ucx.map(|u| u.runs),
+                ucx_pair_ratios: ucx.map(|u| &u.pair_ratios[..]),
                 target: r.target.map(|t| t.text()),
+                target_against: r
+                    .target
+                    .map(|_| if r.against_ucx() { "UCX" } else { "libfabric" }),
+                target_ratio: r.target.and(r.spread()),
+                verdict: r.verdict(),
                 met: r.met(),
                 status,
                 verified,
@@ -701,6 +534,9 @@ pub fn json<'a>(meta: &'a Meta, rows: &'a [Row], memory: &'a [Memory]) -> Report
         cpus: meta.cpus,
         rounds: meta.rounds,
         pairs: meta.pairs,
+        small_rounds: meta.small_rounds,
+        small_pairs: meta.small_pairs,
+        ucx: meta.ucx.as_deref().ok(),
         unix_time: meta.unix_time,
         build_s: (meta.build_s * 10.0).round() / 10.0,
         elapsed_s: (meta.elapsed_s * 10.0).round() / 10.0,
@@ -712,19 +548,21 @@ pub fn json<'a>(meta: &'a Meta, rows: &'a [Row], memory: &'a [Memory]) -> Report
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::row::{Shape, UcxColumn};
 
     fn measured(controller: &str, op: &str, mode: &str, size: usize, ratio: f64, us: f64) -> Row {
         let f = Figure {
             median_us: Some(us),
             p99_us: None,
             mb_per_s: Some(100.0),
-            ops_per_s: None,
+            ops_per_s: Some(1e6 / us),
         };
         Row::new(
             controller,
             op,
             mode,
             size,
+            Shape::default(),
             Status::Measured {
                 rsm: Some(f),
                 baseline: Some(f),
@@ -737,113 +575,40 @@ mod tests {
         )
     }
 
-    #[test]
-    fn targets_follow_issue_8() {
-        assert_eq!(
-            target_for("tcp0", "put", "bandwidth", 1 << 20),
-            Some(Target::RatioAtLeast(0.95))
-        );
-        assert_eq!(
-            target_for("shm0", "getv", "bandwidth", 64 << 10),
-            Some(Target::RatioAtLeast(0.95))
-        );
-        assert_eq!(target_for("shm0", "put", "bandwidth", 4096), None);
-        assert_eq!(
-            target_for("tcp0", "get", "latency", 8),
-            Some(Target::RatioAtLeast(0.77))
-        );
-        assert_eq!(target_for("sockets0", "put", "latency", 8), None);
-        assert_eq!(
-            target_for("loopback", "put", "bandwidth", 8),
-            Some(Target::MicrosBelow(0.1))
-        );
-        assert_eq!(
-            target_for("loopback", "put", "latency", 8),
-            Some(Target::MicrosBelow(0.25))
-        );
-        assert_eq!(
-            target_for("loopback", "get", "bandwidth", 1 << 20),
-            Some(Target::RatioAtLeast(0.9))
-        );
+    fn meta(ucx: Result<String, String>) -> Meta {
+        Meta {
+            commit: "abc".into(),
+            cpus: 2,
+            build_s: 1.0,
+            elapsed_s: 2.0,
+            rounds: 5,
+            pairs: 5,
+            small_rounds: 2,
+            small_pairs: 12,
+            ucx,
+            unix_time: 3,
+        }
     }
 
     #[test]
-    fn a_miss_that_rounds_to_its_target_shows_three_decimals() {
-        let r = measured("shm0", "putv", "bandwidth", 64 << 10, 0.9463, 10.0);
-        assert_eq!(r.met(), Some(false));
-        assert_eq!(
-            r.shortfall().as_deref(),
-            Some("ratio 0.946 is 0.4% short of 0.95")
-        );
-        let line = row_line(&r, true);
-        assert!(line.contains("| 0.946 | ratio ≥ 0.95 | **NO** |"), "{line}");
-        // A met row, and a miss that two decimals already show, keep two.
-        let met = row_line(
-            &measured("shm0", "putv", "bandwidth", 64 << 10, 0.9512, 10.0),
-            true,
-        );
-        assert!(met.contains("| 0.95 | ratio ≥ 0.95 | yes |"), "{met}");
-        let far = measured("shm0", "getv", "bandwidth", 64 << 10, 0.9093, 10.0);
-        assert!(row_line(&far, true).contains("| 0.91 | ratio ≥ 0.95 | **NO** |"));
-        assert_eq!(
-            far.shortfall().as_deref(),
-            Some("ratio 0.91 is 4.3% short of 0.95")
-        );
-    }
-
-    #[test]
-    fn met_and_shortfall() {
-        let r = measured("tcp0", "put", "latency", 8, 0.7, 20.0);
-        assert_eq!(r.met(), Some(false));
-        assert!(
-            r.shortfall()
-                .unwrap()
-                .contains("ratio 0.70 is 9.1% short of 0.77"),
-            "{:?}",
-            r.shortfall()
-        );
-        assert_eq!(
-            measured("tcp0", "put", "latency", 8, 0.8, 20.0).met(),
-            Some(true)
-        );
-        assert_eq!(
-            measured("tcp0", "put", "latency", 4096, 0.1, 20.0).met(),
-            None
-        );
-        let r = measured("loopback", "put", "latency", 8, 1.0, 0.5);
-        assert_eq!(r.met(), Some(false));
-        assert!(r.shortfall().unwrap().contains("2.0×"));
-        let r = Row::new(
-            "loopback",
-            "put",
-            "latency",
-            8,
-            Status::NotAvailable("x".into()),
-        );
-        assert_eq!(r.met(), None);
-    }
-
-    #[test]
-    fn reports_list_every_row() {
+    fn reports_list_every_row_with_its_verdict() {
+        let pairs: Vec<Row> = [0.85, 0.88, 0.95, 0.86, 0.93]
+            .map(|r| measured("tcp0", "put", "latency", 8, r, 20.0))
+            .into();
+        let noisy = Row::combine(pairs).unwrap();
         let rows = vec![
-            measured("tcp0", "put", "latency", 8, 0.7, 20.0),
+            noisy,
             Row::new(
                 "tcp0",
                 "putv",
                 "latency",
                 4096,
+                Shape::default(),
                 Status::NotAvailable("rsm bench has no `--op putv` yet".into()),
             ),
+            measured("shm0", "get", "latency", 8, 0.95, 2.0),
+            measured("shm0", "put", "latency", 8, 0.5, 2.0),
         ];
-        let meta = Meta {
-            commit: "abc".into(),
-            cpus: 2,
-            build_s: 1.0,
-            elapsed_s: 2.0,
-            rounds: 3,
-            pairs: 1,
-            unix_time: 3,
-        };
         let idle = r#"{"connections":1000,"met":true,"idle":{"seconds":5.01,"exporter_ms":10.0,"importer_ms":[0.0,20.0],"busiest_pct_of_core":0.399,"met":true}}"#;
         let memory = vec![
             Memory {
@@ -857,6 +622,7 @@ mod tests {
                 result: Ok(serde_json::from_str(idle).unwrap()),
             },
         ];
+        let meta = meta(Ok("ucx_perftest (ucx-utils 1.13.1-1)".into()));
         let md = markdown(&meta, &rows, &memory);
         assert!(
             md.contains(
@@ -864,29 +630,45 @@ mod tests {
             ),
             "{md}"
         );
+        // Median 0.88 of five pairs, quartiles 0.855-0.94 straddle 0.9.
         assert!(
-            md.contains("| tcp0 | put | latency | 8 B | 20.00 µs"),
+            md.contains(
+                "| tcp0 | put | latency | 8 B | 20.00 µs | 20.00 µs | - | 0.88 | 0.85–0.94 | 5 | ratio ≥ 0.9 | **within noise** | pair ratios 0.85, 0.88, 0.95, 0.86, 0.93 |"
+            ),
             "{md}"
         );
+        assert!(md.contains("| shm0 | get | latency | 8 B |"), "{md}");
+        assert!(
+            md.contains("| 1 | ratio ≥ 0.9 | met | round ratios 0.85..1.04 |"),
+            "{md}"
+        );
+        assert!(md.contains("| 1 | ratio ≥ 0.9 | **MISSED** |"), "{md}");
         assert!(md.contains("not available yet: rsm bench has no `--op putv` yet"));
-        assert!(md.contains("0 of 1 targeted rows met, 1 missed"));
+        assert!(
+            md.contains("1 of 3 targeted rows met, 1 within noise, 1 missed, 0 without a verdict"),
+            "{md}"
+        );
+        assert!(
+            md.contains(
+                "- tcp0 put latency 8 B: median 0.88 is 2.2% short of 0.9 (quartiles 0.85–0.94)"
+            ),
+            "{md}"
+        );
         assert!(
             md.contains("| tcp0 | default | - | - | - | - | - | - | - | failed: boom | - |"),
             "{md}"
         );
+        assert!(md.contains("up to 12 process pairs"), "{md}");
         assert!(
-            md.contains("| tcp0 | default | - | - | - | - | failed: boom | - |"),
+            md.contains("from ucx_perftest (ucx-utils 1.13.1-1)"),
             "{md}"
         );
-        assert!(md.contains("median of 3 interleaved rounds"), "{md}");
-        assert!(md.contains("round ratios 0.63..0.77"), "{md}");
-        assert_eq!(spread(&[1.0]), None);
-        assert_eq!(spread(&[1.2, 0.8, 1.0]).as_deref(), Some("0.80..1.20"));
+        assert!(md.contains("statistics.quantiles"), "{md}");
         let js = serde_json::to_value(json(&meta, &rows, &memory)).unwrap();
         let Value::Array(items) = &js["rows"] else {
             panic!("rows")
         };
-        assert_eq!(items.len(), 2);
+        assert_eq!(items.len(), 4);
         for k in [
             "controller",
             "op",
@@ -897,16 +679,25 @@ mod tests {
             "ratio",
             "target",
             "met",
+            "verdict",
+            "target_ratio",
         ] {
             assert!(items[0].get(k).is_some(), "{k}");
         }
         assert_eq!(items[0]["met"], false);
-        assert!(matches!(&items[0]["round_ratios"], Value::Array(v) if v.len() == 3));
-        assert_eq!(js["rounds"], 3);
+        assert_eq!(items[0]["verdict"], "within_noise");
+        assert_eq!(items[0]["target_against"], "libfabric");
+        assert_eq!(items[0]["target_ratio"]["n"], 5);
+        assert_eq!(items[0]["target_ratio"]["median"], 0.88);
+        assert_eq!(items[0]["ratio"], 0.88);
+        assert!(matches!(&items[0]["pair_ratios"], Value::Array(v) if v.len() == 5));
+        assert_eq!(js["small_pairs"], 12);
+        assert_eq!(js["ucx"], "ucx_perftest (ucx-utils 1.13.1-1)");
         assert_eq!(items[0]["rsm"], 20.0);
         assert_eq!(items[0]["rsm_detail"]["median_us"], 20.0);
         assert!(items[1]["verified"].is_null() && items[1]["round_ratios"].is_null());
         assert_eq!(items[1]["status"], "not available");
+        assert_eq!(items[3]["verdict"], "missed");
         let runs = &js["memory"];
         assert_eq!(runs[0]["error"], "boom");
         assert!(runs[0]["result"].is_null());
@@ -921,83 +712,66 @@ mod tests {
     }
 
     #[test]
-    fn a_row_measured_by_several_pairs_takes_the_median_pair() {
-        let pairs = vec![
-            measured("shm0", "get", "bandwidth", 65536, 0.96, 7.0),
-            measured("shm0", "get", "bandwidth", 65536, 0.91, 7.4),
-            measured("shm0", "get", "bandwidth", 65536, 0.94, 7.2),
-        ];
-        let row = Row::median_pair(pairs).unwrap();
-        assert_eq!(row.figures().2, Some(0.94));
-        assert_eq!(row.figures().0.unwrap().median_us, Some(7.2));
-        let Status::Measured {
-            pair_ratios,
-            verified,
-            ..
-        } = &row.status
-        else {
-            panic!("measured")
-        };
-        assert_eq!(pair_ratios, &[0.96, 0.91, 0.94]);
-        assert!(verified);
+    fn rows_against_ucx_show_its_figure_and_judge_by_it() {
+        let mut row = measured("loopback", "signal", "latency", 8, 0.06, 2.0);
+        row.ucx = Some(UcxColumn {
+            label: "ucp_put_lat, UCX_TLS=sm,self".into(),
+            reading: Reading::RoundTrip,
+            value: Some(0.8),
+            runs: 6,
+            pair_ratios: vec![0.4, 0.45, 0.5],
+            missing: None,
+        });
+        let line = row_line(&row, true);
         assert!(
-            row.status_text()
-                .starts_with("pair ratios 0.96, 0.91, 0.94; the median pair's round ratios"),
-            "{}",
-            row.status_text()
+            line.contains("| 0.80 µs (round trip) | 0.90 vs UCX | 0.80–1.00 | 3 | ≤ 2 × UCX | **within noise** |"),
+            "{line}"
         );
-        // Two pairs: the lower; a pair that wrote wrong data taints the row; a failed pair
-        // is left out.
-        let mut wrong = measured("shm0", "get", "bandwidth", 65536, 0.99, 6.9);
-        if let Status::Measured { verified, .. } = &mut wrong.status {
-            *verified = false;
-        }
-        let failed = Row::new(
-            "shm0",
-            "get",
-            "bandwidth",
-            65536,
-            Status::Failed("killed".into()),
-        );
-        let row = Row::median_pair(vec![
-            measured("shm0", "get", "bandwidth", 65536, 0.97, 7.0),
-            failed.clone(),
-            wrong,
-        ])
-        .unwrap();
-        assert_eq!(row.figures().2, Some(0.97));
-        assert!(matches!(
-            &row.status,
-            Status::Measured { verified: false, pair_ratios, .. } if pair_ratios == &[0.97, 0.99]
-        ));
         assert!(
-            row.status_text()
-                .starts_with("WRONG DATA; pair ratios 0.97, 0.99")
+            line.contains("against libfabric 0.06; pair ratios vs UCX 0.80, 0.90, 1.00;"),
+            "{line}"
         );
-        let row = Row::median_pair(vec![
-            failed.clone(),
-            measured("shm0", "get", "bandwidth", 65536, 0.97, 7.0),
-        ])
-        .unwrap();
-        assert!(matches!(
-            &row.status,
-            Status::Measured { verified: true, .. }
+        assert!(
+            line.contains("UCX: ucp_put_lat, UCX_TLS=sm,self, 6 runs"),
+            "{line}"
+        );
+        let mut rate = measured("loopback", "put", "bandwidth", 8, 0.1, 0.02);
+        rate.shape.window = Some(64);
+        rate.target = crate::row::target_for("loopback", "put", "bandwidth", 8, rate.shape);
+        rate.ucx = Some(UcxColumn::missing(
+            "ucp_put_bw -O 64, UCX_TLS=sm,self".into(),
+            Reading::Rate,
+            "no UCX here",
         ));
-        assert_eq!(Row::median_pair(vec![failed]), None);
-        assert_eq!(Row::median_pair(Vec::new()), None);
-        // The report says how rows with a target were measured.
-        let meta = Meta {
-            commit: "abc".into(),
-            cpus: 2,
-            build_s: 1.0,
-            elapsed_s: 2.0,
-            rounds: 5,
-            pairs: 3,
-            unix_time: 3,
-        };
-        let md = markdown(&meta, &[row], &[]);
-        assert!(md.contains("measured by 3 process pairs"), "{md}");
-        let js = serde_json::to_value(json(&meta, &[], &[])).unwrap();
-        assert_eq!(js["pairs"], 3);
+        let line = row_line(&rate, true);
+        assert!(
+            line.starts_with("| loopback | put (window 64) | bandwidth | 8 B |"),
+            "{line}"
+        );
+        assert!(
+            line.contains("| no UCX here | - | - | - | ≥ UCX | no UCX here |"),
+            "{line}"
+        );
+        let mut put = measured("shm0", "put", "latency", 8, 0.9, 2.0);
+        put.ucx = Some(UcxColumn {
+            pair_ratios: vec![0.2, 0.25, 0.3],
+            value: Some(0.5),
+            runs: 2,
+            ..UcxColumn::missing("ucp_put_lat".into(), Reading::HalfRoundTrip, "")
+        });
+        let line = row_line(&put, false);
+        assert!(
+            line.contains("| 0.50 µs (½ round trip) | 0.90 | - | 1 | ratio ≥ 0.9 | met |"),
+            "{line}"
+        );
+        assert!(line.contains("vs UCX 0.25 (0.20–0.30)"), "{line}");
+        let js =
+            serde_json::to_value(json(&meta(Err("not installed".into())), &[rate], &[])).unwrap();
+        assert!(js["ucx"].is_null());
+        assert!(js["rows"][0]["verdict"].is_null());
+        assert_eq!(js["rows"][0]["target_against"], "UCX");
+        assert_eq!(js["rows"][0]["ucx_reading"], "rate");
+        let md = markdown(&meta(Err("not installed".into())), &[], &[]);
+        assert!(md.contains("not measured: not installed"), "{md}");
     }
 }
