@@ -1,8 +1,6 @@
 //! The service examples (`examples/kv_store.rs`, `pubsub_ring.rs`, `pollfd_select.rs`,
-//! `graceful_shutdown.rs`, `atomic_counter.rs`, `signal_service.rs`; `metrics.rs`, two nodes in
-//! one process) run
-//! as real processes,
-//! one per node, and say what they did.
+//! `graceful_shutdown.rs`, `atomic_counter.rs`, `signal_service.rs`; `metrics.rs`, two nodes
+//! in one process) run as real processes, one per node, and say what they did.
 //!
 //! This file builds nothing: `cargo test` builds the examples into `target/<profile>/examples/`,
 //! next to the directory of this test's executable. Every process is killed and reaped by a

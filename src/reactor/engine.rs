@@ -546,9 +546,7 @@ impl Engine {
                 // (`wait_for_space` ends the deferral).
                 self.wake_tx_waiters();
                 self.defer_to_reaper(&mut looks);
-                // The reader's work is the node's: the idle window runs from it, so the
-                // engine does not fall asleep the moment a reader leaves, with a peer's
-                // signal or write on its way that only this node's progress places.
+                // The idle window runs from the reader's work too (DESIGN.md §6).
                 last_work = looks.now;
                 continue;
             }
@@ -615,7 +613,6 @@ impl Engine {
             // As in `idle_poll`: the awaiting thread reads the queue, which on tcp also
             // drives rxm's progress; the engine keeps out of its way (and off its core).
             self.defer_to_reaper(looks);
-            // As in `run`: the idle window runs from the reader's work.
             return true;
         }
         let window = match self.inflight.load(Ordering::SeqCst) {
@@ -700,7 +697,6 @@ impl Engine {
             // would take a core from it and from the target on 2 cores. Not `sleeping`:
             // posts need not wake us, their thread reaps, or calls us back.
             self.defer_to_reaper(looks);
-            // As in `run`: the idle window runs from the reader's work.
             return true;
         }
         if busy || looks.within(last_work, self.tuning.idle_window) {
