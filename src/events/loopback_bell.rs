@@ -590,6 +590,56 @@ mod tests {
         );
     }
 
+    /// While the receiver reads its word, a post leaves the word set and does not ring; the
+    /// reader's last look, as it stops, takes the post.
+    #[test]
+    fn a_post_to_a_reading_receiver_skips_the_ring_and_its_last_look_takes_it() {
+        let (map, bell, fd) = pair();
+        let seen = Arc::new(std::sync::Mutex::new(Vec::new()));
+        let record = Arc::clone(&seen);
+        let (_, theirs) = wake::pair().unwrap();
+        let receiver = LoopbackBell {
+            page: Arc::clone(&map),
+            out_at: TO_EXPORTER,
+            out: Arc::new(theirs),
+            in_at: TO_IMPORTER,
+            rx: Receiver {
+                from: 7,
+                token: 9,
+                to_importer: true,
+            },
+            on_ring: Arc::new(move |r| {
+                record.lock().unwrap().push(r);
+                true
+            }),
+            stop: CancellationToken::new(),
+            lookers: AtomicUsize::new(0),
+        };
+        let looking = receiver.looking();
+        let again = receiver.looking();
+        bell.ring(false).unwrap();
+        bell.ring(false).unwrap();
+        assert!(
+            !wake::drain(fd.as_fd()).unwrap().rung,
+            "no ring while it reads"
+        );
+        drop(again);
+        assert!(
+            seen.lock().unwrap().is_empty(),
+            "one reader is still reading"
+        );
+        drop(looking);
+        let rings = seen.lock().unwrap().clone();
+        assert_eq!(rings.len(), 1, "the last look took the posts: {rings:?}");
+        assert_eq!((rings[0].from, rings[0].plain), (7, 2));
+        assert_eq!(word(&map, TO_IMPORTER).load(Ordering::SeqCst), 0);
+        bell.ring(false).unwrap();
+        assert!(
+            wake::drain(fd.as_fd()).unwrap().rung,
+            "rings again once nobody reads"
+        );
+    }
+
     /// A hostile importer clears `O_NONBLOCK` on its end and, as if it shared ours, on ours
     /// too; it floods us and never reads what we send. Our rings still return, our watch
     /// still delivers, and the runtime stays responsive.

@@ -417,6 +417,17 @@ impl Progress {
 mod tests {
     use super::*;
 
+    /// A latency summary of 1000 operations with this median (p99 twice it).
+    fn latency(median: f64) -> Summary {
+        Summary {
+            median_us: median,
+            p99_us: Some(2.0 * median),
+            mb_per_s: 8.0 / median,
+            ops_per_s: 1e6 / median,
+            ops: 1000,
+        }
+    }
+
     fn row(rsm: bool, baseline: bool, mode: Mode) -> Row {
         let s = |median: f64| Summary {
             median_us: median,
@@ -519,13 +530,7 @@ mod tests {
         assert!(v.get("baseline_rounds").is_none() && v.get("round_ratios").is_none());
 
         let mut r = row(true, true, Mode::Latency);
-        let s = |median: f64| Summary {
-            median_us: median,
-            p99_us: Some(2.0 * median),
-            mb_per_s: 8.0 / median,
-            ops_per_s: 1e6 / median,
-            ops: 1000,
-        };
+        let s = latency;
         r.rounds = 3;
         r.rsm_rounds = vec![s(20.0), s(40.0), s(10.0)];
         r.baseline_rounds = vec![s(10.0), s(10.0), s(10.0)];
@@ -557,13 +562,7 @@ mod tests {
         let mut r = row(true, true, Mode::Latency);
         r.op = Op::Round;
         r.baseline_kind = BaselineKind::Parts;
-        let part = |median: f64| Summary {
-            median_us: median,
-            p99_us: Some(2.0 * median),
-            mb_per_s: 8.0 / median,
-            ops_per_s: 1e6 / median,
-            ops: 1000,
-        };
+        let part = latency;
         r.parts = vec![(part(3.0), part(7.0))];
         let v = r.to_json();
         assert_eq!(v["op"], "round");
