@@ -385,3 +385,50 @@ fn a_signal_after_a_pause_in_busy_round_trips_arrives() {
         b.shutdown().await;
     });
 }
+
+/// 64 tasks on two worker threads, each awaiting its own 8-byte puts (a service's crowd,
+/// not one task's window): every put completes and the last of each task's lands.
+#[test]
+fn a_crowd_of_tasks_each_awaiting_its_own_puts_completes() {
+    const TASKS: usize = 64;
+    const PUTS: u64 = 200;
+    let _serial = serial();
+    runtime().block_on(async {
+        let a = node_with_budget(None).await;
+        let b = node_with_budget(None).await;
+        for ctrl in ["shm0", "tcp0"] {
+            let (seg, imp) =
+                export_and_import(&a, &b, ctrl, page().max(TASKS * 8), ExportFlags::empty()).await;
+            let tasks: Vec<_> = (0..TASKS)
+                .map(|t| {
+                    let imp = imp.clone();
+                    tokio::spawn(async move {
+                        for i in 1..=PUTS {
+                            let v = (t as u64) << 32 | i;
+                            imp.put((t * 8) as u64, v.to_le_bytes().to_vec())
+                                .await
+                                .unwrap_or_else(|e| panic!("task {t}, put {i}: {e}"));
+                        }
+                    })
+                })
+                .collect();
+            let all = futures::future::join_all(tasks);
+            let done = tokio::time::timeout(Duration::from_secs(60), all)
+                .await
+                .unwrap_or_else(|_| panic!("{ctrl}: the crowd's puts did not complete"));
+            assert!(done.iter().all(Result::is_ok), "{ctrl}: a task failed");
+            for t in 0..TASKS {
+                let mut w = [0u8; 8];
+                seg.read_at((t * 8) as u64, &mut w).unwrap();
+                assert_eq!(
+                    u64::from_le_bytes(w),
+                    (t as u64) << 32 | PUTS,
+                    "{ctrl}: task {t}"
+                );
+            }
+            let _ = imp.disconnect().await;
+        }
+        a.shutdown().await;
+        b.shutdown().await;
+    });
+}
