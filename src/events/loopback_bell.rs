@@ -32,8 +32,8 @@
 //! the ring, a system call here and a wake-up of the receiver's watch there. The poster's
 //! add and the receiver's clearing of the flag are both sequentially consistent and each
 //! side reads the other's word after its own write, so a post either sees the flag cleared
-//! and rings, or is seen by the receiver's last look ([`Looking`]'s drop). A peer can only
-//! set or clear the flag of its own word: the rings it loses are its own.
+//! and rings, or is seen by the receiver's last look ([`Looking`]'s drop). Whatever a peer
+//! writes into a flag only loses rings to itself or costs this side rings it did not need.
 //!
 //! Order (DESIGN.md, decision 18): a loopback put is a copy done before it returns, and the words'
 //! release/acquire pairs make it visible to the receiver before the signal is.
