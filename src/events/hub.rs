@@ -320,7 +320,7 @@ impl<S: Sender> Hub<S> {
                 if bells.is_empty() {
                     return None;
                 }
-                let _looking: Vec<_> = bells.iter().map(|b| b.looking()).collect();
+                let _looking = crate::events::loopback_bell::Looking::new(&bells);
                 self.look_until(node.loopback_signal_spin(), deadline, || {
                     bells.iter().fold(false, |found, b| b.look() | found)
                 })

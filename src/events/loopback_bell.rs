@@ -156,31 +156,44 @@ impl LoopbackBell {
         true
     }
 
-    /// Tells the peer that a task of this process reads this side's word (`look`) until
-    /// the guard drops, so that its posts need not ring.
-    pub(crate) fn looking(&self) -> Looking<'_> {
+    /// A task of this process starts reading this side's word (`look`): the peer's posts
+    /// need not ring.
+    fn start_looking(&self) {
         if self.lookers.fetch_add(1, Ordering::SeqCst) == 0 {
             word(&self.page, self.in_at + LOOKING).store(1, Ordering::SeqCst);
         }
-        Looking(self)
+    }
+
+    /// The task stops: the last one out clears the flag, then looks once more, taking a
+    /// post that saw the flag set and did not ring. A flag left clear by a racing first one
+    /// in only costs rings.
+    fn stop_looking(&self) {
+        if self.lookers.fetch_sub(1, Ordering::SeqCst) == 1 {
+            word(&self.page, self.in_at + LOOKING).store(0, Ordering::SeqCst);
+            // SeqCst, after the store: sees any post that saw the flag set.
+            if word(&self.page, self.in_at).load(Ordering::SeqCst) != 0 {
+                self.look();
+            }
+        }
     }
 }
 
-/// A task reading a bell's word before it parks; dropped, it looks once more after clearing
-/// the page's flag, taking a post that saw the flag set and did not ring.
-pub(crate) struct Looking<'a>(&'a LoopbackBell);
+/// A task reading some bells' words before it parks, from its making to its drop.
+pub(crate) struct Looking<'a>(&'a [Arc<LoopbackBell>]);
+
+impl<'a> Looking<'a> {
+    pub(crate) fn new(bells: &'a [Arc<LoopbackBell>]) -> Self {
+        for b in bells {
+            b.start_looking();
+        }
+        Looking(bells)
+    }
+}
 
 impl Drop for Looking<'_> {
     fn drop(&mut self) {
-        let bell = self.0;
-        // The last one out clears the flag; a flag left clear by a racing first one in only
-        // costs rings.
-        if bell.lookers.fetch_sub(1, Ordering::SeqCst) == 1 {
-            word(&bell.page, bell.in_at + LOOKING).store(0, Ordering::SeqCst);
-            // SeqCst, after the store: sees any post that saw the flag set.
-            if word(&bell.page, bell.in_at).load(Ordering::SeqCst) != 0 {
-                bell.look();
-            }
+        for b in self.0 {
+            b.stop_looking();
         }
     }
 }
@@ -397,27 +410,42 @@ pub(crate) fn attach(
 mod tests {
     use super::*;
 
+    /// A bell on `page`, not watched, ringing through `out`, reading what `rx` sends.
+    fn unwatched(
+        page: &Arc<SharedMap>,
+        exporter: bool,
+        out: OwnedFd,
+        rx: Receiver,
+        on_ring: OnRing,
+    ) -> LoopbackBell {
+        let (in_at, out_at) = match exporter {
+            true => (TO_EXPORTER, TO_IMPORTER),
+            false => (TO_IMPORTER, TO_EXPORTER),
+        };
+        LoopbackBell {
+            page: Arc::clone(page),
+            out_at,
+            out: Arc::new(out),
+            in_at,
+            rx,
+            on_ring,
+            stop: CancellationToken::new(),
+            lookers: AtomicUsize::new(0),
+        }
+    }
+
     /// An exporter's bell, not watched, and the importer's end it rings.
     fn pair() -> (Arc<SharedMap>, LoopbackBell, Arc<OwnedFd>) {
         let page_fd = sealed_memfd("rsm-test", crate::sys::limits::page_size() as u64).unwrap();
         let map = Arc::new(map_page(&page_fd).unwrap());
         let (ours, theirs) = wake::pair().unwrap();
-        let fd = Arc::new(theirs);
-        let bell = LoopbackBell {
-            page: Arc::clone(&map),
-            out_at: TO_IMPORTER,
-            out: Arc::new(ours),
-            in_at: TO_EXPORTER,
-            rx: Receiver {
-                from: 0,
-                token: 0,
-                to_importer: false,
-            },
-            on_ring: Arc::new(|_| true),
-            stop: CancellationToken::new(),
-            lookers: AtomicUsize::new(0),
+        let rx = Receiver {
+            from: 0,
+            token: 0,
+            to_importer: false,
         };
-        (map, bell, fd)
+        let bell = unwatched(&map, true, ours, rx, Arc::new(|_| true));
+        (map, bell, Arc::new(theirs))
     }
 
     /// What the receiver would take now: (rung, first NO_ACCUMULATE, plain count).
@@ -598,25 +626,18 @@ mod tests {
         let seen = Arc::new(std::sync::Mutex::new(Vec::new()));
         let record = Arc::clone(&seen);
         let (_, theirs) = wake::pair().unwrap();
-        let receiver = LoopbackBell {
-            page: Arc::clone(&map),
-            out_at: TO_EXPORTER,
-            out: Arc::new(theirs),
-            in_at: TO_IMPORTER,
-            rx: Receiver {
-                from: 7,
-                token: 9,
-                to_importer: true,
-            },
-            on_ring: Arc::new(move |r| {
-                record.lock().unwrap().push(r);
-                true
-            }),
-            stop: CancellationToken::new(),
-            lookers: AtomicUsize::new(0),
+        let rx = Receiver {
+            from: 7,
+            token: 9,
+            to_importer: true,
         };
-        let looking = receiver.looking();
-        let again = receiver.looking();
+        let on_ring: OnRing = Arc::new(move |r| {
+            record.lock().unwrap().push(r);
+            true
+        });
+        let receiver = [Arc::new(unwatched(&map, false, theirs, rx, on_ring))];
+        let looking = Looking::new(&receiver);
+        let again = Looking::new(&receiver);
         bell.ring(false).unwrap();
         bell.ring(false).unwrap();
         assert!(
