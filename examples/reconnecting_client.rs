@@ -22,11 +22,6 @@
 //! NODE`, `--reconnects N` (stop after N reconnections and a few more rounds; default 1),
 //! `--interval-ms N` (between rounds, default 20), `--max-backoff-ms N` (default 1000).
 //! Each process ends with a line `ok`.
-//!
-//! Known limitation: on `shm0` the restarted server's process crashes (SIGSEGV inside
-//! libfabric) at the client's first operation when the client reuses the controller that
-//! reached the previous server; dropping every handle of the controller and opening it again
-//! after a loss avoids it. `loopback` and `tcp0` need nothing of the kind.
 
 use rsm::{ExportFlags, NodeId, Perm, SegmentId};
 use std::io::BufRead;

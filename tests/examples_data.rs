@@ -355,5 +355,7 @@ fn reconnecting_client_tcp() {
     reconnecting_client("tcp0");
 }
 
-// Not on shm0: there the restarted server crashes in libfabric at the client's first
-// operation when the client kept its controller open (see the example's documentation).
+#[test]
+fn reconnecting_client_shm() {
+    reconnecting_client("shm0");
+}

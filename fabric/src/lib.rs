@@ -44,6 +44,7 @@ pub mod info;
 pub mod mr;
 pub mod policy;
 pub mod post;
+pub mod shm_ids;
 pub mod version;
 
 pub use self::{

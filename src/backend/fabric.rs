@@ -34,11 +34,14 @@ pub(crate) struct FabricBackend {
     cq_data_size: usize,
     /// The signal doorbell, registered when first needed (`doorbell.rs`).
     bell: std::sync::OnceLock<Option<doorbell::DoorbellMr>>,
+    /// On libfabric 1.17's shm, what resets a removed peer's index (`shm_ids.rs`).
+    stale_ids: Option<shm_ids::StaleIds>,
 }
 
 pub(crate) mod discovery;
 mod doorbell;
 pub(crate) mod owned;
+mod shm_ids;
 
 /// The registration keys in use in the domain.
 pub(crate) type Keys = Arc<Mutex<HashSet<u64>>>;
@@ -72,6 +75,7 @@ impl FabricBackend {
         let max_transfer = max_transfer_for(v.max_msg_size());
         let sg_limits = sg_limits_for(kind, v.iov_limit(), v.rma_iov_limit());
         let cq_data_size = v.cq_data_size();
+        let stale_ids = shm_ids::StaleIds::open(&v.provider(), engine.endpoint().name());
         Ok(Arc::new(FabricBackend {
             virt_addr,
             domain,
@@ -88,6 +92,7 @@ impl FabricBackend {
             sg_limits,
             cq_data_size,
             bell: std::sync::OnceLock::new(),
+            stale_ids,
         }))
     }
 
@@ -236,7 +241,11 @@ impl FabricBackend {
         if let Some((fi, n)) = peers.get_mut(addr) {
             *n -= 1;
             if *n == 0 {
-                self.engine.endpoint().remove_peer(*fi);
+                let ep = self.engine.endpoint();
+                match &self.stale_ids {
+                    Some(ids) => ids.remove_with(addr, || ep.remove_peer(*fi)),
+                    None => ep.remove_peer(*fi),
+                }
                 peers.remove(addr);
             }
         }
