@@ -12,9 +12,9 @@
 //! the same node id met this at its client's first operation.
 //!
 //! [`ShmPeerIds`] resets the index, as the provider means to, on a mapping of the region
-//! the caller makes; it checks first that the region is laid out as 1.17's
-//! (`include/ofi_shm.h`, `SMR_VERSION` 4) and belongs to this endpoint, and does nothing
-//! otherwise. A reset index only makes the endpoint handshake with the peer again.
+//! the caller makes; it checks first that the region is laid out as 1.17's (its
+//! `struct smr_region` with `SMR_VERSION` 4, `struct smr_peer_data`) and belongs to this
+//! endpoint, and does nothing otherwise. A reset index only makes the endpoint handshake with the peer again.
 
 use crate::version::{Version, library_version};
 use std::ptr::NonNull;
