@@ -22,6 +22,11 @@
 //! NODE`, `--reconnects N` (stop after N reconnections and a few more rounds; default 1),
 //! `--interval-ms N` (between rounds, default 20), `--max-backoff-ms N` (default 1000).
 //! Each process ends with a line `ok`.
+//!
+//! Known limitation: on `shm0`, a server killed while an operation of the client's was in
+//! flight to it never answers it, and libfabric 1.17 takes an endpoint's answers in order:
+//! the client's later operations on that controller wait behind it (DESIGN.md §3). A client
+//! that must survive that drops its handles of the controller after a loss and opens it again.
 
 use rsm::{ExportFlags, NodeId, Perm, SegmentId};
 use std::io::BufRead;
