@@ -4,7 +4,7 @@
 
 use crate::fabric::shm_ids::{ShmPeerIds, keeps_removed_ids, region_file};
 use crate::sys::shm::{SharedMap, open_dev_shm};
-use rustix::fd::AsFd;
+use std::os::fd::AsFd;
 
 /// The endpoint's region, mapped, and its peers' entries.
 pub(crate) struct StaleIds {
@@ -22,10 +22,15 @@ impl StaleIds {
         }
         let file = region_file(address)?;
         let opened = open_dev_shm(file).and_then(|(fd, size)| {
-            let len = usize::try_from(size).unwrap_or(0);
-            SharedMap::map(fd.as_fd(), 0, len, true, None).map(|m| (m, len))
+            SharedMap::map(
+                fd.as_fd(),
+                0,
+                usize::try_from(size).unwrap_or(0),
+                true,
+                None,
+            )
         });
-        let (map, len) = match opened {
+        let map = match opened {
             Ok(m) => m,
             Err(e) => {
                 tracing::warn!(region = file, error = %e, "cannot map the shm endpoint's region: \
@@ -33,9 +38,10 @@ impl StaleIds {
                 return None;
             }
         };
-        // SAFETY: `map` is a shared, writable mapping of `len` bytes of the region file, kept
+        // SAFETY: `map` is a shared, writable mapping of the whole region file, kept
         // in the same value as `ids` and dropped after it.
-        let ids = unsafe { ShmPeerIds::new(map.as_ptr(), len, file, crate::sys::creds::pid()) };
+        let ids =
+            unsafe { ShmPeerIds::new(map.as_ptr(), map.len(), file, crate::sys::creds::pid()) };
         match ids {
             Some(ids) => Some(StaleIds { ids, _map: map }),
             None => {
