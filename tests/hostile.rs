@@ -276,3 +276,63 @@ async fn a_flood_of_links_keeps_descriptors_bounded_and_the_node_serving() {
     assert!(started.elapsed() < Duration::from_secs(5));
     drop(flood);
 }
+
+/// A peer of this host that holds its name (so the node admits it) sends a flood of requests
+/// and reads none of the answers: the node keeps serving a real importer meanwhile, and
+/// closes the flooder's link once its writes to it stall.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_peer_that_reads_no_answers_is_slowed_then_closed() {
+    use std::os::linux::net::SocketAddrExt;
+    let exporter = common::node(common::fresh_node_id()).await;
+    let flooder = common::fresh_node_id();
+    let real = common::node(common::fresh_node_id()).await;
+    // Holding the name `rsm-node-<flooder>` is what admits a unix peer claiming that id.
+    let name = std::os::unix::net::SocketAddr::from_abstract_name(format!("rsm-node-{flooder}"))
+        .expect("an abstract name");
+    let _held = std::os::unix::net::UnixListener::bind_addr(&name).expect("the name is free");
+    let mut s = UnixStream::connect(format!("\0rsm-node-{}", exporter.id()))
+        .await
+        .expect("connect");
+    write_frame(&mut s, &hello(flooder)).await.expect("hello");
+    let hello_back = next_frame(&mut s)
+        .await
+        .expect("the node admits the name's holder");
+    assert!(matches!(wire::decode(&hello_back), Ok(Message::Hello(_))));
+    // Requests for a segment nobody published: each is answered with a refusal.
+    let request = connect_as_owner(0x7fff_fff0, "loopback");
+    let sent = tokio::time::timeout(Duration::from_secs(20), async {
+        let mut n = 0usize;
+        while n < 200_000 && write_frame(&mut s, &request).await.is_ok() {
+            n += 1;
+        }
+        n
+    })
+    .await
+    .unwrap_or(200_000);
+    assert!(sent > 1024, "the flood got {sent} requests in");
+    // Meanwhile, and after, the node serves its real peers.
+    let (_seg, segment) = owner_only(&exporter, "loopback", real.id().get()).await;
+    let imp = real
+        .controller("loopback")
+        .await
+        .expect("controller")
+        .import(exporter.id(), segment, Perm::RDWR)
+        .await
+        .expect("served during the flood");
+    imp.put(0, vec![5u8; 8]).await.expect("put");
+    // Unread for longer than the writer's deadline: the node has closed the link, and what
+    // it answered before is all there is to read.
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    let mut answers = 0usize;
+    let drained = tokio::time::timeout(Duration::from_secs(30), async {
+        while next_frame(&mut s).await.is_some() {
+            answers += 1;
+        }
+    })
+    .await;
+    assert!(drained.is_ok(), "the link ends");
+    assert!(
+        answers < sent,
+        "{answers} answers to {sent} requests: the link was closed"
+    );
+}

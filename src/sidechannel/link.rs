@@ -33,8 +33,9 @@ use super::unix_name;
 use crate::sans_io::handshake::{Initiator, Opener, Responder, Sealer, TAG_LEN};
 use crate::sans_io::wire::{self, Hello, MAX_FRAME, Message};
 
-/// Frames queued for one link's writer. A peer that leaves this many unread is not reading:
-/// a reply that finds the queue full closes the link.
+/// Frames queued for one link's writer. A reply that finds the queue full waits for room,
+/// and the link's reader takes no more of the peer's requests meanwhile; a peer that reads
+/// nothing is closed by the writer's deadline (`Beats::write_within`).
 pub(super) const LINK_QUEUE: usize = 1024;
 
 /// How long the writer may take to flush and shut down its half once the link closes.
@@ -471,7 +472,7 @@ async fn read_loop<R>(
                     Err(()) => break "handler panicked",
                 };
                 if let Some(reply) = reply {
-                    if let Err(why) = queue_reply(&link, &reply) {
+                    if let Err(why) = queue_reply(&link, &reply).await {
                         tracing::warn!(
                             node = info.node_id,
                             link = info.link_id,
@@ -494,15 +495,15 @@ async fn read_loop<R>(
     drop(guard);
 }
 
-/// Queues the handler's reply on the link it answers.
-fn queue_reply(link: &LinkHandle, reply: &Message) -> Result<(), String> {
+/// Queues the handler's reply on the link it answers, waiting while the queue is full: a
+/// peer with many requests in flight (atomics the exporter performs) is slowed, not dropped.
+async fn queue_reply(link: &LinkHandle, reply: &Message) -> Result<(), String> {
     let frame = wire::encode(reply).map_err(|e| format!("the reply cannot be encoded: {e}"))?;
-    link.tx.try_send(frame).map_err(|e| match e {
-        mpsc::error::TrySendError::Full(_) => {
-            format!("the peer leaves {LINK_QUEUE} frames unread")
-        }
-        mpsc::error::TrySendError::Closed(_) => "the writer has stopped".to_string(),
-    })
+    tokio::select! {
+        biased;
+        () = link.closing.cancelled() => Err("the link is closing".to_string()),
+        sent = link.tx.send(frame) => sent.map_err(|_| "the writer has stopped".to_string()),
+    }
 }
 
 /// The writer's heartbeat cadence: watched and idle, and how long one write may take.
