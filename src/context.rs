@@ -7,6 +7,7 @@
 //! on a controller's doorbell or a loopback bell go to the [`Inbound`] functions the
 //! dispatcher installs, as the side channel's messages go to its `Handler`.
 
+use crate::backend::fabric::FabricBackend;
 use crate::events::loopback_bell::{OnRing, Ring};
 use crate::events::route::{MAX_BELL_TOKEN, Routes};
 use crate::limits::Limits;
@@ -97,6 +98,8 @@ pub(crate) struct NodeContext {
     /// Exporter side: acknowledgements awaited, with the peer they are awaited from.
     acks: Mutex<HashMap<Ack, (Owner, oneshot::Sender<()>)>>,
     engines: Mutex<Vec<Weak<Engine>>>,
+    /// The libfabric controllers' resources, told when a peer node is lost.
+    fabrics: Mutex<Vec<Weak<FabricBackend>>>,
     /// Signal routes: importer tokens and importers' doorbells (`events/route.rs`).
     pub(crate) signals: Routes,
     /// How long a loopback signal wait looks at the doorbells before its task parks (the
@@ -134,6 +137,7 @@ impl NodeContext {
             draining: Mutex::new(HashMap::new()),
             acks: Mutex::new(HashMap::new()),
             engines: Mutex::new(Vec::new()),
+            fabrics: Mutex::new(Vec::new()),
             signals: Default::default(),
             loopback_signal_spin: OnceLock::new(),
         })
@@ -241,6 +245,25 @@ impl NodeContext {
         let mut engines = lock(&self.engines);
         engines.retain(|w| w.strong_count() > 0);
         engines.push(Arc::downgrade(e));
+    }
+
+    /// Registers a libfabric controller's resources for [`NodeContext::fabric_peer_lost`].
+    pub(crate) fn add_fabric(&self, f: &Arc<FabricBackend>) {
+        let mut fabrics = lock(&self.fabrics);
+        fabrics.retain(|w| w.strong_count() > 0);
+        fabrics.push(Arc::downgrade(f));
+    }
+
+    /// A peer node was lost: each libfabric controller recovers what its provider keeps of
+    /// peers that died (DESIGN.md §3).
+    pub(crate) fn fabric_peer_lost(&self) {
+        let fabrics: Vec<_> = lock(&self.fabrics)
+            .iter()
+            .filter_map(Weak::upgrade)
+            .collect();
+        for f in fabrics {
+            f.peer_lost();
+        }
     }
 
     /// A peer asked this node's polling engine of `controller` to look at its queue.

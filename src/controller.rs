@@ -489,6 +489,7 @@ fn open_fabric(
     .map_err(|e| e.op("get_controller").controller(c.name.clone()))?;
     if let Some(state) = node.upgrade() {
         state.add_engine(backend.engine());
+        state.add_fabric(&backend);
     }
     Ok(ControllerInner {
         info,

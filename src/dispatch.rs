@@ -276,6 +276,7 @@ impl Handler for NodeHandler {
 
     fn on_peer_lost(&self, node_id: u32, incarnation: u64) {
         let Some(node) = self.0.upgrade() else { return };
+        node.fabric_peer_lost();
         // Importer side (DESIGN.md, decision 19): every import from that node is aborted.
         let lost: Vec<Arc<ImportInner>> = node
             .imports_from(node_id)
@@ -285,7 +286,7 @@ impl Handler for NodeHandler {
             .collect();
         for imp in lost {
             imp.events().peer_lost(node_id);
-            imp.abort(Error::conn_aborted().node(node_id).detail("the exporting node is unreachable (its side channel closed or missed its heartbeats)"));
+            imp.peer_lost(Error::conn_aborted().node(node_id).detail("the exporting node is unreachable (its side channel closed or missed its heartbeats)"));
         }
         // Exporter side: its connections end, and revokes need not wait for it.
         let exports: Vec<Arc<ExportInner>> = node

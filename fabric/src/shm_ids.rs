@@ -16,26 +16,13 @@
 //! `struct smr_region` with `SMR_VERSION` 4, `struct smr_peer_data`) and belongs to this
 //! endpoint, and does nothing otherwise. A reset index only makes the endpoint handshake with the peer again.
 
+use crate::shm_region::Region;
+#[cfg(test)]
+use crate::shm_region::{
+    AT_NAME_OFFSET, AT_PEER_DATA_OFFSET, AT_PID, AT_TOTAL_SIZE, AT_VERSION, HEADER, MAX_PEERS,
+    NAME_MAX, PEER_DATA_SIZE, REGION_VERSION,
+};
 use crate::version::{Version, library_version};
-use std::ptr::NonNull;
-use std::sync::atomic::{AtomicI64, AtomicU32, Ordering};
-
-/// `SMR_VERSION` of libfabric 1.17's shm regions.
-const REGION_VERSION: u8 = 4;
-/// `SMR_MAX_PEERS`.
-const MAX_PEERS: usize = 256;
-/// `SMR_NAME_MAX`: the name at the start of `struct smr_peer_data`.
-const NAME_MAX: usize = 256;
-/// `sizeof(struct smr_peer_data)`: the name, the `int64_t` index, two `uint32_t`.
-const PEER_DATA_SIZE: usize = NAME_MAX + 8 + 4 + 4;
-/// Offsets in `struct smr_region` (x86-64 and aarch64 alike: LP64, 4-byte spinlock).
-const AT_VERSION: usize = 0;
-const AT_PID: usize = 4;
-const AT_TOTAL_SIZE: usize = 40;
-const AT_PEER_DATA_OFFSET: usize = 96;
-const AT_NAME_OFFSET: usize = 104;
-/// The header's size: up to and including `sock_name_offset`.
-const HEADER: usize = 120;
 
 /// Whether endpoints of `provider` in this process's libfabric keep a removed peer's index
 /// (shm in libfabric 1.17, the version this module knows the layout of).
@@ -91,15 +78,8 @@ fn until_nul(b: &[u8]) -> &[u8] {
 /// ```
 #[derive(Debug)]
 pub struct ShmPeerIds {
-    base: NonNull<u8>,
-    peer_data: usize,
+    region: Region,
 }
-
-// SAFETY: the value only holds the address of a shared mapping, reached through volatile
-// reads and atomic writes; the caller keeps the mapping alive (`new`'s contract).
-unsafe impl Send for ShmPeerIds {}
-// SAFETY: as above.
-unsafe impl Sync for ShmPeerIds {}
 
 impl ShmPeerIds {
     /// Checks that the `len` bytes at `base` are the region of the endpoint whose file is
@@ -109,89 +89,30 @@ impl ShmPeerIds {
     /// `base` points to `len` readable and writable bytes, a shared mapping of the region
     /// file, that stay mapped as long as the returned value lives.
     pub unsafe fn new(base: *mut u8, len: usize, own_file: &str, pid: u32) -> Option<Self> {
-        let base = NonNull::new(base)?;
-        if len < HEADER || base.as_ptr().align_offset(8) != 0 {
-            return None;
-        }
-        // SAFETY: the header's bytes are within the mapping (`len >= HEADER`), aligned.
-        let (version, owner, total, peer_data, name_at) = unsafe {
-            let p = base.as_ptr();
-            (
-                p.add(AT_VERSION).read_volatile(),
-                p.add(AT_PID).cast::<i32>().read_volatile(),
-                p.add(AT_TOTAL_SIZE).cast::<u64>().read_volatile(),
-                p.add(AT_PEER_DATA_OFFSET).cast::<u64>().read_volatile(),
-                p.add(AT_NAME_OFFSET).cast::<u64>().read_volatile(),
-            )
-        };
-        let fits = |at: u64, n: usize| {
-            usize::try_from(at)
-                .ok()
-                .and_then(|a| a.checked_add(n))
-                .is_some_and(|end| end <= len)
-        };
-        let own = own_file.as_bytes();
-        let laid_out = version == REGION_VERSION
-            && u32::try_from(owner).ok() == Some(pid)
-            && total == len as u64
-            && peer_data >= HEADER as u64
-            && peer_data % 8 == 0
-            && fits(peer_data, MAX_PEERS * PEER_DATA_SIZE)
-            && fits(name_at, own.len() + 1);
-        if !laid_out {
-            return None;
-        }
-        let (peer_data, name_at) = (peer_data as usize, name_at as usize);
-        let named = (0..=own.len()).all(|i| {
-            // SAFETY: `fits` checked the name's bytes and its NUL are within the mapping.
-            let b = unsafe { base.as_ptr().add(name_at + i).read_volatile() };
-            b == own.get(i).copied().unwrap_or(0)
-        });
-        named.then_some(ShmPeerIds { base, peer_data })
+        // SAFETY: forwarded contract.
+        let region = unsafe { Region::new(base, len) }?;
+        let own = region.len() == len
+            && u32::try_from(region.pid()).ok() == Some(pid)
+            && region.is_named(own_file.as_bytes());
+        own.then_some(ShmPeerIds { region })
+    }
+
+    /// The region, for the recovery of dead peers (`shm_reap`).
+    pub fn region(&self) -> &Region {
+        &self.region
     }
 
     /// The slot whose peer has the address `peer` (as inserted into the address vector),
     /// while it is inserted: `fi_av_remove` clears the name.
     pub fn slot_of(&self, peer: &[u8]) -> Option<usize> {
-        let peer = until_nul(peer);
-        if peer.is_empty() || peer.len() >= NAME_MAX {
-            return None;
-        }
-        (0..MAX_PEERS).find(|&slot| {
-            let entry = self.entry(slot);
-            (0..=peer.len()).all(|i| {
-                // SAFETY: an entry's name is NAME_MAX bytes within the mapping (`new`
-                // checked all MAX_PEERS entries fit), and peer.len() < NAME_MAX.
-                let b = unsafe { entry.add(i).read_volatile() };
-                b == peer.get(i).copied().unwrap_or(0)
-            })
-        })
+        self.region.slot_named(peer)
     }
 
-    /// Resets the index the peer of `slot` gave this endpoint, and whether the endpoint sent
-    /// it its name, as at the region's creation: the next peer in the slot gets a handshake.
+    /// Resets the index the peer of `slot` gave this endpoint, whether the endpoint sent it
+    /// its name, and its segmentation state, as at the region's creation: the next peer in
+    /// the slot gets a handshake.
     pub fn forget(&self, slot: usize) {
-        if slot >= MAX_PEERS {
-            return;
-        }
-        let entry = self.entry(slot);
-        // SAFETY: the index (an int64_t at NAME_MAX, 8-aligned: the entries start 8-aligned
-        // and are a multiple of 8 long) and `name_sent` (a uint32_t after `sar_status`) are
-        // within the mapping; the provider writes them from its progress, and an atomic
-        // store of the value it starts with races with nothing it relies on.
-        unsafe {
-            AtomicI64::from_ptr(entry.add(NAME_MAX).cast()).store(-1, Ordering::SeqCst);
-            AtomicU32::from_ptr(entry.add(NAME_MAX + 12).cast()).store(0, Ordering::SeqCst);
-        }
-    }
-
-    fn entry(&self, slot: usize) -> *mut u8 {
-        // SAFETY: slot < MAX_PEERS, and `new` checked that all entries are in the mapping.
-        unsafe {
-            self.base
-                .as_ptr()
-                .add(self.peer_data + slot * PEER_DATA_SIZE)
-        }
+        self.region.forget_peer(slot);
     }
 }
 

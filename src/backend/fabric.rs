@@ -5,7 +5,7 @@ use crate::fabric::{CompletionQueue, Domain, Endpoint, MemoryRegion, MrAccess, f
 use crate::reactor::engine::{Engine, Tuning};
 use crate::reactor::slot::Visibility;
 use crate::{Error, Result};
-use std::collections::{HashMap, HashSet};
+use std::collections::HashSet;
 use std::sync::{Arc, Mutex};
 
 /// How many times publish tries a fresh random key when the provider says it is taken.
@@ -21,9 +21,8 @@ pub(crate) struct FabricBackend {
     mr_local: bool,
     /// The bounce pool and registration cache for them.
     owned: owned::Owned,
-    peers: Mutex<HashMap<Vec<u8>, (ffi::fi_addr_t, usize)>>,
-    /// Addresses the provider refused once: never inserted again (see `peer`).
-    refused: Mutex<HashSet<Vec<u8>>>,
+    /// The peers in the endpoint's address vector (`peers.rs`).
+    peers: Arc<peers::Peers>,
     key_mask: u64,
     virt_addr: bool,
     visibility: Visibility,
@@ -34,14 +33,13 @@ pub(crate) struct FabricBackend {
     cq_data_size: usize,
     /// The signal doorbell, registered when first needed (`doorbell.rs`).
     bell: std::sync::OnceLock<Option<doorbell::DoorbellMr>>,
-    /// On libfabric 1.17's shm, what resets a removed peer's index (`shm_ids.rs`).
-    stale_ids: Option<shm_ids::StaleIds>,
 }
 
 pub(crate) mod discovery;
 mod doorbell;
 pub(crate) mod owned;
-mod shm_ids;
+mod peers;
+mod shm_peers;
 
 /// The registration keys in use in the domain.
 pub(crate) type Keys = Arc<Mutex<HashSet<u64>>>;
@@ -75,7 +73,7 @@ impl FabricBackend {
         let max_transfer = max_transfer_for(v.max_msg_size());
         let sg_limits = sg_limits_for(kind, v.iov_limit(), v.rma_iov_limit());
         let cq_data_size = v.cq_data_size();
-        let stale_ids = shm_ids::StaleIds::open(&v.provider(), engine.endpoint().name());
+        let peers = peers::Peers::new(Arc::clone(&engine), &v.provider());
         Ok(Arc::new(FabricBackend {
             virt_addr,
             domain,
@@ -84,15 +82,13 @@ impl FabricBackend {
             keys: Arc::new(Mutex::new(HashSet::new())),
             mr_local,
             owned: owned::Owned::new(),
-            peers: Mutex::new(HashMap::new()),
-            refused: Mutex::new(HashSet::new()),
+            peers,
             key_mask,
             visibility: visibility_for(kind),
             max_transfer,
             sg_limits,
             cq_data_size,
             bell: std::sync::OnceLock::new(),
-            stale_ids,
         }))
     }
 
@@ -203,31 +199,7 @@ impl FabricBackend {
     /// The address-vector handle of a peer's fabric address, shared by every connection to
     /// it (counted; `release_peer` undoes one).
     pub(crate) fn peer(&self, addr: &[u8]) -> Result<ffi::fi_addr_t> {
-        let mut peers = self.peers.lock().unwrap_or_else(|p| p.into_inner());
-        if let Some((fi, n)) = peers.get_mut(addr) {
-            *n += 1;
-            return Ok(*fi);
-        }
-        // libfabric 1.17's shm keeps the name of an address whose insert failed (e.g. a peer
-        // region of another user, mode 0600, that shm_open may not open): a second insert of
-        // it "succeeds" with no region behind it, and the first operation on it segfaults
-        // (smr_map_add in prov/shm/src/smr_util.c). So a refused address stays refused.
-        let mut refused = self.refused.lock().unwrap_or_else(|p| p.into_inner());
-        if refused.contains(addr) {
-            return Err(Error::remote_node_unreachable().detail(
-                "the provider refused this peer's fabric address before (on shm: the peer runs \
-                 as another user, and shm regions are private to their user)",
-            ));
-        }
-        let fi = match self.engine.endpoint().add_peer(addr) {
-            Ok(fi) => fi,
-            Err(e) => {
-                refused.insert(addr.to_vec());
-                return Err(e.into());
-            }
-        };
-        peers.insert(addr.to_vec(), (fi, 1));
-        Ok(fi)
+        self.peers.get(addr)
     }
 
     /// Checks a peer's fabric address as `peer` would before the provider sees it (the
@@ -237,18 +209,13 @@ impl FabricBackend {
     }
 
     pub(crate) fn release_peer(&self, addr: &[u8]) {
-        let mut peers = self.peers.lock().unwrap_or_else(|p| p.into_inner());
-        if let Some((fi, n)) = peers.get_mut(addr) {
-            *n -= 1;
-            if *n == 0 {
-                let ep = self.engine.endpoint();
-                match &self.stale_ids {
-                    Some(ids) => ids.remove_with(addr, || ep.remove_peer(*fi)),
-                    None => ep.remove_peer(*fi),
-                }
-                peers.remove(addr);
-            }
-        }
+        self.peers.release(addr);
+    }
+
+    /// The side channel lost a peer node: recover what the provider keeps of peers that
+    /// died (libfabric 1.17's shm, `shm_peers.rs`).
+    pub(crate) fn peer_lost(&self) {
+        self.peers.peer_lost();
     }
 }
 

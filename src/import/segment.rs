@@ -68,6 +68,8 @@ pub(crate) struct ImportInner {
     /// they post with: a rebind swaps it (DESIGN.md §4).
     pub(super) tracker: Arc<Tracker>,
     pub(super) disconnected: AtomicBool,
+    /// The exporting node (this incarnation) was lost: nothing waits for it any more.
+    pub(super) lost: AtomicBool,
     /// Explicit barrier mode (implicit is the default, DESIGN.md, decision 2).
     pub(super) explicit: AtomicBool,
     /// The barrier `init_barrier` attached last.
@@ -140,6 +142,14 @@ impl ImportInner {
         self.tracker.abort(err.segment(self.segment));
     }
 
+    /// The exporting node was lost (DESIGN.md, decision 19): operations fail with `err`, and
+    /// leaving waits for nothing of it (its memory is gone with it; the operations' buffers
+    /// stay with their slots until the provider lets go of them).
+    pub(crate) fn peer_lost(&self, err: Error) {
+        self.lost.store(true, Ordering::SeqCst);
+        self.abort(err);
+    }
+
     /// Phase 1 of a revoke at the importer: fail new operations, wait for those in flight.
     pub(crate) async fn revoked(&self) {
         self.events.emit(crate::events::SegmentEvent::Revoked);
@@ -189,10 +199,19 @@ impl ImportInner {
     /// that waits until no operation is in flight (at most [`REVOKE_WAIT`]) and then tells
     /// the exporter, which may free the memory from then on (DESIGN.md §4). Until then a
     /// revoke or rebind notice for the connection is acknowledged only after that wait too.
-    fn leave(&self, state: &Arc<NodeContext>) -> impl Future<Output = ()> + Send + 'static {
+    fn leave(&self, state: &Arc<NodeContext>) -> futures::future::BoxFuture<'static, ()> {
         let (node, conn_id) = (self.node, self.conn_id);
         let tracker = Arc::clone(&self.tracker);
         let lo = self.lo.clone();
+        if self.lost.load(Ordering::SeqCst) {
+            state.remove_import(node, conn_id);
+            return async move {
+                if let Some(lo) = lo {
+                    let _ = tokio::task::spawn_blocking(move || lo.close()).await;
+                }
+            }
+            .boxed();
+        }
         let drained: Draining = async move {
             let _ = tokio::time::timeout(REVOKE_WAIT, tracker.drained()).await;
             // A loopback copy in progress ends before the exporter hears (a short wait, off
@@ -218,6 +237,7 @@ impl ImportInner {
             }
             st.remove_draining(node, conn_id);
         }
+        .boxed()
     }
 }
 
@@ -424,6 +444,7 @@ impl ImportSegment {
                 generation: grant.generation,
             })),
             disconnected: AtomicBool::new(false),
+            lost: AtomicBool::new(false),
             explicit: AtomicBool::new(false),
             barrier: std::sync::Mutex::new(None),
             events: crate::events::hub::Hub::new(),

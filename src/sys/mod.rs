@@ -14,6 +14,7 @@ pub(crate) mod fault;
 pub(crate) mod fdpass;
 pub(crate) mod files;
 pub(crate) mod limits;
+pub(crate) mod maps;
 pub(crate) mod mem;
 pub(crate) mod shm;
 pub(crate) mod signals;
