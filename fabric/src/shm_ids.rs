@@ -21,7 +21,7 @@ use std::ptr::NonNull;
 use std::sync::atomic::{AtomicI64, AtomicU32, Ordering};
 
 /// `SMR_VERSION` of libfabric 1.17's shm regions.
-const REGION_VERSION: u8 = 4;
+pub(crate) const REGION_VERSION: u8 = 4;
 /// `SMR_MAX_PEERS`.
 const MAX_PEERS: usize = 256;
 /// `SMR_NAME_MAX`: the name at the start of `struct smr_peer_data`.
@@ -29,13 +29,13 @@ const NAME_MAX: usize = 256;
 /// `sizeof(struct smr_peer_data)`: the name, the `int64_t` index, two `uint32_t`.
 const PEER_DATA_SIZE: usize = NAME_MAX + 8 + 4 + 4;
 /// Offsets in `struct smr_region` (x86-64 and aarch64 alike: LP64, 4-byte spinlock).
-const AT_VERSION: usize = 0;
-const AT_PID: usize = 4;
-const AT_TOTAL_SIZE: usize = 40;
+pub(crate) const AT_VERSION: usize = 0;
+pub(crate) const AT_PID: usize = 4;
+pub(crate) const AT_TOTAL_SIZE: usize = 40;
 const AT_PEER_DATA_OFFSET: usize = 96;
-const AT_NAME_OFFSET: usize = 104;
+pub(crate) const AT_NAME_OFFSET: usize = 104;
 /// The header's size: up to and including `sock_name_offset`.
-const HEADER: usize = 120;
+pub(crate) const HEADER: usize = 120;
 
 /// Whether endpoints of `provider` in this process's libfabric keep a removed peer's index
 /// (shm in libfabric 1.17, the version this module knows the layout of).

@@ -1,7 +1,7 @@
 //! The few OS calls `rsm` makes outside libfabric, in one small place: system limits, a coarse
 //! clock, segment memory, the eventfd and poll that progress threads sleep on, and the loopback controller's
 //! shared memory, wake-up sockets, descriptor passing and cross-memory attach; the signal mask
-//! of the node's threads.
+//! of the node's threads; the `/dev/shm` files dead processes left.
 
 pub(crate) mod atomic_mem;
 pub(crate) mod bell;
@@ -16,5 +16,6 @@ pub(crate) mod files;
 pub(crate) mod limits;
 pub(crate) mod mem;
 pub(crate) mod shm;
+pub(crate) mod shm_files;
 pub(crate) mod signals;
 pub(crate) mod wake;
