@@ -45,7 +45,7 @@ pub mod mr;
 pub mod policy;
 pub mod post;
 pub mod shm_ids;
-pub mod shm_region;
+pub mod shm_file;
 pub mod version;
 
 pub use self::{

@@ -4,13 +4,13 @@
 //! regions whose process is gone, whatever ended it (a fatal signal, `SIGKILL`, a crash).
 //!
 //! A file is removed only when every check holds: named as a region of this user
-//! (`<pid>:<uid>:<index>`, `rsm_fabric::shm_region`), a regular file this user owns, laid out
+//! (`<pid>:<uid>:<index>`, `rsm_fabric::shm_file`), a regular file this user owns, laid out
 //! as libfabric 1.17's and recording its own name and the pid in that name, and no process of
 //! that pid exists, before it was read and after; then it is removed only while its name
 //! still refers to the file read (`sys::shm_files`). A process that starts under the same pid
 //! makes a new file (1.17 refuses to reuse a region whose pid is alive), which is left alone.
 
-use crate::fabric::shm_region::{layout_known, region_name, region_owner};
+use crate::fabric::shm_file::{layout_known, region_name, region_owner};
 use crate::sys::shm_files::{ShmDir, ShmFile, process_gone, real_uid};
 
 /// The suffix of the name a region is renamed to before it is removed.
@@ -81,7 +81,7 @@ fn dead_region(region: &str, file: &ShmFile) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::fabric::shm_region::RegionName;
+    use crate::fabric::shm_file::RegionName;
 
     /// A file laid out as a 1.17 region header recording `pid` and `name` (offsets as
     /// `struct smr_region`: version at 0, pid at 4, size at 40, the name's offset at 104).

@@ -9,7 +9,7 @@
 //! the region is ready), its size and its own name (`struct smr_region`, the same layout
 //! [`crate::shm_ids`] reads).
 
-use crate::shm_ids::{AT_NAME_OFFSET, AT_PID, AT_TOTAL_SIZE, AT_VERSION, HEADER, REGION_VERSION};
+use crate::shm_region::{AT_NAME_OFFSET, AT_PID, AT_TOTAL_SIZE, AT_VERSION, HEADER, REGION_VERSION};
 use crate::version::{Version, library_version};
 
 /// The parts of a region file's name.
@@ -27,7 +27,7 @@ pub struct RegionName {
 /// numbers as `printf("%d")` writes them, a pid above 0).
 ///
 /// ```
-/// use rsm_fabric::shm_region::{RegionName, region_name};
+/// use rsm_fabric::shm_file::{RegionName, region_name};
 ///
 /// assert_eq!(region_name("4242:0:1"), Some(RegionName { pid: 4242, uid: 0, index: 1 }));
 /// assert_eq!(region_name("4242:0:1_7"), None); // a message's mapping, not a region
@@ -66,7 +66,7 @@ pub fn layout_known() -> bool {
 /// records its pid last).
 ///
 /// ```
-/// use rsm_fabric::shm_region::region_owner;
+/// use rsm_fabric::shm_file::region_owner;
 ///
 /// let nothing = |_: u64, _: &mut [u8]| false;
 /// assert_eq!(region_owner("4242:0:0", 4096, nothing), None);
