@@ -19,6 +19,10 @@
 //! # then ctrl-c (or kill -TERM) the client, then the server
 //! ```
 //!
+//! The signal streams are set up before the node starts, and stay in place: `rsm` keeps the
+//! process's signal handlers as the program made them, whatever libfabric's providers install
+//! (DESIGN.md §3.1).
+//!
 //! One client per server keeps the example short: the job area is a single one (the kv_store
 //! example gives each client a mailbox of its own).
 
@@ -48,15 +52,17 @@ async fn main() -> Result<(), AnyError> {
         Some(r @ ("server" | "client")) => r.to_string(),
         _ => return Err(format!("--role server or --role client\n{USAGE}").into()),
     };
-    reset_inherited_handlers();
     // One task turns ctrl-c or SIGTERM into a `true` on a watch channel that the rest of
     // the program checks: the signal asks for a stop, the program decides where it is safe.
+    // Both are registered here, before the node starts (`ctrl_c()` would register only when
+    // the task first polls it).
     let (stop_tx, stop) = watch::channel(false);
+    let mut interrupt = signal(SignalKind::interrupt())?;
     let mut term = signal(SignalKind::terminate())?;
     let name = who.clone();
     tokio::spawn(async move {
         let what = tokio::select! {
-            _ = tokio::signal::ctrl_c() => "ctrl-c",
+            _ = interrupt.recv() => "ctrl-c",
             _ = term.recv() => "SIGTERM",
         };
         println!("{name}: {what}: stopping, no new work");
@@ -66,19 +72,6 @@ async fn main() -> Result<(), AnyError> {
         server(&args, stop).await
     } else {
         client(&args, stop).await
-    }
-}
-
-/// A library libfabric loads at start-up (libinfinipath, for its psm provider) installs
-/// SIGINT and SIGTERM handlers of its own before `main`, and they `exit(1)` at once. tokio's
-/// signal handling keeps the handler it finds and calls it after its own, so the process
-/// would end before this program saw the signal. This program handles both signals itself
-/// and cleans up in order, so it puts the default disposition back first.
-fn reset_inherited_handlers() {
-    for sig in [libc::SIGINT, libc::SIGTERM] {
-        // SAFETY: signal(2) with SIG_DFL installs no code; it runs before tokio registers its
-        // handlers, and no other code of this program handles these signals.
-        unsafe { libc::signal(sig, libc::SIG_DFL) };
     }
 }
 

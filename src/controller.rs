@@ -18,9 +18,11 @@
 use crate::backend::fabric::FabricBackend;
 use crate::backend::fabric::discovery::{self, Candidate};
 use crate::backend::loopback::LoopbackBackend;
+use crate::backend::stale_shm;
 use crate::context::NodeContext;
 use crate::sans_io::ctlrname::ControllerName;
 use crate::stats::Counters;
+use crate::sys::dispositions::keep;
 use crate::{Error, Result};
 use std::collections::{BTreeMap, HashMap};
 use std::net::IpAddr;
@@ -354,9 +356,10 @@ impl ControllerRegistry {
     }
 
     fn candidates(&self) -> Result<&[Candidate]> {
-        let found = self
-            .candidates
-            .get_or_init(|| discovery::enumerate(self.local_ip).map_err(|e| e.to_string()));
+        let found = self.candidates.get_or_init(|| {
+            // Loads libfabric's providers, which may install signal handlers.
+            keep("fi_getinfo", || discovery::enumerate(self.local_ip)).map_err(|e| e.to_string())
+        });
         match found {
             Ok(c) => Ok(c),
             Err(msg) => Err(Error::ctlr_not_present()
@@ -440,7 +443,7 @@ impl ControllerRegistry {
     pub(crate) fn list(&self) -> Result<Vec<ControllerInfo>> {
         let mut out = vec![loopback_info()];
         for c in self.candidates()? {
-            out.push(discovery::describe(c, self.local_ip)?.0);
+            out.push(keep("fi_domain", || discovery::describe(c, self.local_ip))?.0);
         }
         Ok(out)
     }
@@ -477,16 +480,23 @@ fn open_fabric(
     spin_budget: Option<Duration>,
     (stats, span): (Arc<Counters>, tracing::Span),
 ) -> Result<ControllerInner> {
-    let (info, domain) = discovery::describe(c, local_ip)?;
-    let backend = FabricBackend::open(
-        domain,
-        &c.name,
-        &c.kind,
-        spin_budget,
-        Arc::clone(&stats),
-        span.clone(),
-    )
-    .map_err(|e| e.op("get_controller").controller(c.name.clone()))?;
+    if c.kind == "shm" {
+        stale_shm::sweep();
+    }
+    // Opening the domain and endpoint may install signal handlers (shm's first endpoint).
+    let (info, backend) = keep("fi_endpoint", || {
+        let (info, domain) = discovery::describe(c, local_ip)?;
+        let backend = FabricBackend::open(
+            domain,
+            &c.name,
+            &c.kind,
+            spin_budget,
+            Arc::clone(&stats),
+            span.clone(),
+        )
+        .map_err(|e| e.op("get_controller").controller(c.name.clone()))?;
+        Ok::<_, Error>((info, backend))
+    })?;
     if let Some(state) = node.upgrade() {
         state.add_engine(backend.engine());
         state.add_fabric(&backend);

@@ -42,6 +42,29 @@
 //! and the RSMAPI table, which says for each of the 42 RSMAPI functions what `rsm` offers in
 //! its place.
 //!
+//! ## Signal handlers stay yours
+//!
+//! libfabric's providers install signal handlers of their own: before `main` (Debian's
+//! libfabric needs psm's libraries, whose handlers `exit(1)` on `SIGINT` and `SIGTERM`) and
+//! when shm's first endpoint opens. `rsm` puts back what was there, in one place (DESIGN.md
+//! §3.1), so a program handles its signals as it would without `rsm`, whether it registers
+//! before or after its first node starts, and a signal it does not handle takes its default
+//! action:
+//!
+//! ```no_run
+//! # async fn serve() -> rsm::Result<()> {
+//! let node = rsm::Node::builder().start().await?;
+//! let shm = node.controller("shm0").await?;
+//! // ... work with `shm` ...
+//! tokio::signal::ctrl_c().await.expect("ctrl-c"); // fires on ctrl-c, on every controller
+//! drop(shm);
+//! node.shutdown().await;
+//! # Ok(()) }
+//! ```
+//!
+//! libfabric's shm removed its `/dev/shm` files from its handler of a fatal signal; `rsm`
+//! removes the regions of this user's dead processes when an shm controller opens instead.
+//!
 //! ## Features
 //!
 //! - `serde`: `serde::Serialize` on the controller and topology descriptions

@@ -392,6 +392,11 @@ fn graceful_shutdown_tcp0() {
     graceful_shutdown("tcp0");
 }
 
+#[test]
+fn graceful_shutdown_shm0() {
+    graceful_shutdown("shm0");
+}
+
 /// `metrics`: the importer's counters, printed in the Prometheus text format, move with its
 /// workload (puts made, and the bad offsets it provokes counted by code).
 fn metrics(controller: &str) {

@@ -1,7 +1,8 @@
 //! The C library as C programs see it: the headers compile cleanly in C99, C11 and C++; the
 //! library exports exactly the 42 RSMAPI functions; the structures match; and the C test
 //! programs (`tests/c/`) and the example (`examples/c/rsm_hello.c`) run as exporter and
-//! importer processes on `loopback`, `tcp0` and `shm0` (docs/rsmapi.md §4, DESIGN.md §12).
+//! importer processes on `loopback`, `tcp0` and `shm0` (docs/rsmapi.md §4, DESIGN.md §12); a C
+//! program's signal handlers stay its own (DESIGN.md §3.1).
 
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
@@ -240,6 +241,27 @@ fn the_example_shares_a_segment_and_signals() {
     let args =
         |a: &str, id: &str, _: &str| ["import", "loopback", a, id].map(String::from).to_vec();
     pair.run(args, ("got: hello from an RSMAPI program", "sent"));
+}
+
+/// A C program's own signal handlers stay in place across `rsm_get_controller` and run when
+/// their signals come; the others keep their default action (DESIGN.md §3.1).
+fn own_handlers(ctrl: &str, k: u32) {
+    let _serial = serial();
+    let exe = program("own_handler");
+    let (node, _) = node_ids(k);
+    let mut p = Proc::start(&exe, node, &[ctrl], &segid_file());
+    assert_eq!(p.line(), "HANDLED", "{ctrl}");
+    p.success();
+}
+
+#[test]
+fn a_c_programs_signal_handlers_stay_its_own_on_shm0() {
+    own_handlers("shm0", 4);
+}
+
+#[test]
+fn a_c_programs_signal_handlers_stay_its_own_on_tcp0() {
+    own_handlers("tcp0", 5);
 }
 
 #[test]

@@ -44,6 +44,7 @@ pub mod info;
 pub mod mr;
 pub mod policy;
 pub mod post;
+pub mod shm_file;
 pub mod shm_ids;
 pub mod shm_region;
 pub mod version;

@@ -1,5 +1,7 @@
 //! The data paths behind a controller: `fabric` (libfabric RMA on any provider) and
-//! `loopback` (same-host shared memory: sealed memfd mappings and copies).
+//! `loopback` (same-host shared memory: sealed memfd mappings and copies); and `stale_shm`, the
+//! removal of the shm regions dead processes left.
 
 pub(crate) mod fabric;
 pub(crate) mod loopback;
+pub(crate) mod stale_shm;

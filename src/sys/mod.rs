@@ -1,13 +1,15 @@
 //! The few OS calls `rsm` makes outside libfabric, in one small place: system limits, a coarse
 //! clock, segment memory, the eventfd and poll that progress threads sleep on, and the loopback controller's
 //! shared memory, wake-up sockets, descriptor passing and cross-memory attach; the signal mask
-//! of the node's threads.
+//! of the node's threads and the process's signal dispositions around libfabric's calls
+//! (`dispositions`, with `objects`: where code lives); the `/dev/shm` files dead processes left.
 
 pub(crate) mod atomic_mem;
 pub(crate) mod bell;
 pub(crate) mod clock;
 pub(crate) mod cma;
 pub(crate) mod creds;
+pub(crate) mod dispositions;
 pub(crate) mod eventfd;
 #[cfg(feature = "fault-injection")]
 pub(crate) mod fault;
@@ -16,6 +18,8 @@ pub(crate) mod files;
 pub(crate) mod limits;
 pub(crate) mod maps;
 pub(crate) mod mem;
+pub(crate) mod objects;
 pub(crate) mod shm;
+pub(crate) mod shm_files;
 pub(crate) mod signals;
 pub(crate) mod wake;

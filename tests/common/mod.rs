@@ -205,6 +205,21 @@ impl Peer {
         false
     }
 
+    /// Waits (at most `limit`) until the peer exits by itself and returns how it ended;
+    /// `None` if it is still running (it is killed when dropped).
+    pub fn wait_exit(&mut self, limit: Duration) -> Option<std::process::ExitStatus> {
+        let deadline = std::time::Instant::now() + limit;
+        loop {
+            if let Ok(Some(status)) = self.child.try_wait() {
+                return Some(status);
+            }
+            if std::time::Instant::now() >= deadline {
+                return None;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+
     /// Kills the peer at once (SIGKILL) and reaps it.
     pub fn kill(&mut self) {
         let _ = self.child.kill();

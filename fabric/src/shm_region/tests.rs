@@ -159,10 +159,8 @@ fn the_lock_is_glibcs_spinlock() {
         .wrapping_add(AT_LOCK)
         .cast::<i32>();
     // SAFETY: as above.
-    assert_eq!(
-        unsafe { libc::pthread_spin_init(word, libc::PTHREAD_PROCESS_SHARED) },
-        0
-    );
+    let init = unsafe { libc::pthread_spin_init(word, libc::PTHREAD_PROCESS_SHARED) };
+    assert_eq!(init, 0);
     let r = f.region();
     assert!(!r.is_locked(), "pthread_spin_init's value is free");
     glibc_lock(word);
@@ -174,11 +172,8 @@ fn the_lock_is_glibcs_spinlock() {
     {
         let _g = r.try_lock().expect("free after glibc's unlock");
         // SAFETY: as above.
-        assert_ne!(
-            unsafe { libc::pthread_spin_trylock(word) },
-            0,
-            "glibc sees ours"
-        );
+        let taken = unsafe { libc::pthread_spin_trylock(word) };
+        assert_ne!(taken, 0, "glibc sees ours");
     }
     glibc_lock(word);
     glibc_unlock(word);

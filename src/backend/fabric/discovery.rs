@@ -34,11 +34,14 @@ pub(crate) struct Candidate {
 /// assert_eq!(list[0].name, "loopback");
 /// ```
 pub fn list_controllers(local_ip: IpAddr) -> Result<Vec<ControllerInfo>> {
-    let mut out = vec![loopback_info()];
-    for c in &candidates(local_ip)? {
-        out.push(describe(c, local_ip)?.0);
-    }
-    Ok(out)
+    // Loading providers and opening domains may install signal handlers (DESIGN.md §3.1).
+    sys::dispositions::keep("fi_getinfo", || {
+        let mut out = vec![loopback_info()];
+        for c in &candidates(local_ip)? {
+            out.push(describe(c, local_ip)?.0);
+        }
+        Ok(out)
+    })
 }
 
 /// The usable libfabric domains on `local_ip`; `RSMERR_CTLR_NOT_PRESENT` when libfabric
