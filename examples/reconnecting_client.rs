@@ -21,12 +21,8 @@
 //! NAME` (default `tcp0`), `--segment ID` (default `0x500030`); for the client `--server
 //! NODE`, `--reconnects N` (stop after N reconnections and a few more rounds; default 1),
 //! `--interval-ms N` (between rounds, default 20), `--max-backoff-ms N` (default 1000).
-//! Each process ends with a line `ok`.
-//!
-//! Known limitation: on `shm0`, a server killed while an operation of the client's was in
-//! flight to it never answers it, and libfabric 1.17 takes an endpoint's answers in order:
-//! the client's later operations on that controller wait behind it (DESIGN.md §3). A client
-//! that must survive that drops its handles of the controller after a loss and opens it again.
+//! Each process ends with a line `ok`. On every controller the server may be killed at any
+//! moment, also on `shm0` mid-operation (DESIGN.md §3, "Peer death on shm").
 
 use rsm::{ExportFlags, NodeId, Perm, SegmentId};
 use std::io::BufRead;

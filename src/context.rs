@@ -490,6 +490,9 @@ impl NodeContext {
             sent.push(ack);
             match self.side() {
                 Ok(side) if side.send(owner.node, msg).await.is_ok() => {
+                    // Awaited: a frozen importer is found lost within the liveness bound
+                    // (DESIGN.md §8), and the wait ends then, before REVOKE_WAIT.
+                    side.watch(owner.node);
                     let conn_id = ack.conn_id();
                     waits.push(Box::pin(async move { rx.await.ok().map(|()| conn_id) }))
                 }

@@ -86,6 +86,12 @@ fn admit(ctx: &Arc<NodeContext>, peer: &PeerInfo, r: &ConnectRequest) -> Result<
         })?),
         false => None,
     };
+    // An shm importer's process, where the kernel names it: its exporter holds the
+    // registrations for it until it exits if it never acknowledges a revoke (`export/settle.rs`).
+    let pid = match ctrl.kind() == crate::ProviderKind::Shm {
+        true => peer.creds.as_ref().and_then(|c| c.pid),
+        false => loopback_pid,
+    };
     // The importer's fabric address reaches the provider later (signals): refuse a bad one now.
     if let Some(b) = export.controller().fabric() {
         b.check_peer_address(&r.fabric_addr)
@@ -106,7 +112,7 @@ fn admit(ctx: &Arc<NodeContext>, peer: &PeerInfo, r: &ConnectRequest) -> Result<
                 incarnation: peer.incarnation,
                 // admit sets it from the grant.
                 writable: false,
-                pid: loopback_pid,
+                pid,
             },
             &requester(peer, r),
             Perm::from_bits(r.perm),

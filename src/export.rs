@@ -140,7 +140,7 @@ pub(crate) struct Importer {
     pub(crate) incarnation: u64,
     /// Whether it was granted write (it holds the read-write key, else the read-only one).
     pub(crate) writable: bool,
-    /// Its process, from the kernel credentials of the Unix side channel (loopback only).
+    /// Its process, from the kernel credentials of the Unix side channel (loopback and shm).
     pub(crate) pid: Option<u32>,
 }
 
@@ -906,12 +906,13 @@ async fn retire(ctx: &Arc<NodeContext>, p: Published) {
         })
         .collect();
     let mem = Arc::clone(&p.mem);
+    let engine = p.reg.as_ref().map(|r| Arc::clone(r.engine()));
     let release = Arc::clone(ctx);
     let done = move |p: Published| {
         release.release_segment_id(p.id);
         drop(p);
     };
-    if settle(ctx, "revoke", id, notices, mem, p, done)
+    if settle(ctx, "revoke", id, notices, (mem, engine), p, done)
         .await
         .is_err()
     {
@@ -939,7 +940,8 @@ async fn finish_rebind(ctx: &Arc<NodeContext>, r: Rebound) {
         })
         .collect();
     let mem = Arc::clone(&r._mem);
-    let _ = settle(ctx, "rebind", r.segment, notices, mem, r, drop).await;
+    let engine = r._reg.as_ref().map(|g| Arc::clone(g.engine()));
+    let _ = settle(ctx, "rebind", r.segment, notices, (mem, engine), r, drop).await;
 }
 
 impl Drop for ExportSegment {

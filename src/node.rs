@@ -386,11 +386,15 @@ impl Node {
         )
     }
 
-    /// Stops the node: for now, closes the side-channel listener. Idempotent; the node's
-    /// identity methods keep working afterwards.
+    /// Stops the node: its controllers' progress engines finish the operations in flight
+    /// (at most 5 s; a peer that died is recovered from, DESIGN.md §3) and close their
+    /// endpoints, then the side channel closes, so that an exporter still waiting for this
+    /// node's acknowledgement keeps its memory until this node's operations are done.
+    /// Idempotent; the node's identity methods keep working afterwards.
     ///
     /// # Cancel safety
-    /// Cancel safe: the listener is closed before the first await point.
+    /// The engines are stopped before the first await point. Dropped before it completes,
+    /// the future leaves the side channel open until the node is dropped.
     ///
     /// ```
     /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
@@ -408,16 +412,19 @@ impl Node {
     /// # }
     /// ```
     pub async fn shutdown(&self) {
-        self.inner.side.shutdown();
         // Engines drain what is in flight (at most 5 s) and close their endpoints, so that a
         // process that exits next leaves no provider state behind (shm's /dev/shm files).
+        // The side channel stays up meanwhile: an exporter frees its registrations once an
+        // importer's channel closes, and shm drops, unanswered, an access under a closed key.
         let engines = self.inner.state.stop_engines();
         let deadline = std::time::Instant::now() + Duration::from_secs(6);
+        while std::time::Instant::now() < deadline && engines.iter().any(|e| !e.exited()) {
+            futures_timer_sleep(Duration::from_millis(5)).await;
+        }
+        self.inner.side.shutdown();
         // The listeners close as their accept loops end on the node's runtime; wait (briefly)
         // until the address is free again, so a restarted node can take it back.
-        while std::time::Instant::now() < deadline
-            && (!self.inner.side.listeners_closed() || engines.iter().any(|e| !e.exited()))
-        {
+        while std::time::Instant::now() < deadline && !self.inner.side.listeners_closed() {
             futures_timer_sleep(Duration::from_millis(5)).await;
         }
         drop(engines);

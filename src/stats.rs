@@ -128,6 +128,7 @@ impl Shard {
 #[derive(Default)]
 struct EngineCounters {
     wakeups: AtomicU64,
+    leaked: AtomicU64,
 }
 
 /// The live counters of one controller.
@@ -197,6 +198,12 @@ impl Counters {
         self.engine.wakeups.fetch_add(1, Ordering::Relaxed);
     }
 
+    /// The progress engine closed with `n` operation parts still in flight: they are left to
+    /// the provider, their buffers never freed.
+    pub(crate) fn leaked(&self, n: usize) {
+        self.engine.leaked.fetch_add(n as u64, Ordering::Relaxed);
+    }
+
     /// A snapshot, with the connection gauges the caller counted.
     pub(crate) fn snapshot(
         &self,
@@ -243,6 +250,7 @@ impl Counters {
             imports_open: conns.0,
             importers_connected: conns.1,
             engine_wakeups: self.engine.wakeups.load(Ordering::Relaxed),
+            leaked_at_close: self.engine.leaked.load(Ordering::Relaxed),
         }
     }
 }
@@ -361,6 +369,10 @@ pub struct ControllerStats {
     /// Times the controller's progress engine woke from a sleep (0 on `loopback`, which
     /// has none).
     pub engine_wakeups: u64,
+    /// Operation parts still in flight when the progress engine closed (the node shut down)
+    /// after waiting 5 s for them: left to the provider, their buffers never freed. Peers
+    /// that die are recovered from, so this stays 0 unless a peer froze.
+    pub leaked_at_close: u64,
 }
 
 /// A snapshot of a node's counters ([`crate::Node::stats`]): one entry per controller the

@@ -13,6 +13,7 @@ fn role_entry() {
     match role().as_deref() {
         None => {}
         Some("exporter") => exporter_role(),
+        Some("reader") => reader_role(),
         Some(other) => panic!("unknown role {other}"),
     }
 }
@@ -160,4 +161,251 @@ fn shm0_exporter_restarts_mid_put() {
 #[test]
 fn tcp0_exporter_restarts_mid_put() {
     exporter_restarts_mid_put("tcp0", runs(10));
+}
+
+/// Milliseconds since the epoch: parent and children of one host share the clock.
+fn now_ms() -> u128 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .expect("after 1970")
+        .as_millis()
+}
+
+/// A reader child: imports segment `SEGID` of node `EXPORTER` on `CTRL` read-write, says
+/// `ready`, then on `stream` runs four tasks of gets and putv of 64 KiB until they fail,
+/// says `ended <error> <epoch ms of the last failure>`, shuts its node down and says
+/// `shutdown <ms> leaked <parts>`.
+fn reader_role() {
+    if std::env::var_os("RUST_LOG").is_some() {
+        let _ = tracing_subscriber::fmt()
+            .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
+            .with_writer(std::io::stderr)
+            .try_init();
+    }
+    let rt = runtime();
+    let ctrl = common::arg("CTRL");
+    let exporter: u32 = common::arg("EXPORTER").parse().unwrap();
+    let segid = SegmentId(common::arg("SEGID").parse().unwrap());
+    let node = rt.block_on(common::node(common::arg("NODE_ID").parse().unwrap()));
+    let c = rt.block_on(node.controller(&ctrl)).unwrap();
+    let imp = rt
+        .block_on(c.import(NodeId(exporter), segid, Perm::RDWR))
+        .unwrap();
+    common::say("ready");
+    match common::next_command().as_deref() {
+        Some("stream") => {}
+        None | Some("quit" | "") => return,
+        Some(other) => panic!("unknown command {other}"),
+    }
+    let tasks: Vec<_> = (0..4u64)
+        .map(|i| {
+            let imp = imp.clone();
+            rt.spawn(async move {
+                loop {
+                    let at = (i * 64 * KIB as u64) % imp.len();
+                    let r = if i % 2 == 0 {
+                        imp.get(at, vec![0u8; 64 * KIB])
+                            .await
+                            .map(|_| ())
+                            .map_err(|e| e.into_parts().0)
+                    } else {
+                        let e = (0..4u64)
+                            .map(|k| {
+                                rsm::SgEntry::buffer(
+                                    vec![i as u8; 16 * KIB],
+                                    at + k * 16 * KIB as u64,
+                                )
+                            })
+                            .collect();
+                        let out = imp.putv(e, rsm::SgFlags::empty()).await;
+                        out.result
+                    };
+                    if let Err(e) = r {
+                        return (e, now_ms());
+                    }
+                }
+            })
+        })
+        .collect();
+    common::say("streaming");
+    let mut last = (String::new(), 0);
+    for t in tasks {
+        let (e, at) = rt
+            .block_on(async { tokio::time::timeout(Duration::from_secs(20), t).await })
+            .expect("a reader's operation ends")
+            .unwrap();
+        if at >= last.1 {
+            last = (e.name().to_string(), at);
+        }
+    }
+    common::say(format!("ended {} {}", last.0, last.1));
+    drop((imp, c));
+    let t = Instant::now();
+    rt.block_on(node.shutdown());
+    let leaked = node
+        .stats()
+        .controller(&ctrl)
+        .map_or(0, |s| s.leaked_at_close);
+    common::say(format!(
+        "shutdown {} leaked {leaked}",
+        t.elapsed().as_millis()
+    ));
+}
+
+/// How the exporter ends while its readers stream.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum End {
+    Destroy,
+    Unpublish,
+    Shutdown,
+    /// The readers are killed first, then the segment destroyed.
+    ReadersKilled,
+    /// The readers are frozen (`SIGSTOP`), the segment destroyed, then they resume.
+    ReadersFrozen,
+}
+
+/// An exporter in this process with two reader children streaming gets and putv: `how` ends
+/// it. Destroy, unpublish and shutdown never crash and end in bounded time (1 s with live
+/// readers, 5 s with dead or frozen ones); the readers' operations end within 1 s of it, and
+/// no node leaks an operation at close.
+fn exporter_ends_with_readers(ctrl: &str, how: End) {
+    let _serial = serial();
+    common::logs();
+    let rt = runtime();
+    let node = rt.block_on(common::node(fresh_node_id()));
+    let c = rt.block_on(node.controller(ctrl)).unwrap();
+    let seg = c.export(1024 * KIB, rsm::ExportFlags::empty()).unwrap();
+    let segid = rt.block_on(seg.publish(None, &[])).unwrap();
+    let mut readers: Vec<Peer> = (0..2)
+        .map(|_| {
+            Peer::start(
+                "role_entry",
+                "reader",
+                &[
+                    ("NODE_ID", fresh_node_id().to_string()),
+                    ("EXPORTER", node.id().get().to_string()),
+                    ("SEGID", segid.get().to_string()),
+                    ("CTRL", ctrl.to_string()),
+                ],
+            )
+        })
+        .collect();
+    for r in &mut readers {
+        assert_eq!(r.recv(), "ready", "{ctrl} {how:?}");
+        assert_eq!(r.ask("stream"), "streaming", "{ctrl} {how:?}");
+    }
+    std::thread::sleep(Duration::from_millis(200));
+    let bound = match how {
+        End::ReadersKilled | End::ReadersFrozen => Duration::from_secs(5),
+        _ => Duration::from_secs(1),
+    };
+    let t0 = now_ms();
+    let t = Instant::now();
+    match how {
+        End::Destroy => rt.block_on(seg.destroy()).unwrap(),
+        End::Unpublish => {
+            rt.block_on(seg.unpublish()).unwrap();
+            assert!(
+                t.elapsed() < bound,
+                "{ctrl}: unpublish took {:?}",
+                t.elapsed()
+            );
+            rt.block_on(seg.destroy()).unwrap();
+        }
+        End::Shutdown => {
+            drop(seg);
+            rt.block_on(node.shutdown());
+        }
+        End::ReadersKilled => {
+            for r in &mut readers {
+                r.kill();
+            }
+            rt.block_on(seg.destroy()).unwrap();
+        }
+        End::ReadersFrozen => {
+            for r in &readers {
+                r.signal(libc::SIGSTOP);
+            }
+            rt.block_on(seg.destroy()).unwrap();
+            for r in &readers {
+                r.signal(libc::SIGCONT);
+            }
+        }
+    }
+    assert!(
+        t.elapsed() < bound,
+        "{ctrl} {how:?}: the exporter's end took {:?}",
+        t.elapsed()
+    );
+    if how != End::ReadersKilled {
+        for r in &mut readers {
+            let ended = r.recv();
+            let mut w = ended.split_whitespace();
+            assert_eq!(w.next(), Some("ended"), "{ctrl} {how:?}: {ended}");
+            let name = w.next().unwrap_or_default();
+            assert!(
+                name == "RSMERR_CONN_ABORTED" || name == "RSMERR_REMOTE_NODE_UNREACHABLE",
+                "{ctrl} {how:?}: {ended}"
+            );
+            let at: u128 = w.next().and_then(|s| s.parse().ok()).unwrap();
+            let after = Duration::from_millis(at.saturating_sub(t0) as u64);
+            let limit = if how == End::ReadersFrozen {
+                t.elapsed() + Duration::from_secs(1)
+            } else {
+                Duration::from_secs(1)
+            };
+            assert!(
+                after < limit,
+                "{ctrl} {how:?}: a reader's operations ended {after:?} after"
+            );
+            let down = r.recv();
+            let w: Vec<&str> = down.split_whitespace().collect();
+            assert!(
+                matches!(w.as_slice(), ["shutdown", ms, "leaked", "0"] if ms.parse::<u64>().unwrap() < 1000),
+                "{ctrl} {how:?}: a reader's shutdown: {down}"
+            );
+        }
+    }
+    drop(c);
+    if how != End::Shutdown {
+        let t = Instant::now();
+        rt.block_on(node.shutdown());
+        assert!(
+            t.elapsed() < Duration::from_secs(1),
+            "{ctrl} {how:?}: shutdown took {:?}",
+            t.elapsed()
+        );
+    }
+    assert_eq!(
+        node.stats().controller(ctrl).map(|s| s.leaked_at_close),
+        Some(0),
+        "{ctrl} {how:?}"
+    );
+}
+
+macro_rules! ends {
+    ($($name:ident: $ctrl:literal, $how:ident;)*) => {
+        $(
+            #[test]
+            fn $name() {
+                exporter_ends_with_readers($ctrl, End::$how);
+            }
+        )*
+    };
+}
+
+ends! {
+    shm0_destroy_with_readers: "shm0", Destroy;
+    shm0_unpublish_with_readers: "shm0", Unpublish;
+    shm0_shutdown_with_readers: "shm0", Shutdown;
+    shm0_destroy_after_readers_die: "shm0", ReadersKilled;
+    shm0_destroy_with_frozen_readers: "shm0", ReadersFrozen;
+    tcp0_destroy_with_readers: "tcp0", Destroy;
+    tcp0_shutdown_with_readers: "tcp0", Shutdown;
+    tcp0_destroy_after_readers_die: "tcp0", ReadersKilled;
+    sockets0_destroy_with_readers: "sockets0", Destroy;
+    sockets0_shutdown_with_readers: "sockets0", Shutdown;
+    loopback_destroy_with_readers: "loopback", Destroy;
+    loopback_shutdown_with_readers: "loopback", Shutdown;
+    loopback_destroy_after_readers_die: "loopback", ReadersKilled;
 }

@@ -350,6 +350,19 @@ impl Endpoint {
         })
     }
 
+    /// Runs `f` while the endpoint is open, and keeps it open meanwhile ([`Endpoint::close`]
+    /// waits): what the provider maps for the endpoint (shm's region) stays mapped. `None`
+    /// once closed.
+    pub fn while_open<R>(&self, f: impl FnOnce() -> R) -> Option<R> {
+        match &self.transport {
+            Transport::Rdm { closed, .. } => {
+                let closed = closed.read().unwrap_or_else(|p| p.into_inner());
+                (!*closed).then(f)
+            }
+            Transport::Connected(_) => Some(f()),
+        }
+    }
+
     /// Closes the endpoint now, with operations possibly still in flight: the provider then
     /// touches none of their buffers any more (which stay leaked, never freed), and releases
     /// what it holds for the endpoint (shm's region in /dev/shm, tcp's connections). Later

@@ -202,6 +202,23 @@ impl Region {
         }
     }
 
+    /// Takes the region's lock, spinning (and yielding) for at most `limit`.
+    pub fn lock_within(&self, limit: std::time::Duration) -> Option<Locked<'_>> {
+        let since = std::time::Instant::now();
+        loop {
+            for _ in 0..64 {
+                if let Some(g) = self.try_lock() {
+                    return Some(g);
+                }
+                std::hint::spin_loop();
+            }
+            if since.elapsed() >= limit {
+                return None;
+            }
+            std::thread::yield_now();
+        }
+    }
+
     /// Takes the region's lock if it is free.
     pub fn try_lock(&self) -> Option<Locked<'_>> {
         self.lock_word()
@@ -500,8 +517,9 @@ impl PeerMap {
     ///
     /// # Safety
     /// `address` is the `map` of a region this process created, alive as long as the value is
-    /// used, and the caller holds that region's lock while reading (the provider changes
-    /// slots under it, or under the address vector's removal, which the caller orders).
+    /// used. The provider changes slots under the region's lock (and in the address vector's
+    /// insert and removal): read without it, an entry may be changing, so the caller checks
+    /// what it reads before it believes it.
     pub unsafe fn new(address: usize) -> Option<PeerMap> {
         (address % 8 == 0).then(|| NonNull::new(address as *mut u8).map(PeerMap))?
     }

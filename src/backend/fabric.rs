@@ -73,7 +73,7 @@ impl FabricBackend {
         let max_transfer = max_transfer_for(v.max_msg_size());
         let sg_limits = sg_limits_for(kind, v.iov_limit(), v.rma_iov_limit());
         let cq_data_size = v.cq_data_size();
-        let peers = peers::Peers::new(Arc::clone(&engine), &v.provider());
+        let peers = peers::Peers::new(&engine, &v.provider(), virt_addr);
         Ok(Arc::new(FabricBackend {
             virt_addr,
             domain,
@@ -260,6 +260,11 @@ impl Registration {
     /// (`FI_MR_VIRT_ADDR`), else 0.
     pub(crate) fn base(&self) -> u64 {
         self.base
+    }
+
+    /// The progress engine of the registration's controller.
+    pub(crate) fn engine(&self) -> &Arc<Engine> {
+        self.backend.engine()
     }
 
     /// The descriptor local operations pass for memory in this registration.

@@ -31,6 +31,7 @@ use std::task::Waker;
 use std::time::{Duration, Instant};
 
 // The tuning keeps its path here for the rest of the crate.
+use super::tuning::KICK_EVERY;
 pub(crate) use super::tuning::Tuning;
 
 #[cfg(test)]
@@ -62,15 +63,6 @@ pub(crate) enum PostOutcome {
 type RemoteDataHandler = Box<dyn Fn(u64) + Send + Sync>;
 type KickHook = Box<dyn Fn(u32) + Send + Sync>;
 
-/// How often a polling engine with stalled operations asks their targets to wake: a
-/// quarter of the targets' idle window, so a busy target never falls asleep under a
-/// transfer even when [`Engine::note_target`]'s coarse clock is a tick late. Every kick is
-/// a side-channel message and wakes threads on both nodes: kicking every millisecond cost
-/// an 8-byte shm get about 0.1 µs on average.
-const KICK_EVERY: Duration = Duration::from_millis(5);
-/// Targets posted to within this long count as having work in flight from here.
-const KICK_RECENT: Duration = Duration::from_secs(2);
-
 pub(crate) struct Engine {
     ep: Arc<Endpoint>,
     cq: Arc<CompletionQueue>,
@@ -86,6 +78,10 @@ pub(crate) struct Engine {
     sleeping: AtomicBool,
     stop: AtomicBool,
     orphan_errors: AtomicU64,
+    /// Fast-path reads the provider failed without naming them (`orphans.rs`).
+    orphans: super::orphans::Orphans,
+    /// What the controller keeps alive as long as the engine (the recovery of its peers).
+    kept: std::sync::OnceLock<Arc<dyn std::any::Any + Send + Sync>>,
     remote_data: Mutex<Option<RemoteDataHandler>>,
     /// Wakes a peer node's polling engine (a `Wake` over the side channel).
     kick: Mutex<Option<KickHook>>,
@@ -214,6 +210,8 @@ impl Engine {
             sleeping: AtomicBool::new(false),
             stop: AtomicBool::new(false),
             orphan_errors: AtomicU64::new(0),
+            orphans: Default::default(),
+            kept: std::sync::OnceLock::new(),
             remote_data: Mutex::new(None),
             kick: Mutex::new(None),
             watcher: super::watch::Watcher::default(),
@@ -281,6 +279,16 @@ impl Engine {
         self.orphan_errors.load(Ordering::Relaxed)
     }
 
+    /// Keeps `x` alive as long as the engine (once).
+    pub(crate) fn keep(&self, x: Arc<dyn std::any::Any + Send + Sync>) {
+        let _ = self.kept.set(x);
+    }
+
+    /// Its orphaned error completions and the reads they may belong to (`orphans.rs`).
+    pub(crate) fn orphans(&self) -> &super::orphans::Orphans {
+        &self.orphans
+    }
+
     /// Routes remote completion data (signals) to `f`.
     pub(crate) fn set_remote_data_handler(&self, f: RemoteDataHandler) {
         *self.remote_data.lock().unwrap_or_else(|p| p.into_inner()) = Some(f);
@@ -289,74 +297,6 @@ impl Engine {
     /// Sets how this engine wakes a peer node whose progress its operations need.
     pub(crate) fn set_kick(&self, f: KickHook) {
         *self.kick.lock().unwrap_or_else(|p| p.into_inner()) = Some(f);
-    }
-
-    /// Notes a post to `node`: the side channel watches its links (`reactor/watch.rs`). A
-    /// polling engine (shm) also wakes that node's engine unless it did so within
-    /// [`KICK_EVERY`]: the node may sleep, and its progress is needed.
-    pub(crate) fn note_target(&self, node: u32) {
-        let ns = crate::sys::clock::coarse_nanos();
-        self.watcher.note(node, ns);
-        if !self.polls() {
-            return;
-        }
-        // The same target noted within half a kick period: nothing to update that matters
-        // (a lock, a map lookup and a clock read per post were a tenth of rsm's time in an
-        // 8-byte shm put). The coarse clock, because a precise one was still a tenth of an
-        // 8-byte shm get's own cost; it lags by up to a tick (4 ms), which the kick period
-        // allows for.
-        let half = KICK_EVERY.as_nanos() as u64 / 2;
-        if self.last_node.load(Ordering::Relaxed) == u64::from(node)
-            && ns.wrapping_sub(self.last_noted.load(Ordering::Relaxed)) < half
-        {
-            return;
-        }
-        // Node ids take all 32 bits (a packed word of node and time never matched them, so
-        // every post took the slow path).
-        self.last_node.store(u64::from(node), Ordering::Relaxed);
-        self.last_noted.store(ns, Ordering::Relaxed);
-        let now = Instant::now();
-        let kick = {
-            let mut t = self.targets.lock().unwrap_or_else(|p| p.into_inner());
-            let e = t.entry(node).or_insert((now, None));
-            e.0 = now;
-            let due = e.1.is_none_or(|k| now.duration_since(k) >= KICK_EVERY);
-            if due {
-                e.1 = Some(now);
-            }
-            due
-        };
-        if kick {
-            self.kick_node(node);
-        }
-    }
-
-    fn kick_node(&self, node: u32) {
-        if let Some(k) = self.kick.lock().unwrap_or_else(|p| p.into_inner()).as_ref() {
-            k(node);
-        }
-    }
-
-    /// Operations are in flight and nothing completed for a while: wake the targets posted
-    /// to recently (rate-limited per target).
-    fn kick_stalled(&self) {
-        let now = Instant::now();
-        let due: Vec<u32> = {
-            let mut t = self.targets.lock().unwrap_or_else(|p| p.into_inner());
-            t.retain(|_, (posted, _)| now.duration_since(*posted) < KICK_RECENT);
-            t.iter_mut()
-                .filter(|(_, (_, kicked))| {
-                    kicked.is_none_or(|k| now.duration_since(k) >= KICK_EVERY)
-                })
-                .map(|(n, e)| {
-                    e.1 = Some(now);
-                    *n
-                })
-                .collect()
-        };
-        for n in due {
-            self.kick_node(n);
-        }
     }
 
     /// Takes a place in the transmit queue, or registers `waker` for when one frees up.
@@ -552,6 +492,9 @@ impl Engine {
             }
             let n = self.drain_unless_read();
             looks.count();
+            if self.orphans.due() {
+                self.orphans.sweep();
+            }
             if n > 0 {
                 last_work = looks.now;
                 last_reaped = looks.now;
@@ -563,8 +506,9 @@ impl Engine {
                     break;
                 }
                 if Instant::now() >= deadline {
-                    tracing::warn!(controller = %self.name, inflight = self.inflight.load(Ordering::SeqCst),
-                        "operations still in flight at close: leaking them");
+                    let n = self.inflight.load(Ordering::SeqCst);
+                    tracing::warn!(controller = %self.name, inflight = n, "operations still in flight at close: leaking them");
+                    self.stats.leaked(n);
                     break;
                 }
                 std::thread::yield_now();
@@ -910,7 +854,10 @@ impl Engine {
             #[cfg(test)]
             READS_HERE.with(|r| r.set(r.get() + 1));
             match self.cq.read(entries) {
-                Ok(0) => return total,
+                Ok(0) => {
+                    self.orphans.queue_empty();
+                    return total;
+                }
                 Ok(n) => {
                     total += n;
                     for e in entries.iter() {
@@ -919,6 +866,7 @@ impl Engine {
                     if n < READ_BATCH {
                         // The queue was empty: another read only to hear `EAGAIN` doubled
                         // the provider's progress work per operation (shm0 8-byte get).
+                        self.orphans.queue_empty();
                         return total;
                     }
                 }
@@ -926,6 +874,7 @@ impl Engine {
                     total += 1;
                     if err.context == 0 {
                         self.orphan_errors.fetch_add(1, Ordering::Relaxed);
+                        self.orphans.orphaned();
                         tracing::warn!(controller = %self.name, error = %err.failure, "error completion without an operation");
                     } else {
                         // SAFETY: a non-NULL context on this queue is one of our slots
@@ -996,3 +945,4 @@ impl std::future::Future for ConnectionChanged<'_> {
 
 // Posting remote atomics, in reactor/engine/atomic.rs.
 mod atomic;
+mod kick;

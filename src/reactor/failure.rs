@@ -38,6 +38,11 @@ pub(super) fn post_error(f: FabricFailure, eio_is_lost_peer: bool) -> Error {
 /// under a key the target does not know with `ECANCELED` and provider errno `ENOENT`
 /// (measured): that is a failed access, not a lost peer.
 fn connection_lost(f: &FabricFailure, eio_is_lost_peer: bool) -> bool {
+    // A connection that could not be made, whatever the provider's errno (tcp reports a
+    // refused one to a peer just killed as EIO): the peer is not there.
+    if f.call == "connect" {
+        return true;
+    }
     if f.errno == ffi::FI_ECANCELED as i32 && f.prov_errno.is_some_and(|p| p.abs() == libc::ENOENT)
     {
         return false;
@@ -56,4 +61,28 @@ fn connection_lost(f: &FabricFailure, eio_is_lost_peer: bool) -> bool {
         ffi::FI_ECANCELED,
     ];
     lost.iter().any(|&e| e as i32 == f.errno)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn failure(call: &'static str, errno: i32) -> FabricFailure {
+        FabricFailure {
+            call,
+            errno,
+            prov_errno: None,
+            message: String::new(),
+        }
+    }
+
+    #[test]
+    fn a_connection_that_could_not_be_made_is_a_lost_peer_whatever_its_errno() {
+        let e = post_error(failure("connect", libc::EIO), false);
+        assert!(matches!(e, Error::ConnAborted(_)), "{e}");
+        let e = post_error(failure("fi_writemsg", libc::EIO), false);
+        assert!(matches!(e, Error::InsufficientResources(_)), "{e}");
+        let e = completion_error(failure("fi_cq_read", libc::ECONNRESET), false);
+        assert!(matches!(e, Error::ConnAborted(_)), "{e}");
+    }
 }

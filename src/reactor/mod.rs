@@ -19,6 +19,7 @@ mod failure;
 pub(crate) mod held;
 mod looks;
 mod op;
+pub(crate) mod orphans;
 mod plan;
 mod post;
 pub(crate) mod slot;

@@ -39,6 +39,16 @@ impl<O: Send + 'static> Slot<O> {
                     return Poll::Ready(());
                 }
                 let (epoch, view) = self.tracker.enter();
+                // An abort that came between the look above and the count: its wait for the
+                // operations in flight may have seen none, and the exporter may free the
+                // memory (a fast-path read of it would fail unnamed, `orphans.rs`).
+                if self.tracker.counted_after_abort() {
+                    self.tracker.leave(epoch);
+                    posting.next = parts + 1;
+                    let err = self.tracker.aborted().unwrap_or_else(Error::conn_aborted);
+                    self.fail_unposted(self.info.annotate(err, self.len));
+                    return Poll::Ready(());
+                }
                 self.epoch.store(epoch, Ordering::Relaxed);
                 if let Some(v) = view {
                     posting.base = v.base;

@@ -22,6 +22,7 @@ use super::context::SlotHeader;
 use super::engine::Engine;
 use super::failure::completion_error;
 use super::held::Held;
+use super::orphans::Reclaim;
 use super::tracker::{Abort, Tracker};
 use crate::error::FabricFailure;
 use crate::fabric::ffi;
@@ -349,6 +350,7 @@ impl<O: Send + 'static> Slot<O> {
             }
         };
         finish((settled, None));
+        self.suspect_orphan();
     }
 
     /// Nothing was posted and nothing will be: the operation failed with `err`.
@@ -559,12 +561,50 @@ unsafe fn complete_proxy<O: Send + 'static>(
 }
 
 impl<O: Send + 'static> Abort for Slot<O> {
-    fn abort(&self, err: &Error) {
+    fn abort(self: Arc<Self>, err: &Error) {
         let settled = {
             let mut st = self.lock();
             self.fail_aborted(&mut st, clone_error(err))
         };
         finish((settled, None));
+        self.suspect_orphan();
+    }
+}
+
+impl<O: Send + 'static> Slot<O> {
+    /// A fast-path read (one part, one range, a provider whose reads take its fast path,
+    /// `reactor/orphans.rs`) aborted with its part in flight: its provider may have failed it
+    /// without naming it, which the engine finds out.
+    fn suspect_orphan(self: &Arc<Self>) {
+        let orphans = self.engine.orphans();
+        let fast_read = matches!(self.dir, Dir::Read)
+            && matches!(self.plan, Plan::Contiguous { .. })
+            && self.data_parts == 1
+            && self.fence.is_none();
+        if fast_read && orphans.enabled() && !self.lock().provider_done {
+            orphans.suspect(Arc::downgrade(self) as std::sync::Weak<dyn Reclaim>);
+        }
+    }
+}
+
+impl<O: Send + 'static> Reclaim for Slot<O> {
+    fn reclaim(&self) -> bool {
+        let posted = self.posting.lock().unwrap_or_else(|p| p.into_inner()).next > self.parts();
+        // Posting over and its one part outstanding: no completion can come for it any more
+        // (the engine's check, `orphans.rs`).
+        if !posted || self.pending.load(Ordering::Acquire) != 1 {
+            return false;
+        }
+        let failure = FabricFailure {
+            call: "fi_readmsg",
+            errno: libc::ECONNABORTED,
+            prov_errno: None,
+            message: "the target process was gone: the provider failed the read without \
+                      naming it"
+                .into(),
+        };
+        drop(self.part_done(0, Err(failure)));
+        true
     }
 }
 

@@ -21,7 +21,7 @@ use std::sync::{Mutex, Weak};
 
 /// A slot that can be failed early; its buffer stays with it until the provider is done.
 pub(crate) trait Abort: Send + Sync {
-    fn abort(&self, err: &Error);
+    fn abort(self: std::sync::Arc<Self>, err: &Error);
 }
 
 /// Where the exporter's registration is: base address, key, and the generation that
@@ -221,6 +221,12 @@ impl Tracker {
         self.aborted_flag.load(Ordering::Acquire)
     }
 
+    /// Whether the connection was torn down, asked by an operation that [`Tracker::enter`]
+    /// just counted: if not, an abort's wait for the operations in flight sees this one.
+    pub(crate) fn counted_after_abort(&self) -> bool {
+        self.aborted_flag.load(Ordering::SeqCst)
+    }
+
     /// Whether the tracker has a view (without taking the lock).
     pub(crate) fn has_view(&self) -> bool {
         self.has_view.load(Ordering::Acquire)
@@ -234,7 +240,9 @@ impl Tracker {
             if g.aborted.is_none() {
                 g.aborted = Some(err);
             }
-            self.aborted_flag.store(true, Ordering::Release);
+            // SeqCst pairs with `counted_after_abort`: a revoke's drain that counts no
+            // operation, and a post that counts itself, cannot both miss each other.
+            self.aborted_flag.store(true, Ordering::SeqCst);
             g.parked.values().filter_map(Weak::upgrade).collect()
         };
         self.abort_note.notify_waiters();
@@ -430,7 +438,7 @@ mod tests {
     struct Probe(AtomicBool);
 
     impl Abort for Probe {
-        fn abort(&self, _err: &Error) {
+        fn abort(self: std::sync::Arc<Self>, _err: &Error) {
             self.0.store(true, Ordering::SeqCst);
         }
     }

@@ -94,10 +94,14 @@ garbage";
         use std::os::fd::AsFd;
         let name = format!("rsm-maps-test-{}", std::process::id());
         let path = format!("/dev/shm/{name}");
-        std::fs::File::create(&path).unwrap().set_len(4096).unwrap();
-        let (fd, size) = crate::sys::shm::open_dev_shm(&name).unwrap();
-        let map =
-            crate::sys::shm::SharedMap::map(fd.as_fd(), 0, size as usize, true, None).unwrap();
+        let file = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create_new(true)
+            .open(&path)
+            .unwrap();
+        file.set_len(4096).unwrap();
+        let map = crate::sys::shm::SharedMap::map(file.as_fd(), 0, 4096, true, None).unwrap();
         std::fs::remove_file(&path).unwrap();
         let me = std::process::id() as i32;
         assert_eq!(

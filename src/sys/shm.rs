@@ -6,7 +6,7 @@
 
 use rustix::fd::{AsRawFd, BorrowedFd, OwnedFd};
 use rustix::fs::{
-    FallocateFlags, MemfdFlags, Mode, OFlags, SealFlags, fallocate, fchmod, fcntl_add_seals, fstat,
+    FallocateFlags, MemfdFlags, Mode, OFlags, SealFlags, fallocate, fchmod, fcntl_add_seals,
     ftruncate, memfd_create, open,
 };
 use rustix::mm::{Advice, MapFlags, ProtFlags, madvise, mmap, mmap_anonymous, munmap};
@@ -81,22 +81,6 @@ pub(crate) fn check_peer_memfd(fd: BorrowedFd<'_>, len: u64) -> Result<(), Strin
         return Err(format!("it holds {have} bytes, not {len}"));
     }
     Ok(())
-}
-
-/// Opens `/dev/shm/NAME` read-write, following no link, and gives its size. `NAME` is a
-/// plain file name (no `/`, not `.` or `..`), else `EINVAL`.
-pub(crate) fn open_dev_shm(name: &str) -> io::Result<(OwnedFd, u64)> {
-    if name.is_empty() || name == "." || name == ".." || name.contains('/') {
-        return Err(io::Error::from_raw_os_error(libc::EINVAL));
-    }
-    let path = format!("/dev/shm/{name}");
-    let fd = open(
-        path.as_str(),
-        OFlags::RDWR | OFlags::CLOEXEC | OFlags::NOFOLLOW,
-        Mode::empty(),
-    )?;
-    let size = u64::try_from(fstat(&fd)?.st_size).unwrap_or(0);
-    Ok((fd, size))
 }
 
 /// Frees the pages of `len` bytes of `fd` from offset 0 (the size stays): what destroy does

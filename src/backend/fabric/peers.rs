@@ -3,31 +3,42 @@
 //! 1.17's shm the recovery of peers that die (`shm_peers.rs`).
 
 use super::shm_peers::{DeadPeer, ShmPeers};
-use crate::fabric::ffi;
+use crate::fabric::{Endpoint, ffi};
 use crate::reactor::engine::Engine;
 use crate::{Error, Result};
 use std::collections::{HashMap, HashSet};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, Weak};
 
 pub(crate) struct Peers {
-    engine: Arc<Engine>,
+    endpoint: Arc<Endpoint>,
+    /// Weak: the engine keeps this value (as long as operations may need its recovery).
+    engine: Weak<Engine>,
     /// Address → its handle and how many hold it. On shm 1.17 an entry at 0 stays until its
     /// peer dies (`shm_peers.rs`).
     table: Mutex<HashMap<Vec<u8>, (ffi::fi_addr_t, usize)>>,
     /// Addresses the provider refused once: never inserted again (see `get`).
     refused: Mutex<HashSet<Vec<u8>>>,
     shm: Option<Arc<ShmPeers>>,
+    /// The provider's reads of one range may take its fast path (shm with `FI_MR_VIRT_ADDR`
+    /// and no ordering asked), which fails them unnamed when the target died
+    /// (`reactor/orphans.rs`): on once the endpoint reaches its peers by cross-memory attach.
+    fast_reads: bool,
 }
 
 impl Peers {
-    pub(crate) fn new(engine: Arc<Engine>, provider: &str) -> Arc<Peers> {
+    /// The peers of `engine`'s endpoint, kept by the engine as long as it lives.
+    pub(crate) fn new(engine: &Arc<Engine>, provider: &str, virt_addr: bool) -> Arc<Peers> {
         let shm = ShmPeers::open(provider, engine.endpoint().name()).map(Arc::new);
-        Arc::new(Peers {
-            engine,
+        let peers = Arc::new(Peers {
+            endpoint: Arc::clone(engine.endpoint()),
+            engine: Arc::downgrade(engine),
             table: Mutex::new(HashMap::new()),
             refused: Mutex::new(HashSet::new()),
+            fast_reads: shm.is_some() && virt_addr,
             shm,
-        })
+        });
+        engine.keep(Arc::clone(&peers) as Arc<dyn std::any::Any + Send + Sync>);
+        peers
     }
 
     /// The address-vector handle of a peer's fabric address, shared by every connection to
@@ -49,7 +60,7 @@ impl Peers {
                  as another user, and shm regions are private to their user)",
             ));
         }
-        let fi = match self.engine.endpoint().add_peer(addr) {
+        let fi = match self.endpoint.add_peer(addr) {
             Ok(fi) => fi,
             Err(e) => {
                 refused.insert(addr.to_vec());
@@ -57,6 +68,13 @@ impl Peers {
             }
         };
         table.insert(addr.to_vec(), (fi, 1));
+        // Inserted, the peer is mapped: whether the endpoint reaches it by cross-memory attach
+        // is decided, before anything is posted to it.
+        if self.fast_reads && self.shm.as_ref().is_some_and(|s| s.cma()) {
+            if let Some(e) = self.engine.upgrade() {
+                e.orphans().enable();
+            }
+        }
         Ok(fi)
     }
 
@@ -75,14 +93,17 @@ impl Peers {
         let fi = *fi;
         match &self.shm {
             None => {
-                self.engine.endpoint().remove_peer(fi);
+                self.endpoint.remove_peer(fi);
                 table.remove(addr);
             }
             Some(shm) => {
-                if shm.slot_of(addr).is_some_and(|s| shm.is_dead(s)) {
-                    let (dead, _) = shm.reap();
-                    self.evict(&mut table, shm, dead);
-                }
+                // The region is read only while the endpoint is open (its close unmaps it).
+                self.endpoint.while_open(|| {
+                    if shm.slot_of(addr).is_some_and(|s| shm.is_dead(s)) {
+                        let (dead, _) = shm.reap();
+                        self.evict(&mut table, shm, dead);
+                    }
+                });
             }
         }
     }
@@ -96,22 +117,33 @@ impl Peers {
     }
 
     /// One round of the recovery: dead peers' answers failed (the engine reads the failures),
-    /// then those nothing names any more removed.
-    fn round(&self) {
-        let Some(shm) = &self.shm else { return };
+    /// then those nothing names any more removed. Returns whether operations are still in
+    /// flight (another round may find their peer dead later).
+    fn round(&self) -> bool {
+        // The region is read only while the endpoint is open (its close unmaps it).
+        self.endpoint
+            .while_open(|| self.round_open())
+            .unwrap_or(false)
+    }
+
+    fn round_open(&self) -> bool {
+        let (Some(shm), Some(engine)) = (&self.shm, self.engine.upgrade()) else {
+            return false;
+        };
         let (dead, failed) = shm.reap();
         if failed > 0 {
             tracing::debug!(
-                controller = self.engine.name(),
+                controller = engine.name(),
                 failed,
                 "operations awaiting dead shm peers failed"
             );
-            self.engine.nudge();
+            engine.nudge();
         }
         if !dead.is_empty() {
             let mut table = self.table.lock().unwrap_or_else(|p| p.into_inner());
             self.evict(&mut table, shm, dead);
         }
+        engine.in_flight() > 0
     }
 
     /// Removes from the address vector every dead peer that nothing names: no handle of
@@ -122,7 +154,7 @@ impl Peers {
         shm: &ShmPeers,
         dead: Vec<DeadPeer>,
     ) {
-        let ep = self.engine.endpoint();
+        let ep = &self.endpoint;
         for peer in dead {
             let mut key = peer.name.clone();
             key.push(0);

@@ -24,11 +24,9 @@
 //! `rsm` lets go of a dead peer's address, on a thread of its own that sleeps otherwise.
 
 use crate::fabric::shm_ids::{ShmPeerIds, keeps_removed_ids, region_file};
-use crate::fabric::shm_region::{MAX_PEERS, MappedPeer, PeerMap, Region};
+use crate::fabric::shm_region::{Locked, MAX_PEERS, MappedPeer, PeerMap, Region};
 use crate::sys::maps::{ShmMapping, maps_shm_file, own_shm_mappings};
-use crate::sys::shm::{SharedMap, open_dev_shm};
 use std::collections::HashMap;
-use std::os::fd::AsFd;
 use std::sync::{Arc, Condvar, Mutex, Weak};
 use std::time::{Duration, Instant};
 
@@ -40,14 +38,17 @@ const ROUNDS: [Duration; 5] = [
     Duration::from_millis(500),
     Duration::from_secs(2),
 ];
+/// How often rounds go on after the fixed ones while operations are in flight, and until
+/// how long after the last loss.
+const AGAIN: Duration = Duration::from_secs(1);
+const LATEST: Duration = Duration::from_secs(15);
 /// How long a held lock of a dead peer's region is left to a live poster before it is freed.
 const LOCK_GRACE: Duration = Duration::from_millis(5);
 
 /// This endpoint's region, mapped, and the dead peers found in it.
 pub(crate) struct ShmPeers {
-    /// Declared before `_map`, which it points into, so it goes first.
+    /// The endpoint's region, through the provider's mapping of it.
     own: ShmPeerIds,
-    _map: SharedMap,
     pid: i32,
     /// Dead peers' slots not yet removed, with their names.
     dead: Mutex<HashMap<usize, Vec<u8>>>,
@@ -59,6 +60,10 @@ pub(crate) struct ShmPeers {
 struct Rounds {
     /// When the next rounds are due.
     due: Vec<Instant>,
+    /// The last loss: rounds go on every [`AGAIN`] until [`LATEST`] after it while the
+    /// engine has operations in flight (a peer whose endpoint closes only after its side
+    /// channel is found dead then).
+    last_loss: Option<Instant>,
     thread: bool,
 }
 
@@ -77,31 +82,22 @@ impl ShmPeers {
             return None;
         }
         let file = region_file(address)?;
-        let opened = open_dev_shm(file).and_then(|(fd, size)| {
-            SharedMap::map(
-                fd.as_fd(),
-                0,
-                usize::try_from(size).unwrap_or(0),
-                true,
-                None,
-            )
-        });
-        let map = match opened {
-            Ok(m) => m,
-            Err(e) => {
-                tracing::warn!(region = file, error = %e, "cannot map the shm endpoint's region: \
-                    peers that die or come back are not recovered from");
-                return None;
-            }
-        };
         let pid = crate::sys::creds::pid();
-        // SAFETY: `map` is a shared, writable mapping of the whole region file, kept in the
-        // same value as `own` and dropped after it.
-        let own = unsafe { ShmPeerIds::new(map.as_ptr(), map.len(), file, pid) };
+        // The provider's own mapping of the region, not one of ours: a mapping of ours would
+        // keep this process among the region's mappers after the endpoint closed, and its
+        // peers would take it for alive (`reap`).
+        let own = own_shm_mappings().ok().and_then(|maps| {
+            maps.iter().filter(|m| m.name == file).find_map(|m| {
+                // SAFETY: the provider's shared, writable mapping of the endpoint's whole
+                // region, which stays mapped while the endpoint is open: the owner of this
+                // value holds the endpoint (`Peers` holds its engine), and the recovery's
+                // thread reads the region only while it holds the owner (`after_loss`).
+                unsafe { ShmPeerIds::new(m.start as *mut u8, m.len, file, pid) }
+            })
+        });
         match own {
             Some(own) => Some(ShmPeers {
                 own,
-                _map: map,
                 pid: pid as i32,
                 dead: Mutex::new(HashMap::new()),
                 rounds: Mutex::new(Rounds::default()),
@@ -110,8 +106,8 @@ impl ShmPeers {
             None => {
                 tracing::warn!(
                     region = file,
-                    "the shm endpoint's region is not laid out as libfabric 1.17's: peers \
-                     that die or come back are not recovered from"
+                    "the shm endpoint's region is not mapped here as libfabric 1.17 lays it \
+                     out: peers that die or come back are not recovered from"
                 );
                 None
             }
@@ -120,6 +116,11 @@ impl ShmPeers {
 
     fn region(&self) -> &Region {
         self.own.region()
+    }
+
+    /// Whether the endpoint reaches its peers' memory by cross-memory attach.
+    pub(crate) fn cma(&self) -> bool {
+        self.region().cma()
     }
 
     /// The slot of an address inserted into the address vector.
@@ -156,46 +157,18 @@ impl ShmPeers {
                 return (Vec::new(), 0);
             }
         };
-        let mut alive: HashMap<i32, bool> = HashMap::new();
-        let mut found = Vec::new();
-        let mut failed = 0;
+        let Some(own) = self.own_lock(&mappings) else {
+            return (Vec::new(), 0);
+        };
         let peers = self.mapped_peers();
-        tracing::debug!(
-            peers = peers.len(),
-            map = format_args!("{:#x}", self.region().map_address()),
-            "shm reap round"
-        );
-        for peer in peers {
-            let Some(region) = peer_region(&peer, &mappings) else {
-                tracing::debug!(slot = peer.slot, region = format_args!("{:#x}", peer.region), name = %String::from_utf8_lossy(&peer.name), "shm peer's region not found among this process's mappings");
-                continue;
-            };
-            let pid = region.pid();
-            if pid == self.pid {
-                continue; // an endpoint of this process
-            }
-            let name = no_prefix(&peer.name);
-            let lives = *alive.entry(pid).or_insert_with(|| {
-                std::str::from_utf8(name)
-                    .ok()
-                    .and_then(|n| maps_shm_file(pid, n))
-                    .unwrap_or(true)
-            });
-            tracing::debug!(slot = peer.slot, pid, lives, peer = %String::from_utf8_lossy(name), "shm peer");
-            if lives {
-                continue;
-            }
-            let first = self
-                .dead
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .insert(peer.slot, peer.name.clone())
-                .is_none();
-            if first {
-                tracing::info!(slot = peer.slot, pid, peer = %String::from_utf8_lossy(name), "shm peer's process is gone: failing what it never answers");
-            }
+        drop(own);
+        let mut failed = 0;
+        let mut found = Vec::new();
+        for (peer, region) in self.dead_among(peers, &mappings) {
             free_dead_lock(&region);
-            let own = self.region().lock();
+            let Some(own) = self.own_lock(&mappings) else {
+                break;
+            };
             // The map is read again under the lock: the slot still holds that peer.
             // SAFETY: the map is this process's endpoint's, read under its region's lock.
             let same = unsafe { PeerMap::new(self.region().map_address()) }
@@ -218,6 +191,68 @@ impl ShmPeers {
         (found, failed)
     }
 
+    /// Of `peers`, those whose process no longer maps their region, with the region (checked
+    /// against this process's `mappings`); each is recorded as dead.
+    fn dead_among(
+        &self,
+        peers: Vec<MappedPeer>,
+        mappings: &[ShmMapping],
+    ) -> Vec<(MappedPeer, Region)> {
+        let mut alive: HashMap<i32, bool> = HashMap::new();
+        let mut dead = Vec::new();
+        for peer in peers {
+            let Some(region) = peer_region(&peer, mappings) else {
+                continue;
+            };
+            let pid = region.pid();
+            if pid == self.pid {
+                continue; // an endpoint of this process
+            }
+            let name = no_prefix(&peer.name);
+            let lives = *alive.entry(pid).or_insert_with(|| {
+                std::str::from_utf8(name)
+                    .ok()
+                    .and_then(|n| maps_shm_file(pid, n))
+                    .unwrap_or(true)
+            });
+            if lives {
+                continue;
+            }
+            let first = self
+                .dead
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .insert(peer.slot, peer.name.clone())
+                .is_none();
+            if first {
+                tracing::info!(slot = peer.slot, pid, peer = %String::from_utf8_lossy(name), "shm peer's process is gone: failing what it never answers");
+            }
+            dead.push((peer, region));
+        }
+        dead
+    }
+
+    /// This endpoint's lock. If it stays held for [`OWN_LOCK_STUCK`] and a peer is dead, the
+    /// dead peer died while posting here and left it held: the endpoint's progress, its
+    /// posters and its own peers would spin on it forever, so it is freed. `None` if it stays
+    /// held otherwise (the next round tries again).
+    fn own_lock(&self, mappings: &[ShmMapping]) -> Option<Locked<'_>> {
+        let r = self.region();
+        if let Some(g) = r.lock_within(OWN_LOCK_STUCK) {
+            return Some(g);
+        }
+        // Read without the lock, which nobody releases: the map's entries are checked against
+        // this process's mappings before anything is believed.
+        if self.dead_among(self.mapped_peers(), mappings).is_empty() {
+            return None;
+        }
+        tracing::warn!(
+            "this shm endpoint's region stayed locked after a peer died: freeing the lock"
+        );
+        r.force_unlock();
+        r.lock_within(OWN_LOCK_STUCK)
+    }
+
     /// Whether the slot may leave the address vector: nothing of the provider's names it (no
     /// answer awaited, no command unread), and the endpoint moves no data through its peers'
     /// segmentation buffers (which could still name it).
@@ -226,30 +261,34 @@ impl ShmPeers {
         if !r.cma() {
             return false;
         }
-        let own = r.lock();
+        let Some(own) = r.lock_within(OWN_LOCK_STUCK) else {
+            return false;
+        };
         own.answers_from(slot) == 0 && own.commands_from(slot) == 0
     }
 
-    /// The slots of the provider's map in use.
+    /// The slots of the provider's map in use (read under this endpoint's lock, or, when a
+    /// dead peer holds it, checked afterwards).
     fn mapped_peers(&self) -> Vec<MappedPeer> {
-        let _own = self.region().lock();
-        // SAFETY: the map is this process's endpoint's, read under its region's lock.
+        // SAFETY: the map is this process's endpoint's; its entries are read as values.
         let Some(map) = (unsafe { PeerMap::new(self.region().map_address()) }) else {
             return Vec::new();
         };
         (0..MAX_PEERS).filter_map(|s| map.peer(s)).collect()
     }
 
-    /// Runs `round` now and at the later [`ROUNDS`] after a loss, on the recovery's thread
-    /// (started at the first loss; it holds only `owner` weakly and ends with it).
+    /// Runs `round` now and at the later [`ROUNDS`] after a loss, then every [`AGAIN`] while
+    /// it says operations wait, on the recovery's thread (started at the first loss; it holds
+    /// only `owner` weakly and ends with it).
     pub(crate) fn after_loss<T: Send + Sync + 'static>(
         self: &Arc<Self>,
         owner: Weak<T>,
-        round: fn(&T),
+        round: fn(&T) -> bool,
     ) {
         let now = Instant::now();
         let mut r = self.rounds.lock().unwrap_or_else(|p| p.into_inner());
         r.due.extend(ROUNDS.iter().map(|d| now + *d));
+        r.last_loss = Some(now);
         if !r.thread {
             r.thread = true;
             let me = Arc::downgrade(self);
@@ -266,7 +305,7 @@ impl ShmPeers {
     }
 }
 
-fn run_rounds<T>(me: Weak<ShmPeers>, owner: Weak<T>, round: fn(&T)) {
+fn run_rounds<T>(me: Weak<ShmPeers>, owner: Weak<T>, round: fn(&T) -> bool) {
     crate::sys::signals::block_sigpipe();
     loop {
         let Some(peers) = me.upgrade() else { return };
@@ -302,9 +341,15 @@ fn run_rounds<T>(me: Weak<ShmPeers>, owner: Weak<T>, round: fn(&T)) {
                 }
             }
         }
-        drop(peers);
         let Some(owner) = owner.upgrade() else { return };
-        round(&owner);
+        let waiting = round(&owner);
+        drop(owner);
+        let now = Instant::now();
+        let mut r = peers.rounds.lock().unwrap_or_else(|p| p.into_inner());
+        let recent = r.last_loss.is_some_and(|l| now.duration_since(l) < LATEST);
+        if waiting && recent && r.due.is_empty() {
+            r.due.push(now + AGAIN);
+        }
     }
 }
 
@@ -338,6 +383,11 @@ fn free_dead_lock(region: &Region) {
         std::thread::yield_now();
     }
 }
+
+/// How long this endpoint's own lock must stay held, without a moment free, once a peer
+/// died, before it is taken for the dead peer's: posters hold it for microseconds, and the
+/// endpoint's progress for at most the few milliseconds of a full queue.
+const OWN_LOCK_STUCK: Duration = Duration::from_millis(50);
 
 /// An shm address without its `fi_shm://` prefix: the region's file name.
 fn no_prefix(name: &[u8]) -> &[u8] {
