@@ -4,7 +4,7 @@
 
 mod common;
 
-use common::{Peer, exporter_role, fresh_node_id, role, runtime, serial};
+use common::{Peer, exporter_role, fresh_node_id, role, runtime, serial, start_exporter};
 use rsm::{NodeId, Perm, SegmentId};
 use std::time::{Duration, Instant};
 
@@ -26,24 +26,6 @@ fn runs(default: usize) -> usize {
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(default)
-}
-
-fn start_exporter(ctrl: &str, node_id: u32, size: usize) -> (Peer, SegmentId) {
-    let mut peer = Peer::start(
-        "role_entry",
-        "exporter",
-        &[
-            ("NODE_ID", node_id.to_string()),
-            ("CTRL", ctrl.to_string()),
-            ("SIZE", size.to_string()),
-        ],
-    );
-    let ready = peer.recv();
-    let Some(id) = ready.strip_prefix("ready ").and_then(|s| s.parse().ok()) else {
-        peer.kill();
-        panic!("the exporter said {ready:?}");
-    };
-    (peer, SegmentId(id))
 }
 
 /// An exporter killed (`SIGKILL`) while the importer has four 64 KiB puts in flight, then

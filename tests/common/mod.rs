@@ -497,15 +497,14 @@ pub struct Setup {
     pub segid: rsm::SegmentId,
 }
 
-/// Starts the exporter child with `size` bytes on `ctrl` and imports its segment read-write.
-pub fn setup(ctrl: &str, size: usize) -> Setup {
-    logs();
-    let exporter_id = fresh_node_id();
+/// Starts an exporter child (the test file's `role_entry`, role `exporter`) as node
+/// `node_id` with `size` bytes on `ctrl`; returns it with its published segment's id.
+pub fn start_exporter(ctrl: &str, node_id: u32, size: usize) -> (Peer, rsm::SegmentId) {
     let mut peer = Peer::start(
         "role_entry",
         "exporter",
         &[
-            ("NODE_ID", exporter_id.to_string()),
+            ("NODE_ID", node_id.to_string()),
             ("CTRL", ctrl.to_string()),
             ("SIZE", size.to_string()),
         ],
@@ -519,6 +518,14 @@ pub fn setup(ctrl: &str, size: usize) -> Setup {
         peer.kill();
         panic!("the exporter said {ready:?}");
     };
+    (peer, segid)
+}
+
+/// Starts the exporter child with `size` bytes on `ctrl` and imports its segment read-write.
+pub fn setup(ctrl: &str, size: usize) -> Setup {
+    logs();
+    let exporter_id = fresh_node_id();
+    let (peer, segid) = start_exporter(ctrl, exporter_id, size);
     let rt = runtime();
     let (node, imp) = rt.block_on(async {
         let node = node(fresh_node_id() + 1).await;
