@@ -8,7 +8,10 @@
 
 #[path = "../common/mod.rs"]
 mod common;
+mod netfaults;
 mod netns;
+mod nft;
+mod records;
 mod role;
 
 use std::time::Duration;
@@ -70,6 +73,34 @@ fn error_of(line: &str) -> (String, u128) {
         ["err", name, ms, ..] => (name.to_string(), ms.parse().unwrap()),
         _ => panic!("expected an error, got {line:?}"),
     }
+}
+
+/// Whether every thread of process `pid` is stopped (state `T`).
+fn stopped(pid: u32) -> bool {
+    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+        return false;
+    };
+    tasks.flatten().all(|t| {
+        std::fs::read_to_string(t.path().join("stat"))
+            .is_ok_and(|st| st.rsplit(") ").next().is_some_and(|r| r.starts_with('T')))
+    })
+}
+
+/// Freezes `peer` (SIGSTOP) and returns once all its threads are stopped: `kill` returns
+/// before that, and on a busy host a thread goes on running until the scheduler gives the
+/// signalled thread its turn, so a "frozen" node could still answer a request just sent.
+fn freeze(peer: &Peer) {
+    let started = std::time::Instant::now();
+    peer.signal(libc::SIGSTOP);
+    while !stopped(peer.pid()) {
+        assert!(
+            started.elapsed() < Duration::from_secs(5),
+            "process {} not stopped within 5 s of SIGSTOP",
+            peer.pid()
+        );
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    eprintln!("frozen within {:?}", started.elapsed());
 }
 
 /// Imports until one succeeds (a link brought back up, a node restarted), within 10 s.
@@ -212,7 +243,7 @@ fn faults(test: &str, ctrl: &str) {
     assert_eq!(pb.ask(&format!("stream {i}")), "ok");
     std::thread::sleep(Duration::from_millis(300));
     assert_eq!(pb.ask("mark"), "ok");
-    pa.signal(libc::SIGSTOP);
+    freeze(&pa);
     let out = pb.ask("outcome 10000");
     pa.signal(libc::SIGCONT);
     eprintln!("{ctrl}, frozen: pending put {out} ms");
@@ -221,7 +252,7 @@ fn faults(test: &str, ctrl: &str) {
         name == "RSMERR_CONN_ABORTED" && ms.parse::<u128>().unwrap() < WITHIN_MS,
         "{ctrl}, frozen: {out}"
     );
-    pa.signal(libc::SIGSTOP);
+    freeze(&pa);
     let (name, ms) = import(&mut pb, ctrl, a.node_id, seg).expect_err("frozen");
     pa.signal(libc::SIGCONT);
     eprintln!("{ctrl}, frozen: connect {name} {ms} ms");

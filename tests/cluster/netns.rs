@@ -44,6 +44,8 @@ pub struct Host {
     pub node_id: u32,
     pub config: PathBuf,
     pub key_file: PathBuf,
+    /// Its port on the bridge, in the switch namespace (`v<i>`).
+    pub port: String,
 }
 
 impl Host {
@@ -233,13 +235,15 @@ impl Cluster {
                 node_id: i as u32 + 1,
                 config: cluster.dir.join(format!("h{i}.toml")),
                 key_file,
+                port: v,
             });
         }
         cluster.write_files();
         Some(cluster)
     }
 
-    fn switch(&self) -> String {
+    /// The namespace holding the bridge that joins the hosts.
+    pub fn switch(&self) -> String {
         format!("{}-sw", self.tag)
     }
 

@@ -1,7 +1,8 @@
 //! The node process of the cluster tests: one node started from its configuration file
 //! (`RSM_CONFIG`, as an operator's would be), playing exporter and importer as the parent
 //! test tells it, one command line at a time. Every answer is one line; an error is
-//! `err <RSMERR name> <ms>`, and no command waits longer than [`LIMIT`] (then `hang`).
+//! `err <RSMERR name> <ms>`, and no command waits longer than [`LIMIT`] (then `hang`; the
+//! records workload's `work` commands, `records.rs`, four times that).
 
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -40,6 +41,7 @@ struct State {
     events: Arc<Mutex<Vec<String>>>,
     outcome: Outcome,
     mark: Instant,
+    records: Mutex<crate::records::Records>,
 }
 
 fn err_line(e: &rsm::Error, since: Instant) -> String {
@@ -279,6 +281,7 @@ impl State {
                     tokio::time::sleep(Duration::from_millis(20)).await;
                 }
             }
+            ["work", rest @ ..] => crate::records::command(&self.node, &self.records, rest).await,
             other => panic!("unknown command {other:?}"),
         }
     }
@@ -302,14 +305,17 @@ pub fn node_role() {
         events: Arc::default(),
         outcome: Arc::default(),
         mark: Instant::now(),
+        records: Mutex::default(),
     };
     while let Some(cmd) = next_command() {
         let words: Vec<&str> = cmd.split_whitespace().collect();
         if matches!(words.as_slice(), ["quit"] | []) {
             break;
         }
+        // The workload's stop and read-back bound their own awaits, and take longer.
+        let limit = if words[0] == "work" { 4 * LIMIT } else { LIMIT };
         let answer = rt.block_on(async {
-            tokio::time::timeout(LIMIT, st.command(&words))
+            tokio::time::timeout(limit, st.command(&words))
                 .await
                 .unwrap_or_else(|_| "hang".into())
         });

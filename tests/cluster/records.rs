@@ -1,0 +1,470 @@
+//! The workload of the network-fault tests (`netfaults.rs`), run by an importing node
+//! process: checked records put, read back and gathered through an import of one exporter's
+//! segment, every await bounded, until the parent stops it. Each record carries its
+//! sequence number, its slot and a checksum, so a misplaced, torn or stale record shows;
+//! the ledger remembers, per slot, the last record put there and whether the put was
+//! acknowledged, and `verify` reads every acknowledged one back through a fresh import.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use rsm::{ImportSegment, NodeId, Perm, SegmentId, SgEntry, SgFlags};
+
+/// A record's size: its slot's size too.
+pub const RECORD: usize = 4096;
+
+/// Longer than anything may take: an await still pending after it is a hang.
+const HANG: Duration = Duration::from_secs(12);
+
+/// Record `seq` for `slot`: sequence, slot, pattern, and the FNV-1a of what precedes it.
+pub fn record(seq: u64, slot: u64) -> Vec<u8> {
+    let mut r = Vec::with_capacity(RECORD);
+    r.extend_from_slice(&seq.to_le_bytes());
+    r.extend_from_slice(&slot.to_le_bytes());
+    r.extend_from_slice(&crate::common::pattern(seq, RECORD - 24));
+    let sum = crate::common::checksum(&r);
+    r.extend_from_slice(&sum.to_le_bytes());
+    r
+}
+
+/// What is wrong with `buf` as record `seq` of `slot`, if anything.
+pub fn wrong(buf: &[u8], seq: u64, slot: u64) -> Option<String> {
+    if buf.len() != RECORD {
+        return Some(format!("slot {slot}: {} bytes", buf.len()));
+    }
+    let (body, sum) = buf.split_at(RECORD - 8);
+    if crate::common::checksum(body).to_le_bytes() != sum {
+        return Some(format!("slot {slot}: checksum differs (torn or corrupted)"));
+    }
+    let got = u64::from_le_bytes(body[..8].try_into().unwrap());
+    let at = u64::from_le_bytes(body[8..16].try_into().unwrap());
+    if (got, at) != (seq, slot) {
+        return Some(format!(
+            "slot {slot}: record {got} of slot {at}, expected {seq}"
+        ));
+    }
+    None
+}
+
+/// Per slot, the last record put there and whether its put was acknowledged.
+#[derive(Default)]
+pub struct Ledger {
+    slots: HashMap<u64, (u64, bool)>,
+    next: u64,
+}
+
+/// What a run of the workload saw.
+#[derive(Default)]
+pub struct Tally {
+    acked: u64,
+    gets: u64,
+    imports: u64,
+    errors: BTreeMap<String, u64>,
+    hangs: u64,
+    bad: Vec<String>,
+    max_err_ms: u128,
+    max_ok_ms: u128,
+}
+
+impl Tally {
+    fn ok(&mut self, took: Duration) {
+        self.max_ok_ms = self.max_ok_ms.max(took.as_millis());
+    }
+
+    fn error(&mut self, e: &rsm::Error, took: Duration) {
+        *self.errors.entry(e.name().to_string()).or_default() += 1;
+        self.max_err_ms = self.max_err_ms.max(took.as_millis());
+    }
+
+    fn bad(&mut self, what: String) {
+        eprintln!("records: {what}");
+        if self.bad.len() < 8 {
+            self.bad.push(what);
+        }
+    }
+
+    /// `acked=N gets=N imports=N hangs=N bad=N maxerr=MS maxok=MS errors=NAME:N,...`
+    pub fn line(&self) -> String {
+        let errors: Vec<String> = self
+            .errors
+            .iter()
+            .map(|(k, v)| format!("{k}:{v}"))
+            .collect();
+        format!(
+            "acked={} gets={} imports={} hangs={} bad={} maxerr={} maxok={} errors={}",
+            self.acked,
+            self.gets,
+            self.imports,
+            self.hangs,
+            self.bad.len(),
+            self.max_err_ms,
+            self.max_ok_ms,
+            if errors.is_empty() {
+                "-".into()
+            } else {
+                errors.join(",")
+            },
+        )
+    }
+}
+
+/// Where the records go: a controller of this node, and the exporter's segment.
+#[derive(Clone)]
+pub struct Target {
+    pub ctrl: rsm::Controller,
+    pub node: u32,
+    pub seg: u32,
+    pub slots: u64,
+}
+
+impl Target {
+    /// An import within [`HANG`]: `None` after counting the error or the hang.
+    async fn import(&self, tally: &mut Tally) -> Option<ImportSegment> {
+        let started = Instant::now();
+        let imp = self
+            .ctrl
+            .import(NodeId(self.node), SegmentId(self.seg), Perm::RDWR);
+        match tokio::time::timeout(HANG, imp).await {
+            Ok(Ok(imp)) => {
+                tally.imports += 1;
+                tally.ok(started.elapsed());
+                Some(imp)
+            }
+            Ok(Err(e)) => {
+                tally.error(&e, started.elapsed());
+                None
+            }
+            Err(_) => {
+                tally.hangs += 1;
+                None
+            }
+        }
+    }
+}
+
+/// A running workload: stop it with [`Running::stop`].
+pub struct Running {
+    stop: Arc<AtomicBool>,
+    /// Puts acknowledged since the parent said the network healed (`heal`).
+    pub after_heal: Arc<AtomicU64>,
+    healed: Arc<AtomicBool>,
+    task: tokio::task::JoinHandle<(Ledger, Tally)>,
+}
+
+impl Running {
+    /// Starts the workload on `target`, continuing `ledger`.
+    pub fn start(target: Target, ledger: Ledger) -> Running {
+        let stop = Arc::new(AtomicBool::new(false));
+        let after_heal = Arc::new(AtomicU64::new(0));
+        let healed = Arc::new(AtomicBool::new(false));
+        let task = tokio::spawn(run(
+            target,
+            ledger,
+            Arc::clone(&stop),
+            Arc::clone(&healed),
+            Arc::clone(&after_heal),
+        ));
+        Running {
+            stop,
+            after_heal,
+            healed,
+            task,
+        }
+    }
+
+    /// The parent says the network is whole again: count acknowledged puts from now on.
+    pub fn heal(&self) {
+        self.healed.store(true, Ordering::SeqCst);
+    }
+
+    /// Stops the workload and returns its ledger and tally (`None` if it did not end within
+    /// twice the hang bound: a hang of the workload itself).
+    pub async fn stop(self) -> Option<(Ledger, Tally)> {
+        self.stop.store(true, Ordering::SeqCst);
+        match tokio::time::timeout(2 * HANG, self.task).await {
+            Ok(Ok(out)) => Some(out),
+            _ => None,
+        }
+    }
+}
+
+/// One await of the workload, bounded: `Some(result)` or `None` for a hang.
+async fn bounded<T>(f: impl std::future::Future<Output = T>) -> Option<T> {
+    tokio::time::timeout(HANG, f).await.ok()
+}
+
+async fn run(
+    target: Target,
+    mut ledger: Ledger,
+    stop: Arc<AtomicBool>,
+    healed: Arc<AtomicBool>,
+    after_heal: Arc<AtomicU64>,
+) -> (Ledger, Tally) {
+    let mut tally = Tally::default();
+    let mut imp: Option<ImportSegment> = None;
+    let mut round = 0u64;
+    while !stop.load(Ordering::SeqCst) {
+        tokio::time::sleep(Duration::from_millis(1)).await;
+        let Some(i) = imp.clone() else {
+            imp = target.import(&mut tally).await;
+            if imp.is_none() {
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+            continue;
+        };
+        round += 1;
+        let started = Instant::now();
+        let outcome = match round % 8 {
+            0 => get_one(&i, &ledger, round, &mut tally).await,
+            1 => getv_two(&i, &ledger, round, &mut tally).await,
+            2 => putv_two(&i, &mut ledger, &target, &mut tally).await,
+            _ => put_one(&i, &mut ledger, &target, &mut tally).await,
+        };
+        match outcome {
+            Some(Ok(acked)) => {
+                tally.ok(started.elapsed());
+                if healed.load(Ordering::SeqCst) {
+                    after_heal.fetch_add(acked, Ordering::SeqCst);
+                }
+            }
+            Some(Err(e)) => {
+                tally.error(&e, started.elapsed());
+                if e.is_unreachable() || e.is_disconnected() {
+                    // A lost import stays lost: the next round imports again.
+                    imp = None;
+                }
+            }
+            None => tally.hangs += 1,
+        }
+    }
+    (ledger, tally)
+}
+
+/// The next record's slot and sequence, marked as not (yet) acknowledged.
+fn next(ledger: &mut Ledger, target: &Target) -> (u64, u64) {
+    let seq = ledger.next;
+    ledger.next += 1;
+    let slot = seq % target.slots;
+    ledger.slots.insert(slot, (seq, false));
+    (seq, slot)
+}
+
+/// An acknowledged slot chosen by `round`, with its record's sequence.
+fn acked_slot(ledger: &Ledger, round: u64) -> Option<(u64, u64)> {
+    let n = ledger.slots.len() as u64;
+    if n == 0 {
+        return None;
+    }
+    let start = round.wrapping_mul(0x9e37_79b9_7f4a_7c15) % n;
+    (0..n)
+        .filter_map(|k| {
+            let slot = (start + k) % n;
+            match ledger.slots.get(&slot) {
+                Some(&(seq, true)) => Some((slot, seq)),
+                _ => None,
+            }
+        })
+        .next()
+}
+
+type Step = Option<rsm::Result<u64>>;
+
+async fn put_one(i: &ImportSegment, l: &mut Ledger, t: &Target, tally: &mut Tally) -> Step {
+    let (seq, slot) = next(l, t);
+    let out = bounded(i.put(slot * RECORD as u64, record(seq, slot))).await?;
+    Some(match out {
+        Ok(_) => {
+            l.slots.insert(slot, (seq, true));
+            tally.acked += 1;
+            Ok(1)
+        }
+        Err(e) => Err(e.into_parts().0),
+    })
+}
+
+async fn putv_two(i: &ImportSegment, l: &mut Ledger, t: &Target, tally: &mut Tally) -> Step {
+    let (a, sa) = next(l, t);
+    let (b, sb) = next(l, t);
+    let entries = vec![
+        SgEntry::buffer(record(a, sa), sa * RECORD as u64),
+        SgEntry::buffer(record(b, sb), sb * RECORD as u64),
+    ];
+    let out = bounded(i.putv(entries, SgFlags::empty())).await?;
+    Some(match out.result {
+        Ok(()) => {
+            l.slots.insert(sa, (a, true));
+            l.slots.insert(sb, (b, true));
+            tally.acked += 2;
+            Ok(2)
+        }
+        Err(e) => Err(e),
+    })
+}
+
+async fn get_one(i: &ImportSegment, l: &Ledger, round: u64, tally: &mut Tally) -> Step {
+    let Some((slot, seq)) = acked_slot(l, round) else {
+        return Some(Ok(0));
+    };
+    let out = bounded(i.get(slot * RECORD as u64, vec![0u8; RECORD])).await?;
+    Some(match out {
+        Ok((_, buf)) => {
+            tally.gets += 1;
+            if let Some(w) = wrong(&buf, seq, slot) {
+                tally.bad(format!("get {w}"));
+            }
+            Ok(0)
+        }
+        Err(e) => Err(e.into_parts().0),
+    })
+}
+
+async fn getv_two(i: &ImportSegment, l: &Ledger, round: u64, tally: &mut Tally) -> Step {
+    let (Some((s1, q1)), Some((s2, q2))) = (acked_slot(l, round), acked_slot(l, round + 1)) else {
+        return Some(Ok(0));
+    };
+    let entries = vec![
+        SgEntry::buffer(vec![0u8; RECORD], s1 * RECORD as u64),
+        SgEntry::buffer(vec![0u8; RECORD], s2 * RECORD as u64),
+    ];
+    let out = bounded(i.getv(entries, SgFlags::empty())).await?;
+    if let Err(e) = out.result {
+        return Some(Err(e));
+    }
+    tally.gets += 1;
+    let bufs: Vec<Option<Vec<u8>>> = out
+        .entries
+        .unwrap_or_default()
+        .into_iter()
+        .map(SgEntry::into_buffer)
+        .collect();
+    for (k, (slot, seq)) in [(s1, q1), (s2, q2)].into_iter().enumerate() {
+        match bufs.get(k).cloned().flatten() {
+            Some(buf) => {
+                if let Some(w) = wrong(&buf, seq, slot) {
+                    tally.bad(format!("getv {w}"));
+                }
+            }
+            None => tally.bad(format!("getv: entry {k} came back without its buffer")),
+        }
+    }
+    Some(Ok(0))
+}
+
+/// Reads every acknowledged record back through a fresh import (imports again for up to
+/// 20 s while the network recovers): `verified N bad M hangs H` and the first problems.
+pub async fn verify(target: &Target, ledger: &Ledger) -> String {
+    let mut tally = Tally::default();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let imp = loop {
+        if let Some(imp) = target.import(&mut tally).await {
+            break imp;
+        }
+        if Instant::now() >= deadline {
+            return format!("noimport {}", tally.line());
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    let mut checked = 0u64;
+    let mut slots: Vec<(&u64, &(u64, bool))> = ledger.slots.iter().collect();
+    slots.sort();
+    for (&slot, &(seq, acked)) in slots {
+        if !acked {
+            continue;
+        }
+        match bounded(imp.get(slot * RECORD as u64, vec![0u8; RECORD])).await {
+            Some(Ok((_, buf))) => {
+                checked += 1;
+                if let Some(w) = wrong(&buf, seq, slot) {
+                    tally.bad(format!("verify {w}"));
+                }
+            }
+            Some(Err(e)) => tally.bad(format!("verify get slot {slot}: {}", e.error().name())),
+            None => tally.hangs += 1,
+        }
+    }
+    let _ = bounded(imp.disconnect()).await;
+    let mut line = format!(
+        "verified {checked} bad {} hangs {}",
+        tally.bad.len(),
+        tally.hangs
+    );
+    for b in &tally.bad {
+        line.push_str(&format!("; {b}"));
+    }
+    line
+}
+
+/// The workload's state in the node process: the ledger between runs, the running one.
+#[derive(Default)]
+pub struct Records {
+    pub ledger: Option<Ledger>,
+    pub running: Option<Running>,
+    pub target: Option<Target>,
+}
+
+/// `work start CTRL NODE SEG SLOTS`, `work heal`, `work healed` (puts acknowledged since
+/// `heal`), `work stop` (the tally's line) and `work verify`.
+pub async fn command(node: &rsm::Node, rec: &Mutex<Records>, words: &[&str]) -> String {
+    match words {
+        ["start", ctrl, id, seg, slots] => {
+            let ctrl = match node.controller(ctrl).await {
+                Ok(c) => c,
+                Err(e) => return format!("err {} 0", e.name()),
+            };
+            let target = Target {
+                ctrl,
+                node: id.parse().unwrap(),
+                seg: seg.parse().unwrap(),
+                slots: slots.parse().unwrap(),
+            };
+            let mut r = rec.lock().unwrap();
+            let ledger = r.ledger.take().unwrap_or_default();
+            r.running = Some(Running::start(target.clone(), ledger));
+            r.target = Some(target);
+            "ok".into()
+        }
+        ["heal"] => match &rec.lock().unwrap().running {
+            Some(r) => {
+                r.heal();
+                "ok".into()
+            }
+            None => "idle".into(),
+        },
+        ["healed"] => match &rec.lock().unwrap().running {
+            Some(r) => r.after_heal.load(Ordering::SeqCst).to_string(),
+            None => "idle".into(),
+        },
+        ["stop"] => {
+            let running = rec.lock().unwrap().running.take();
+            let Some(running) = running else {
+                return "idle".into();
+            };
+            match running.stop().await {
+                Some((ledger, tally)) => {
+                    rec.lock().unwrap().ledger = Some(ledger);
+                    let mut line = format!("done {}", tally.line());
+                    for b in &tally.bad {
+                        line.push_str(&format!("; {b}"));
+                    }
+                    line
+                }
+                None => "hang".into(),
+            }
+        }
+        ["verify"] => {
+            let (target, ledger) = {
+                let mut r = rec.lock().unwrap();
+                (r.target.clone(), r.ledger.take())
+            };
+            let (Some(target), Some(ledger)) = (target, ledger) else {
+                return "idle".into();
+            };
+            let line = verify(&target, &ledger).await;
+            rec.lock().unwrap().ledger = Some(ledger);
+            line
+        }
+        other => format!("unknown work command {other:?}"),
+    }
+}
