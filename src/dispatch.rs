@@ -290,6 +290,7 @@ impl Handler for NodeHandler {
             .filter_map(import_inner)
             .filter(|imp| imp.peer_incarnation() == incarnation)
             .collect();
+        reset_transports(&lost);
         for imp in lost {
             imp.events().peer_lost(node_id);
             imp.peer_lost(Error::conn_aborted().node(node_id).detail("the exporting node is unreachable (its side channel closed or missed its heartbeats)"));
@@ -316,6 +317,24 @@ impl Handler for NodeHandler {
             node: node_id,
             incarnation,
         });
+    }
+}
+
+/// Resets this process's TCP connections to the fabric addresses of a lost exporter's
+/// imports before their operations fail: a put the provider had not sent would otherwise
+/// reach the exporter once the network is back, after the put that retried it on a new
+/// connection, and overwrite it (DESIGN.md §8, "Peer loss").
+fn reset_transports(lost: &[Arc<ImportInner>]) {
+    let mut done: Vec<(&str, &[u8])> = Vec::new();
+    for imp in lost {
+        let Some(addr) = imp.fabric_peer_addr() else {
+            continue;
+        };
+        let key = (imp.controller_name(), addr);
+        if !done.contains(&key) {
+            done.push(key);
+            imp.reset_transport();
+        }
     }
 }
 

@@ -295,6 +295,26 @@ impl Connections {
         }
     }
 
+    /// Closes the connections to the peer listening at `addr`, whose sockets the caller
+    /// reset under the provider (which does not notice): what was in flight on them fails,
+    /// and the next post to that peer connects again. Returns how many were closed.
+    pub fn close_connections_to(&self, addr: &[u8]) -> usize {
+        let mut links = self.links.write().unwrap_or_else(|p| p.into_inner());
+        let mut closed = 0;
+        for peer in links.peers.iter_mut().flatten() {
+            if peer.addr == addr && matches!(peer.link, Link::Up(_) | Link::Connecting { .. }) {
+                peer.link = Link::Down;
+                closed += 1;
+            }
+        }
+        if closed > 0 {
+            self.epoch.fetch_add(1, Ordering::SeqCst);
+            drop(links);
+            self.changed();
+        }
+        closed
+    }
+
     fn connect(&self, addr: &[u8]) -> Result<Link> {
         check_sockaddr(addr)?;
         let mut storage: libc::sockaddr_storage =

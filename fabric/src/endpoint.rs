@@ -128,6 +128,16 @@ impl Endpoint {
         }
     }
 
+    /// Closes the connections to the peer at fabric address `addr` (connected endpoints
+    /// only; the next post to it connects again): its sockets were reset under the provider.
+    /// Returns how many were closed.
+    pub fn close_connections_to(&self, addr: &[u8]) -> usize {
+        match &self.transport {
+            Transport::Rdm { .. } => 0,
+            Transport::Connected(c) => c.close_connections_to(addr),
+        }
+    }
+
     /// Run when a connection to a peer came up or failed (connected endpoints only): posts
     /// refused with `Again` meanwhile should go again.
     pub fn set_on_connection_change(&self, f: super::connected::OnChange) {

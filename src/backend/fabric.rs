@@ -208,6 +208,17 @@ impl FabricBackend {
         Ok(self.engine.endpoint().check_peer_address(addr)?)
     }
 
+    /// A lost peer's TCP connections are reset: nothing this node had not sent it yet
+    /// reaches it later, and the next operation to it connects again.
+    pub(crate) fn reset_peer(&self, addr: &[u8]) {
+        let Some(sock) = crate::sys::sockets::sockaddr_of(addr) else {
+            return;
+        };
+        let reset = crate::sys::sockets::abort_connections_to(sock);
+        let closed = self.engine.endpoint().close_connections_to(addr);
+        tracing::debug!(peer = %sock, reset, closed, "connections to a lost peer reset");
+    }
+
     pub(crate) fn release_peer(&self, addr: &[u8]) {
         self.peers.release(addr);
     }

@@ -142,6 +142,18 @@ impl ImportInner {
         self.tracker.abort(err.segment(self.segment));
     }
 
+    /// The exporter's fabric address, for an import on a fabric controller.
+    pub(crate) fn fabric_peer_addr(&self) -> Option<&[u8]> {
+        self.backend.as_ref().map(|_| self.peer_addr.as_slice())
+    }
+
+    /// Resets this controller's TCP connections to the exporter (DESIGN.md §8, "Peer loss").
+    pub(crate) fn reset_transport(&self) {
+        if let Some(b) = &self.backend {
+            b.reset_peer(&self.peer_addr);
+        }
+    }
+
     /// The exporting node was lost (DESIGN.md, decision 19): operations fail with `err`, and
     /// leaving waits for nothing of it (its memory is gone with it; the operations' buffers
     /// stay with their slots until the provider lets go of them).

@@ -2,7 +2,8 @@
 //! clock, segment memory, the eventfd and poll that progress threads sleep on, and the loopback controller's
 //! shared memory, wake-up sockets, descriptor passing and cross-memory attach; the signal mask
 //! of the node's threads and the process's signal dispositions around libfabric's calls
-//! (`dispositions`, with `objects`: where code lives); the `/dev/shm` files dead processes left.
+//! (`dispositions`, with `objects`: where code lives); the `/dev/shm` files dead processes left;
+//! resetting the providers' TCP connections to a lost peer (`sockets`).
 
 pub(crate) mod atomic_mem;
 pub(crate) mod bell;
@@ -22,4 +23,5 @@ pub(crate) mod objects;
 pub(crate) mod shm;
 pub(crate) mod shm_files;
 pub(crate) mod signals;
+pub(crate) mod sockets;
 pub(crate) mod wake;

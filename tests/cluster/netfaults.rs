@@ -2,11 +2,13 @@
 //! packet loss of 1, 5 and 10 %, link flaps shorter and longer than the liveness bound, and
 //! a stalled peer (every frame to and from it dropped at the switch, or its process
 //! frozen), each while the importer's records workload (`records.rs`) runs. Throughout: no
-//! record read back is ever wrong, every acknowledged put is read back with its value once
-//! the network healed, every await ends (one still pending after 12 s counts as a hang),
-//! every failure is `CONN_ABORTED` or `REMOTE_NODE_UNREACHABLE` within 5 s, and after the
-//! fault the workload imports again and its puts are acknowledged. Each phase prints a
-//! `NETFAULT` line with its figures (docs/reliability.md, "Network faults").
+//! record read back is ever wrong; every acknowledged put is read back with its value once
+//! the network healed (the workers put a failed put's records again at once, as an
+//! application retries, so a failed put that lands late shows); every await ends (one
+//! still pending after 12 s counts as a hang); every failure is `CONN_ABORTED` or
+//! `REMOTE_NODE_UNREACHABLE` within 5 s; and after the fault the workload imports again and
+//! its puts are acknowledged. Each phase prints a `NETFAULT` line with its figures
+//! (docs/reliability.md, "Network faults").
 
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
@@ -39,6 +41,8 @@ struct Fault<'a> {
     end: Box<dyn FnOnce(&Pair) -> u64 + 'a>,
     /// Whether operations cannot succeed while it lasts, so some must fail.
     cuts: bool,
+    /// Whether the workers hold their lost imports until new ones work, or drop them.
+    hold_lost: bool,
 }
 
 impl Pair {
@@ -73,8 +77,9 @@ impl Pair {
     /// Runs the workload through `fault` and checks everything the module's doc promises.
     fn phase(&mut self, fault: Fault<'_>) {
         let what = format!("{} {}", self.ctrl, fault.name);
+        let lost = if fault.hold_lost { "hold" } else { "drop" };
         let start = format!(
-            "start {} {} {} {SLOTS}",
+            "start {} {} {} {SLOTS} {lost}",
             self.ctrl,
             self.a().node_id,
             self.seg
@@ -150,9 +155,12 @@ fn loss(pct: u32) -> Fault<'static> {
         start: Box::new(move |p| nft::loss(&p.cluster, pct)),
         end: Box::new(|p| nft::heal(&p.cluster)),
         cuts: false,
+        hold_lost: false,
     }
 }
 
+/// The link down for `secs`; a long flap's workers hold their lost imports (the fabric
+/// connection to the peer stays and is used again), a short one's drop them.
 fn flap(secs: u64) -> Fault<'static> {
     Fault {
         name: format!("link down {secs} s"),
@@ -163,6 +171,7 @@ fn flap(secs: u64) -> Fault<'static> {
             0
         }),
         cuts: secs > 4,
+        hold_lost: secs > 4,
     }
 }
 
@@ -197,6 +206,7 @@ fn stalled_peer(test: &str, ctrl: &'static str) {
         start: Box::new(|p| nft::isolate(&p.cluster, p.a())),
         end: Box::new(|p| nft::heal(&p.cluster)),
         cuts: true,
+        hold_lost: false,
     });
     pair.phase(Fault {
         name: "frozen 6 s".into(),
@@ -207,6 +217,7 @@ fn stalled_peer(test: &str, ctrl: &'static str) {
             0
         }),
         cuts: true,
+        hold_lost: true,
     });
 }
 

@@ -1,6 +1,8 @@
 //! The workload of the network-fault tests (`netfaults.rs`), run by an importing node
-//! process: checked records put, read back and gathered through an import of one exporter's
-//! segment, every await bounded, until the parent stops it. Each record carries its
+//! process: three workers, each with its own import of one exporter's segment and its own
+//! share of its slots, put records one at a time, two in a vector and 64 in one put, and
+//! read acknowledged ones back singly and gathered, every await bounded, until the parent
+//! stops them. Each record carries its
 //! sequence number, its slot and a checksum, so a misplaced, torn or stale record shows;
 //! the ledger remembers, per slot, the last record put there and whether the put was
 //! acknowledged, and `verify` reads every acknowledged one back through a fresh import.
@@ -48,11 +50,38 @@ pub fn wrong(buf: &[u8], seq: u64, slot: u64) -> Option<String> {
     None
 }
 
-/// Per slot, the last record put there and whether its put was acknowledged.
-#[derive(Default)]
+/// Workers, each with its own import and its own share of the slots, so that several
+/// operations are in flight when a fault strikes.
+const WORKERS: u64 = 3;
+
+/// Records in a bulk put (256 KiB).
+const BULK: u64 = 64;
+
+/// One worker's slots `base..base + len`: per slot, the last record put there and whether
+/// its put was acknowledged.
 pub struct Ledger {
     slots: HashMap<u64, (u64, bool)>,
     next: u64,
+    base: u64,
+    len: u64,
+    /// Slots whose last put failed: put again first, as an application retries a write.
+    retry: Vec<u64>,
+}
+
+impl Ledger {
+    /// The ledgers of the workers, sharing `slots` slots.
+    fn split(slots: u64) -> Vec<Ledger> {
+        let len = slots / WORKERS;
+        (0..WORKERS)
+            .map(|w| Ledger {
+                slots: HashMap::new(),
+                next: 0,
+                base: w * len,
+                len,
+                retry: Vec::new(),
+            })
+            .collect()
+    }
 }
 
 /// What a run of the workload saw.
@@ -69,6 +98,21 @@ pub struct Tally {
 }
 
 impl Tally {
+    fn merge(&mut self, o: Tally) {
+        self.acked += o.acked;
+        self.gets += o.gets;
+        self.imports += o.imports;
+        for (k, v) in o.errors {
+            *self.errors.entry(k).or_default() += v;
+        }
+        self.hangs += o.hangs;
+        for b in o.bad {
+            self.bad(b);
+        }
+        self.max_err_ms = self.max_err_ms.max(o.max_err_ms);
+        self.max_ok_ms = self.max_ok_ms.max(o.max_ok_ms);
+    }
+
     fn ok(&mut self, took: Duration) {
         self.max_ok_ms = self.max_ok_ms.max(took.as_millis());
     }
@@ -117,6 +161,9 @@ pub struct Target {
     pub node: u32,
     pub seg: u32,
     pub slots: u64,
+    /// Whether a lost import is held until a new one works (as an application's handle
+    /// would be) or dropped at once (the last drop closes the fabric connection to the peer).
+    pub hold_lost: bool,
 }
 
 impl Target {
@@ -150,27 +197,32 @@ pub struct Running {
     /// Puts acknowledged since the parent said the network healed (`heal`).
     pub after_heal: Arc<AtomicU64>,
     healed: Arc<AtomicBool>,
-    task: tokio::task::JoinHandle<(Ledger, Tally)>,
+    tasks: Vec<tokio::task::JoinHandle<(Ledger, Tally)>>,
 }
 
 impl Running {
-    /// Starts the workload on `target`, continuing `ledger`.
-    pub fn start(target: Target, ledger: Ledger) -> Running {
+    /// Starts the workers on `target`, continuing their `ledgers`.
+    pub fn start(target: Target, ledgers: Vec<Ledger>) -> Running {
         let stop = Arc::new(AtomicBool::new(false));
         let after_heal = Arc::new(AtomicU64::new(0));
         let healed = Arc::new(AtomicBool::new(false));
-        let task = tokio::spawn(run(
-            target,
-            ledger,
-            Arc::clone(&stop),
-            Arc::clone(&healed),
-            Arc::clone(&after_heal),
-        ));
+        let tasks = ledgers
+            .into_iter()
+            .map(|ledger| {
+                tokio::spawn(run(
+                    target.clone(),
+                    ledger,
+                    Arc::clone(&stop),
+                    Arc::clone(&healed),
+                    Arc::clone(&after_heal),
+                ))
+            })
+            .collect();
         Running {
             stop,
             after_heal,
             healed,
-            task,
+            tasks,
         }
     }
 
@@ -181,12 +233,18 @@ impl Running {
 
     /// Stops the workload and returns its ledger and tally (`None` if it did not end within
     /// twice the hang bound: a hang of the workload itself).
-    pub async fn stop(self) -> Option<(Ledger, Tally)> {
+    pub async fn stop(self) -> Option<(Vec<Ledger>, Tally)> {
         self.stop.store(true, Ordering::SeqCst);
-        match tokio::time::timeout(2 * HANG, self.task).await {
-            Ok(Ok(out)) => Some(out),
-            _ => None,
+        let all = futures::future::join_all(self.tasks);
+        let done = tokio::time::timeout(2 * HANG, all).await.ok()?;
+        let mut ledgers = Vec::new();
+        let mut tally = Tally::default();
+        for out in done {
+            let (ledger, t) = out.ok()?;
+            ledgers.push(ledger);
+            tally.merge(t);
         }
+        Some((ledgers, tally))
     }
 }
 
@@ -204,6 +262,8 @@ async fn run(
 ) -> (Ledger, Tally) {
     let mut tally = Tally::default();
     let mut imp: Option<ImportSegment> = None;
+    // The lost import, held until a new one works, as an application's handle would be.
+    let mut lost: Option<ImportSegment> = None;
     let mut round = 0u64;
     while !stop.load(Ordering::SeqCst) {
         tokio::time::sleep(Duration::from_millis(1)).await;
@@ -211,16 +271,19 @@ async fn run(
             imp = target.import(&mut tally).await;
             if imp.is_none() {
                 tokio::time::sleep(Duration::from_millis(100)).await;
+            } else {
+                lost = None;
             }
             continue;
         };
         round += 1;
         let started = Instant::now();
-        let outcome = match round % 8 {
-            0 => get_one(&i, &ledger, round, &mut tally).await,
-            1 => getv_two(&i, &ledger, round, &mut tally).await,
-            2 => putv_two(&i, &mut ledger, &target, &mut tally).await,
-            _ => put_one(&i, &mut ledger, &target, &mut tally).await,
+        let outcome = match round % 16 {
+            0 | 8 => get_one(&i, &ledger, round, &mut tally).await,
+            1 | 9 => getv_two(&i, &ledger, round, &mut tally).await,
+            2 | 10 => putv_two(&i, &mut ledger, &mut tally).await,
+            3 => put_bulk(&i, &mut ledger, &mut tally).await,
+            _ => put_one(&i, &mut ledger, &mut tally).await,
         };
         match outcome {
             Some(Ok(acked)) => {
@@ -233,34 +296,32 @@ async fn run(
                 tally.error(&e, started.elapsed());
                 if e.is_unreachable() || e.is_disconnected() {
                     // A lost import stays lost: the next round imports again.
-                    imp = None;
+                    lost = imp.take().filter(|_| target.hold_lost);
                 }
             }
             None => tally.hangs += 1,
         }
     }
+    drop(lost);
     (ledger, tally)
 }
 
-/// The next record's slot and sequence, marked as not (yet) acknowledged.
-fn next(ledger: &mut Ledger, target: &Target) -> (u64, u64) {
+/// The next record's sequence and slot, marked as not (yet) acknowledged.
+fn next(ledger: &mut Ledger) -> (u64, u64) {
     let seq = ledger.next;
     ledger.next += 1;
-    let slot = seq % target.slots;
+    let slot = ledger.retry.pop().unwrap_or(ledger.base + seq % ledger.len);
     ledger.slots.insert(slot, (seq, false));
     (seq, slot)
 }
 
 /// An acknowledged slot chosen by `round`, with its record's sequence.
 fn acked_slot(ledger: &Ledger, round: u64) -> Option<(u64, u64)> {
-    let n = ledger.slots.len() as u64;
-    if n == 0 {
-        return None;
-    }
+    let n = ledger.len;
     let start = round.wrapping_mul(0x9e37_79b9_7f4a_7c15) % n;
     (0..n)
         .filter_map(|k| {
-            let slot = (start + k) % n;
+            let slot = ledger.base + (start + k) % n;
             match ledger.slots.get(&slot) {
                 Some(&(seq, true)) => Some((slot, seq)),
                 _ => None,
@@ -271,27 +332,36 @@ fn acked_slot(ledger: &Ledger, round: u64) -> Option<(u64, u64)> {
 
 type Step = Option<rsm::Result<u64>>;
 
-async fn put_one(i: &ImportSegment, l: &mut Ledger, t: &Target, tally: &mut Tally) -> Step {
-    let (seq, slot) = next(l, t);
-    let out = bounded(i.put(slot * RECORD as u64, record(seq, slot))).await?;
+async fn put_one(i: &ImportSegment, l: &mut Ledger, tally: &mut Tally) -> Step {
+    let (seq, slot) = next(l);
+    let Some(out) = bounded(i.put(slot * RECORD as u64, record(seq, slot))).await else {
+        l.retry.push(slot);
+        return None;
+    };
     Some(match out {
         Ok(_) => {
             l.slots.insert(slot, (seq, true));
             tally.acked += 1;
             Ok(1)
         }
-        Err(e) => Err(e.into_parts().0),
+        Err(e) => {
+            l.retry.push(slot);
+            Err(e.into_parts().0)
+        }
     })
 }
 
-async fn putv_two(i: &ImportSegment, l: &mut Ledger, t: &Target, tally: &mut Tally) -> Step {
-    let (a, sa) = next(l, t);
-    let (b, sb) = next(l, t);
+async fn putv_two(i: &ImportSegment, l: &mut Ledger, tally: &mut Tally) -> Step {
+    let (a, sa) = next(l);
+    let (b, sb) = next(l);
     let entries = vec![
         SgEntry::buffer(record(a, sa), sa * RECORD as u64),
         SgEntry::buffer(record(b, sb), sb * RECORD as u64),
     ];
-    let out = bounded(i.putv(entries, SgFlags::empty())).await?;
+    let Some(out) = bounded(i.putv(entries, SgFlags::empty())).await else {
+        l.retry.extend([sb, sa]);
+        return None;
+    };
     Some(match out.result {
         Ok(()) => {
             l.slots.insert(sa, (a, true));
@@ -299,7 +369,39 @@ async fn putv_two(i: &ImportSegment, l: &mut Ledger, t: &Target, tally: &mut Tal
             tally.acked += 2;
             Ok(2)
         }
-        Err(e) => Err(e),
+        Err(e) => {
+            l.retry.extend([sb, sa]);
+            Err(e)
+        }
+    })
+}
+
+/// [`BULK`] records in consecutive slots, in one put.
+async fn put_bulk(i: &ImportSegment, l: &mut Ledger, tally: &mut Tally) -> Step {
+    let first = l.next;
+    let start = l.base + first % (l.len - BULK);
+    let mut data = Vec::with_capacity(BULK as usize * RECORD);
+    for k in 0..BULK {
+        data.extend_from_slice(&record(first + k, start + k));
+        l.slots.insert(start + k, (first + k, false));
+    }
+    l.next += BULK;
+    let Some(out) = bounded(i.put(start * RECORD as u64, data)).await else {
+        l.retry.extend((start..start + BULK).rev());
+        return None;
+    };
+    Some(match out {
+        Ok(_) => {
+            for k in 0..BULK {
+                l.slots.insert(start + k, (first + k, true));
+            }
+            tally.acked += BULK;
+            Ok(BULK)
+        }
+        Err(e) => {
+            l.retry.extend((start..start + BULK).rev());
+            Err(e.into_parts().0)
+        }
     })
 }
 
@@ -354,7 +456,7 @@ async fn getv_two(i: &ImportSegment, l: &Ledger, round: u64, tally: &mut Tally) 
 
 /// Reads every acknowledged record back through a fresh import (imports again for up to
 /// 20 s while the network recovers): `verified N bad M hangs H` and the first problems.
-pub async fn verify(target: &Target, ledger: &Ledger) -> String {
+pub async fn verify(target: &Target, ledgers: &[Ledger]) -> String {
     let mut tally = Tally::default();
     let deadline = Instant::now() + Duration::from_secs(20);
     let imp = loop {
@@ -367,7 +469,7 @@ pub async fn verify(target: &Target, ledger: &Ledger) -> String {
         tokio::time::sleep(Duration::from_millis(200)).await;
     };
     let mut checked = 0u64;
-    let mut slots: Vec<(&u64, &(u64, bool))> = ledger.slots.iter().collect();
+    let mut slots: Vec<(&u64, &(u64, bool))> = ledgers.iter().flat_map(|l| &l.slots).collect();
     slots.sort();
     for (&slot, &(seq, acked)) in slots {
         if !acked {
@@ -399,16 +501,16 @@ pub async fn verify(target: &Target, ledger: &Ledger) -> String {
 /// The workload's state in the node process: the ledger between runs, the running one.
 #[derive(Default)]
 pub struct Records {
-    pub ledger: Option<Ledger>,
+    pub ledger: Option<Vec<Ledger>>,
     pub running: Option<Running>,
     pub target: Option<Target>,
 }
 
-/// `work start CTRL NODE SEG SLOTS`, `work heal`, `work healed` (puts acknowledged since
+/// `work start CTRL NODE SEG SLOTS hold|drop` (what a worker does with a lost import), `work heal`, `work healed` (puts acknowledged since
 /// `heal`), `work stop` (the tally's line) and `work verify`.
 pub async fn command(node: &rsm::Node, rec: &Mutex<Records>, words: &[&str]) -> String {
     match words {
-        ["start", ctrl, id, seg, slots] => {
+        ["start", ctrl, id, seg, slots, lost] => {
             let ctrl = match node.controller(ctrl).await {
                 Ok(c) => c,
                 Err(e) => return format!("err {} 0", e.name()),
@@ -418,9 +520,13 @@ pub async fn command(node: &rsm::Node, rec: &Mutex<Records>, words: &[&str]) -> 
                 node: id.parse().unwrap(),
                 seg: seg.parse().unwrap(),
                 slots: slots.parse().unwrap(),
+                hold_lost: *lost == "hold",
             };
             let mut r = rec.lock().unwrap();
-            let ledger = r.ledger.take().unwrap_or_default();
+            let ledger = r
+                .ledger
+                .take()
+                .unwrap_or_else(|| Ledger::split(target.slots));
             r.running = Some(Running::start(target.clone(), ledger));
             r.target = Some(target);
             "ok".into()

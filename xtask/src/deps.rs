@@ -53,6 +53,11 @@ const REQUIREMENTS: &[Requirement] = &[
         package: "iproute2",
         otherwise: Probe::Command("ip"),
     },
+    // `nft`: packet loss and silent peers at the cluster tests' switch (tests/cluster/nft.rs).
+    Requirement {
+        package: "nftables",
+        otherwise: Probe::Command("nft"),
+    },
     // bindgen parses the libfabric headers with libclang.
     Requirement {
         package: "libclang-dev",
