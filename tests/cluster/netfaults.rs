@@ -131,7 +131,7 @@ impl Pair {
         assert!(tally["acked"] != "0", "{what}: {done}");
         let w: Vec<&str> = verified.split_whitespace().collect();
         assert!(
-            matches!(w.as_slice(), ["verified", n, "bad", "0", "hangs", "0"] if *n != "0"),
+            matches!(w.as_slice(), ["verified", n, "bad", "0", "hangs", "0", "lost", _] if *n != "0"),
             "{what}: acknowledged puts read back: {verified}"
         );
     }

@@ -92,6 +92,8 @@ pub struct Tally {
     imports: u64,
     errors: BTreeMap<String, u64>,
     hangs: u64,
+    /// Wrong records read, and the first few of them.
+    bad_n: u64,
     bad: Vec<String>,
     max_err_ms: u128,
     max_ok_ms: u128,
@@ -106,8 +108,11 @@ impl Tally {
             *self.errors.entry(k).or_default() += v;
         }
         self.hangs += o.hangs;
+        self.bad_n += o.bad_n;
         for b in o.bad {
-            self.bad(b);
+            if self.bad.len() < 8 {
+                self.bad.push(b);
+            }
         }
         self.max_err_ms = self.max_err_ms.max(o.max_err_ms);
         self.max_ok_ms = self.max_ok_ms.max(o.max_ok_ms);
@@ -124,6 +129,7 @@ impl Tally {
 
     fn bad(&mut self, what: String) {
         eprintln!("records: {what}");
+        self.bad_n += 1;
         if self.bad.len() < 8 {
             self.bad.push(what);
         }
@@ -142,7 +148,7 @@ impl Tally {
             self.gets,
             self.imports,
             self.hangs,
-            self.bad.len(),
+            self.bad_n,
             self.max_err_ms,
             self.max_ok_ms,
             if errors.is_empty() {
@@ -454,43 +460,63 @@ async fn getv_two(i: &ImportSegment, l: &Ledger, round: u64, tally: &mut Tally) 
     Some(Ok(0))
 }
 
-/// Reads every acknowledged record back through a fresh import (imports again for up to
-/// 20 s while the network recovers): `verified N bad M hangs H` and the first problems.
-pub async fn verify(target: &Target, ledgers: &[Ledger]) -> String {
-    let mut tally = Tally::default();
+/// A fresh import for reading back, within 20 s while the network recovers.
+async fn import_within(target: &Target, tally: &mut Tally) -> Option<ImportSegment> {
     let deadline = Instant::now() + Duration::from_secs(20);
-    let imp = loop {
-        if let Some(imp) = target.import(&mut tally).await {
-            break imp;
+    loop {
+        if let Some(imp) = target.import(tally).await {
+            return Some(imp);
         }
         if Instant::now() >= deadline {
-            return format!("noimport {}", tally.line());
+            return None;
         }
         tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+/// Reads every acknowledged record back through a fresh import: `verified N bad M hangs H
+/// lost L` and the first problems. An import lost meanwhile (a busy host can miss the
+/// liveness bound) is made again, at most 3 times, and the slot read again: only a wrong
+/// record, a hang or a failure other than a loss counts against the data.
+pub async fn verify(target: &Target, ledgers: &[Ledger]) -> String {
+    let mut tally = Tally::default();
+    let Some(mut imp) = import_within(target, &mut tally).await else {
+        return format!("noimport {}", tally.line());
     };
-    let mut checked = 0u64;
+    let (mut checked, mut lost) = (0u64, 0u64);
     let mut slots: Vec<(&u64, &(u64, bool))> = ledgers.iter().flat_map(|l| &l.slots).collect();
     slots.sort();
     for (&slot, &(seq, acked)) in slots {
         if !acked {
             continue;
         }
-        match bounded(imp.get(slot * RECORD as u64, vec![0u8; RECORD])).await {
-            Some(Ok((_, buf))) => {
-                checked += 1;
-                if let Some(w) = wrong(&buf, seq, slot) {
-                    tally.bad(format!("verify {w}"));
+        loop {
+            match bounded(imp.get(slot * RECORD as u64, vec![0u8; RECORD])).await {
+                Some(Ok((_, buf))) => {
+                    checked += 1;
+                    if let Some(w) = wrong(&buf, seq, slot) {
+                        tally.bad(format!("verify {w}"));
+                    }
                 }
+                Some(Err(e)) if e.error().is_unreachable() && lost < 3 => {
+                    lost += 1;
+                    eprintln!("records: verify lost its import: {}", e.error());
+                    match import_within(target, &mut tally).await {
+                        Some(i) => imp = i,
+                        None => return format!("noimport {}", tally.line()),
+                    }
+                    continue;
+                }
+                Some(Err(e)) => tally.bad(format!("verify get slot {slot}: {}", e.error().name())),
+                None => tally.hangs += 1,
             }
-            Some(Err(e)) => tally.bad(format!("verify get slot {slot}: {}", e.error().name())),
-            None => tally.hangs += 1,
+            break;
         }
     }
     let _ = bounded(imp.disconnect()).await;
     let mut line = format!(
-        "verified {checked} bad {} hangs {}",
-        tally.bad.len(),
-        tally.hangs
+        "verified {checked} bad {} hangs {} lost {lost}",
+        tally.bad_n, tally.hangs
     );
     for b in &tally.bad {
         line.push_str(&format!("; {b}"));
