@@ -20,6 +20,7 @@ use futures::future::{BoxFuture, Shared};
 use std::any::Any;
 use std::collections::HashMap;
 use std::future::Future;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock, Weak};
 use std::time::Duration;
 use tokio::sync::oneshot;
@@ -105,6 +106,18 @@ pub(crate) struct NodeContext {
     /// How long a loopback signal wait looks at the doorbells before its task parks (the
     /// user's spin budget over [`LOOPBACK_SIGNAL_SPIN`]).
     loopback_signal_spin: OnceLock<Duration>,
+    /// Revokes running (`export.rs`'s `retire`): a node's shutdown lets them end before its
+    /// engines close the endpoints their importers still post to.
+    retiring: Arc<AtomicUsize>,
+}
+
+/// One revoke running, counted in [`NodeContext::retiring`] until it goes.
+pub(crate) struct Retiring(Arc<AtomicUsize>);
+
+impl Drop for Retiring {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::SeqCst);
+    }
 }
 
 /// How long a loopback signal wait looks at the doorbells before its task parks, without a
@@ -140,6 +153,7 @@ impl NodeContext {
             fabrics: Mutex::new(Vec::new()),
             signals: Default::default(),
             loopback_signal_spin: OnceLock::new(),
+            retiring: Arc::new(AtomicUsize::new(0)),
         })
     }
 
@@ -273,6 +287,17 @@ impl NodeContext {
                 e.nudge();
             }
         }
+    }
+
+    /// Counts a revoke from now (before its task is spawned) until the guard goes.
+    pub(crate) fn retiring(&self) -> Retiring {
+        self.retiring.fetch_add(1, Ordering::SeqCst);
+        Retiring(Arc::clone(&self.retiring))
+    }
+
+    /// How many revokes are running.
+    pub(crate) fn retirements(&self) -> usize {
+        self.retiring.load(Ordering::SeqCst)
     }
 
     /// Stops every progress engine of the node; returns those whose thread still runs.

@@ -887,6 +887,7 @@ async fn register_off_thread(
 /// once each acknowledged, lost its channel, or 5 s passed, the registration closes (by
 /// dropping `p`) and the id is free.
 async fn retire(ctx: &Arc<NodeContext>, p: Published) {
+    let _retiring = ctx.retiring();
     let id = p.id;
     crate::backend::loopback::revoked(&p.mem);
     let notices = p
@@ -959,10 +960,33 @@ impl Drop for ExportSegment {
             return;
         };
         let inner = Arc::clone(&self.inner);
+        // Counted from here: a shutdown that starts before the task runs waits for it.
+        let retiring = node.retiring();
         node.clone().spawn(async move {
             retire(&node, p).await;
+            drop(retiring);
             crate::backend::loopback::destroyed(&inner.lock().mem);
             drop(inner);
+        });
+    }
+}
+
+/// At a node's shutdown: every export still published is withdrawn as the drop of its last
+/// handle would withdraw it (its importers told, their acknowledgements awaited), in the
+/// background, counted in [`NodeContext::retirements`]; the handles stay usable, unpublished.
+pub(crate) fn withdraw_all(ctx: &Arc<NodeContext>) {
+    for entry in ctx.exports() {
+        let Ok(inner) = entry.downcast::<ExportInner>() else {
+            continue;
+        };
+        let Some(p) = inner.lock().published.take() else {
+            continue;
+        };
+        let retiring = ctx.retiring();
+        let node = Arc::clone(ctx);
+        ctx.clone().spawn(async move {
+            retire(&node, p).await;
+            drop(retiring);
         });
     }
 }

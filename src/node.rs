@@ -386,15 +386,18 @@ impl Node {
         )
     }
 
-    /// Stops the node: its controllers' progress engines finish the operations in flight
-    /// (at most 5 s; a peer that died is recovered from, DESIGN.md §3) and close their
-    /// endpoints, then the side channel closes, so that an exporter still waiting for this
-    /// node's acknowledgement keeps its memory until this node's operations are done.
-    /// Idempotent; the node's identity methods keep working afterwards.
+    /// Stops the node: the exports still published are withdrawn (their importers told, and
+    /// their acknowledgements awaited at most 1 s), its controllers' progress engines finish
+    /// the operations in flight (at most 5 s; a peer that died is recovered from, DESIGN.md
+    /// §3) and close their endpoints, then the side channel closes, so that an exporter still
+    /// waiting for this node's acknowledgement keeps its memory until this node's operations
+    /// are done. Idempotent; the node's identity methods keep working afterwards, and export
+    /// handles stay usable, unpublished.
     ///
     /// # Cancel safety
-    /// The engines are stopped before the first await point. Dropped before it completes,
-    /// the future leaves the side channel open until the node is dropped.
+    /// The withdrawals start before the first await point and finish on the node's runtime.
+    /// Dropped before it completes, the future leaves the engines running and the side
+    /// channel open until the node is dropped.
     ///
     /// ```
     /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
@@ -412,6 +415,14 @@ impl Node {
     /// # }
     /// ```
     pub async fn shutdown(&self) {
+        // Importers are told first that the exports are withdrawn (and their acknowledgements
+        // awaited, at most 1 s): one still posting to an endpoint about to close may be left
+        // with an operation that never completes (sockets reconnects under it).
+        crate::export::withdraw_all(&self.inner.state);
+        let withdrawn = std::time::Instant::now() + WITHDRAW_ON_SHUTDOWN;
+        while self.inner.state.retirements() > 0 && std::time::Instant::now() < withdrawn {
+            futures_timer_sleep(Duration::from_millis(5)).await;
+        }
         // Engines drain what is in flight (at most 5 s) and close their endpoints, so that a
         // process that exits next leaves no provider state behind (shm's /dev/shm files).
         // The side channel stays up meanwhile: an exporter frees its registrations once an
@@ -443,6 +454,10 @@ impl Drop for StartingRuntime {
         }
     }
 }
+
+/// How long a node's shutdown waits for its importers to acknowledge that its exports are
+/// withdrawn: live ones answer in milliseconds; a dead or frozen one is not waited for.
+const WITHDRAW_ON_SHUTDOWN: Duration = Duration::from_secs(1);
 
 /// A sleep that needs no runtime in the caller: a thread-free poll of a std timer would
 /// need one, so the node's own runtime is not used either (it may be shutting down).

@@ -7,7 +7,7 @@ mod common;
 use common::{fresh_node_id, remove_shm_files, serial};
 use std::io::{BufRead, BufReader, Write};
 use std::process::{Child, ChildStdin, Command, Stdio};
-use std::sync::mpsc;
+use std::sync::{Arc, Mutex, mpsc};
 use std::time::{Duration, Instant};
 
 use common::example;
@@ -22,6 +22,8 @@ struct Proc {
     lines: mpsc::Receiver<String>,
     /// Everything it printed so far, for the messages of failed checks.
     seen: Vec<String>,
+    /// What it wrote to standard error (echoed as it comes), for the same messages.
+    errors: Arc<Mutex<Vec<String>>>,
 }
 
 impl Proc {
@@ -52,13 +54,25 @@ impl Proc {
             .env("FI_SOCKETS_IFACE", "lo")
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
+            .stderr(Stdio::piped())
             .spawn()
             .expect("spawn the example");
         let stdin = child.stdin.take();
         let stdout = child.stdout.take().expect("stdout");
+        let stderr = child.stderr.take().expect("stderr");
         let (tx, lines) = mpsc::channel();
         let tag = format!("{name}[{}]", child.id());
+        let errors = Arc::new(Mutex::new(Vec::new()));
+        let (err_tag, err_lines) = (tag.clone(), Arc::clone(&errors));
+        std::thread::spawn(move || {
+            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+                eprintln!("{err_tag} (stderr): {line}");
+                err_lines
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .push(line);
+            }
+        });
         std::thread::spawn(move || {
             for line in BufReader::new(stdout).lines().map_while(Result::ok) {
                 println!("{tag}: {line}");
@@ -74,7 +88,23 @@ impl Proc {
             stdin,
             lines,
             seen: Vec::new(),
+            errors,
         }
+    }
+
+    /// How the process ended, if it did (waiting a moment for it), and what it wrote to
+    /// standard error: for the messages of failed checks.
+    fn post_mortem(&mut self) -> String {
+        let deadline = Instant::now() + Duration::from_secs(2);
+        let status = loop {
+            match self.child.try_wait() {
+                Ok(Some(status)) => break status.to_string(),
+                _ if Instant::now() >= deadline => break "still running".to_string(),
+                _ => std::thread::sleep(Duration::from_millis(20)),
+            }
+        };
+        let errors = self.errors.lock().unwrap_or_else(|p| p.into_inner());
+        format!("process: {status}; standard error: {errors:#?}")
     }
 
     /// Waits (at most `limit`) for a line containing `what`, and returns it.
@@ -89,10 +119,13 @@ impl Proc {
                         return line;
                     }
                 }
-                Err(e) => panic!(
-                    "{} did not say {what:?} within {limit:?} ({e:?}); it said {:#?}",
-                    self.name, self.seen
-                ),
+                Err(e) => {
+                    let end = self.post_mortem();
+                    panic!(
+                        "{} did not say {what:?} within {limit:?} ({e:?}); it said {:#?}; {end}",
+                        self.name, self.seen
+                    )
+                }
             }
         }
     }
@@ -117,12 +150,13 @@ impl Proc {
         while let Ok(line) = self.lines.recv_timeout(Duration::from_secs(5)) {
             self.seen.push(line);
         }
-        assert!(
-            status.success(),
-            "{} ended with {status}; it said {:#?}",
-            self.name,
-            self.seen
-        );
+        if !status.success() {
+            let end = self.post_mortem();
+            panic!(
+                "{} ended with {status}; it said {:#?}; {end}",
+                self.name, self.seen
+            );
+        }
         assert_eq!(
             self.seen.last().map(String::as_str),
             Some("ok"),

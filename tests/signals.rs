@@ -666,20 +666,29 @@ fn a_signal_to_a_dead_node_is_unreachable() {
             let mut events = imp.events();
             imp.signal(SignalFlags::empty()).await.unwrap();
             seg.wait_signal(FIVE_S).await.unwrap();
-            // The exporting node goes away.
+            // The exporting node goes away: it withdraws its export first (a revoke), then
+            // its side channel closes.
             a.shutdown().await;
-            let e = tokio::time::timeout(Duration::from_secs(10), events.next())
-                .await
-                .expect("an event within 10 s");
-            assert_eq!(
-                e.unwrap().unwrap(),
-                SegmentEvent::PeerUnreachable {
-                    node: rsm::NodeId(a_id)
-                },
-                "{ctrl}"
+            let mut seen = Vec::new();
+            let lost = SegmentEvent::PeerUnreachable {
+                node: rsm::NodeId(a_id),
+            };
+            while !seen.contains(&lost) {
+                let e = tokio::time::timeout(Duration::from_secs(10), events.next())
+                    .await
+                    .unwrap_or_else(|_| panic!("{ctrl}: no PeerUnreachable within 10 s: {seen:?}"));
+                seen.push(e.unwrap().unwrap());
+            }
+            assert!(
+                seen.iter()
+                    .all(|e| *e == lost || *e == SegmentEvent::Revoked),
+                "{ctrl}: {seen:?}"
             );
             let e = imp.signal(SignalFlags::empty()).await.unwrap_err();
-            assert_eq!(e.code(), 39, "{ctrl}: RSMERR_REMOTE_NODE_UNREACHABLE: {e}");
+            assert!(
+                e.is_unreachable(),
+                "{ctrl}: RSMERR_REMOTE_NODE_UNREACHABLE or RSMERR_CONN_ABORTED: {e}"
+            );
             drop(imp);
             drop(seg);
             b.shutdown().await;

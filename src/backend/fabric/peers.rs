@@ -130,6 +130,9 @@ impl Peers {
         let (Some(shm), Some(engine)) = (&self.shm, self.engine.upgrade()) else {
             return false;
         };
+        // Under the table's lock, as `release`'s: a reap reads the dead peers' regions, which
+        // another thread's eviction unmaps.
+        let mut table = self.table.lock().unwrap_or_else(|p| p.into_inner());
         let (dead, failed) = shm.reap();
         if failed > 0 {
             tracing::debug!(
@@ -140,9 +143,9 @@ impl Peers {
             engine.nudge();
         }
         if !dead.is_empty() {
-            let mut table = self.table.lock().unwrap_or_else(|p| p.into_inner());
             self.evict(&mut table, shm, dead);
         }
+        drop(table);
         engine.in_flight() > 0
     }
 

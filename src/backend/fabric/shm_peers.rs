@@ -149,6 +149,8 @@ impl ShmPeers {
     /// Finds the peers of the provider's map whose process no longer maps its region, frees a
     /// lock such a peer left held and fails every answer awaited from it. Returns the dead
     /// peers and how many answers failed (the caller asks the progress engine to run then).
+    /// The caller holds off every removal from the address vector meanwhile: one unmaps the
+    /// region of the peer it removes, which this reads.
     pub(crate) fn reap(&self) -> (Vec<DeadPeer>, usize) {
         let mappings = match own_shm_mappings() {
             Ok(m) => m,
@@ -361,8 +363,8 @@ fn peer_region(peer: &MappedPeer, mappings: &[ShmMapping]) -> Option<Region> {
         .iter()
         .find(|m| m.start == peer.region && m.name.as_bytes() == name)?;
     // SAFETY: a shared, writable mapping of the peer's region file in this process, made by
-    // the provider, which unmaps it only when the peer leaves the address vector: the caller
-    // orders that removal after its use of the region.
+    // the provider, which unmaps it only when the peer leaves the address vector: `Peers`
+    // reaps and removes peers under one lock (its table's), so no removal runs meanwhile.
     let region = unsafe { Region::new(m.start as *mut u8, m.len) }?;
     region.is_named(name).then_some(region)
 }
