@@ -92,6 +92,10 @@ pub(crate) struct NodeContext {
     limits: OnceLock<Limits>,
     /// Importer side: (exporting node, connection id) → import.
     imports: Mutex<HashMap<(u32, u64), Weak<Entry>>>,
+    /// Importer side: revokes and rebinds that came for a connection with no import yet
+    /// (the exporter's grant had arrived, the import was still being set up), with the
+    /// exporter's incarnation and when: an import registered after one is refused.
+    early_notices: Mutex<HashMap<(u32, u64), (u64, std::time::Instant)>>,
     /// Importer side: (exporting node, connection id) → the exporter's incarnation and the
     /// wait of an import that is going for its operations in flight.
     draining: Mutex<HashMap<(u32, u64), (u64, Draining)>>,
@@ -106,6 +110,12 @@ pub(crate) struct NodeContext {
     /// user's spin budget over [`LOOPBACK_SIGNAL_SPIN`]).
     loopback_signal_spin: OnceLock<Duration>,
 }
+
+/// How long a notice for an import being set up is kept: far longer than a setup takes
+/// (the connect timeout and the memory's attachment).
+const EARLY_NOTICE_TERM: Duration = Duration::from_secs(60);
+/// The most such notices kept: they come from exporters, for connections of this node only.
+const MAX_EARLY_NOTICES: usize = 4096;
 
 /// How long a loopback signal wait looks at the doorbells before its task parks, without a
 /// spin budget: longer than a wake-up, as shm's (`Tuning::signal_spin`).
@@ -134,6 +144,7 @@ impl NodeContext {
             connecting: Mutex::new(HashMap::new()),
             limits: OnceLock::new(),
             imports: Mutex::new(HashMap::new()),
+            early_notices: Mutex::new(HashMap::new()),
             draining: Mutex::new(HashMap::new()),
             acks: Mutex::new(HashMap::new()),
             engines: Mutex::new(Vec::new()),
@@ -415,9 +426,53 @@ impl NodeContext {
         self.export(segid)
     }
 
-    pub(crate) fn add_import<T: Any + Send + Sync>(&self, node: u32, conn_id: u64, imp: &Arc<T>) {
+    /// Importer side: registers the import of connection `conn_id` from `exporter`, unless
+    /// a revoke or rebind of it came while it was being set up ([`Self::notice_early`]):
+    /// `false` then, and the import must not be used (its keys may be closed already).
+    pub(crate) fn add_import<T: Any + Send + Sync>(
+        &self,
+        exporter: Owner,
+        conn_id: u64,
+        imp: &Arc<T>,
+    ) -> bool {
+        let mut imports = lock(&self.imports);
+        let key = (exporter.node, conn_id);
+        let mut early = lock(&self.early_notices);
+        if early
+            .get(&key)
+            .is_some_and(|(inc, _)| *inc == exporter.incarnation)
+        {
+            early.remove(&key);
+            return false;
+        }
         let imp: Weak<Entry> = Arc::downgrade(imp) as Weak<Entry>;
-        lock(&self.imports).insert((node, conn_id), imp);
+        imports.insert(key, imp);
+        true
+    }
+
+    /// Importer side: a revoke or rebind from `from` for connection `conn_id`, which has no
+    /// import in the table: noted, so that an import of it still being set up is refused
+    /// when it registers (the notice is acknowledged now, and the exporter may close the
+    /// keys it granted). `false` when a live import of it is there after all (it registered
+    /// meanwhile: the notice is that import's). At most [`MAX_EARLY_NOTICES`], each for
+    /// [`EARLY_NOTICE_TERM`].
+    pub(crate) fn notice_early(&self, from: Owner, conn_id: u64) -> bool {
+        let imports = lock(&self.imports);
+        let key = (from.node, conn_id);
+        if imports.get(&key).is_some_and(|w| w.strong_count() > 0) {
+            return false;
+        }
+        let mut early = lock(&self.early_notices);
+        let now = std::time::Instant::now();
+        early.retain(|_, (_, at)| now.duration_since(*at) < EARLY_NOTICE_TERM);
+        if early.len() >= MAX_EARLY_NOTICES {
+            let oldest = early.iter().min_by_key(|(_, (_, at))| *at).map(|(k, _)| *k);
+            if let Some(k) = oldest {
+                early.remove(&k);
+            }
+        }
+        early.insert(key, (from.incarnation, now));
+        true
     }
 
     pub(crate) fn remove_import(&self, node: u32, conn_id: u64) {

@@ -454,7 +454,17 @@ impl ImportSegment {
             stats_id: ctrl.counters().id(),
         });
         inner.span.record("conn", grant.conn_id);
-        state.add_import(node, grant.conn_id, &inner);
+        let exporter = Owner {
+            node,
+            incarnation: peer.incarnation,
+        };
+        if !state.add_import(exporter, grant.conn_id, &inner) {
+            // Revoked or rebound while this import was being set up: its keys may be gone.
+            // Dropped, it tells the exporter it left (a rebound connection is still there).
+            return Err(ctx(Error::conn_aborted().detail(
+                "the exporter unpublished or rebound the segment while it was being imported",
+            )));
+        }
         state.signals.add_import(token, &inner);
         if let Some(bell) = bell {
             let bell = crate::events::loopback_bell::attach(

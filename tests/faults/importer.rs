@@ -38,8 +38,7 @@ impl Running {
                 self.tally.lock().unwrap().hang("a loop did not stop");
             }
         }
-        let line = self.tally.lock().unwrap().line();
-        line
+        self.tally.lock().unwrap().line()
     }
 }
 

@@ -279,3 +279,143 @@ fn soak_line(what: &str, o: &Outcome) -> String {
         o.worst_loss_ms
     )
 }
+
+/// Runs a limits role (`nofile` or `memlimit`) on `ctrl` with `args`; returns its lines.
+/// It must exit 0 (no panic, no abort) within 60 s, and every failure it reports must be
+/// one of `codes`.
+fn limited(role: &str, ctrl: &str, args: &[(&str, String)], codes: &[&str]) -> Vec<String> {
+    // The peer: a node of this process, with no limit, exporting a page.
+    let rt = common::runtime();
+    let peer_id = common::fresh_node_id();
+    let (peer, seg) = rt.block_on(async {
+        let peer = common::node(peer_id).await;
+        let seg = peer
+            .controller(ctrl)
+            .await
+            .unwrap()
+            .export(1 << 20, rsm::ExportFlags::empty())
+            .unwrap();
+        seg.publish(None, &[]).await.unwrap();
+        (peer, seg)
+    });
+    let mut all = vec![
+        ("CTRL", ctrl.to_string()),
+        ("NODE_ID", (peer_id + 1).to_string()),
+        ("PEER", peer_id.to_string()),
+        ("PEER_SEG", seg.id().unwrap().get().to_string()),
+    ];
+    all.extend(args.iter().cloned());
+    let mut p = proc::Proc::start(role, &all);
+    let mut lines = Vec::new();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while let Some(line) = p.recv_within(deadline.saturating_duration_since(Instant::now())) {
+        let done = line == "done";
+        lines.push(line);
+        if done {
+            break;
+        }
+    }
+    let status = p.quit(Duration::from_secs(10));
+    rt.block_on(async {
+        seg.destroy().await.unwrap();
+        peer.shutdown().await;
+    });
+    eprintln!("{role} {ctrl} {args:?}: {lines:?}");
+    assert!(
+        status.is_some_and(|s| s.success()),
+        "{role} on {ctrl} {args:?} ended with {:?}: {lines:?}",
+        status.map(proc::how)
+    );
+    for l in &lines {
+        if let Some(code) = l.split_whitespace().find(|w| w.starts_with("RSMERR_")) {
+            assert!(codes.contains(&code), "{role} on {ctrl} {args:?}: {l}");
+        }
+        assert!(!l.ends_with("hang"), "{role} on {ctrl} {args:?}: {l}");
+    }
+    lines
+}
+
+/// Descriptor limits from too low to start a node to enough for a few dozen segments.
+fn nofile(ctrl: &str) {
+    let _serial = common::serial();
+    for limit in [12, 24, 48, 96] {
+        let lines = limited(
+            "nofile",
+            ctrl,
+            &[("NOFILE", limit.to_string())],
+            &["RSMERR_INSUFFICIENT_RESOURCES"],
+        );
+        for l in lines.iter().filter(|l| l.contains("RSMERR_")) {
+            assert!(
+                l.contains("file descriptors") || l.contains("Too many open files"),
+                "{ctrl} {limit}: the error says why: {l}"
+            );
+        }
+        if lines
+            .iter()
+            .any(|l| l.starts_with("limit ") && !l.ends_with("none"))
+        {
+            assert!(
+                lines.iter().any(|l| l == "again ok"),
+                "{ctrl} {limit}: {lines:?}"
+            );
+        }
+    }
+}
+
+#[test]
+fn loopback_nofile() {
+    nofile("loopback");
+}
+
+#[test]
+fn shm0_nofile() {
+    nofile("shm0");
+}
+
+#[test]
+fn tcp0_nofile() {
+    nofile("tcp0");
+}
+
+#[test]
+fn sockets0_nofile() {
+    nofile("sockets0");
+}
+
+/// An address-space limit: 1 GiB exports and local memory fail with
+/// `RSMERR_INSUFFICIENT_MEM`, a small segment still works.
+fn memlimit(ctrl: &str) {
+    let _serial = common::serial();
+    let lines = limited("memlimit", ctrl, &[], &["RSMERR_INSUFFICIENT_MEM"]);
+    for want in [
+        "export RSMERR_INSUFFICIENT_MEM",
+        "local RSMERR_INSUFFICIENT_MEM",
+        "again ok",
+    ] {
+        assert!(
+            lines.iter().any(|l| l.starts_with(want)),
+            "{ctrl}: {want}: {lines:?}"
+        );
+    }
+}
+
+#[test]
+fn loopback_memlimit() {
+    memlimit("loopback");
+}
+
+#[test]
+fn shm0_memlimit() {
+    memlimit("shm0");
+}
+
+#[test]
+fn tcp0_memlimit() {
+    memlimit("tcp0");
+}
+
+#[test]
+fn sockets0_memlimit() {
+    memlimit("sockets0");
+}

@@ -29,8 +29,10 @@ pub struct Outcome {
     pub unexpected: Vec<String>,
     /// The survivors' loops, summed.
     pub tally: Tally,
-    /// The longest time from a kill to the importer's loops ending by themselves.
+    /// The longest time from a kill to the importer's loops ending by themselves, and the
+    /// round it was seen in.
     pub worst_loss_ms: u64,
+    pub worst_loss_in: String,
 }
 
 impl Outcome {
@@ -49,7 +51,10 @@ impl Outcome {
         self.data_errors.extend(o.data_errors);
         self.unexpected.extend(o.unexpected);
         self.tally.add(&o.tally);
-        self.worst_loss_ms = self.worst_loss_ms.max(o.worst_loss_ms);
+        if o.worst_loss_ms > self.worst_loss_ms {
+            self.worst_loss_ms = o.worst_loss_ms;
+            self.worst_loss_in = o.worst_loss_in;
+        }
     }
 
     /// One line: the counts, and the first of each kind of failure.
@@ -57,7 +62,7 @@ impl Outcome {
         let errs: BTreeMap<_, _> = self.tally.errors.iter().collect();
         let mut s = format!(
             "{what}: runs {}, faults {}, hangs {}, crashes {}, data errors {}, unexpected errors \
-             {}; {} operations, loss seen at most {} ms after a kill; errors {errs:?}",
+             {}; {} operations, loss seen at most {} ms after a kill ({}); errors {errs:?}",
             self.runs,
             self.faults,
             self.hangs.len(),
@@ -66,6 +71,7 @@ impl Outcome {
             self.unexpected.len(),
             self.tally.ops,
             self.worst_loss_ms,
+            self.worst_loss_in,
         );
         for list in [
             &self.hangs,
@@ -160,7 +166,7 @@ impl Pair {
         base: u64,
         out: &mut Outcome,
     ) {
-        let ctx = format!(
+        let mut ctx = format!(
             "{} {} kill {victim:?} after {} ms",
             self.ctrl,
             kind.name(),
@@ -182,6 +188,7 @@ impl Pair {
         }
         std::thread::sleep(delay);
         let killed_at = now_ms();
+        ctx.push_str(&format!(" (at {killed_at})"));
         out.faults += 1;
         let stop_limit = BOUND * 3 + Duration::from_secs(2);
         let answer = match victim {
@@ -215,8 +222,11 @@ impl Pair {
                             "{ctx}: {} loops did not see the loss within {BOUND:?}",
                             t.left
                         ));
-                    } else if t.last_fail >= killed_at {
-                        out.worst_loss_ms = out.worst_loss_ms.max(t.last_fail - killed_at);
+                    } else if t.last_fail >= killed_at
+                        && t.last_fail - killed_at > out.worst_loss_ms
+                    {
+                        out.worst_loss_ms = t.last_fail - killed_at;
+                        out.worst_loss_in = ctx.clone();
                     }
                 }
                 if t.data > 0 {

@@ -51,11 +51,14 @@ impl Kind {
         Kind::Rebind,
     ];
 
-    /// The kinds controller `ctrl` runs (mappings exist on loopback only).
+    /// The kinds controller `ctrl` runs (mappings exist on loopback only), or those of
+    /// them `RSM_FAULT_KINDS` names (`put,rebind`).
     pub fn on(ctrl: &str) -> Vec<Kind> {
+        let only = std::env::var("RSM_FAULT_KINDS").unwrap_or_default();
         Kind::ALL
             .into_iter()
             .filter(|k| *k != Kind::Map || ctrl == "loopback")
+            .filter(|k| only.is_empty() || only.split(',').any(|n| n == k.name()))
             .collect()
     }
 
@@ -149,7 +152,7 @@ impl Tally {
         self.last_fail = now;
         if !e.is_unreachable() && !kind.also_allowed().contains(&name) {
             self.bad += 1;
-            self.noted(format!("{}: {e}", kind.name()));
+            self.noted(format!("{} at {now}: {e}", kind.name()));
         }
     }
 
