@@ -285,7 +285,7 @@ impl Handler for NodeHandler {
         node.fabric_peer_lost();
         // Importer side (DESIGN.md, decision 19): every import from that node is aborted.
         let lost: Vec<Arc<ImportInner>> = node
-            .imports_from(node_id)
+            .lose_exporter(node_id, incarnation)
             .into_iter()
             .filter_map(import_inner)
             .filter(|imp| imp.peer_incarnation() == incarnation)

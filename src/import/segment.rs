@@ -361,6 +361,7 @@ impl ImportSegment {
                 return Err(ctx(other_host(node, ctrl.name())));
             }
         }
+        let mark = state.loss_mark();
         let (peer, reply) = state
             .run(async move { side.request(node, request).await })
             .await
@@ -458,12 +459,10 @@ impl ImportSegment {
             node,
             incarnation: peer.incarnation,
         };
-        if !state.add_import(exporter, grant.conn_id, &inner) {
-            // Revoked or rebound while this import was being set up: its keys may be gone.
-            // Dropped, it tells the exporter it left (a rebound connection is still there).
-            return Err(ctx(Error::conn_aborted().detail(
-                "the exporter unpublished or rebound the segment while it was being imported",
-            )));
+        if let Err(why) = state.add_import(exporter, grant.conn_id, mark, &inner) {
+            // Its keys may be gone. Dropped, it tells the exporter it left (a rebound
+            // connection is still there).
+            return Err(ctx(Error::conn_aborted().detail(why)));
         }
         state.signals.add_import(token, &inner);
         if let Some(bell) = bell {

@@ -60,7 +60,7 @@ pub fn exporter_role() {
                 // The unpublish loop may have stopped between its unpublish and publish.
                 if seg.id().is_none() {
                     if let Err(e) = rt.block_on(seg.publish(SegmentId(SEGID), &[])) {
-                        tally.lock().unwrap().data_error(format!("republish: {e}"));
+                        tally.lock().unwrap().failure(&e, Kind::Unpublish);
                     }
                 }
                 let line = tally.lock().unwrap().line();
