@@ -93,6 +93,13 @@ pub(crate) struct NodeContext {
     limits: OnceLock<Limits>,
     /// Importer side: (exporting node, connection id) → import.
     imports: Mutex<HashMap<(u32, u64), Weak<Entry>>>,
+    /// Importer side: revokes and rebinds that came for a connection with no import yet
+    /// (the exporter's grant had arrived, the import was still being set up), with the
+    /// exporter's incarnation and when: an import registered after one is refused.
+    early_notices: Mutex<HashMap<(u32, u64), (u64, std::time::Instant)>>,
+    /// Importer side: exporters lost, so that an import whose exporter was lost while it
+    /// was being set up is refused when it registers.
+    losses: Mutex<Losses>,
     /// Importer side: (exporting node, connection id) → the exporter's incarnation and the
     /// wait of an import that is going for its operations in flight.
     draining: Mutex<HashMap<(u32, u64), (u64, Draining)>>,
@@ -120,9 +127,23 @@ impl Drop for Retiring {
     }
 }
 
+/// How long a notice for an import being set up is kept: far longer than a setup takes
+/// (the connect timeout and the memory's attachment).
+const EARLY_NOTICE_TERM: Duration = Duration::from_secs(60);
+/// The most such notices kept: they come from exporters, for connections of this node only.
+const MAX_EARLY_NOTICES: usize = 4096;
+
 /// How long a loopback signal wait looks at the doorbells before its task parks, without a
 /// spin budget: longer than a wake-up, as shm's (`Tuning::signal_spin`).
 const LOOPBACK_SIGNAL_SPIN: Duration = Duration::from_micros(100);
+
+/// Exporting nodes lost: a count of losses, and when (by that count) each incarnation was
+/// last lost (at most [`MAX_EARLY_NOTICES`] of them).
+#[derive(Default)]
+struct Losses {
+    count: u64,
+    at: HashMap<(u32, u64), u64>,
+}
 
 struct Exports {
     by_id: HashMap<u32, Weak<Entry>>,
@@ -147,6 +168,8 @@ impl NodeContext {
             connecting: Mutex::new(HashMap::new()),
             limits: OnceLock::new(),
             imports: Mutex::new(HashMap::new()),
+            early_notices: Mutex::new(HashMap::new()),
+            losses: Mutex::new(Losses::default()),
             draining: Mutex::new(HashMap::new()),
             acks: Mutex::new(HashMap::new()),
             engines: Mutex::new(Vec::new()),
@@ -440,9 +463,94 @@ impl NodeContext {
         self.export(segid)
     }
 
-    pub(crate) fn add_import<T: Any + Send + Sync>(&self, node: u32, conn_id: u64, imp: &Arc<T>) {
+    /// Importer side: registers the import of connection `conn_id` from `exporter`, unless
+    /// a revoke or rebind of it came while it was being set up ([`Self::notice_early`]), or
+    /// that exporter was lost after [`Self::loss_mark`] said `mark`: then `Err` with what
+    /// happened, and the import must not be used (its keys may be closed already, or the
+    /// exporter forgot the connection with the link it came on).
+    pub(crate) fn add_import<T: Any + Send + Sync>(
+        &self,
+        exporter: Owner,
+        conn_id: u64,
+        mark: u64,
+        imp: &Arc<T>,
+    ) -> std::result::Result<(), &'static str> {
+        let mut imports = lock(&self.imports);
+        let key = (exporter.node, conn_id);
+        let lost_at = lock(&self.losses)
+            .at
+            .get(&(exporter.node, exporter.incarnation))
+            .copied();
+        if lost_at.is_some_and(|at| at > mark) {
+            return Err("the exporting node was lost while the segment was being imported");
+        }
+        let mut early = lock(&self.early_notices);
+        if early
+            .get(&key)
+            .is_some_and(|(inc, _)| *inc == exporter.incarnation)
+        {
+            early.remove(&key);
+            return Err(
+                "the exporter unpublished or rebound the segment while it was being imported",
+            );
+        }
         let imp: Weak<Entry> = Arc::downgrade(imp) as Weak<Entry>;
-        lock(&self.imports).insert((node, conn_id), imp);
+        imports.insert(key, imp);
+        Ok(())
+    }
+
+    /// Importer side: the count of exporters lost so far (read before an import's request,
+    /// given to [`Self::add_import`]).
+    pub(crate) fn loss_mark(&self) -> u64 {
+        lock(&self.losses).count
+    }
+
+    /// Importer side: incarnation `incarnation` of exporting node `node` is lost: every
+    /// import of that node that lives; an import of that incarnation still being set up is
+    /// refused when it registers.
+    pub(crate) fn lose_exporter(&self, node: u32, incarnation: u64) -> Vec<Arc<Entry>> {
+        let imports = lock(&self.imports);
+        let mut losses = lock(&self.losses);
+        losses.count += 1;
+        let count = losses.count;
+        if losses.at.len() >= MAX_EARLY_NOTICES {
+            // The oldest loss goes: its imports were set up long ago.
+            let oldest = losses.at.iter().min_by_key(|(_, c)| **c).map(|(k, _)| *k);
+            if let Some(k) = oldest {
+                losses.at.remove(&k);
+            }
+        }
+        losses.at.insert((node, incarnation), count);
+        imports
+            .iter()
+            .filter(|((n, _), _)| *n == node)
+            .filter_map(|(_, w)| w.upgrade())
+            .collect()
+    }
+
+    /// Importer side: a revoke or rebind from `from` for connection `conn_id`, which has no
+    /// import in the table: noted, so that an import of it still being set up is refused
+    /// when it registers (the notice is acknowledged now, and the exporter may close the
+    /// keys it granted). `false` when a live import of it is there after all (it registered
+    /// meanwhile: the notice is that import's). At most [`MAX_EARLY_NOTICES`], each for
+    /// [`EARLY_NOTICE_TERM`].
+    pub(crate) fn notice_early(&self, from: Owner, conn_id: u64) -> bool {
+        let imports = lock(&self.imports);
+        let key = (from.node, conn_id);
+        if imports.get(&key).is_some_and(|w| w.strong_count() > 0) {
+            return false;
+        }
+        let mut early = lock(&self.early_notices);
+        let now = std::time::Instant::now();
+        early.retain(|_, (_, at)| now.duration_since(*at) < EARLY_NOTICE_TERM);
+        if early.len() >= MAX_EARLY_NOTICES {
+            let oldest = early.iter().min_by_key(|(_, (_, at))| *at).map(|(k, _)| *k);
+            if let Some(k) = oldest {
+                early.remove(&k);
+            }
+        }
+        early.insert(key, (from.incarnation, now));
+        true
     }
 
     pub(crate) fn remove_import(&self, node: u32, conn_id: u64) {
@@ -487,15 +595,6 @@ impl NodeContext {
         lock(&self.imports)
             .values()
             .filter_map(Weak::upgrade)
-            .collect()
-    }
-
-    /// Importer side: every import from `node` that lives.
-    pub(crate) fn imports_from(&self, node: u32) -> Vec<Arc<Entry>> {
-        lock(&self.imports)
-            .iter()
-            .filter(|((n, _), _)| *n == node)
-            .filter_map(|(_, w)| w.upgrade())
             .collect()
     }
 

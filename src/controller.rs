@@ -23,6 +23,7 @@ use crate::context::NodeContext;
 use crate::sans_io::ctlrname::ControllerName;
 use crate::stats::Counters;
 use crate::sys::dispositions::keep;
+use crate::sys::limits;
 use crate::{Error, Result};
 use std::collections::{BTreeMap, HashMap};
 use std::net::IpAddr;
@@ -496,7 +497,8 @@ fn open_fabric(
         )
         .map_err(|e| e.op("get_controller").controller(c.name.clone()))?;
         Ok::<_, Error>((info, backend))
-    })?;
+    })
+    .map_err(fd_hint)?;
     if let Some(state) = node.upgrade() {
         state.add_engine(backend.engine());
         state.add_fabric(&backend);
@@ -510,6 +512,20 @@ fn open_fabric(
         stats,
         span,
     })
+}
+
+/// A provider out of descriptors may say so in other words (sockets: `EINVAL`): when this
+/// process is at its descriptor limit, the error says that too.
+fn fd_hint(e: Error) -> Error {
+    if !limits::near_fd_limit() {
+        return e;
+    }
+    let hint = limits::out_of_fds_hint();
+    let detail = match &e.context().detail {
+        Some(d) => format!("{d}; {hint}"),
+        None => hint,
+    };
+    e.detail(detail)
 }
 
 #[cfg(test)]

@@ -285,7 +285,7 @@ impl Handler for NodeHandler {
         node.fabric_peer_lost();
         // Importer side (DESIGN.md, decision 19): every import from that node is aborted.
         let lost: Vec<Arc<ImportInner>> = node
-            .imports_from(node_id)
+            .lose_exporter(node_id, incarnation)
             .into_iter()
             .filter_map(import_inner)
             .filter(|imp| imp.peer_incarnation() == incarnation)
@@ -396,17 +396,22 @@ fn on_revoke(
         ack_later(ctx, from, ack, async move { imp.revoked().await });
         return None;
     }
-    ack_once_gone(ctx, from, conn_id, ack)
+    ack_once_gone(ctx, from, conn_id, ack, || {
+        on_revoke(ctx, from, conn_id, generation)
+    })
 }
 
-/// Importer side, for a notice about an import this node no longer has in its table: no
+/// Importer side, for a notice about an import this node does not have in its table: no
 /// answer while the import is still there under another owner; the acknowledgement once an
-/// import being dropped has drained; at once when nothing of it is left.
+/// import being dropped has drained; at once when nothing of it is left, noting it for an
+/// import of it still being set up, which is then refused (`NodeContext::notice_early`);
+/// `again` when such an import registered meanwhile.
 fn ack_once_gone(
     ctx: &Arc<NodeContext>,
     from: Owner,
     conn_id: u64,
     ack: Message,
+    again: impl FnOnce() -> Option<Message>,
 ) -> Option<Message> {
     if ctx.import(from.node, conn_id).is_some() {
         return None;
@@ -416,7 +421,8 @@ fn ack_once_gone(
             ack_later(ctx, from, ack, drained);
             None
         }
-        None => Some(ack),
+        None if ctx.notice_early(from, conn_id) => Some(ack),
+        None => again(),
     }
 }
 
@@ -443,7 +449,9 @@ fn on_rebind(
         (Some(_), None) => return Some(ack),
         (None, _) => {}
     }
-    ack_once_gone(ctx, from, conn_id, ack)
+    ack_once_gone(ctx, from, conn_id, ack, || {
+        on_rebind(ctx, from, conn_id, generation, key, base)
+    })
 }
 
 /// Importer side: the wait of the import of connection `conn_id` from `from` that is going

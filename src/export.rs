@@ -884,8 +884,9 @@ async fn register_off_thread(
 }
 
 /// Phase 2 of a revoke (DESIGN.md §4): the connections end, every importer is told, and
-/// once each acknowledged, lost its channel, or 5 s passed, the registration closes (by
-/// dropping `p`) and the id is free.
+/// once each acknowledged, lost its channel, or 5 s passed, the id is free and the
+/// registration closes (by dropping `p`; later, for an importer that neither acknowledged
+/// nor exited: the keys it holds are the old segment's, under no id).
 async fn retire(ctx: &Arc<NodeContext>, p: Published) {
     let _retiring = ctx.retiring();
     let id = p.id;
@@ -908,17 +909,10 @@ async fn retire(ctx: &Arc<NodeContext>, p: Published) {
         .collect();
     let mem = Arc::clone(&p.mem);
     let engine = p.reg.as_ref().map(|r| Arc::clone(r.engine()));
-    let release = Arc::clone(ctx);
-    let done = move |p: Published| {
-        release.release_segment_id(p.id);
-        drop(p);
-    };
-    if settle(ctx, "revoke", id, notices, (mem, engine), p, done)
-        .await
-        .is_err()
-    {
-        ctx.release_segment_id(id);
-    }
+    // An importer killed mid-revoke held the id until its process was seen gone: a
+    // publish under it right after unpublish returned failed with SEGID_IN_USE.
+    let _ = settle(ctx, "revoke", id, notices, (mem, engine), p, drop).await;
+    ctx.release_segment_id(id);
 }
 
 /// The exporter's half of a rebind after the swap (DESIGN.md §4): every importer is told

@@ -238,3 +238,10 @@ fn loopback_thousand_puts_visible_at_close() {
 fn loopback_revoked_mid_barrier_is_conn_aborted() {
     revoked_mid_barrier_is_conn_aborted("loopback");
 }
+
+/// A barrier closes from a spawned task: its future is `Send` (it compiles).
+#[test]
+fn close_is_send() {
+    fn spawnable<F: Future + Send + 'static>(_: F) {}
+    let _ = |b: rsm::Barrier| spawnable(async move { b.close().await });
+}

@@ -188,13 +188,15 @@ impl<S: Sender> Hub<S> {
         }
     }
 
-    /// The peer node is gone: later posts to it are `REMOTE_NODE_UNREACHABLE`.
+    /// The peer node is gone (an import's exporter): later posts to it are
+    /// `REMOTE_NODE_UNREACHABLE`, and waits end with `CONN_ABORTED` once nothing is pending.
     pub(crate) fn peer_lost(&self, node: u32) {
         let first = !std::mem::replace(&mut lock(&self.state).peer_lost, true);
         if first {
             self.emit(SegmentEvent::PeerUnreachable {
                 node: crate::NodeId(node),
             });
+            self.notify.notify_waiters();
         }
     }
 
@@ -233,7 +235,8 @@ impl<S: Sender> Hub<S> {
 
     /// Waits for one event, consumes it and says who posted it (docs/rsmapi.md §4.7,
     /// `rsm_intr_signal_wait`): `None` waits forever, `Some(ZERO)` only looks.
-    /// `RSMERR_TIMEOUT` only once the time has really passed (DESIGN.md, decision 11).
+    /// `RSMERR_TIMEOUT` only once the time has really passed (DESIGN.md, decision 11);
+    /// `RSMERR_CONN_ABORTED` once the peer is lost and nothing is pending.
     /// Cancel safe: an event is consumed only by a wait that returns `Ok`.
     pub(crate) async fn wait(
         &self,
@@ -252,6 +255,12 @@ impl<S: Sender> Hub<S> {
             notified.as_mut().enable();
             match self.try_take() {
                 Ok(Some(from)) => return Ok(from),
+                // No signal can come any more: a wait for one would only time out.
+                Ok(None) if self.is_peer_lost() => {
+                    return Err(Error::conn_aborted()
+                        .op(op)
+                        .detail("the exporting node is unreachable; no signal can come"));
+                }
                 Ok(None) => {}
                 Err(()) => {
                     return Err(Error::bad_seg_hndl()

@@ -155,11 +155,16 @@ impl ImportSegment {
             return Ok(());
         };
         let mut byte = vec![0u8; 1];
-        let (ptr, len) = Op::sink(&mut byte);
-        let mut plan = Op::<Vec<u8>>::contiguous(ptr, len, 0, 1);
-        let held = backend
-            .hold(&mut plan, Dir::Read, false)
-            .map_err(|e| e.op(op))?;
+        // In a block: the plan's raw pointers must not live across the await below, or
+        // `Barrier::close` is not `Send` (a spawned task could not close a barrier).
+        let (plan, held) = {
+            let (ptr, len) = Op::sink(&mut byte);
+            let mut plan = Op::<Vec<u8>>::contiguous(ptr, len, 0, 1);
+            let held = backend
+                .hold(&mut plan, Dir::Read, false)
+                .map_err(|e| e.op(op))?;
+            (plan, held)
+        };
         let fence = Op::new(
             Spec {
                 engine: Arc::clone(engine),

@@ -373,6 +373,7 @@ impl ImportSegment {
                 return Err(ctx(other_host(node, ctrl.name())));
             }
         }
+        let mark = state.loss_mark();
         let (peer, reply) = state
             .run(async move { side.request(node, request).await })
             .await
@@ -466,7 +467,15 @@ impl ImportSegment {
             stats_id: ctrl.counters().id(),
         });
         inner.span.record("conn", grant.conn_id);
-        state.add_import(node, grant.conn_id, &inner);
+        let exporter = Owner {
+            node,
+            incarnation: peer.incarnation,
+        };
+        if let Err(why) = state.add_import(exporter, grant.conn_id, mark, &inner) {
+            // Its keys may be gone. Dropped, it tells the exporter it left (a rebound
+            // connection is still there).
+            return Err(ctx(Error::conn_aborted().detail(why)));
+        }
         state.signals.add_import(token, &inner);
         if let Some(bell) = bell {
             let bell = crate::events::loopback_bell::attach(

@@ -126,7 +126,9 @@ impl ImportSegment {
     /// # Errors
     /// - `RSMERR_TIMEOUT` when no signal came within `timeout`, reported only once the time
     ///   has really passed (DESIGN.md, decision 11);
-    /// - `RSMERR_BAD_SEG_HNDL` when the segment is disconnected (also while waiting).
+    /// - `RSMERR_BAD_SEG_HNDL` when the segment is disconnected (also while waiting);
+    /// - `RSMERR_CONN_ABORTED` once the exporting node is lost and no signal is pending
+    ///   (also while waiting): none can come any more.
     ///
     /// # Cancel safety
     /// Cancel safe: only a wait that returns `Ok` consumes an event.

@@ -16,7 +16,34 @@ use super::peers::LinkHandle;
 use super::shared::Shared;
 use super::unix_name::unix_name;
 use super::{creds, link};
+use crate::sys::limits;
 use crate::{Error, Result};
+
+/// Why a dial failed: a reason to list with the others, or this process out of file
+/// descriptors (no other address does better, and freeing some does).
+enum Failed {
+    Why(String),
+    NoFds(std::io::Error),
+}
+
+fn connect_failed(e: std::io::Error) -> Failed {
+    if limits::out_of_fds(&e) {
+        Failed::NoFds(e)
+    } else {
+        Failed::Why(e.to_string())
+    }
+}
+
+fn no_fds(node: u32, e: std::io::Error) -> Error {
+    Error::insufficient_resources()
+        .op("connect to node")
+        .node(node)
+        .detail(format!(
+            "cannot open a socket to it: {}",
+            limits::out_of_fds_hint()
+        ))
+        .io(e)
+}
 
 fn unreachable(node: u32, detail: impl Into<String>) -> Error {
     Error::remote_node_unreachable()
@@ -31,7 +58,8 @@ impl Shared {
     /// # Errors
     /// `RSMERR_REMOTE_NODE_UNREACHABLE` when neither the Unix socket nor the TCP address
     /// answers with a hello of `node` within the connect timeout (the detail lists what was
-    /// tried), for this node's own id, and after shutdown.
+    /// tried), for this node's own id, and after shutdown; `RSMERR_INSUFFICIENT_RESOURCES`
+    /// when this process has no file descriptor left for the socket.
     pub(super) async fn ensure_link(self: &Arc<Self>, node: u32) -> Result<LinkHandle> {
         if let Some(link) = self.peers.newest(node) {
             return Ok(link);
@@ -66,7 +94,8 @@ impl Shared {
             let name = unix_name(node);
             match tokio::time::timeout_at(deadline, self.dial_unix(node, &name)).await {
                 Ok(Ok(link)) => return Ok(link),
-                Ok(Err(why)) => tried.push(format!("the unix socket @{name} ({why})")),
+                Ok(Err(Failed::NoFds(e))) => return Err(no_fds(node, e)),
+                Ok(Err(Failed::Why(why))) => tried.push(format!("the unix socket @{name} ({why})")),
                 Err(_) => tried.push(format!("the unix socket @{name} (no answer)")),
             }
         }
@@ -79,7 +108,8 @@ impl Shared {
             Some(&addr) => {
                 match tokio::time::timeout_at(deadline, self.dial_tcp(node, addr)).await {
                     Ok(Ok(link)) => return Ok(link),
-                    Ok(Err(why)) => tried.push(format!("{addr} ({why})")),
+                    Ok(Err(Failed::NoFds(e))) => return Err(no_fds(node, e)),
+                    Ok(Err(Failed::Why(why))) => tried.push(format!("{addr} ({why})")),
                     Err(_) => tried.push(format!("{addr} (no answer within {timeout:?})")),
                 }
             }
@@ -88,20 +118,25 @@ impl Shared {
         Err(unreachable(node, format!("tried {}", tried.join("; "))))
     }
 
-    async fn dial_unix(self: &Arc<Self>, node: u32, name: &str) -> Result<LinkHandle, String> {
+    async fn dial_unix(self: &Arc<Self>, node: u32, name: &str) -> Result<LinkHandle, Failed> {
         let stream = UnixStream::connect(format!("\0{name}"))
             .await
-            .map_err(|e| e.to_string())?;
-        let creds = creds::of_stream(&stream).map_err(|e| format!("no peer credentials: {e}"))?;
+            .map_err(connect_failed)?;
+        let creds = creds::of_stream(&stream)
+            .map_err(|e| Failed::Why(format!("no peer credentials: {e}")))?;
         let (read, write) = stream.into_split();
-        self.greet(node, read, write, Some(creds)).await
+        self.greet(node, read, write, Some(creds))
+            .await
+            .map_err(Failed::Why)
     }
 
-    async fn dial_tcp(self: &Arc<Self>, node: u32, addr: SocketAddr) -> Result<LinkHandle, String> {
-        let stream = TcpStream::connect(addr).await.map_err(|e| e.to_string())?;
+    async fn dial_tcp(self: &Arc<Self>, node: u32, addr: SocketAddr) -> Result<LinkHandle, Failed> {
+        let stream = TcpStream::connect(addr).await.map_err(connect_failed)?;
         tune_tcp(&stream);
         let (read, write) = stream.into_split();
-        self.greet(node, read, write, None).await
+        self.greet(node, read, write, None)
+            .await
+            .map_err(Failed::Why)
     }
 
     /// The handshake of a dialled link: it must reach the node dialled.

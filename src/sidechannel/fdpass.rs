@@ -20,6 +20,7 @@ use tokio::net::{UnixListener, UnixStream};
 use tokio_util::sync::CancellationToken;
 
 use crate::sys::fdpass::{recv_with_fds, send_with_fds};
+use crate::sys::limits;
 use crate::{Error, Result};
 
 /// How long an offered descriptor waits for its importer.
@@ -205,8 +206,9 @@ async fn answer(service: &FdService, mut stream: UnixStream) -> std::result::Res
 ///
 /// # Errors
 /// The service's refusal (`RSMERR_CONN_ABORTED` for an unknown or expired ticket,
-/// `RSMERR_PERM_DENIED` for another process's), or `RSMERR_CONN_ABORTED` when the service
-/// cannot be reached or answers out of protocol.
+/// `RSMERR_PERM_DENIED` for another process's), `RSMERR_INSUFFICIENT_RESOURCES` when this
+/// process has no descriptor left, or `RSMERR_CONN_ABORTED` when the service cannot be
+/// reached or answers out of protocol.
 pub(crate) async fn fetch(name: &[u8], ticket: u64) -> Result<OwnedFd> {
     let mut fds = fetch_many(name, ticket, 1).await?;
     fds.pop()
@@ -219,11 +221,27 @@ pub(crate) async fn fetch_many(name: &[u8], ticket: u64, count: usize) -> Result
     let lost = |why: String| {
         Error::conn_aborted().detail(format!("cannot get the segment's descriptor: {why}"))
     };
+    // Out of descriptors here: no peer's fault, and freeing some helps.
+    let failed = |e: std::io::Error, why: String| {
+        if limits::out_of_fds(&e) {
+            Error::insufficient_resources()
+                .detail(format!(
+                    "cannot take the segment's descriptor: {}",
+                    limits::out_of_fds_hint()
+                ))
+                .io(e)
+        } else {
+            lost(why)
+        }
+    };
     let name =
         std::str::from_utf8(name).map_err(|_| lost("a service name that is not text".into()))?;
     let mut stream = UnixStream::connect(format!("\0{name}"))
         .await
-        .map_err(|e| lost(format!("@{name}: {e}")))?;
+        .map_err(|e| {
+            let why = format!("@{name}: {e}");
+            failed(e, why)
+        })?;
     stream
         .write_all(&ticket.to_le_bytes())
         .await
@@ -246,7 +264,10 @@ pub(crate) async fn fetch_many(name: &[u8], ticket: u64, count: usize) -> Result
                 fds.extend(more);
             }
             Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
-            Err(e) => return Err(lost(e.to_string())),
+            Err(e) => {
+                let why = e.to_string();
+                return Err(failed(e, why));
+            }
         }
     }
     let code = u32::from_le_bytes([reply[0], reply[1], reply[2], reply[3]]);

@@ -34,7 +34,8 @@ pub fn send_with_fds(
 }
 
 /// Receives into `buf` with up to [`MAX_FDS`] descriptors (`CLOEXEC`). More descriptors
-/// than that, or a truncated control message, is `EMSGSIZE` (and what arrived is closed).
+/// than that is `EMSGSIZE`, descriptors this process had no room for `EMFILE` (what
+/// arrived is closed either way).
 pub fn recv_with_fds(sock: BorrowedFd<'_>, buf: &mut [u8]) -> io::Result<(usize, Vec<OwnedFd>)> {
     let mut space = [MaybeUninit::uninit(); rustix::cmsg_space!(ScmRights(MAX_FDS))];
     let mut control = RecvAncillaryBuffer::new(&mut space);
@@ -50,8 +51,17 @@ pub fn recv_with_fds(sock: BorrowedFd<'_>, buf: &mut [u8]) -> io::Result<(usize,
             fds.extend(rights);
         }
     }
-    if msg.flags.contains(rustix::net::ReturnFlags::CTRUNC) || fds.len() > MAX_FDS {
+    if fds.len() > MAX_FDS {
         return Err(io::Error::from_raw_os_error(libc::EMSGSIZE));
+    }
+    if msg.flags.contains(rustix::net::ReturnFlags::CTRUNC) {
+        // With room for more, the kernel truncates only when it cannot install them.
+        let full = fds.len() == MAX_FDS;
+        return Err(io::Error::from_raw_os_error(if full {
+            libc::EMSGSIZE
+        } else {
+            libc::EMFILE
+        }));
     }
     Ok((msg.bytes, fds))
 }

@@ -17,6 +17,36 @@ pub(crate) fn nofile_limit() -> Option<u64> {
     getrlimit(Resource::Nofile).current
 }
 
+/// Whether `e` says this process, or the system, has no file descriptor left (`EMFILE`,
+/// `ENFILE`).
+pub(crate) fn out_of_fds(e: &std::io::Error) -> bool {
+    let code = e.raw_os_error();
+    code == Some(rustix::io::Errno::MFILE.raw_os_error())
+        || code == Some(rustix::io::Errno::NFILE.raw_os_error())
+}
+
+/// What to tell a caller whose call failed for want of file descriptors.
+pub(crate) fn out_of_fds_hint() -> String {
+    match nofile_limit() {
+        Some(n) => format!(
+            "this process is out of file descriptors (its limit is {n}: `ulimit -n`, \
+             RLIMIT_NOFILE), or the system is"
+        ),
+        None => "the system is out of file descriptors".to_string(),
+    }
+}
+
+/// Whether this process has fewer than 32 descriptors left below its limit (counted in
+/// `/proc/self/fd`): what a provider's domain and endpoint may take, and give back when
+/// opening them fails.
+pub(crate) fn near_fd_limit() -> bool {
+    let Some(limit) = nofile_limit() else {
+        return false;
+    };
+    let open = std::fs::read_dir("/proc/self/fd").map_or(0, |d| d.count() as u64);
+    open + 32 >= limit
+}
+
 /// Physical memory in bytes.
 pub(crate) fn total_memory() -> u64 {
     let info = rustix::system::sysinfo();

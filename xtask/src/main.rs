@@ -22,6 +22,7 @@ mod profile;
 mod quartiles;
 mod report;
 mod row;
+mod soak;
 mod steps;
 mod ucx;
 mod uid;
@@ -44,6 +45,10 @@ commands:
           instructions per operation by function, rsm against the baseline, under
           callgrind (installs valgrind if missing): the rows the last bench report
           missed, or the one named; writes target/bench/profile.md
+  soak --minutes N
+          the fault suite's soak, outside CI: an exporter and an importer on every
+          controller doing mixed operations with random kills and restarts for N minutes;
+          fails on any hang, crash or data error (docs/reliability.md)
   capi [--prefix DIR]
           build the C library (librsm.so.2, librsm.a, <rsmapi.h>, rsm.pc) into
           target/capi/, or install it under DIR
@@ -61,6 +66,9 @@ fn main() -> ExitCode {
         [command] => command,
         [command, rest @ ..] if command == "capi" => {
             return finish(deps::ensure().and_then(|()| capi::run(rest)));
+        }
+        [command, rest @ ..] if command == "soak" => {
+            return finish(deps::ensure().and_then(|()| soak::run(rest)));
         }
         [command, rest @ ..] if command == "profile" => {
             return finish(deps::ensure().and_then(|()| profile::run(rest)));
@@ -80,6 +88,7 @@ fn main() -> ExitCode {
         Some("bench") => deps::ensure().and_then(|()| bench::run()),
         Some("profile") => deps::ensure().and_then(|()| profile::run(&[])),
         Some("capi") => deps::ensure().and_then(|()| capi::run(&[])),
+        Some("soak") => deps::ensure().and_then(|()| soak::run(&[])),
         Some("help" | "-h" | "--help") => {
             print!("{USAGE}");
             return ExitCode::SUCCESS;

@@ -20,7 +20,7 @@ pub struct Step {
 /// libfabric's tcp and sockets providers otherwise pick the first non-loopback
 /// interface (eth0 in a container), while every endpoint these runs create is
 /// on this host.
-const LOOPBACK_FABRIC: &[(&str, &str)] = &[
+pub const LOOPBACK_FABRIC: &[(&str, &str)] = &[
     ("FI_TCP_IFACE", "lo"),
     ("FI_SOCKETS_IFACE", "lo"),
     ("FI_NET_IFACE", "lo"),
