@@ -207,21 +207,28 @@ fn memory_figure_of_an_exporter_with_importer_processes() {
     }
 }
 
-/// `rsm bench-scale` in small: node processes that all import at once (more dials of one
-/// node than the handshake gate holds from one source: they wait for a place, none is
-/// refused), then idle; the three figures come out.
+/// `rsm bench-scale` in small, at two sizes: node processes that all import at once (more
+/// dials of one node than the handshake gate holds from one source: they wait for a place,
+/// none is refused), then idle; the three figures of each size come out, in turn.
 #[test]
 fn scale_figures_of_nodes_connecting_at_once() {
     let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
     let out = rsm()
-        .args(["bench-scale", "--controller", "tcp0", "--nodes", "12"])
+        .args(["bench-scale", "--controller", "tcp0", "--nodes", "12,3"])
         .args(["--imports", "11", "--idle-secs", "1", "--json"])
         .output()
         .expect("run rsm bench-scale");
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(0), "{stderr}");
     let rows = json_rows(&out);
-    assert_eq!(rows.len(), 1, "{stderr}");
+    assert_eq!(rows.len(), 2, "{stderr}");
+    let small = &rows[1];
+    assert_eq!(
+        (small["nodes"].as_u64(), small["imports"].as_u64()),
+        (Some(3), Some(2)),
+        "{small}"
+    );
+    assert_eq!(small["idle"]["target_pct_of_core"], 1.0, "{small}");
     let r = &rows[0];
     assert_eq!(
         (r["nodes"].as_u64(), r["imports"].as_u64()),
@@ -240,6 +247,7 @@ fn scale_figures_of_nodes_connecting_at_once() {
     let total = r["idle"]["total_ms"].as_f64().unwrap();
     assert!(total >= 0.0, "{r}");
     assert!(r["idle"]["busiest_ms"].as_f64().unwrap() <= total, "{r}");
+    assert_eq!(r["idle"]["target_pct_of_core"], 1.0, "{r}");
     let rss = r["memory"]["largest_mib"].as_f64().unwrap();
     assert!(
         rss > 1.0 && r["memory"]["median_mib"].as_f64().unwrap() <= rss,

@@ -35,7 +35,8 @@ pub enum Event {
     },
     /// A user event written with [`EventQueue::notify`].
     Notify,
-    /// Nothing within the timeout.
+    /// Nothing within the timeout (or the wait was interrupted, or brought an event rsm does
+    /// not ask for): wait again.
     Timeout,
 }
 
@@ -101,7 +102,8 @@ impl EventQueue {
                 0,
             )
         };
-        if n == -(ffi::FI_EAGAIN as isize) {
+        // A signal that lands on the waiting thread ends the wait early: not a failure.
+        if n == -(ffi::FI_EAGAIN as isize) || n == -(ffi::FI_EINTR as isize) {
             return Ok(Event::Timeout);
         }
         if n == -(ffi::FI_EAVAIL as isize) {

@@ -4,8 +4,9 @@
 //!
 //! 1. both sides send [`Hello`] first and expect a hello first ([`handshake`]);
 //! 2. [`establish`] enters the link into the peer table and spawns two tasks:
-//!    - the writer sends the frames queued on the link's channel and a heartbeat every
-//!      `heartbeat_interval`;
+//!    - the writer sends the frames queued on the link's channel, and a heartbeat every
+//!      `heartbeat_interval` while the link is watched (an idle link's beats are queued by
+//!      the side channel's one idle task, `idle.rs`);
 //!    - the reader routes connect replies to their requests, hands everything else to the
 //!      handler and queues its replies, and closes the link when nothing arrived for
 //!      `dead_after`, the peer said goodbye or closed, or a frame does not decode.
@@ -27,7 +28,7 @@ use tokio_util::codec::{FramedRead, FramedWrite, LengthDelimitedCodec};
 use super::creds::PeerCreds;
 use super::handler::PeerInfo;
 use super::peers::LinkHandle;
-use super::pulse::Pulse;
+use super::pulse::{ANSWER, Pulse, next_seq, wants_answer};
 use super::shared::Shared;
 use super::unix_name;
 use crate::sans_io::handshake::{Initiator, Opener, Responder, Sealer, TAG_LEN};
@@ -40,9 +41,6 @@ pub(super) const LINK_QUEUE: usize = 1024;
 
 /// How long the writer may take to flush and shut down its half once the link closes.
 const CLOSE_FLUSH: Duration = Duration::from_millis(500);
-
-/// The `seq` of a heartbeat that answers one (a beat counts from 1 and is never this).
-const ANSWER: u64 = 0;
 
 /// The framing of every link: a 4-byte little-endian length, then a frame body of at most
 /// [`MAX_FRAME`] bytes (plus the tag, encrypted); a longer frame is an error that closes
@@ -344,7 +342,6 @@ where
         link.clone(),
         Beats {
             watched: shared.cfg.heartbeat_interval,
-            idle: shared.cfg.idle_heartbeat_interval,
             write_within: shared.cfg.dead_after,
         },
     ));
@@ -442,9 +439,10 @@ async fn read_loop<R>(
         };
         match msg {
             Message::Heartbeat { seq } => {
-                // A beat (not an answer) is answered unless this end just sent something:
-                // the peer may be watching the link.
-                if seq != ANSWER && pulse.last_sent().elapsed() >= shared.cfg.heartbeat_interval / 2
+                // A watched beat is answered unless this end just sent something: the peer
+                // is watching the link. An idle link's beat is not: its peer beats too.
+                if wants_answer(seq)
+                    && pulse.last_sent().elapsed() >= shared.cfg.heartbeat_interval / 2
                 {
                     if let Ok(frame) = wire::encode(&Message::Heartbeat { seq: ANSWER }) {
                         let _ = link.tx.try_send(frame);
@@ -506,18 +504,18 @@ async fn queue_reply(link: &LinkHandle, reply: &Message) -> Result<(), String> {
     }
 }
 
-/// The writer's heartbeat cadence: watched and idle, and how long one write may take.
+/// The writer's heartbeat cadence while watched, and how long one write may take.
 struct Beats {
     watched: Duration,
-    idle: Duration,
     write_within: Duration,
 }
 
 /// Sends queued frames and heartbeats until the link closes; frames queued before the close
-/// (a goodbye among them) are still sent. Idle, a heartbeat goes when nothing else was sent
-/// for the idle cadence; watched, one goes every watched cadence whatever else was sent,
-/// since only a beat asks the peer for an answer (`pulse.rs`). A write that does not
-/// complete within `write_within` closes the link: the peer is not reading.
+/// (a goodbye among them) are still sent. Watched, a heartbeat goes every watched cadence
+/// whatever else was sent, since only a beat asks the peer for an answer (`pulse.rs`); the
+/// watch's first beat went when it began (`Shared::watch_link`). Idle, the writer has no
+/// timer: the side channel's idle task queues the link's beats (`idle.rs`). A write that does
+/// not complete within `write_within` closes the link: the peer is not reading.
 async fn write_loop<W>(
     mut sink: FramedWrite<W, LengthDelimitedCodec>,
     mut sealer: Option<Sealer>,
@@ -532,15 +530,14 @@ async fn write_loop<W>(
     let mut seq = 0u64;
     // When this writer last sent a beat.
     let mut beat = Instant::now();
-    // One-way frames (wakes, signals) keep the peer's idle term fed, but a watch needs answers.
+    // Only while watched: one-way frames (wakes, signals) feed the peer's idle term, but a
+    // watch needs answers, which only beats draw.
     let due = |beat: Instant| {
-        if pulse.watch_at(Instant::now()).is_some() {
-            beat + beats.watched
-        } else {
-            pulse.last_sent() + beats.idle
-        }
+        let (from, _) = pulse.watch_at(Instant::now())?;
+        Some(beat.max(from) + beats.watched)
     };
     loop {
+        let next = due(beat);
         let frame = tokio::select! {
             biased;
             frame = rx.recv() => match frame {
@@ -548,13 +545,18 @@ async fn write_loop<W>(
                 None => break,
             },
             () = closing.cancelled() => break,
-            () = tokio::time::sleep_until(due(beat)) => {
-                if due(beat) > Instant::now() {
-                    // Something else went meanwhile, or the cadence changed.
+            () = async {
+                match next {
+                    Some(at) => tokio::time::sleep_until(at).await,
+                    // A watch that begins queues its first beat, which wakes this loop.
+                    None => std::future::pending().await,
+                }
+            } => {
+                if due(beat).is_none_or(|at| at > Instant::now()) {
+                    // The watch ended or was renewed meanwhile.
                     continue;
                 }
-                // Never `ANSWER`: a beat asks for one.
-                seq = seq.wrapping_add(1).max(1);
+                seq = next_seq(seq);
                 beat = Instant::now();
                 match wire::encode(&Message::Heartbeat { seq }) {
                     Ok(frame) => frame,

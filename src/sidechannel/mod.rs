@@ -3,9 +3,10 @@
 //! Every node listens on its TCP address and, on Linux, on the Unix socket `rsm-node-<id>` in
 //! the abstract namespace, so that nodes of one host find each other without configuration.
 //! A link carries length-prefixed frames of [`crate::sans_io::wire`] messages; both sides send
-//! [`Hello`] first, then heartbeats: slow on a link nobody waits on (closed after
-//! `idle_dead_after` of silence), every `heartbeat_interval` and answered on a link this node
-//! waits on (closed after `dead_after`; `pulse.rs`, DESIGN.md §8). Unix links record the kernel's
+//! [`Hello`] first, then heartbeats: slow, from one task for all of them and unanswered, on
+//! links nobody waits on (closed after `idle_dead_after` of silence; `idle.rs`), every
+//! `heartbeat_interval` and answered on a link this node waits on (closed after
+//! `dead_after`; `pulse.rs`, DESIGN.md §8). Unix links record the kernel's
 //! credentials of the peer ([`PeerCreds`]), which replace the ids a connect request claims
 //! (DESIGN.md, decision 15).
 //!
@@ -25,7 +26,7 @@
 //! Layout: `config` (timing, transports, this node's identity), `handler` (a peer as a link
 //! sees it, and whom the side channel reports to), `shared` (what the tasks share, and
 //! requests), `accept` (listeners), `dial` and `dial_locks` (outgoing links), `link` (hello,
-//! reader and writer tasks), `peers` (the peer table and waiting requests), `creds` and
+//! reader and writer tasks), `pulse` and `idle` (liveness), `peers` (the peer table and waiting requests), `creds` and
 //! `host` (what the kernel says about a peer and this host). This file holds the handle.
 
 mod accept;
@@ -38,6 +39,7 @@ mod gate;
 mod handler;
 pub(crate) mod held;
 mod host;
+mod idle;
 mod link;
 mod peers;
 mod pulse;
@@ -166,6 +168,7 @@ impl SideChannel {
             )),
             open: accept::OpenListener::count(&shared),
         });
+        handle.spawn(idle::beat_idle_links(Arc::clone(&shared)));
         handle.spawn(accept::tcp_loop(Arc::clone(&shared), tcp));
         if let Some(unix) = unix {
             handle.spawn(accept::unix_loop(Arc::clone(&shared), unix));

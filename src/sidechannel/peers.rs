@@ -198,6 +198,16 @@ impl PeerTable {
         })
     }
 
+    /// Every live link, of every peer.
+    pub(super) fn all_live(&self) -> Vec<LinkHandle> {
+        let inner = self.lock();
+        inner
+            .peers
+            .values()
+            .flat_map(|e| e.links.iter().filter(|l| l.is_live()).cloned())
+            .collect()
+    }
+
     /// The newest live link of every peer.
     #[cfg(test)]
     pub(super) fn newest_of_each(&self) -> Vec<LinkHandle> {

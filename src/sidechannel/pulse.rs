@@ -1,7 +1,8 @@
 //! How a link shows it is alive (DESIGN.md §8, "Liveness"). A link nobody waits on beats
-//! slowly (`idle_heartbeat_interval`) and is given up after `idle_dead_after` of silence,
-//! so that thousands of idle links cost next to nothing. A link this node waits on (a
-//! request in flight, operations stalled towards the peer) is *watched*: it beats every
+//! slowly (`idle_heartbeat_interval`, all of a node's idle links at once: `idle.rs`), with
+//! beats that ask for no answer, and is given up after `idle_dead_after` of silence, so that
+//! thousands of idle links cost next to nothing. A link this node waits on (a request in
+//! flight, operations stalled towards the peer) is *watched*: it beats every
 //! `heartbeat_interval`, the peer answers each beat it did not itself just send one before,
 //! and `dead_after` of silence since the watch began closes it.
 
@@ -9,6 +10,26 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 use tokio::sync::Notify;
 use tokio::time::Instant;
+
+/// The `seq` of a heartbeat that answers one.
+pub(super) const ANSWER: u64 = 0;
+/// The `seq` of an idle link's beat: it asks for no answer, the peer beats on its own.
+pub(super) const IDLE: u64 = u64::MAX - 1;
+/// The `seq` of a watch's first beat, sent at once; later ones count from 1.
+pub(super) const FIRST: u64 = u64::MAX;
+
+/// Whether a heartbeat with this `seq` asks for an answer.
+pub(super) fn wants_answer(seq: u64) -> bool {
+    seq != ANSWER && seq != IDLE
+}
+
+/// The `seq` of a watched link's next beat after `seq`: never one of the above.
+pub(super) fn next_seq(seq: u64) -> u64 {
+    match seq.wrapping_add(1) {
+        ANSWER | IDLE | FIRST => 1,
+        next => next,
+    }
+}
 
 /// A link's liveness state, shared by its reader and writer and the node's watchers.
 pub(super) struct Pulse {
@@ -110,5 +131,14 @@ mod tests {
         assert!(p.watch(Duration::from_millis(100)), "a new watch");
         p.sent();
         assert!(p.last_sent().elapsed() < Duration::from_millis(50));
+    }
+
+    #[test]
+    fn only_a_watched_beat_asks_for_an_answer() {
+        assert!(wants_answer(FIRST) && wants_answer(1) && wants_answer(7));
+        assert!(!wants_answer(ANSWER) && !wants_answer(IDLE));
+        assert_eq!(next_seq(FIRST), 1);
+        assert_eq!(next_seq(1), 2);
+        assert_eq!(next_seq(IDLE - 1), 1, "never an idle beat's seq");
     }
 }

@@ -17,6 +17,7 @@ use super::dial_locks::DialLocks;
 use super::gate::Gate;
 use super::handler::{Handler, PeerInfo};
 use super::peers::{LinkHandle, PeerTable};
+use super::pulse::FIRST;
 use crate::sans_io::wire::{self, AtomicReply, ConnectReply, Message};
 use crate::{Error, Result};
 
@@ -129,7 +130,7 @@ impl Shared {
     pub(super) fn watch_link(&self, link: &LinkHandle) {
         let span = self.cfg.dead_after + self.cfg.heartbeat_interval;
         if link.pulse.watch(span) {
-            let beat = Message::Heartbeat { seq: u64::MAX };
+            let beat = Message::Heartbeat { seq: FIRST };
             if let Ok(frame) = wire::encode(&beat) {
                 let _ = link.tx.try_send(frame);
             }

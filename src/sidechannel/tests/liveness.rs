@@ -1,6 +1,6 @@
-//! Idle and watched links (`pulse.rs`): an idle link beats slowly and outlives a quiet peer;
-//! a watched one finds a silent peer within `dead_after`, and a live peer's answers keep it
-//! up.
+//! Idle and watched links (`pulse.rs`, `idle.rs`): an idle link beats slowly, unanswered,
+//! and outlives a quiet peer; a watched one finds a silent peer within `dead_after`, and a
+//! live peer's answers keep it up.
 
 use super::*;
 
@@ -67,4 +67,54 @@ async fn one_way_notices_do_not_starve_a_watched_links_beats() {
         a.rec.lost(b.id).is_empty() && b.rec.lost(a.id).is_empty(),
         "a watched link closed while its peer was alive"
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn idle_links_beat_together_unanswered_and_stay_up() {
+    let every = Duration::from_millis(200);
+    let cfg = SideChannelConfig {
+        idle_heartbeat_interval: every,
+        idle_dead_after: Duration::from_secs(30),
+        ..tcp_only()
+    };
+    let b = start(&[], cfg.clone());
+    let fake = random_id();
+    let (mut raw, mut seal, mut open) = raw_peer_with(b.addr, fake, test_key(fake), b.id, 9)
+        .await
+        .expect("handshake");
+    assert!(wait_until(Duration::from_secs(2), || b.sc.peer(fake).is_some()).await);
+    // The raw peer beats as an idle node does: each beat asks for no answer.
+    let idle = wire::encode(&Message::Heartbeat { seq: pulse::IDLE }).expect("encodes");
+    let mut beats = Vec::new();
+    let until = Instant::now() + every * 8;
+    while Instant::now() < until {
+        let sealed = seal.seal(&idle).expect("seals");
+        write_frame(&mut raw, &sealed).await.expect("write");
+        let Ok(frame) = tokio::time::timeout(every * 2, read_frame(&mut raw)).await else {
+            continue;
+        };
+        let frame = frame.expect("read").expect("b keeps the link open");
+        let plain = open.open(&frame).expect("opens");
+        match wire::decode(&plain) {
+            Ok(Message::Heartbeat { seq }) => {
+                assert_eq!(
+                    seq,
+                    pulse::IDLE,
+                    "b answered an idle beat, or beat as if watched"
+                );
+                beats.push(Instant::now());
+            }
+            other => panic!("b sent {other:?} on an idle link"),
+        }
+    }
+    // b beats every 200 ms on its own: 8 periods hold at least 4 of its beats, at most 9.
+    assert!((4..=9).contains(&beats.len()), "{} beats", beats.len());
+    assert!(b.rec.lost(fake).is_empty());
+
+    // Two nodes that only beat, unanswered, over several idle terms.
+    let c = start(&[], fast());
+    let d = start(&[], fast());
+    assert!(c.sc.probe(d.id).await);
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert!(c.rec.lost(d.id).is_empty() && d.rec.lost(c.id).is_empty());
 }
