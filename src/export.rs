@@ -9,7 +9,6 @@ use crate::SegmentId;
 use crate::backend::fabric::Registration;
 use crate::context::{Ack, NodeContext, Owner};
 use crate::controller::Controller;
-use crate::fabric::MrAccess;
 use crate::memory::Memory;
 pub use crate::memory::SegmentMemory;
 use crate::perm::{Access, ExportFlags, Perm};
@@ -17,6 +16,7 @@ use crate::sans_io::access::{self, Creator, Requester};
 use crate::sans_io::segid;
 use crate::sans_io::wire::Message;
 use crate::{Error, Result};
+use register::{register_both, register_off_thread};
 use settle::{Notice, settle};
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -848,41 +848,6 @@ impl ExportSegment {
     }
 }
 
-/// Registers `mem` twice: read-write, then read-only under its own key.
-fn register_both(
-    backend: &Arc<crate::backend::fabric::FabricBackend>,
-    mem: &Arc<Memory>,
-) -> Result<(Registration, Registration)> {
-    let access = MrAccess::REMOTE_READ.union(MrAccess::REMOTE_WRITE);
-    // SAFETY: every registration is kept next to an Arc of the memory it covers (Published,
-    // Rebound), declared before it, so it closes before the memory can be freed; revokes and
-    // rebinds keep both until importers are done.
-    let reg = unsafe { backend.register(mem.as_ptr(), mem.len(), access) }?;
-    // SAFETY: as above.
-    let reg_ro = unsafe { backend.register(mem.as_ptr(), mem.len(), MrAccess::REMOTE_READ) }?;
-    Ok((reg, reg_ro))
-}
-
-/// [`register_both`] on a blocking thread of the node's runtime, not the caller's: a
-/// registration pins and maps the pages (in the provider, for some in the kernel), which
-/// takes long for a large segment. A dropped future leaves the task to finish; what it
-/// registered then closes with its output, before that output's count of the memory goes.
-async fn register_off_thread(
-    node: &NodeContext,
-    backend: &Arc<crate::backend::fabric::FabricBackend>,
-    mem: &Arc<Memory>,
-) -> Result<(Registration, Registration)> {
-    let (backend, mem) = (Arc::clone(backend), Arc::clone(mem));
-    let task = node.runtime().spawn_blocking(move || {
-        // Tuple fields drop in order: the registrations before the memory.
-        register_both(&backend, &mem).map(|(reg, reg_ro)| (reg, reg_ro, mem))
-    });
-    match task.await {
-        Ok(regs) => regs.map(|(reg, reg_ro, _)| (reg, reg_ro)),
-        Err(e) => Err(Error::interrupted().detail(format!("the node's task ended: {e}"))),
-    }
-}
-
 /// Phase 2 of a revoke (DESIGN.md §4): the connections end, every importer is told, and
 /// once each acknowledged, lost its channel, or 5 s passed, the id is free and the
 /// registration closes (by dropping `p`; later, for an importer that neither acknowledged
@@ -1005,6 +970,8 @@ impl Drop for ExportInner {
 mod create;
 // The last phase of a revoke and of a rebind, in export/settle.rs.
 mod settle;
+// Registering the memory with the domain, in export/register.rs.
+mod register;
 // Atomics the exporter performs, for peers and its own, in export/atomic.rs.
 mod atomic;
 // Signals, waits, the pollable descriptor and event streams, in export/signal.rs.
