@@ -25,7 +25,7 @@ mod shared;
 
 use rand::{Rng, SeedableRng};
 use rounds::{Outcome, Pair, Victim};
-use shared::{BOUND, Kind, Tally, now_ms};
+use shared::{Kind, Tally, now_ms};
 use std::time::{Duration, Instant};
 
 #[test]
@@ -112,18 +112,23 @@ fn freeze(ctrl: &str) {
     assert!(out.clean(), "{}", out.summary(ctrl));
     let run = |pair: &mut Pair, base: u64| {
         assert_eq!(
-            pair.exporter.ask("run put", BOUND).as_deref(),
+            pair.exporter
+                .ask("run put", rounds::ANSWER_WITHIN)
+                .as_deref(),
             Some("running")
         );
-        let a = pair.importer.ask(&format!("run put {base}"), BOUND);
+        let a = pair
+            .importer
+            .ask(&format!("run put {base}"), rounds::ANSWER_WITHIN);
         assert_eq!(a.as_deref(), Some("running"), "{ctrl}");
         std::thread::sleep(Duration::from_millis(200));
     };
     let stop = |pair: &mut Pair, wait_ms: u64| -> Tally {
-        let a = pair
-            .importer
-            .ask(&format!("stop {wait_ms}"), Duration::from_secs(30));
-        let _ = pair.exporter.ask("stop", BOUND);
+        let a = pair.importer.ask(
+            &format!("stop {wait_ms}"),
+            Duration::from_millis(wait_ms) + rounds::ANSWER_WITHIN,
+        );
+        let _ = pair.exporter.ask("stop", rounds::ANSWER_WITHIN);
         Tally::parse(a.as_deref().unwrap_or_default())
             .unwrap_or_else(|| panic!("{ctrl}: the importer answered {a:?}"))
     };
@@ -141,14 +146,18 @@ fn freeze(ctrl: &str) {
         t.line()
     );
     assert_eq!(
-        pair.importer.ask("check 1999999", BOUND * 2).as_deref(),
+        pair.importer
+            .ask("check 1999999", rounds::ANSWER_WITHIN)
+            .as_deref(),
         Some("ok"),
         "{ctrl}"
     );
 
     // Frozen until found unreachable.
     assert_eq!(
-        pair.importer.ask("connect", BOUND * 2).as_deref(),
+        pair.importer
+            .ask("connect", rounds::ANSWER_WITHIN)
+            .as_deref(),
         Some("connected")
     );
     run(&mut pair, 2_000_000);
@@ -172,14 +181,16 @@ fn freeze(ctrl: &str) {
     );
     // Resumed: imported again, and it works.
     let t0 = Instant::now();
-    let a = pair.importer.ask("connect", BOUND * 2);
+    let a = pair.importer.ask("connect", rounds::ANSWER_WITHIN);
     assert_eq!(
         a.as_deref(),
         Some("connected"),
         "{ctrl}: import after the resume"
     );
     assert_eq!(
-        pair.importer.ask("check 2999999", BOUND * 2).as_deref(),
+        pair.importer
+            .ask("check 2999999", rounds::ANSWER_WITHIN)
+            .as_deref(),
         Some("ok"),
         "{ctrl}"
     );
@@ -268,13 +279,14 @@ fn soak() {
 
 fn soak_line(what: &str, o: &Outcome) -> String {
     format!(
-        "{what} runs={} faults={} hangs={} crashes={} data_errors={} unexpected={} ops={} worst_loss_ms={}",
+        "{what} runs={} faults={} hangs={} crashes={} data_errors={} unexpected={} retried={} ops={} worst_loss_ms={}",
         o.runs,
         o.faults,
         o.hangs.len(),
         o.crashes.len(),
         o.data_errors.len(),
         o.unexpected.len(),
+        o.retried.len(),
         o.tally.ops,
         o.worst_loss_ms
     )
