@@ -22,6 +22,7 @@ mod profile;
 mod quartiles;
 mod report;
 mod row;
+mod spinners;
 mod steps;
 mod ucx;
 mod uid;
@@ -35,7 +36,10 @@ usage: cargo xtask <command>
 
 commands:
   setup   check the system packages rsm needs; as root, install missing ones with apt-get
-  test    setup, then cargo fmt --check, cargo clippy -D warnings, cargo test
+  test [--busy]
+          setup, then cargo fmt --check, cargo clippy -D warnings, cargo test; with
+          --busy, then the signal, progress, data-path and atomics suites again beside
+          two CPU-bound spinner processes (CI runs this)
   demo    setup, then build and run the rsm binary's demo commands
   bench   setup, then build rsm in release mode, run the standard benchmark set (and
           UCX's ucx_perftest beside it, installing ucx-utils if missing) and write
@@ -58,9 +62,18 @@ fn main() -> ExitCode {
     let args: Vec<OsString> = std::env::args_os().skip(1).collect();
     let command = match args.as_slice() {
         [] => return usage_error("no command given"),
+        [command] if command == spinners::SPIN_COMMAND => {
+            spinners::spin();
+            return ExitCode::SUCCESS;
+        }
         [command] => command,
         [command, rest @ ..] if command == "capi" => {
             return finish(deps::ensure().and_then(|()| capi::run(rest)));
+        }
+        [command, flag] if command == "test" && flag == "--busy" => {
+            return finish(
+                deps::ensure().and_then(|()| steps::run_lists(&[steps::TEST, steps::BUSY])),
+            );
         }
         [command, rest @ ..] if command == "profile" => {
             return finish(deps::ensure().and_then(|()| profile::run(rest)));
