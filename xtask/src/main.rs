@@ -11,6 +11,7 @@
 #![forbid(unsafe_code)]
 
 mod bench;
+mod busy_bench;
 mod capi;
 mod child;
 mod command;
@@ -44,6 +45,10 @@ commands:
   bench   setup, then build rsm in release mode, run the standard benchmark set (and
           UCX's ucx_perftest beside it, installing ucx-utils if missing) and write
           target/bench/report.md and report.json
+  bench --busy
+          setup, then build rsm in release mode and measure the 8-byte signal round trip
+          and put on every controller, 100,000 each, quiet and beside two spinners
+          (p50/p99/p99.9; a lost or late signal fails it): target/bench/busy.md
   profile [CONTROLLER OP SIZE [MODE]]
           instructions per operation by function, rsm against the baseline, under
           callgrind (installs valgrind if missing): the rows the last bench report
@@ -74,6 +79,9 @@ fn main() -> ExitCode {
             return finish(
                 deps::ensure().and_then(|()| steps::run_lists(&[steps::TEST, steps::BUSY])),
             );
+        }
+        [command, flag] if command == "bench" && flag == "--busy" => {
+            return finish(deps::ensure().and_then(|()| busy_bench::run()));
         }
         [command, rest @ ..] if command == "profile" => {
             return finish(deps::ensure().and_then(|()| profile::run(rest)));
