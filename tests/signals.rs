@@ -332,7 +332,8 @@ fn a_record_put_then_signalled_is_always_found() {
         eprintln!("records on {ctrl} side={side}");
         let mut s = setup(ctrl, side, "600");
         let seg = s.seg.clone();
-        let rounds: u64 = std::env::var("ROUNDS").map_or(10_000, |r| r.parse().unwrap());
+        let rounds: u64 =
+            std::env::var("ROUNDS").map_or(common::scaled(10_000) as u64, |r| r.parse().unwrap());
         let start = Instant::now();
         let checker = s.rt.spawn(async move {
             let mut buf = [0u8; 64];

@@ -2,7 +2,8 @@
 //! clock, segment memory, the eventfd and poll that progress threads sleep on, and the loopback controller's
 //! shared memory, wake-up sockets, descriptor passing and cross-memory attach; the signal mask
 //! of the node's threads and the process's signal dispositions around libfabric's calls
-//! (`dispositions`, with `objects`: where code lives); the `/dev/shm` files dead processes left.
+//! (`dispositions`, with `objects`: where code lives); the `/dev/shm` files dead processes left;
+//! the calling thread's waits for a CPU (`sched`).
 
 pub(crate) mod atomic_mem;
 pub(crate) mod bell;
@@ -19,6 +20,7 @@ pub(crate) mod limits;
 pub(crate) mod maps;
 pub(crate) mod mem;
 pub(crate) mod objects;
+pub(crate) mod sched;
 pub(crate) mod shm;
 pub(crate) mod shm_files;
 pub(crate) mod signals;

@@ -21,7 +21,8 @@ use crate::command::run_echoed;
 use crate::failure::Failure;
 use crate::spinners::{BUSY_SPINNERS, Spinners};
 
-/// Operations per row (`RSM_BUSY_ITERS` overrides it, for a quick look).
+/// Operations per row (`RSM_BUSY_ITERS` overrides it, and `RSM_BUSY_CONTROLLERS`, comma
+/// separated, picks controllers, for a quick look).
 const DEFAULT_ITERS: u64 = 100_000;
 
 /// The controllers measured, in this order.
@@ -70,6 +71,15 @@ pub fn run() -> Result<(), Failure> {
         .and_then(|v| v.parse().ok())
         .unwrap_or(DEFAULT_ITERS);
 
+    let only = env::var("RSM_BUSY_CONTROLLERS").ok();
+    let controllers: Vec<&'static str> = CONTROLLERS
+        .iter()
+        .copied()
+        .filter(|c| {
+            only.as_deref()
+                .is_none_or(|o| o.split(',').any(|x| x == *c))
+        })
+        .collect();
     let mut rows = Vec::new();
     for busy in [false, true] {
         let spinners = if busy {
@@ -77,7 +87,7 @@ pub fn run() -> Result<(), Failure> {
         } else {
             None
         };
-        for &controller in CONTROLLERS {
+        for &controller in &controllers {
             for &op in OPS {
                 eprintln!("xtask: {controller} {op} 8 B x {iters}, {}", host(busy));
                 let outcome = measure(&rsm, controller, op, iters);
@@ -126,8 +136,10 @@ fn measure(rsm: &Path, controller: &str, op: &str, iters: u64) -> Result<BenchRo
         .args(["--sizes", "8", "--iters", &iters.to_string(), "--json"])
         .envs(LOOPBACK_FABRIC.iter().copied());
     let out = run_child(&mut cmd, ROW_TIMEOUT);
-    if out.code != Some(0) {
-        return Err(out.last_err);
+    match out.code {
+        Some(0) => {}
+        Some(code) => return Err(format!("exit code {code}: {}", out.last_err)),
+        None => return Err(out.last_err),
     }
     let row = out
         .stdout
@@ -159,7 +171,7 @@ fn table(rows: &[Measured], iters: u64) -> String {
                 num(b.p99_us),
                 num(b.p999_us)
             ),
-            Err(why) => format!("failed: {} | | |", why.replace('|', "/")),
+            Err(why) => format!("failed: {} | | |", plain(why)),
         };
         let _ = writeln!(
             out,
@@ -168,6 +180,27 @@ fn table(rows: &[Measured], iters: u64) -> String {
             r.op,
             host(r.busy)
         );
+    }
+    out
+}
+
+/// `text` without terminal colour sequences and table separators, for a table cell.
+fn plain(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    let mut chars = text.chars();
+    while let Some(c) = chars.next() {
+        match c {
+            // ESC [ ... final letter
+            '\u{1b}' => {
+                for c in chars.by_ref() {
+                    if c.is_ascii_alphabetic() {
+                        break;
+                    }
+                }
+            }
+            '|' => out.push('/'),
+            c => out.push(c),
+        }
     }
     out
 }
@@ -208,6 +241,11 @@ mod tests {
             busy,
             outcome,
         }
+    }
+
+    #[test]
+    fn cells_lose_colours_and_bars() {
+        assert_eq!(plain("\u{1b}[33m WARN\u{1b}[0m a|b"), " WARN a/b");
     }
 
     #[test]

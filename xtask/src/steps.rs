@@ -162,10 +162,15 @@ pub const BUSY: &[Step] = &[
     Step {
         name: "busy suites (two spinners)",
         cargo_args: BUSY_SUITES,
-        env: &[LOOPBACK_FABRIC, BACKTRACES],
+        env: &[LOOPBACK_FABRIC, BACKTRACES, BUSY_SCALE],
         busy: true,
     },
 ];
+
+/// The busy run's long loops at a tenth of their length (`tests/common`, `scaled`): it
+/// checks that waits are woken beside the spinners; the quiet run and `cargo xtask bench
+/// --busy` cover volume.
+const BUSY_SCALE: &[(&str, &str)] = &[("RSM_TEST_SCALE", "0.1")];
 
 /// Makes every controller register owned buffers and pass their descriptors
 /// (`src/backend/fabric/owned.rs`).
@@ -344,6 +349,7 @@ mod tests {
         }
         let env = env_of(&BUSY[1]);
         assert!(env.contains(&("FI_TCP_IFACE", "lo")));
+        assert!(env.contains(&("RSM_TEST_SCALE", "0.1")));
     }
 
     #[test]
