@@ -644,6 +644,9 @@ impl Engine {
             return true;
         }
         if busy || looks.within(last_work, self.tuning.idle_window) {
+            if self.nap_if_busy(looks) {
+                return false;
+            }
             // A target serves its peers' operations from this loop: a `sched_yield` per
             // look at the queue (0.3-0.5 µs) was most of the gap to a busy-polling target
             // in an 8-byte shm put. Yielding every few looks still lets the threads that
@@ -945,4 +948,5 @@ impl std::future::Future for ConnectionChanged<'_> {
 
 // Posting remote atomics, in reactor/engine/atomic.rs.
 mod atomic;
+mod idle;
 mod kick;

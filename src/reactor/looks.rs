@@ -1,6 +1,7 @@
 //! The engine thread's own clock and yields between its looks at the completion queue:
 //! kept on its stack, so a look costs no atomic read-modify-write and reads the clock only
-//! every few turns; and the yield that tells a thread whether it shares its core.
+//! every few turns; the yield that tells a thread whether it shares its core; and the
+//! gauge that tells it the host is busy (DESIGN.md §6).
 
 use std::time::{Duration, Instant};
 
@@ -50,6 +51,36 @@ pub(super) struct Looks {
     /// The value of the engine's `reaps` at the last look, and when the engine saw it move.
     pub(super) reaps_seen: u64,
     pub(super) reaps_moved_at: Option<Stamp>,
+    /// The thread's waits for a CPU, read every [`SAMPLE_EVERY`].
+    gauge: BusyGauge,
+}
+
+/// How often the engine reads its waits for a CPU (a file read of a few microseconds).
+const SAMPLE_EVERY: Duration = Duration::from_millis(20);
+
+/// A sample in which the thread waited for a CPU more than a tenth of the time, or more
+/// than this per time slice on average, shows a busy host: on a quiet host a runnable
+/// engine gets a core within tens of microseconds.
+const BUSY_SLICE_WAIT_NS: u64 = 500_000;
+
+/// The host counts as busy this long after the last busy sample: an engine that naps waits
+/// little for a CPU, which must not flip it back to spinning at once.
+const BUSY_HOLD: Duration = Duration::from_secs(1);
+
+/// The engine thread's run-queue waits between samples.
+struct BusyGauge {
+    sampled: Stamp,
+    /// Nanoseconds waited and slices run at the last sample (`None`: no figures here).
+    last: Option<(u64, u64)>,
+    busy_at: Option<Stamp>,
+}
+
+impl BusyGauge {
+    /// Whether a sample over `period_ns` that waited `waited` ns in `slices` slices is busy.
+    fn busy_sample(period_ns: u64, waited: u64, slices: u64) -> bool {
+        waited.saturating_mul(10) > period_ns
+            || (slices > 0 && waited / slices > BUSY_SLICE_WAIT_NS)
+    }
 }
 
 impl Looks {
@@ -61,7 +92,35 @@ impl Looks {
             core_shared: false,
             reaps_seen: 0,
             reaps_moved_at: None,
+            gauge: BusyGauge {
+                sampled: Stamp(0),
+                last: crate::sys::sched::thread_waits(),
+                busy_at: None,
+            },
         }
+    }
+
+    /// Whether the host is busy: this thread waited for a CPU in its last samples (read at
+    /// most every [`SAMPLE_EVERY`], kept for [`BUSY_HOLD`]). Call it from the engine thread.
+    pub(super) fn host_busy(&mut self) -> bool {
+        if self.within(self.gauge.sampled, SAMPLE_EVERY) {
+            return self.gauge.busy_at.is_some();
+        }
+        let period_ns = self.now.0.saturating_sub(self.gauge.sampled.0);
+        self.gauge.sampled = self.now;
+        let now = crate::sys::sched::thread_waits();
+        if let (Some((w0, s0)), Some((w1, s1))) = (self.gauge.last, now) {
+            if BusyGauge::busy_sample(period_ns, w1.saturating_sub(w0), s1.saturating_sub(s0)) {
+                self.gauge.busy_at = Some(self.now);
+            }
+        }
+        self.gauge.last = now;
+        if let Some(at) = self.gauge.busy_at {
+            if !self.within(at, BUSY_HOLD) {
+                self.gauge.busy_at = None;
+            }
+        }
+        self.gauge.busy_at.is_some()
     }
 
     /// `t` on this thread's clock.
@@ -102,6 +161,29 @@ impl Looks {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_sample_is_busy_when_the_thread_waited_for_a_cpu() {
+        // 20 ms sampled: 1 ms of waits in 100 slices is a quiet host.
+        assert!(!BusyGauge::busy_sample(20_000_000, 1_000_000, 100));
+        // A tenth of the time waiting, or 0.5 ms per slice, is not.
+        assert!(BusyGauge::busy_sample(20_000_000, 2_500_000, 100));
+        assert!(BusyGauge::busy_sample(20_000_000, 1_200_000, 2));
+        assert!(!BusyGauge::busy_sample(20_000_000, 0, 0));
+    }
+
+    #[test]
+    fn a_busy_host_is_held_then_released() {
+        let mut looks = Looks::new();
+        looks.gauge.busy_at = Some(Stamp(0));
+        looks.gauge.sampled = Stamp(0);
+        looks.now = Stamp(10_000_000);
+        assert!(looks.host_busy(), "held within the sample period");
+        // Samples after the hold with no waits: quiet again.
+        looks.gauge.last = None;
+        looks.now = Stamp(2_000_000_000);
+        assert!(!looks.host_busy());
+    }
 
     #[test]
     fn within_counts_from_the_last_clock_read() {

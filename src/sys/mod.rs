@@ -3,7 +3,8 @@
 //! shared memory, wake-up sockets, descriptor passing and cross-memory attach; the signal mask
 //! of the node's threads and the process's signal dispositions around libfabric's calls
 //! (`dispositions`, with `objects`: where code lives); the `/dev/shm` files dead processes left;
-//! resetting the providers' TCP connections to a lost peer (`sockets`).
+//! resetting the providers' TCP connections to a lost peer (`sockets`); the calling thread's
+//! waits for a CPU (`sched`).
 
 pub(crate) mod atomic_mem;
 pub(crate) mod bell;
@@ -20,6 +21,7 @@ pub(crate) mod limits;
 pub(crate) mod maps;
 pub(crate) mod mem;
 pub(crate) mod objects;
+pub(crate) mod sched;
 pub(crate) mod shm;
 pub(crate) mod shm_files;
 pub(crate) mod signals;

@@ -342,6 +342,19 @@ pub fn serial() -> std::sync::MutexGuard<'static, ()> {
     LOCK.lock().unwrap_or_else(|p| p.into_inner())
 }
 
+/// `n` operations of a long loop, scaled by `RSM_TEST_SCALE` (a fraction, default 1; at
+/// least 1): the busy-host run (`cargo xtask test --busy`) checks that every wait is woken
+/// beside CPU-bound spinners, not volume, which the quiet run and the bench cover.
+#[allow(dead_code)] // not every suite has long loops
+pub fn scaled(n: usize) -> usize {
+    let scale = std::env::var("RSM_TEST_SCALE")
+        .ok()
+        .and_then(|v| v.parse::<f64>().ok())
+        .filter(|s| s.is_finite() && *s > 0.0)
+        .unwrap_or(1.0);
+    ((n as f64 * scale) as usize).clamp(1, n.max(1))
+}
+
 /// The system page size.
 pub fn page() -> usize {
     // SAFETY: sysconf has no preconditions.

@@ -11,6 +11,7 @@
 #![forbid(unsafe_code)]
 
 mod bench;
+mod busy_bench;
 mod capi;
 mod child;
 mod command;
@@ -23,6 +24,7 @@ mod quartiles;
 mod report;
 mod row;
 mod soak;
+mod spinners;
 mod steps;
 mod ucx;
 mod uid;
@@ -36,11 +38,18 @@ usage: cargo xtask <command>
 
 commands:
   setup   check the system packages rsm needs; as root, install missing ones with apt-get
-  test    setup, then cargo fmt --check, cargo clippy -D warnings, cargo test
+  test [--busy]
+          setup, then cargo fmt --check, cargo clippy -D warnings, cargo test; with
+          --busy, then the signal, progress, data-path and atomics suites again beside
+          two CPU-bound spinner processes (CI runs this)
   demo    setup, then build and run the rsm binary's demo commands
   bench   setup, then build rsm in release mode, run the standard benchmark set (and
           UCX's ucx_perftest beside it, installing ucx-utils if missing) and write
           target/bench/report.md and report.json
+  bench --busy
+          setup, then build rsm in release mode and measure the 8-byte signal round trip
+          and put on every controller, 100,000 each, quiet and beside two spinners
+          (p50/p99/p99.9; a lost or late signal fails it): target/bench/busy.md
   profile [CONTROLLER OP SIZE [MODE]]
           instructions per operation by function, rsm against the baseline, under
           callgrind (installs valgrind if missing): the rows the last bench report
@@ -63,12 +72,24 @@ fn main() -> ExitCode {
     let args: Vec<OsString> = std::env::args_os().skip(1).collect();
     let command = match args.as_slice() {
         [] => return usage_error("no command given"),
+        [command] if command == spinners::SPIN_COMMAND => {
+            spinners::spin();
+            return ExitCode::SUCCESS;
+        }
         [command] => command,
         [command, rest @ ..] if command == "capi" => {
             return finish(deps::ensure().and_then(|()| capi::run(rest)));
         }
         [command, rest @ ..] if command == "soak" => {
             return finish(deps::ensure().and_then(|()| soak::run(rest)));
+        }
+        [command, flag] if command == "test" && flag == "--busy" => {
+            return finish(
+                deps::ensure().and_then(|()| steps::run_lists(&[steps::TEST, steps::BUSY])),
+            );
+        }
+        [command, flag] if command == "bench" && flag == "--busy" => {
+            return finish(deps::ensure().and_then(|()| busy_bench::run()));
         }
         [command, rest @ ..] if command == "profile" => {
             return finish(deps::ensure().and_then(|()| profile::run(rest)));

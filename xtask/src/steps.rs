@@ -8,6 +8,7 @@ use std::time::{Duration, Instant};
 
 use crate::command::run_echoed;
 use crate::failure::Failure;
+use crate::spinners::{BUSY_SPINNERS, Spinners};
 
 /// One cargo invocation.
 pub struct Step {
@@ -15,6 +16,8 @@ pub struct Step {
     pub cargo_args: &'static [&'static str],
     /// Set on the child only: xtask's own environment stays as it was given.
     pub env: &'static [&'static [(&'static str, &'static str)]],
+    /// Runs with [`BUSY_SPINNERS`] CPU-bound spinners beside it (`cargo xtask test --busy`).
+    pub busy: bool,
 }
 
 /// libfabric's tcp and sockets providers otherwise pick the first non-loopback
@@ -34,6 +37,7 @@ pub const TEST: &[Step] = &[
         name: "fmt",
         cargo_args: &["fmt", "--all", "--", "--check"],
         env: &[],
+        busy: false,
     },
     Step {
         name: "clippy",
@@ -47,6 +51,7 @@ pub const TEST: &[Step] = &[
             "warnings",
         ],
         env: &[],
+        busy: false,
     },
     // `cargo test` links the C library's tests against its rlib only: the C programs need
     // librsm_capi.so built beside them, with the features the tests build rsm with.
@@ -54,11 +59,13 @@ pub const TEST: &[Step] = &[
         name: "capi",
         cargo_args: &["build", "-p", "rsm", "-p", "rsm-capi", "--all-features"],
         env: &[],
+        busy: false,
     },
     Step {
         name: "test",
         cargo_args: &["test", "--workspace", "--all-features"],
         env: &[LOOPBACK_FABRIC, BACKTRACES],
+        busy: false,
     },
     // The data-path suite again with owned buffers registered as a domain demanding
     // `FI_MR_LOCAL` wants them (DESIGN.md §5.1); the binaries are built. Signals are
@@ -84,6 +91,7 @@ pub const TEST: &[Step] = &[
             "semantics",
         ],
         env: &[LOOPBACK_FABRIC, BACKTRACES, FORCE_MR_LOCAL],
+        busy: false,
     },
     // Atomics take descriptors only where the provider performs them (shm0, sockets0).
     Step {
@@ -100,13 +108,69 @@ pub const TEST: &[Step] = &[
             "sockets0",
         ],
         env: &[LOOPBACK_FABRIC, BACKTRACES, FORCE_MR_LOCAL],
+        busy: false,
     },
     Step {
         name: "fuzz",
         cargo_args: &["test", "-p", "rsm", "--all-features", "--lib", "fuzz_"],
         env: &[FUZZ, BACKTRACES],
+        busy: false,
     },
 ];
+
+/// The suites whose waits a busy host stretches (signals, progress, the data path,
+/// atomics), as `cargo test` arguments.
+const BUSY_SUITES: &[&str] = &[
+    "test",
+    "-p",
+    "rsm",
+    "--all-features",
+    "--test",
+    "signals",
+    "--test",
+    "progress",
+    "--test",
+    "data_path",
+    "--test",
+    "atomics",
+];
+
+/// `cargo xtask test --busy` adds these to [`TEST`]: the suites built on a quiet host,
+/// then run again with two CPU-bound spinners taking the machine's two cores beside them
+/// (DESIGN.md §6: every await is woken by a descriptor or a completion).
+pub const BUSY: &[Step] = &[
+    Step {
+        name: "busy suites (build)",
+        cargo_args: &[
+            "test",
+            "-p",
+            "rsm",
+            "--all-features",
+            "--test",
+            "signals",
+            "--test",
+            "progress",
+            "--test",
+            "data_path",
+            "--test",
+            "atomics",
+            "--no-run",
+        ],
+        env: &[],
+        busy: false,
+    },
+    Step {
+        name: "busy suites (two spinners)",
+        cargo_args: BUSY_SUITES,
+        env: &[LOOPBACK_FABRIC, BACKTRACES, BUSY_SCALE],
+        busy: true,
+    },
+];
+
+/// The busy run's long loops at a tenth of their length (`tests/common`, `scaled`): it
+/// checks that waits are woken beside the spinners; the quiet run and `cargo xtask bench
+/// --busy` cover volume.
+const BUSY_SCALE: &[(&str, &str)] = &[("RSM_TEST_SCALE", "0.1")];
 
 /// Makes every controller register owned buffers and pass their descriptors
 /// (`src/backend/fabric/owned.rs`).
@@ -130,6 +194,7 @@ pub const DEMO: &[Step] = &[
             "info",
         ],
         env: &[LOOPBACK_FABRIC],
+        busy: false,
     },
     Step {
         name: "rsm demo",
@@ -144,12 +209,18 @@ pub const DEMO: &[Step] = &[
             "demo",
         ],
         env: &[LOOPBACK_FABRIC],
+        busy: false,
     },
 ];
 
 /// Runs `steps` in order from the workspace root, stopping at the first that
 /// fails, then prints how long each one took.
 pub fn run_all(steps: &[Step]) -> Result<(), Failure> {
+    run_lists(&[steps])
+}
+
+/// [`run_all`] over several lists one after the other, with one timing report.
+pub fn run_lists(lists: &[&[Step]]) -> Result<(), Failure> {
     // Under `cargo xtask`, CARGO is the cargo that is running us: using it
     // keeps the toolchain (rustup override, +nightly) the same for the steps.
     let cargo = env::var_os("CARGO").unwrap_or_else(|| OsString::from("cargo"));
@@ -157,7 +228,7 @@ pub fn run_all(steps: &[Step]) -> Result<(), Failure> {
 
     let mut timings = Vec::new();
     let mut outcome = Ok(());
-    for step in steps {
+    for step in lists.iter().copied().flatten() {
         eprintln!("xtask: == {} ==", step.name);
         let mut cmd = Command::new(&cargo);
         cmd.args(step.cargo_args).current_dir(&root);
@@ -165,7 +236,20 @@ pub fn run_all(steps: &[Step]) -> Result<(), Failure> {
             cmd.env(key, value);
         }
         let started = Instant::now();
+        // Dropped (the spinners killed) as soon as the step ends, however it ends.
+        let spinners = if step.busy {
+            match Spinners::start(BUSY_SPINNERS) {
+                Ok(spinners) => Some(spinners),
+                Err(failure) => {
+                    outcome = Err(failure);
+                    break;
+                }
+            }
+        } else {
+            None
+        };
         let result = run_echoed(&mut cmd, &format!("step `{}`", step.name));
+        drop(spinners);
         timings.push((step.name, started.elapsed(), result.is_ok()));
         if let Err(failure) = result {
             outcome = Err(failure);
@@ -251,6 +335,21 @@ mod tests {
                 "fuzz"
             ]
         );
+    }
+
+    #[test]
+    fn the_busy_run_builds_quietly_then_runs_its_suites_beside_spinners() {
+        let busy: Vec<_> = BUSY.iter().map(|step| step.busy).collect();
+        assert_eq!(busy, [false, true]);
+        assert!(TEST.iter().all(|step| !step.busy));
+        for suite in ["signals", "progress", "data_path", "atomics"] {
+            for step in BUSY {
+                assert!(step.cargo_args.contains(&suite), "{suite} in {}", step.name);
+            }
+        }
+        let env = env_of(&BUSY[1]);
+        assert!(env.contains(&("FI_TCP_IFACE", "lo")));
+        assert!(env.contains(&("RSM_TEST_SCALE", "0.1")));
     }
 
     #[test]

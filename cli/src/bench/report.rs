@@ -101,17 +101,18 @@ impl Row {
     }
 
     /// The JSON object of this row. Always: `controller`, `provider`, `op`, `mode`, `size`,
-    /// `window`, `samples`, `median_us`, `p99_us`, `mb_per_s`, `ops_per_s` (rsm's numbers,
-    /// null when rsm did not run; `p99_us` is null in bandwidth mode, where `median_us` is
-    /// total time / operations) and `verified`. When the baseline ran, also
-    /// `baseline_samples`, `baseline_median_us`, `baseline_p99_us`, `baseline_mb_per_s`,
+    /// `window`, `samples`, `median_us`, `p99_us`, `p999_us`, `mb_per_s`, `ops_per_s` (rsm's
+    /// numbers, null when rsm did not run; the percentiles are null in bandwidth mode, where
+    /// `median_us` is total time / operations) and `verified`. When the baseline ran, also
+    /// `baseline_samples`, `baseline_median_us`, `baseline_p99_us`, `baseline_p999_us`,
+    /// `baseline_mb_per_s`,
     /// `baseline_ops_per_s`, `baseline_verified`, `baseline_wait` (`none` or `fd`, see
     /// `rsm bench --baseline-wait`) and `ratio` (null unless rsm ran too).
     ///
     /// Rounds (`--rounds N`): `rounds` is N, and the figures above are the medians over the
     /// rounds (`samples`: every timed operation of every round); `rsm_rounds` (and, when
     /// the baseline ran, `baseline_rounds`) list each round's `samples`, `median_us`,
-    /// `p99_us`, `mb_per_s` and `ops_per_s` in the order they ran, and `round_ratios` the
+    /// `p99_us`, `p999_us`, `mb_per_s` and `ops_per_s` in the order they ran, and `round_ratios` the
     /// ratio of each round pair (null where a side is missing).
     ///
     /// With a baseline, `baseline_kind` says what it is: `libfabric`, `shared-memory`
@@ -125,11 +126,12 @@ impl Row {
                 s.map(|s| s.ops),
                 s.map(|s| round(s.median_us, 3)),
                 s.and_then(|s| s.p99_us).map(|p| round(p, 3)),
+                s.and_then(|s| s.p999_us).map(|p| round(p, 3)),
                 s.map(|s| round(s.mb_per_s, 3)),
                 s.map(|s| round(s.ops_per_s, 1)),
             )
         };
-        let (samples, median, p99, mbs, ops) = side(self.rsm.as_ref());
+        let (samples, median, p99, p999, mbs, ops) = side(self.rsm.as_ref());
         let mut obj: Map<String, Value> = match json!({
             "controller": self.controller,
             "provider": self.provider,
@@ -140,6 +142,7 @@ impl Row {
             "samples": samples,
             "median_us": median,
             "p99_us": p99,
+            "p999_us": p999,
             "mb_per_s": mbs,
             "ops_per_s": ops,
             "verified": self.verified(),
@@ -148,10 +151,11 @@ impl Row {
             _ => unreachable!("json! of an object literal is an object"),
         };
         if self.baseline.is_some() || self.baseline_verified.is_some() {
-            let (samples, median, p99, mbs, ops) = side(self.baseline.as_ref());
+            let (samples, median, p99, p999, mbs, ops) = side(self.baseline.as_ref());
             obj.insert("baseline_samples".into(), json!(samples));
             obj.insert("baseline_median_us".into(), json!(median));
             obj.insert("baseline_p99_us".into(), json!(p99));
+            obj.insert("baseline_p999_us".into(), json!(p999));
             obj.insert("baseline_mb_per_s".into(), json!(mbs));
             obj.insert("baseline_ops_per_s".into(), json!(ops));
             obj.insert("baseline_verified".into(), json!(self.baseline_verified));
@@ -171,6 +175,7 @@ impl Row {
                         "samples": s.ops,
                         "median_us": round(s.median_us, 3),
                         "p99_us": s.p99_us.map(|p| round(p, 3)),
+                        "p999_us": s.p999_us.map(|p| round(p, 3)),
                         "mb_per_s": round(s.mb_per_s, 3),
                         "ops_per_s": round(s.ops_per_s, 1),
                     })
@@ -287,8 +292,8 @@ pub(crate) fn table(rows: &[Row]) -> String {
             for (on, side) in [(has_rsm, "rsm"), (has_base, base)] {
                 if on {
                     h.push_str(&format!(
-                        " | {side:<8} {:>10} {:>10} {:>10} {:>11}",
-                        "median_us", "p99_us", "MB/s", "ops/s"
+                        " | {side:<8} {:>10} {:>10} {:>10} {:>10} {:>11}",
+                        "median_us", "p99_us", "p99.9_us", "MB/s", "ops/s"
                     ));
                 }
             }
@@ -307,10 +312,11 @@ pub(crate) fn table(rows: &[Row]) -> String {
             if on {
                 let s = s.as_ref();
                 line.push_str(&format!(
-                    " | {:<8} {:>10} {:>10} {:>10} {:>11}",
+                    " | {:<8} {:>10} {:>10} {:>10} {:>10} {:>11}",
                     "",
                     num(s.map(|s| s.median_us), 2),
                     num(s.and_then(|s| s.p99_us), 2),
+                    num(s.and_then(|s| s.p999_us), 2),
                     num(s.map(|s| s.mb_per_s), 1),
                     num(s.map(|s| s.ops_per_s), 0),
                 ));
@@ -422,6 +428,7 @@ mod tests {
         Summary {
             median_us: median,
             p99_us: Some(2.0 * median),
+            p999_us: Some(3.0 * median),
             mb_per_s: 8.0 / median,
             ops_per_s: 1e6 / median,
             ops: 1000,
@@ -432,6 +439,7 @@ mod tests {
         let s = |median: f64| Summary {
             median_us: median,
             p99_us: (mode == Mode::Latency).then_some(median * 2.0),
+            p999_us: (mode == Mode::Latency).then_some(median * 3.0),
             mb_per_s: 8.0 / median,
             ops_per_s: 1e6 / median,
             ops: 1000,
@@ -457,7 +465,7 @@ mod tests {
         }
     }
 
-    const ALWAYS: [&str; 12] = [
+    const ALWAYS: [&str; 13] = [
         "controller",
         "provider",
         "op",
@@ -467,14 +475,16 @@ mod tests {
         "samples",
         "median_us",
         "p99_us",
+        "p999_us",
         "mb_per_s",
         "ops_per_s",
         "verified",
     ];
-    const BASELINE: [&str; 8] = [
+    const BASELINE: [&str; 9] = [
         "baseline_samples",
         "baseline_median_us",
         "baseline_p99_us",
+        "baseline_p999_us",
         "baseline_mb_per_s",
         "baseline_ops_per_s",
         "baseline_verified",

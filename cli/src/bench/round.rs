@@ -70,6 +70,7 @@ pub(crate) fn parts(put: &Summary, signal: &Summary, size: usize) -> Summary {
     Summary {
         median_us: put.median_us + signal.median_us,
         p99_us: put.p99_us.zip(signal.p99_us).map(|(a, b)| a + b),
+        p999_us: put.p999_us.zip(signal.p999_us).map(|(a, b)| a + b),
         mb_per_s: ops_per_s * size as f64 / 1e6,
         ops_per_s,
         ops: put.ops.min(signal.ops),

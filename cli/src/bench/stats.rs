@@ -20,6 +20,9 @@ pub(crate) struct Summary {
     pub(crate) median_us: f64,
     /// Latency mode: the 99th percentile (nearest rank); `None` in bandwidth mode.
     pub(crate) p99_us: Option<f64>,
+    /// Latency mode: the 99.9th percentile (nearest rank), the tail a busy host stretches;
+    /// `None` in bandwidth mode.
+    pub(crate) p999_us: Option<f64>,
     /// Bytes moved / seconds / 10^6.
     pub(crate) mb_per_s: f64,
     /// Operations completed per second.
@@ -39,6 +42,7 @@ impl Summary {
         Summary {
             median_us: nearest_rank(samples_ns, 50.0) as f64 / 1e3,
             p99_us: Some(nearest_rank(samples_ns, 99.0) as f64 / 1e3),
+            p999_us: Some(nearest_rank(samples_ns, 99.9) as f64 / 1e3),
             mb_per_s: (ops as f64 * size as f64) / secs / 1e6,
             ops_per_s: ops as f64 / secs,
             ops,
@@ -51,6 +55,7 @@ impl Summary {
         Summary {
             median_us: secs * 1e6 / ops.max(1) as f64,
             p99_us: None,
+            p999_us: None,
             mb_per_s: (ops as f64 * size as f64) / secs / 1e6,
             ops_per_s: ops as f64 / secs,
             ops,
@@ -85,9 +90,11 @@ impl Summary {
             median(&rounds.iter().map(f).collect::<Vec<_>>()).unwrap_or(f64::NAN)
         };
         let p99: Vec<f64> = rounds.iter().filter_map(|s| s.p99_us).collect();
+        let p999: Vec<f64> = rounds.iter().filter_map(|s| s.p999_us).collect();
         (!rounds.is_empty()).then(|| Summary {
             median_us: of(|s| s.median_us),
             p99_us: median(&p99),
+            p999_us: median(&p999),
             mb_per_s: of(|s| s.mb_per_s),
             ops_per_s: of(|s| s.ops_per_s),
             ops: rounds.iter().map(|s| s.ops).sum(),
@@ -178,6 +185,7 @@ mod tests {
         Summary {
             median_us: median,
             p99_us: Some(p99),
+            p999_us: Some(p99),
             mb_per_s: 8.0 / median,
             ops_per_s: 1e6 / median,
             ops: 1000,
