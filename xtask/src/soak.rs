@@ -15,13 +15,14 @@ use crate::failure::Failure;
 use crate::steps::{LOOPBACK_FABRIC, workspace_root};
 
 /// The counters a `SOAK` line carries, in the order printed.
-const FIELDS: [&str; 6] = [
+const FIELDS: [&str; 7] = [
     "runs",
     "faults",
     "hangs",
     "crashes",
     "data_errors",
     "unexpected",
+    "retried",
 ];
 
 /// The minutes `--minutes N` (or `--minutes=N`) asks for.
