@@ -80,8 +80,7 @@ struct BusyGauge {
 impl BusyGauge {
     /// Whether a sample over `period_ns` that waited `waited` ns in `slices` slices is busy.
     fn busy_sample(period_ns: u64, waited: u64, slices: u64) -> bool {
-        waited.saturating_mul(2) > period_ns
-            || (slices > 0 && waited / slices > BUSY_SLICE_WAIT_NS)
+        waited.saturating_mul(2) > period_ns || (slices > 0 && waited / slices > BUSY_SLICE_WAIT_NS)
     }
 }
 
