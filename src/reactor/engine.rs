@@ -529,7 +529,7 @@ impl Engine {
                     }
                 }
                 WaitKind::Poll => {
-                    if self.idle_poll(last_work, &mut looks) {
+                    if self.idle_poll((last_work, last_reaped), &mut looks) {
                         last_work = looks.now;
                     }
                 }
@@ -630,7 +630,7 @@ impl Engine {
 
     /// One idle step without a wait fd; returns whether it slept (and was woken) or deferred
     /// to a reader, either of which restarts the idle window.
-    fn idle_poll(&self, last_work: Stamp, looks: &mut Looks) -> bool {
+    fn idle_poll(&self, (last_work, last_reaped): (Stamp, Stamp), looks: &mut Looks) -> bool {
         let busy = self.inflight.load(Ordering::SeqCst) > 0;
         if busy && !looks.within(last_work, KICK_EVERY) {
             self.kick_stalled();
@@ -644,7 +644,7 @@ impl Engine {
             return true;
         }
         if busy || looks.within(last_work, self.tuning.idle_window) {
-            if self.nap_if_busy(looks) {
+            if self.nap_if_busy(last_reaped, looks) {
                 return false;
             }
             // A target serves its peers' operations from this loop: a `sched_yield` per

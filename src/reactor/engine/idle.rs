@@ -9,7 +9,7 @@
 //! eventfd before the nap ends.
 
 use super::Engine;
-use crate::reactor::looks::Looks;
+use crate::reactor::looks::{Looks, Stamp};
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
@@ -21,9 +21,12 @@ const NAP: Duration = Duration::from_micros(50);
 
 impl Engine {
     /// On a busy host, naps instead of spinning (woken by posts, peers' wakes and the nap's
-    /// end); returns whether it napped.
-    pub(super) fn nap_if_busy(&self, looks: &mut Looks) -> bool {
-        if !looks.host_busy() {
+    /// end) while the engine reads completions for others, within the idle window of the
+    /// last one it read (`last_reaped`); returns whether it napped. An engine that only
+    /// serves its peers' writes and reads (which complete nothing here) keeps spinning:
+    /// napping there made every 8-byte put wait for the target's next look.
+    pub(super) fn nap_if_busy(&self, last_reaped: Stamp, looks: &mut Looks) -> bool {
+        if !looks.within(last_reaped, self.tuning.idle_window) || !looks.host_busy() {
             return false;
         }
         self.sleeping.store(true, Ordering::SeqCst);
