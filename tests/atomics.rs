@@ -208,7 +208,7 @@ fn importers(
 fn four_processes_count_exactly(ctrl: &str) {
     let _serial = serial();
     let (mut exporter, exporter_id, segid) = start_exporter(ctrl);
-    let count = common::scaled(10_000);
+    let count = common::scaled(2_500);
     let mut adders = importers("adder", ctrl, exporter_id, segid, 4, count);
     // The exporter counts too, with its own accessor, where that is coherent (CPU paths).
     let exporter_adds = if exporter_path_is_cpu(ctrl) { 1_000 } else { 0 };
@@ -242,7 +242,7 @@ fn exporter_path_is_cpu(ctrl: &str) -> bool {
 fn a_cas_lock_keeps_a_plain_counter_exact(ctrl: &str) {
     let _serial = serial();
     let (mut exporter, exporter_id, segid) = start_exporter(ctrl);
-    let count = common::scaled(300);
+    let count = common::scaled(100);
     let mut lockers = importers("locker", ctrl, exporter_id, segid, 4, count);
     for l in &mut lockers {
         assert_eq!(l.recv_within(Duration::from_secs(300)), "done", "{ctrl}");

@@ -270,9 +270,10 @@ fn blocking_setup_calls_run_off_the_callers_thread() {
             late.worst, late.held, late.ticks
         );
         assert!(late.ticks > 0, "the timer ran beside the setup calls");
-        // Listing the providers and opening a domain on this thread held it for longer.
+        // Listing the providers alone costs about 100 ms of CPU; a busy host's preemptions
+        // and page faults add a few ms to the thread's own work.
         assert!(
-            late.held < Duration::from_millis(5),
+            late.held < Duration::from_millis(20),
             "the setup calls held the timer's thread {:?}",
             late.held
         );

@@ -90,39 +90,8 @@ impl Peer {
     /// As [`Peer::start`], inside the network namespace `ns` when given (`ip netns exec`,
     /// which execs the test binary: the child's pid is the node's).
     pub fn start_in(ns: Option<&str>, entry: &str, role: &str, args: &[(&str, String)]) -> Peer {
-        let exe = std::env::current_exe().expect("current exe");
-        let mut cmd = match ns {
-            None => Command::new(exe),
-            Some(ns) => {
-                let mut c = Command::new("ip");
-                c.args(["netns", "exec", ns]).arg(exe);
-                c
-            }
-        };
-        cmd.args(["--exact", entry, "--nocapture", "--test-threads", "1"])
-            .env(ROLE_VAR, role)
-            .env("FI_TCP_IFACE", "lo")
-            .env("FI_SOCKETS_IFACE", "lo")
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit());
-        for (k, v) in args {
-            cmd.env(k, v);
-        }
-        let mut child = cmd.spawn().expect("spawn the peer");
-        let stdin = child.stdin.take().expect("stdin");
-        let stdout: ChildStdout = child.stdout.take().expect("stdout");
-        let (tx, lines) = mpsc::channel();
-        std::thread::spawn(move || {
-            for line in BufReader::new(stdout).lines().map_while(Result::ok) {
-                // libtest may print "test role_entry ... " before the first line.
-                if let Some((_, msg)) = line.split_once("PEER ") {
-                    if tx.send(msg.to_string()).is_err() {
-                        return;
-                    }
-                }
-            }
-        });
+        let (child, stdin, stdout) = spawn_role(ns, entry, role, args);
+        let lines = peer_lines(stdout, Some);
         Peer {
             child,
             stdin,
@@ -245,6 +214,63 @@ impl Drop for Peer {
         }
         remove_shm_files(self.child.id());
     }
+}
+
+/// Starts this test binary as `role` of test `entry` (a `#[test]` that calls [`run_role`])
+/// with `args` in its environment, inside the network namespace `ns` when given (`ip netns
+/// exec`, which execs the test binary: the child's pid is the node's); stdin and stdout piped.
+pub fn spawn_role(
+    ns: Option<&str>,
+    entry: &str,
+    role: &str,
+    args: &[(&str, String)],
+) -> (Child, ChildStdin, ChildStdout) {
+    let exe = std::env::current_exe().expect("current exe");
+    let mut cmd = match ns {
+        None => Command::new(exe),
+        Some(ns) => {
+            let mut c = Command::new("ip");
+            c.args(["netns", "exec", ns]).arg(exe);
+            c
+        }
+    };
+    cmd.args(["--exact", entry, "--nocapture", "--test-threads", "1"])
+        .env(ROLE_VAR, role)
+        .env("FI_TCP_IFACE", "lo")
+        .env("FI_SOCKETS_IFACE", "lo")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit());
+    for (k, v) in args {
+        cmd.env(k, v);
+    }
+    let mut child = cmd.spawn().expect("spawn the peer");
+    let stdin = child.stdin.take().expect("stdin");
+    let stdout = child.stdout.take().expect("stdout");
+    (child, stdin, stdout)
+}
+
+/// What a role says (`PEER <line>`, see [`say`]) on `stdout`, each line through `sift` first,
+/// which keeps aside what it does not return; ends with the output or the receiver.
+pub fn peer_lines(
+    stdout: ChildStdout,
+    mut sift: impl FnMut(String) -> Option<String> + Send + 'static,
+) -> mpsc::Receiver<String> {
+    let (tx, lines) = mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+            // libtest may print "test role_entry ... " before the first line.
+            let Some((_, msg)) = line.split_once("PEER ") else {
+                continue;
+            };
+            if let Some(msg) = sift(msg.to_string()) {
+                if tx.send(msg).is_err() {
+                    return;
+                }
+            }
+        }
+    });
+    lines
 }
 
 /// libfabric's shm provider names its regions `/dev/shm/<pid>:...`; a killed process cannot

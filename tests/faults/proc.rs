@@ -2,9 +2,9 @@
 //! answers apart from its progress lines, how it ended, and kills and freezes on demand.
 //! It is killed and reaped on drop, and the `/dev/shm` files of a killed child removed.
 
-use crate::common::{self, ROLE_VAR};
-use std::io::{BufRead, BufReader, Write};
-use std::process::{Child, ChildStdin, Command, ExitStatus, Stdio};
+use crate::common;
+use std::io::Write;
+use std::process::{Child, ChildStdin, Command, ExitStatus};
 use std::sync::mpsc;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -21,40 +21,15 @@ pub struct Proc {
 impl Proc {
     /// Starts `role` with `args` (the test binary's `role_entry`).
     pub fn start(role: &str, args: &[(&str, String)]) -> Proc {
-        let exe = std::env::current_exe().expect("current exe");
-        let mut cmd = Command::new(exe);
-        cmd.args([
-            "--exact",
-            "role_entry",
-            "--nocapture",
-            "--test-threads",
-            "1",
-        ])
-        .env(ROLE_VAR, role)
-        .env("FI_TCP_IFACE", "lo")
-        .env("FI_SOCKETS_IFACE", "lo")
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::inherit());
-        for (k, v) in args {
-            cmd.env(k, v);
-        }
-        let mut child = cmd.spawn().expect("spawn a child");
-        let stdin = child.stdin.take().expect("stdin");
-        let stdout = child.stdout.take().expect("stdout");
-        let (tx, lines) = mpsc::channel();
+        let (child, stdin, stdout) = common::spawn_role(None, "role_entry", role, args);
         let progress = Arc::new(Mutex::new(None));
         let last = Arc::clone(&progress);
-        std::thread::spawn(move || {
-            for line in BufReader::new(stdout).lines().map_while(Result::ok) {
-                let Some((_, msg)) = line.split_once("PEER ") else {
-                    continue;
-                };
-                if msg.starts_with("acked ") {
-                    *last.lock().unwrap() = Some(msg.to_string());
-                } else if tx.send(msg.to_string()).is_err() {
-                    return;
-                }
+        let lines = common::peer_lines(stdout, move |msg| {
+            if msg.starts_with("acked ") {
+                *last.lock().unwrap() = Some(msg);
+                None
+            } else {
+                Some(msg)
             }
         });
         Proc {

@@ -18,6 +18,7 @@ mod command;
 mod deps;
 mod dpkg;
 mod failure;
+mod lanes;
 mod plan;
 mod profile;
 mod quartiles;

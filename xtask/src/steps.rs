@@ -2,12 +2,13 @@
 
 use std::env;
 use std::ffi::OsString;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
 use crate::command::run_echoed;
 use crate::failure::Failure;
+use crate::lanes::{self, Job};
 use crate::spinners::{BUSY_SPINNERS, Spinners};
 
 /// One cargo invocation.
@@ -18,7 +19,43 @@ pub struct Step {
     pub env: &'static [&'static [(&'static str, &'static str)]],
     /// Runs with [`BUSY_SPINNERS`] CPU-bound spinners beside it (`cargo xtask test --busy`).
     pub busy: bool,
+    /// When not empty, `cargo_args` only builds (`--no-run`) and these run side by side.
+    pub suites: &'static [Suite],
 }
+
+/// Test binaries to run with the same arguments and environment.
+pub struct Suite {
+    pub binaries: Binaries,
+    /// Passed to every binary: test-name filters, say.
+    pub args: &'static [&'static str],
+    pub env: &'static [&'static [(&'static str, &'static str)]],
+    /// Tells this run of a binary from its others in the log.
+    pub label: &'static str,
+}
+
+/// Which binaries a [`Suite`] runs.
+pub enum Binaries {
+    /// Every test binary the build made.
+    All,
+    /// The rsm package's targets of these names (its unit tests are target `rsm`).
+    Rsm(&'static [&'static str]),
+    /// The workspace's doc tests, which only cargo runs (`cargo test --doc`).
+    Doc,
+}
+
+/// The suites that take minutes, slowest first: they start first, so that no lane is left
+/// alone with one of them at the end.
+const SLOWEST: &[&str] = &[
+    "faults",
+    "signals",
+    "cluster",
+    "atomics",
+    "data_path",
+    "doc",
+    "bench",
+    "peer_death",
+    "bench_peer_memory",
+];
 
 /// libfabric's tcp and sockets providers otherwise pick the first non-loopback
 /// interface (eth0 in a container), while every endpoint these runs create is
@@ -38,6 +75,7 @@ pub const TEST: &[Step] = &[
         cargo_args: &["fmt", "--all", "--", "--check"],
         env: &[],
         busy: false,
+        suites: &[],
     },
     Step {
         name: "clippy",
@@ -52,6 +90,7 @@ pub const TEST: &[Step] = &[
         ],
         env: &[],
         busy: false,
+        suites: &[],
     },
     // `cargo test` links the C library's tests against its rlib only: the C programs need
     // librsm_capi.so built beside them, with the features the tests build rsm with.
@@ -60,112 +99,84 @@ pub const TEST: &[Step] = &[
         cargo_args: &["build", "-p", "rsm", "-p", "rsm-capi", "--all-features"],
         env: &[],
         busy: false,
+        suites: &[],
     },
+    // The suites below run side by side (lanes.rs) once this one cargo invocation built them.
     Step {
         name: "test",
         cargo_args: &["test", "--workspace", "--all-features"],
-        env: &[LOOPBACK_FABRIC, BACKTRACES],
-        busy: false,
-    },
-    // The data-path suite again with owned buffers registered as a domain demanding
-    // `FI_MR_LOCAL` wants them (DESIGN.md §5.1); the binaries are built. Signals are
-    // injects, which take no descriptor: their suite is not repeated.
-    Step {
-        name: "test (forced FI_MR_LOCAL)",
-        cargo_args: &[
-            "test",
-            "-p",
-            "rsm",
-            "--all-features",
-            "--test",
-            "data_path",
-            "--test",
-            "barriers",
-            "--test",
-            "scatter_gather",
-            "--test",
-            "typed",
-            "--test",
-            "ownership",
-            "--test",
-            "semantics",
-        ],
-        env: &[LOOPBACK_FABRIC, BACKTRACES, FORCE_MR_LOCAL],
-        busy: false,
-    },
-    // Atomics take descriptors only where the provider performs them (shm0, sockets0).
-    Step {
-        name: "test (forced FI_MR_LOCAL, atomics)",
-        cargo_args: &[
-            "test",
-            "-p",
-            "rsm",
-            "--all-features",
-            "--test",
-            "atomics",
-            "--",
-            "shm0",
-            "sockets0",
-        ],
-        env: &[LOOPBACK_FABRIC, BACKTRACES, FORCE_MR_LOCAL],
-        busy: false,
-    },
-    Step {
-        name: "fuzz",
-        cargo_args: &["test", "-p", "rsm", "--all-features", "--lib", "fuzz_"],
-        env: &[FUZZ, BACKTRACES],
-        busy: false,
-    },
-];
-
-/// The suites whose waits a busy host stretches (signals, progress, the data path,
-/// atomics), as `cargo test` arguments.
-const BUSY_SUITES: &[&str] = &[
-    "test",
-    "-p",
-    "rsm",
-    "--all-features",
-    "--test",
-    "signals",
-    "--test",
-    "progress",
-    "--test",
-    "data_path",
-    "--test",
-    "atomics",
-];
-
-/// `cargo xtask test --busy` adds these to [`TEST`]: the suites built on a quiet host,
-/// then run again with two CPU-bound spinners taking the machine's two cores beside them
-/// (DESIGN.md §6: every await is woken by a descriptor or a completion).
-pub const BUSY: &[Step] = &[
-    Step {
-        name: "busy suites (build)",
-        cargo_args: &[
-            "test",
-            "-p",
-            "rsm",
-            "--all-features",
-            "--test",
-            "signals",
-            "--test",
-            "progress",
-            "--test",
-            "data_path",
-            "--test",
-            "atomics",
-            "--no-run",
-        ],
         env: &[],
         busy: false,
-    },
-    Step {
-        name: "busy suites (two spinners)",
-        cargo_args: BUSY_SUITES,
-        env: &[LOOPBACK_FABRIC, BACKTRACES, BUSY_SCALE],
-        busy: true,
+        suites: &[
+            Suite {
+                binaries: Binaries::All,
+                args: &[],
+                env: &[LOOPBACK_FABRIC, BACKTRACES],
+                label: "",
+            },
+            Suite {
+                binaries: Binaries::Doc,
+                args: &[],
+                env: &[LOOPBACK_FABRIC, BACKTRACES],
+                label: "",
+            },
+            // The data-path suite again with owned buffers registered as a domain demanding
+            // `FI_MR_LOCAL` wants them (DESIGN.md §5.1). Signals are injects, which take no
+            // descriptor: their suite is not repeated.
+            Suite {
+                binaries: Binaries::Rsm(&[
+                    "data_path",
+                    "barriers",
+                    "scatter_gather",
+                    "typed",
+                    "ownership",
+                    "semantics",
+                ]),
+                args: &[],
+                env: &[LOOPBACK_FABRIC, BACKTRACES, FORCE_MR_LOCAL],
+                label: "forced FI_MR_LOCAL",
+            },
+            // Atomics take descriptors only where the provider performs them (shm0, sockets0);
+            // the counting contests add volume, not paths, and are not repeated.
+            Suite {
+                binaries: Binaries::Rsm(&["atomics"]),
+                args: &[
+                    "shm0",
+                    "sockets0",
+                    "--skip",
+                    "counter::",
+                    "--skip",
+                    "cas_lock::",
+                ],
+                env: &[LOOPBACK_FABRIC, BACKTRACES, FORCE_MR_LOCAL],
+                label: "forced FI_MR_LOCAL",
+            },
+            Suite {
+                binaries: Binaries::Rsm(&["rsm"]),
+                args: &["fuzz_"],
+                env: &[FUZZ, BACKTRACES],
+                label: "fuzz",
+            },
+        ],
     },
 ];
+
+/// `cargo xtask test --busy` adds this to [`TEST`]: the suites whose waits a busy host
+/// stretches (signals, progress, the data path, atomics), built on a quiet host, then run
+/// again with two CPU-bound spinners taking the machine's two cores beside them (DESIGN.md
+/// §6: every await is woken by a descriptor or a completion).
+pub const BUSY: &[Step] = &[Step {
+    name: "busy suites (two spinners)",
+    cargo_args: &["test", "--workspace", "--all-features"],
+    env: &[],
+    busy: true,
+    suites: &[Suite {
+        binaries: Binaries::Rsm(&["signals", "progress", "data_path", "atomics"]),
+        args: &[],
+        env: &[LOOPBACK_FABRIC, BACKTRACES, BUSY_SCALE],
+        label: "two spinners",
+    }],
+}];
 
 /// The busy run's long loops at a tenth of their length (`tests/common`, `scaled`): it
 /// checks that waits are woken beside the spinners; the quiet run and `cargo xtask bench
@@ -195,6 +206,7 @@ pub const DEMO: &[Step] = &[
         ],
         env: &[LOOPBACK_FABRIC],
         busy: false,
+        suites: &[],
     },
     Step {
         name: "rsm demo",
@@ -210,6 +222,7 @@ pub const DEMO: &[Step] = &[
         ],
         env: &[LOOPBACK_FABRIC],
         busy: false,
+        suites: &[],
     },
 ];
 
@@ -236,20 +249,15 @@ pub fn run_lists(lists: &[&[Step]]) -> Result<(), Failure> {
             cmd.env(key, value);
         }
         let started = Instant::now();
-        // Dropped (the spinners killed) as soon as the step ends, however it ends.
-        let spinners = if step.busy {
-            match Spinners::start(BUSY_SPINNERS) {
-                Ok(spinners) => Some(spinners),
-                Err(failure) => {
-                    outcome = Err(failure);
-                    break;
-                }
+        let result = if step.suites.is_empty() {
+            // Dropped (the spinners killed) as soon as the step ends, however it ends.
+            match spinners_for(step) {
+                Ok(_spinners) => run_echoed(&mut cmd, &format!("step `{}`", step.name)),
+                Err(failure) => Err(failure),
             }
         } else {
-            None
+            run_suites(step, &cargo, &root)
         };
-        let result = run_echoed(&mut cmd, &format!("step `{}`", step.name));
-        drop(spinners);
         timings.push((step.name, started.elapsed(), result.is_ok()));
         if let Err(failure) = result {
             outcome = Err(failure);
@@ -258,6 +266,91 @@ pub fn run_lists(lists: &[&[Step]]) -> Result<(), Failure> {
     }
     report(&timings);
     outcome
+}
+
+/// Builds `step`'s test binaries, then runs its suites in lanes (`lanes.rs`).
+fn run_suites(step: &Step, cargo: &OsString, root: &Path) -> Result<(), Failure> {
+    let binaries = lanes::build(cargo, root, step.cargo_args)?;
+    // Started once the build is done, killed when the runs end, however they end.
+    let _spinners = spinners_for(step)?;
+    let mut jobs = Vec::new();
+    for suite in step.suites {
+        let mut env: Vec<(String, String)> = suite
+            .env
+            .iter()
+            .copied()
+            .flatten()
+            .map(|(k, v)| ((*k).to_string(), (*v).to_string()))
+            .collect();
+        let label = |name: String| {
+            if suite.label.is_empty() {
+                name
+            } else {
+                format!("{name} ({})", suite.label)
+            }
+        };
+        let args: Vec<String> = suite.args.iter().map(|a| (*a).to_string()).collect();
+        if let Binaries::Doc = suite.binaries {
+            let mut cmd_args: Vec<String> =
+                step.cargo_args.iter().map(|a| (*a).to_string()).collect();
+            cmd_args.push("--doc".into());
+            cmd_args.extend(args);
+            jobs.push(Job {
+                label: label("doc tests".into()),
+                program: cargo.into(),
+                args: cmd_args,
+                env,
+                dir: root.to_path_buf(),
+                weight: weight("doc"),
+            });
+            continue;
+        }
+        for binary in &binaries {
+            let chosen = match suite.binaries {
+                Binaries::All => true,
+                Binaries::Rsm(names) => {
+                    binary.package == "rsm" && names.contains(&binary.target.as_str())
+                }
+                Binaries::Doc => false,
+            };
+            if !chosen {
+                continue;
+            }
+            env.retain(|(k, _)| k != "CARGO_MANIFEST_DIR" && k != "CARGO_PKG_NAME");
+            env.push((
+                "CARGO_MANIFEST_DIR".into(),
+                binary.dir.display().to_string(),
+            ));
+            env.push(("CARGO_PKG_NAME".into(), binary.package.clone()));
+            jobs.push(Job {
+                label: label(format!("{} {}", binary.package, binary.src)),
+                program: binary.exe.clone(),
+                args: args.clone(),
+                env: env.clone(),
+                dir: binary.dir.clone(),
+                weight: weight(&binary.target),
+            });
+        }
+    }
+    let target = env::var_os("CARGO_TARGET_DIR").map_or_else(|| root.join("target"), PathBuf::from);
+    lanes::run(jobs, lanes::lanes(), &target.join("xtask-lanes"))
+}
+
+/// [`BUSY_SPINNERS`] spinners when `step` runs beside them.
+fn spinners_for(step: &Step) -> Result<Option<Spinners>, Failure> {
+    if step.busy {
+        Spinners::start(BUSY_SPINNERS).map(Some)
+    } else {
+        Ok(None)
+    }
+}
+
+/// Where a target stands in [`SLOWEST`]: the slowest weighs most.
+fn weight(target: &str) -> u32 {
+    SLOWEST
+        .iter()
+        .position(|s| *s == target)
+        .map_or(0, |i| (SLOWEST.len() - i) as u32)
 }
 
 /// The directory holding the workspace Cargo.toml, so the steps behave the
@@ -299,12 +392,22 @@ mod tests {
 
     #[test]
     fn test_step_keeps_libfabric_on_loopback_and_shows_backtraces() {
-        let test = TEST.iter().find(|step| step.name == "test");
-        let env = test.map(env_of).unwrap_or_default();
-        for var in ["FI_TCP_IFACE", "FI_SOCKETS_IFACE", "FI_NET_IFACE"] {
-            assert!(env.contains(&(var, "lo")), "{var} not set to lo");
+        let test = TEST
+            .iter()
+            .find(|step| step.name == "test")
+            .expect("a test step");
+        assert!(!test.suites.is_empty());
+        for suite in test.suites {
+            let env: Vec<_> = suite.env.iter().copied().flatten().copied().collect();
+            assert!(env.contains(&("RUST_BACKTRACE", "1")), "{}", suite.label);
+            // The fuzz targets open no fabric.
+            if suite.label == "fuzz" {
+                continue;
+            }
+            for var in ["FI_TCP_IFACE", "FI_SOCKETS_IFACE", "FI_NET_IFACE"] {
+                assert!(env.contains(&(var, "lo")), "{var} not set to lo");
+            }
         }
-        assert!(env.contains(&("RUST_BACKTRACE", "1")));
     }
 
     #[test]
@@ -323,40 +426,44 @@ mod tests {
     #[test]
     fn test_steps_run_cheapest_first() {
         let names: Vec<_> = TEST.iter().map(|step| step.name).collect();
-        assert_eq!(
-            names,
-            [
-                "fmt",
-                "clippy",
-                "capi",
-                "test",
-                "test (forced FI_MR_LOCAL)",
-                "test (forced FI_MR_LOCAL, atomics)",
-                "fuzz"
-            ]
-        );
+        assert_eq!(names, ["fmt", "clippy", "capi", "test"]);
     }
 
     #[test]
     fn the_busy_run_builds_quietly_then_runs_its_suites_beside_spinners() {
-        let busy: Vec<_> = BUSY.iter().map(|step| step.busy).collect();
-        assert_eq!(busy, [false, true]);
         assert!(TEST.iter().all(|step| !step.busy));
-        for suite in ["signals", "progress", "data_path", "atomics"] {
-            for step in BUSY {
-                assert!(step.cargo_args.contains(&suite), "{suite} in {}", step.name);
-            }
-        }
-        let env = env_of(&BUSY[1]);
+        let [busy] = BUSY else {
+            panic!("one busy step")
+        };
+        assert!(busy.busy);
+        let [suite] = busy.suites else {
+            panic!("one busy suite")
+        };
+        let Binaries::Rsm(names) = suite.binaries else {
+            panic!("the busy suite names its binaries")
+        };
+        assert_eq!(names, ["signals", "progress", "data_path", "atomics"]);
+        let env: Vec<_> = suite.env.iter().copied().flatten().copied().collect();
         assert!(env.contains(&("FI_TCP_IFACE", "lo")));
         assert!(env.contains(&("RSM_TEST_SCALE", "0.1")));
     }
 
     #[test]
     fn the_forced_run_registers_owned_buffers_on_loopback() {
-        let forced = TEST.iter().find(|s| s.name == "test (forced FI_MR_LOCAL)");
-        let env = forced.map(env_of).unwrap_or_default();
-        assert!(env.contains(&("RSM_FORCE_MR_LOCAL", "1")));
-        assert!(env.contains(&("FI_TCP_IFACE", "lo")));
+        let test = TEST
+            .iter()
+            .find(|step| step.name == "test")
+            .expect("a test step");
+        let forced: Vec<_> = test
+            .suites
+            .iter()
+            .filter(|suite| suite.label == "forced FI_MR_LOCAL")
+            .collect();
+        assert_eq!(forced.len(), 2);
+        for suite in forced {
+            let env: Vec<_> = suite.env.iter().copied().flatten().copied().collect();
+            assert!(env.contains(&("RSM_FORCE_MR_LOCAL", "1")));
+            assert!(env.contains(&("FI_TCP_IFACE", "lo")));
+        }
     }
 }
