@@ -271,6 +271,9 @@ pub fn run_lists(lists: &[&[Step]]) -> Result<(), Failure> {
 /// Builds `step`'s test binaries, then runs its suites in lanes (`lanes.rs`).
 fn run_suites(step: &Step, cargo: &OsString, root: &Path) -> Result<(), Failure> {
     let binaries = lanes::build(cargo, root, step.cargo_args)?;
+    if binaries.is_empty() {
+        return Err(Failure::new("the build listed no test binaries"));
+    }
     // Started once the build is done, killed when the runs end, however they end.
     let _spinners = spinners_for(step)?;
     let mut jobs = Vec::new();
@@ -304,6 +307,18 @@ fn run_suites(step: &Step, cargo: &OsString, root: &Path) -> Result<(), Failure>
                 weight: weight("doc"),
             });
             continue;
+        }
+        if let Binaries::Rsm(names) = suite.binaries {
+            let built = |name: &&str| {
+                binaries
+                    .iter()
+                    .any(|b| b.package == "rsm" && b.target == **name)
+            };
+            if let Some(missing) = names.iter().find(|name| !built(name)) {
+                return Err(Failure::new(format!(
+                    "the build made no test binary `{missing}` of package rsm"
+                )));
+            }
         }
         for binary in &binaries {
             let chosen = match suite.binaries {
