@@ -16,7 +16,9 @@ use crate::sans_io::access::{self, Creator, Requester};
 use crate::sans_io::segid;
 use crate::sans_io::wire::Message;
 use crate::{Error, Result};
-use register::{register_both, register_off_thread};
+#[cfg(feature = "fault-injection")]
+use register::register_both;
+use register::register_off_thread;
 use settle::{Notice, settle};
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
