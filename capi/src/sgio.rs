@@ -8,6 +8,7 @@ use crate::guard;
 use crate::import::import;
 use crate::local::LOCALS;
 use crate::node::block;
+use crate::sys;
 use std::os::raw::{c_int, c_ulong};
 
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -23,7 +24,7 @@ struct Ready {
 }
 
 /// The `rsm` entry for a C entry, or the code that stops the vector there.
-fn ready(e: &Iovec, way: Way) -> Result<Ready, c_int> {
+fn ready(e: &Iovec, way: Way, seg_len: u64) -> Result<Ready, c_int> {
     let remote = e.remote_offset as u64;
     match e.io_type {
         HANDLE_TYPE => {
@@ -38,8 +39,20 @@ fn ready(e: &Iovec, way: Way) -> Result<Ready, c_int> {
             if e.local.is_null() {
                 return Err(codes::BAD_ADDR);
             }
-            let base = e.local.cast::<u8>().wrapping_add(e.local_offset);
             let len = e.transfer_length;
+            // Checked before a buffer of the entry's length is made or the caller's bytes are
+            // read: a hostile length is refused, never allocated.
+            if remote > seg_len {
+                return Err(codes::BAD_OFFSET);
+            }
+            if len as u64 > seg_len - remote {
+                return Err(codes::BAD_LENGTH);
+            }
+            let start = e.local.addr().checked_add(e.local_offset);
+            if len > 0 && !start.is_some_and(|start| sys::is_mapped_bytes(start, len)) {
+                return Err(codes::BAD_ADDR);
+            }
+            let base = e.local.cast::<u8>().wrapping_add(e.local_offset);
             let (buf, copy_to) = match way {
                 // SAFETY: the caller's entry names len readable bytes at vaddr + offset.
                 Way::Put => (
@@ -74,11 +87,12 @@ fn vector(sg: *mut ScatGath, way: Way) -> Ret {
     }
     // SAFETY: non-null, aligned, and the caller's array of io_request_count entries.
     let iov = unsafe { crate::cin::copy_array(req.iovec.cast_const(), count) };
+    let seg_len = obj.seg.len();
     let mut entries = Vec::with_capacity(count);
     let mut targets = Vec::with_capacity(count);
     let mut stop = None;
     for e in &iov {
-        match ready(e, way) {
+        match ready(e, way, seg_len) {
             Ok(r) => {
                 targets.push(r.copy_to);
                 entries.push(r.entry);

@@ -105,11 +105,20 @@ fn wait_pollfd(fds: *mut libc::pollfd, n: libc::nfds_t, ms: c_int, numfdsp: *mut
     if !numfdsp.is_null() && numfdsp.align_offset(align_of::<c_int>()) != 0 {
         return Err(codes::BAD_ADDR);
     }
+    if n > 0 {
+        // SAFETY: poll(2) validates the array itself (`sys::poll_probe`).
+        unsafe { sys::poll_probe(fds, n as libc::nfds_t) }.map_err(|e| match e.raw_os_error() {
+            Some(libc::EFAULT) => codes::BAD_ADDR,
+            Some(libc::EINTR) => codes::INTERRUPTED,
+            Some(libc::ENOMEM | libc::EAGAIN) => codes::INSUFFICIENT_RESOURCES,
+            _ => codes::BAD_ARGS_ERRORS,
+        })?;
+    }
     let fds: &mut [libc::pollfd] = if n == 0 {
         &mut []
     } else {
-        // SAFETY: non-null and aligned (checked): the caller's array of nfds entries, which
-        // nothing else touches during the call.
+        // SAFETY: non-null, aligned, and proved readable and writable for nfds entries by
+        // the probe: the caller's array, which nothing else touches during the call.
         unsafe { std::slice::from_raw_parts_mut(fds, n) }
     };
     for p in fds.iter_mut() {

@@ -19,6 +19,10 @@ pub(crate) fn page_size() -> usize {
     usize::try_from(n).ok().filter(|&n| n > 0).unwrap_or(4096)
 }
 
+/// Pages one `mincore` call looks at: its answer buffer lives on the stack, so a hostile
+/// length never becomes an allocation.
+const MINCORE_PAGES: usize = 4096;
+
 /// Whether every page of `[addr, addr + len)` is mapped (`mincore` fails with `ENOMEM`
 /// otherwise): caller pointers are checked before anything reads them.
 pub(crate) fn is_mapped(addr: usize, len: usize) -> bool {
@@ -26,14 +30,32 @@ pub(crate) fn is_mapped(addr: usize, len: usize) -> bool {
     if addr % page != 0 || len == 0 {
         return false;
     }
-    let Some(pages) = len.checked_add(page - 1).map(|l| l / page) else {
+    let Some(end) = addr.checked_add(len) else {
         return false;
     };
-    let mut vec = vec![0u8; pages];
-    // SAFETY: mincore only reads the page tables of the range and writes one byte per page
-    // into `vec`, which holds exactly that many.
-    let r = unsafe { libc::mincore(addr as *mut c_void, len, vec.as_mut_ptr()) };
-    r == 0
+    let mut answer = [0u8; MINCORE_PAGES];
+    let mut at = addr;
+    while at < end {
+        let n = (end - at).min(MINCORE_PAGES * page);
+        // SAFETY: mincore only reads the page tables of the range and writes one byte per
+        // page into `answer`, which holds MINCORE_PAGES, as many as n spans at most.
+        let r = unsafe { libc::mincore(at as *mut c_void, n, answer.as_mut_ptr()) };
+        if r != 0 {
+            return false;
+        }
+        at += n;
+    }
+    true
+}
+
+/// [`is_mapped`] for a range at any address: the pages it touches.
+pub(crate) fn is_mapped_bytes(addr: usize, len: usize) -> bool {
+    let page = page_size();
+    let start = addr - addr % page;
+    match addr.checked_add(len) {
+        Some(end) if len > 0 => is_mapped(start, end - start),
+        _ => false,
+    }
 }
 
 /// Makes `[dst, dst + len)` a second view of the shared pages at `src` (`mremap` with an old
@@ -82,6 +104,22 @@ pub(crate) fn privatize(addr: *mut u8, len: usize) -> io::Result<()> {
 }
 
 /// `poll(2)` over C's array; `Ok(n)` descriptors ready.
+/// `poll` with a zero timeout over the caller's `n` entries at `fds`: the kernel reads and
+/// writes them all or fails (`EFAULT` for memory the array does not have, `EINVAL` for more
+/// entries than `RLIMIT_NOFILE`), so the caller's array is proved before Rust touches it.
+///
+/// # Safety
+/// None beyond what `poll(2)` checks itself: `fds` may be any address.
+pub(crate) unsafe fn poll_probe(fds: *mut libc::pollfd, n: libc::nfds_t) -> io::Result<()> {
+    // SAFETY: the kernel validates the whole array and fails instead of faulting; a
+    // successful probe only rewrites `revents`, which every poll overwrites.
+    let r = unsafe { libc::poll(fds, n, 0) };
+    if r < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
 pub(crate) fn poll(fds: &mut [libc::pollfd], timeout_ms: i32) -> io::Result<usize> {
     // SAFETY: the slice is valid for its length, which is what poll reads and writes.
     let n = unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, timeout_ms) };

@@ -68,6 +68,9 @@ static void export_errors(rsmapi_controller_handle_t ctrl, size_t page)
 	EXPECT(rsm_memseg_export_create(ctrl, &seg, mem + 8, page, 0), RSMERR_BAD_MEM_ALIGNMENT);
 	EXPECT(rsm_memseg_export_create(ctrl, &seg, mem, page + 8, 0), RSMERR_BAD_MEM_ALIGNMENT);
 	EXPECT(rsm_memseg_export_create(ctrl, &seg, mem + page, 2 * page, 0), RSMERR_BAD_ADDR);
+	/* Hostile sizes: refused, never allocated for (2^56 bytes; past the address space). */
+	EXPECT(rsm_memseg_export_create(ctrl, &seg, mem, (size_t)1 << 56, 0), RSMERR_BAD_ADDR);
+	EXPECT(rsm_memseg_export_create(ctrl, &seg, mem, (size_t)0 - page, 0), RSMERR_BAD_ADDR);
 	OK(rsm_memseg_export_create(ctrl, &seg, mem, 2 * page, 0));
 
 	EXPECT(rsm_memseg_export_publish(seg, NULL, NULL, 0), RSMERR_BAD_SEGID);

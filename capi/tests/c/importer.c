@@ -7,6 +7,7 @@
 #include <rsmapi.h>
 #include <string.h>
 #include <unistd.h>
+#include <sys/mman.h>
 #include "check.h"
 
 static unsigned char pattern(size_t i, unsigned seed) { return (unsigned char)(i * 7 + seed); }
@@ -151,6 +152,7 @@ static void vectors(rsmapi_controller_handle_t ctrl, rsm_memseg_import_handle_t 
 	EXPECT(rsm_create_localmemory_handle(NULL, &lh, (caddr_t)a, page), RSMERR_BAD_CTLR_HNDL);
 	EXPECT(rsm_create_localmemory_handle(ctrl, NULL, (caddr_t)a, page), RSMERR_BAD_LOCALMEM_HNDL);
 	EXPECT(rsm_create_localmemory_handle(ctrl, &lh, (caddr_t)a, 0), RSMERR_BAD_LENGTH);
+	EXPECT(rsm_create_localmemory_handle(ctrl, &lh, (caddr_t)a, (size_t)1 << 56), RSMERR_BAD_ADDR);
 	OK(rsm_create_localmemory_handle(ctrl, &lh, (caddr_t)a, page));
 	OK(rsm_create_localmemory_handle(ctrl, &lh2, (caddr_t)b, page));
 
@@ -201,6 +203,28 @@ static void vectors(rsmapi_controller_handle_t ctrl, rsm_memseg_import_handle_t 
 	iov[1].local.handle = (rsm_localmemory_handle_t)(void *)va;
 	EXPECT(rsm_memseg_import_putv(&sg), RSMERR_BAD_LOCALMEM_HNDL);
 	ASSERT(sg.io_residual_count == 2);
+
+	/* Hostile address entries: refused before a buffer of their length is made or their
+	 * bytes are read; nothing moves. */
+	iov[0].io_type = RSM_VA_TYPE;
+	iov[0].local.vaddr = (caddr_t)va;
+	iov[0].local_offset = 0;
+	iov[0].remote_offset = 0;
+	iov[0].transfer_length = (size_t)1 << 44;
+	sg.io_request_count = 1;
+	EXPECT(rsm_memseg_import_getv(&sg), RSMERR_BAD_LENGTH);
+	ASSERT(sg.io_residual_count == 1);
+	EXPECT(rsm_memseg_import_putv(&sg), RSMERR_BAD_LENGTH);
+	iov[0].transfer_length = 8;
+	iov[0].remote_offset = (size_t)1 << 44;
+	EXPECT(rsm_memseg_import_getv(&sg), RSMERR_BAD_OFFSET);
+	iov[0].remote_offset = 0;
+	iov[0].local.vaddr = (caddr_t)page; /* the first pages are never mapped */
+	EXPECT(rsm_memseg_import_getv(&sg), RSMERR_BAD_ADDR);
+	EXPECT(rsm_memseg_import_putv(&sg), RSMERR_BAD_ADDR);
+	iov[0].local.vaddr = (caddr_t)va;
+	iov[0].local_offset = (size_t)0 - 4;
+	EXPECT(rsm_memseg_import_putv(&sg), RSMERR_BAD_ADDR);
 
 	EXPECT(rsm_free_localmemory_handle(NULL, lh), RSMERR_BAD_CTLR_HNDL);
 	EXPECT(rsm_free_localmemory_handle(ctrl, NULL), RSMERR_BAD_LOCALMEM_HNDL);
@@ -310,6 +334,20 @@ int main(int argc, char **argv)
 	other[0].events = POLLIN;
 	EXPECT(rsm_intr_signal_wait_pollfd(other, 1, 20, &n), RSMERR_TIMEOUT);
 	EXPECT(rsm_intr_signal_wait_pollfd(NULL, 1, 20, &n), RSMERR_BAD_ADDR);
+	{
+		/* nfds far past the array: refused (beyond RLIMIT_NOFILE, as poll(2) refuses it, or
+		 * past mapped memory), never written past; a read-only array is refused, untouched. */
+		struct pollfd *ro = mmap(NULL, page, PROT_READ | PROT_WRITE,
+		    MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+		int r = rsm_intr_signal_wait_pollfd(other, (nfds_t)1 << 30, 20, &n);
+		ASSERT(r == RSMERR_BAD_ARGS_ERRORS || r == RSMERR_BAD_ADDR);
+		ASSERT(ro != MAP_FAILED);
+		ro[0] = other[0];
+		ASSERT(mprotect(ro, page, PROT_READ) == 0);
+		EXPECT(rsm_intr_signal_wait_pollfd(ro, 1, 20, &n), RSMERR_BAD_ADDR);
+		ASSERT(ro[0].events == POLLIN);
+		ASSERT(munmap(ro, page) == 0);
+	}
 	OK(rsm_intr_signal_post(im, 0));
 	OK(rsm_intr_signal_wait_pollfd(&pfd, 1, 20000, NULL));
 	OK(rsm_memseg_release_pollfd(im));
