@@ -336,3 +336,95 @@ async fn a_peer_that_reads_no_answers_is_slowed_then_closed() {
         "{answers} answers to {sent} requests: the link was closed"
     );
 }
+
+#[test]
+fn role_entry() {
+    match common::role().as_deref() {
+        None => {}
+        Some("pidns_exporter") => pidns_exporter_role(),
+        Some(other) => panic!("unknown role {other}"),
+    }
+}
+
+/// A keyless exporter (node `NODE_ID`) with an owner-only loopback segment published to node
+/// `VICTIM`: says `ready <segment>`, then waits for `quit`.
+fn pidns_exporter_role() {
+    let rt = common::runtime();
+    let id: u32 = common::arg("NODE_ID").parse().expect("NODE_ID");
+    let victim: u32 = common::arg("VICTIM").parse().expect("VICTIM");
+    let (node, seg, segment) = rt.block_on(async {
+        let node = common::node(id).await;
+        let (seg, segment) = owner_only(&node, "loopback", victim).await;
+        (node, seg, segment)
+    });
+    common::say(format!("ready {segment}"));
+    while let Some(cmd) = common::next_command() {
+        if cmd == "quit" || cmd.is_empty() {
+            break;
+        }
+    }
+    drop(seg);
+    rt.block_on(node.shutdown());
+}
+
+/// Without keys, a peer is the process that holds the name it claims, as the kernel's
+/// credentials show. A node in its own pid namespace (a container with the host's network,
+/// `unshare --pid`) gets pid 0 for every process outside it, the claimant and the name's
+/// holder alike: it cannot prove who dials, and refuses everyone ("configure keys"), the
+/// node of the claimed id included, where it once matched 0 with 0 and granted.
+#[test]
+fn without_keys_a_node_in_another_pid_namespace_grants_nothing_it_cannot_prove() {
+    let _serial = common::serial();
+    let unshare = std::process::Command::new("unshare")
+        .args(["--pid", "--fork", "true"])
+        .status();
+    if !unshare.is_ok_and(|s| s.success()) {
+        // Past the harness's capture, so a run without the privilege says so.
+        let _ = std::io::Write::write_all(
+            &mut std::io::stderr(),
+            b"SKIPPED without_keys_a_node_in_another_pid_namespace: `unshare --pid` needs root\n",
+        );
+        return;
+    }
+    let rt = common::runtime();
+    let exporter = common::fresh_node_id();
+    let victim = common::fresh_node_id();
+    // The real node of the victim's id holds its name, here, outside the exporter's namespace.
+    let real = rt.block_on(common::node(victim));
+    let mut child = common::Peer::start_under(
+        &["unshare", "--pid", "--fork", "--kill-child"],
+        "role_entry",
+        "pidns_exporter",
+        &[
+            ("NODE_ID", exporter.to_string()),
+            ("VICTIM", victim.to_string()),
+        ],
+    );
+    let ready = child.recv();
+    let segment: SegmentId = ready
+        .strip_prefix("ready ")
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(|| panic!("the exporter said {ready:?}"));
+    rt.block_on(async {
+        // An impostor claiming the victim's id, from a process that holds no name.
+        let name = format!("\0rsm-node-{exporter}");
+        let mut s = UnixStream::connect(name).await.expect("connect");
+        let answer = tokio::time::timeout(
+            Duration::from_secs(10),
+            claim(&mut s, victim, segment.get(), "loopback"),
+        )
+        .await
+        .expect("the exporter answers or closes within 10 s");
+        assert_eq!(answer, None, "the impostor got an answer");
+        // Nor does the real node get in: the exporter cannot tell it from the impostor.
+        let refused = real
+            .controller("loopback")
+            .await
+            .expect("controller")
+            .import(rsm::NodeId(exporter), segment, Perm::RDWR)
+            .await;
+        assert!(refused.is_err(), "an unproven peer was granted");
+    });
+    assert!(child.quit(), "the exporter exits cleanly");
+    rt.block_on(real.shutdown());
+}

@@ -23,10 +23,19 @@ pub(crate) struct PeerCreds {
     pub groups: Vec<u32>,
 }
 
+/// The peer's pid as the kernel gives it, or `None` where it gives none that names a
+/// process: `SO_PEERCRED` says 0 for a process outside this pid namespace (a container,
+/// `unshare --pid`), and two such peers would look like one process.
+pub(super) fn known_pid(cred: &tokio::net::unix::UCred) -> Option<u32> {
+    cred.pid()
+        .and_then(|p| u32::try_from(p).ok())
+        .filter(|&p| p != 0)
+}
+
 /// Reads the credentials of the process at the other end of `stream`.
 pub(super) fn of_stream(stream: &UnixStream) -> io::Result<PeerCreds> {
     let cred = stream.peer_cred()?;
-    let pid = cred.pid().and_then(|p| u32::try_from(p).ok());
+    let pid = known_pid(&cred);
     let (uid, gid) = (cred.uid(), cred.gid());
     let groups = match pid {
         Some(pid) => groups_of(pid, uid, gid),

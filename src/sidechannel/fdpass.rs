@@ -167,9 +167,8 @@ async fn serve(service: Weak<FdService>, listener: std::os::unix::net::UnixListe
 async fn answer(service: &FdService, mut stream: UnixStream) -> std::result::Result<(), String> {
     let pid = stream
         .peer_cred()
-        .map_err(|e| format!("no peer credentials: {e}"))?
-        .pid()
-        .and_then(|p| u32::try_from(p).ok());
+        .map(|cred| super::creds::known_pid(&cred))
+        .map_err(|e| format!("no peer credentials: {e}"))?;
     let mut ticket = [0u8; 8];
     tokio::time::timeout(EXCHANGE_WAIT, stream.read_exact(&mut ticket))
         .await

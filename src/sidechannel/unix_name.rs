@@ -24,14 +24,16 @@ pub(super) async fn holds_name(node: u32, pid: Option<u32>) -> Result<(), String
         .map_err(|e| format!("it claims node {node}, but nobody answers on @{name} ({e})"))?;
     let holder = probe
         .peer_cred()
-        .map_err(|e| format!("cannot read the credentials of @{name}: {e}"))?
-        .pid()
-        .and_then(|p| u32::try_from(p).ok());
+        .map(|cred| super::creds::known_pid(&cred))
+        .map_err(|e| format!("cannot read the credentials of @{name}: {e}"))?;
     match holder {
         Some(h) if h == pid => Ok(()),
         Some(h) => Err(format!(
             "process {pid} claims node {node}, whose name @{name} process {h} holds"
         )),
-        None => Err(format!("the kernel gives no pid for the holder of @{name}")),
+        None => Err(format!(
+            "the kernel gives no pid for the holder of @{name} (another pid namespace?): \
+             configure keys"
+        )),
     }
 }

@@ -90,7 +90,15 @@ impl Peer {
     /// As [`Peer::start`], inside the network namespace `ns` when given (`ip netns exec`,
     /// which execs the test binary: the child's pid is the node's).
     pub fn start_in(ns: Option<&str>, entry: &str, role: &str, args: &[(&str, String)]) -> Peer {
-        let (child, stdin, stdout) = spawn_role(ns, entry, role, args);
+        Peer::from_spawned(spawn_role(ns, entry, role, args))
+    }
+
+    /// As [`Peer::start`], run by the command `wrapper` ([`spawn_role_under`]).
+    pub fn start_under(wrapper: &[&str], entry: &str, role: &str, args: &[(&str, String)]) -> Peer {
+        Peer::from_spawned(spawn_role_under(wrapper, entry, role, args))
+    }
+
+    fn from_spawned((child, stdin, stdout): (Child, ChildStdin, ChildStdout)) -> Peer {
         let lines = peer_lines(stdout, Some);
         Peer {
             child,
@@ -225,12 +233,26 @@ pub fn spawn_role(
     role: &str,
     args: &[(&str, String)],
 ) -> (Child, ChildStdin, ChildStdout) {
+    match ns {
+        None => spawn_role_under(&[], entry, role, args),
+        Some(ns) => spawn_role_under(&["ip", "netns", "exec", ns], entry, role, args),
+    }
+}
+
+/// As [`spawn_role`], the test binary run by the command `wrapper` (`unshare --pid
+/// --fork`, say), which execs it; none when empty.
+pub fn spawn_role_under(
+    wrapper: &[&str],
+    entry: &str,
+    role: &str,
+    args: &[(&str, String)],
+) -> (Child, ChildStdin, ChildStdout) {
     let exe = std::env::current_exe().expect("current exe");
-    let mut cmd = match ns {
-        None => Command::new(exe),
-        Some(ns) => {
-            let mut c = Command::new("ip");
-            c.args(["netns", "exec", ns]).arg(exe);
+    let mut cmd = match wrapper {
+        [] => Command::new(exe),
+        [program, rest @ ..] => {
+            let mut c = Command::new(program);
+            c.args(rest).arg(exe);
             c
         }
     };
