@@ -40,9 +40,10 @@ usage: cargo xtask <command>
 commands:
   setup   check the system packages rsm needs; as root, install missing ones with apt-get
   test [--busy]
-          setup, then cargo fmt --check, cargo clippy -D warnings, cargo test; with
-          --busy, then the signal, progress, data-path and atomics suites again beside
-          two CPU-bound spinner processes (CI runs this)
+          setup, then cargo fmt --check, cargo clippy -D warnings, then every test
+          binary built once and run two at a time (RSM_TEST_LANES); with --busy, then
+          the signal, progress, data-path and atomics suites again beside two CPU-bound
+          spinner processes (CI runs this)
   demo    setup, then build and run the rsm binary's demo commands
   bench   setup, then build rsm in release mode, run the standard benchmark set (and
           UCX's ucx_perftest beside it, installing ucx-utils if missing) and write
