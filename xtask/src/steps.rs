@@ -288,7 +288,7 @@ fn run_suites(step: &Step, cargo: &OsString, root: &Path) -> Result<(), Failure>
     let _spinners = spinners_for(step)?;
     let mut jobs = Vec::new();
     for suite in step.suites {
-        let mut env: Vec<(String, String)> = suite
+        let env: Vec<(String, String)> = suite
             .env
             .iter()
             .copied()
@@ -341,7 +341,8 @@ fn run_suites(step: &Step, cargo: &OsString, root: &Path) -> Result<(), Failure>
             if !chosen {
                 continue;
             }
-            env.retain(|(k, _)| k != "CARGO_MANIFEST_DIR" && k != "CARGO_PKG_NAME");
+            // What cargo sets when it runs a test binary.
+            let mut env = env.clone();
             env.push((
                 "CARGO_MANIFEST_DIR".into(),
                 binary.dir.display().to_string(),
@@ -351,7 +352,7 @@ fn run_suites(step: &Step, cargo: &OsString, root: &Path) -> Result<(), Failure>
                 label: label(format!("{} {}", binary.package, binary.src)),
                 program: binary.exe.clone(),
                 args: args.clone(),
-                env: env.clone(),
+                env,
                 dir: binary.dir.clone(),
                 weight: weight(&binary.target),
             });
