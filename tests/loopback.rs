@@ -789,7 +789,7 @@ fn caller_memory_outlives_an_importer_that_did_not_let_go() {
     let e = caller_exporter(mem, ExportFlags::empty());
     let mut child = reacher(&e);
     assert_eq!(child.ask("put 0 01"), "ok");
-    child.signal(libc::SIGSTOP);
+    child.freeze();
     let Exporter { rt, node, seg, .. } = e;
     rt.block_on(async {
         // The revoke waits 5 s for the stopped importer, then destroy returns.

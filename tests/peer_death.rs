@@ -320,7 +320,7 @@ fn exporter_ends_with_readers(ctrl: &str, how: End) {
         }
         End::ReadersFrozen => {
             for r in &readers {
-                r.signal(libc::SIGSTOP);
+                r.freeze();
             }
             rt.block_on(seg.destroy()).unwrap();
             for r in &readers {

@@ -75,31 +75,10 @@ fn error_of(line: &str) -> (String, u128) {
     }
 }
 
-/// Whether every thread of process `pid` is stopped (state `T`).
-fn stopped(pid: u32) -> bool {
-    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
-        return false;
-    };
-    tasks.flatten().all(|t| {
-        std::fs::read_to_string(t.path().join("stat"))
-            .is_ok_and(|st| st.rsplit(") ").next().is_some_and(|r| r.starts_with('T')))
-    })
-}
-
-/// Freezes `peer` (SIGSTOP) and returns once all its threads are stopped: `kill` returns
-/// before that, and on a busy host a thread goes on running until the scheduler gives the
-/// signalled thread its turn, so a "frozen" node could still answer a request just sent.
+/// Freezes `peer` and returns once all its threads are stopped.
 fn freeze(peer: &Peer) {
     let started = std::time::Instant::now();
-    peer.signal(libc::SIGSTOP);
-    while !stopped(peer.pid()) {
-        assert!(
-            started.elapsed() < Duration::from_secs(5),
-            "process {} not stopped within 5 s of SIGSTOP",
-            peer.pid()
-        );
-        std::thread::sleep(Duration::from_millis(1));
-    }
+    peer.freeze();
     eprintln!("frozen within {:?}", started.elapsed());
 }
 

@@ -73,6 +73,41 @@ pub fn fresh_node_id() -> u32 {
     1_000_000 + pid * 1000 + k
 }
 
+/// Sends `sig` to process `pid`; kill(1) keeps the tests free of unsafe code.
+pub fn send_signal(pid: u32, sig: i32) {
+    let _ = Command::new("kill")
+        .arg(format!("-{sig}"))
+        .arg(pid.to_string())
+        .status();
+}
+
+/// Whether every thread of process `pid` is stopped (state `T`).
+pub fn stopped(pid: u32) -> bool {
+    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+        return false;
+    };
+    tasks.flatten().all(|t| {
+        std::fs::read_to_string(t.path().join("stat"))
+            .is_ok_and(|st| st.rsplit(") ").next().is_some_and(|r| r.starts_with('T')))
+    })
+}
+
+/// Freezes process `pid` (SIGSTOP) and returns once all its threads are stopped: `kill`
+/// returns before that, and on a busy host the kernel stops the other threads only once
+/// the signalled one has had its turn, so a "frozen" process could still answer a
+/// request just sent (acknowledge a revoke, say).
+pub fn freeze(pid: u32) {
+    let started = std::time::Instant::now();
+    send_signal(pid, libc::SIGSTOP);
+    while !stopped(pid) {
+        assert!(
+            started.elapsed() < Duration::from_secs(5),
+            "process {pid} not stopped within 5 s of SIGSTOP"
+        );
+        std::thread::sleep(Duration::from_millis(1));
+    }
+}
+
 /// A child process playing a role; killed and reaped on drop, with the `/dev/shm` files
 /// libfabric's shm provider leaves for a killed process removed.
 pub struct Peer {
@@ -144,11 +179,12 @@ impl Peer {
     }
 
     pub fn signal(&self, sig: i32) {
-        // kill(1) keeps the tests free of unsafe code.
-        let _ = Command::new("kill")
-            .arg(format!("-{sig}"))
-            .arg(self.pid().to_string())
-            .status();
+        send_signal(self.pid(), sig);
+    }
+
+    /// Freezes the peer (SIGSTOP) and returns once all its threads are stopped.
+    pub fn freeze(&self) {
+        freeze(self.pid());
     }
 
     /// Sends a command the peer is expected to die of, and returns how it ended (within

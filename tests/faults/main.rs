@@ -135,7 +135,7 @@ fn freeze(ctrl: &str) {
 
     // Frozen for 1.5 s: nothing fails.
     run(&mut pair, 1_000_000);
-    pair.exporter.signal(libc::SIGSTOP);
+    pair.exporter.freeze();
     std::thread::sleep(Duration::from_millis(1500));
     pair.exporter.signal(libc::SIGCONT);
     std::thread::sleep(Duration::from_millis(500));
@@ -162,7 +162,7 @@ fn freeze(ctrl: &str) {
     );
     run(&mut pair, 2_000_000);
     let frozen_at = now_ms();
-    pair.exporter.signal(libc::SIGSTOP);
+    pair.exporter.freeze();
     let t = stop(&mut pair, 12_000);
     pair.exporter.signal(libc::SIGCONT);
     let found = t.last_fail.saturating_sub(frozen_at);

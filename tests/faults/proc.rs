@@ -4,7 +4,7 @@
 
 use crate::common;
 use std::io::Write;
-use std::process::{Child, ChildStdin, Command, ExitStatus};
+use std::process::{Child, ChildStdin, ExitStatus};
 use std::sync::mpsc;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -87,10 +87,12 @@ impl Proc {
 
     /// Sends `sig` (`SIGSTOP`, `SIGCONT`).
     pub fn signal(&self, sig: i32) {
-        let _ = Command::new("kill")
-            .arg(format!("-{sig}"))
-            .arg(self.pid().to_string())
-            .status();
+        common::send_signal(self.pid(), sig);
+    }
+
+    /// Freezes the process (SIGSTOP) and returns once all its threads are stopped.
+    pub fn freeze(&self) {
+        common::freeze(self.pid());
     }
 
     /// Asks the child to quit and returns how it ended, within `limit` (killed after).
