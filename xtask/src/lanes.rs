@@ -4,9 +4,8 @@
 //! line `cargo test` would print, so the log reads as cargo's does.
 //!
 //! Most of a suite's time is spent waiting (for children, timeouts, liveness bounds), so a
-//! second lane (`RSM_TEST_LANES=2`) halves the step on this machine's 2 cores; the default
-//! is one lane until loopback's `caller_memory_outlives_an_importer_that_did_not_let_go`,
-//! which failed in 2 of 5 runs beside another suite, holds there.
+//! second lane halves the step on this machine's 2 cores (`RSM_TEST_LANES=1`: one at a time,
+//! to tell a test that fails only beside another suite).
 
 use std::collections::VecDeque;
 use std::env;
@@ -25,7 +24,7 @@ use crate::command::display;
 use crate::failure::Failure;
 
 /// Test binaries running at once by default.
-pub const LANES: usize = 1;
+pub const LANES: usize = 2;
 
 /// The most one binary may run before it is killed and counted failed: far beyond the
 /// slowest suite, well inside CI's limit.
