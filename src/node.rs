@@ -417,7 +417,7 @@ impl Node {
         // Importers are told first that the exports are withdrawn (and their acknowledgements
         // awaited, at most 1 s): one still posting to an endpoint about to close may be left
         // with an operation that never completes (sockets reconnects under it).
-        crate::export::withdraw_all(&self.inner.state);
+        crate::export::retire::withdraw_all(&self.inner.state);
         let withdrawn = std::time::Instant::now() + WITHDRAW_ON_SHUTDOWN;
         while self.inner.state.retirements() > 0 && std::time::Instant::now() < withdrawn {
             futures_timer_sleep(Duration::from_millis(5)).await;
