@@ -1,0 +1,120 @@
+//! Signals arriving on a doorbell, a loopback bell or the side channel, checked against the
+//! connection they claim and delivered to its export or import.
+
+use super::entries::{export_inner, import_inner};
+use crate::context::{NodeContext, Owner};
+use crate::events::Importer;
+use crate::events::loopback_bell::Ring;
+use crate::events::route::{Word, checks, decode};
+use crate::ids::NodeId;
+use crate::import::ImportInner;
+
+/// A doorbell rang on one of this node's controllers (called on the engine's thread). The
+/// completion does not say who wrote it: the word's check must match the connection it
+/// names.
+pub(super) fn on_doorbell(ctx: &NodeContext, word: u64) {
+    let w = decode(word);
+    deliver(ctx, Sent::Bell(w), w.token, w.to_importer, w.no_accumulate);
+}
+
+/// A `Signal` arrived over the side channel from `from`.
+pub(super) fn on_side_signal(ctx: &NodeContext, from: Owner, token: u64, flags: u32) {
+    let w = decode(u64::from(flags));
+    deliver(ctx, Sent::Side(from), token, w.to_importer, w.no_accumulate);
+}
+
+/// How a signal says who sent it: the side channel's link names the node and its
+/// incarnation; a doorbell word carries a check of the sender's token for the connection.
+#[derive(Clone, Copy)]
+pub(super) enum Sent {
+    Side(Owner),
+    Bell(Word),
+}
+
+/// A loopback doorbell from `from` rang with a batch: first a `NO_ACCUMULATE` post if
+/// `first_no_acc`, then `plain` posts without it (`events/loopback_bell.rs` says why that
+/// is exactly what the posts in their order would have done).
+pub(super) fn on_loopback_bell(ctx: &NodeContext, ring: Ring) {
+    let Ring {
+        from,
+        token,
+        to_importer,
+        first_no_acc,
+        plain,
+    } = ring;
+    // A count beyond any real backlog is the peer's garbage; it is bounded all the same.
+    let plain = plain.min(u64::from(u32::MAX));
+    if to_importer {
+        let Some(imp) = ctx
+            .signals
+            .import(token)
+            .and_then(import_inner)
+            .filter(|imp| imp.node() == from)
+        else {
+            tracing::debug!(token, "loopback signals for an unknown import dropped");
+            return;
+        };
+        let exporter = NodeId(from);
+        if first_no_acc {
+            imp.events().post(exporter, true);
+        }
+        imp.events().post_many(exporter, plain);
+        return;
+    }
+    // The bell is the connection's own: the token names the importer that rang it.
+    let Some(export) = ctx
+        .export_of_conn(token)
+        .and_then(export_inner)
+        .filter(|e| e.importer_node(token) == Some(from))
+    else {
+        tracing::debug!(token, "loopback signals for an unknown connection dropped");
+        return;
+    };
+    let importer = Importer::new(from, token);
+    if first_no_acc {
+        export.events().post(importer, true);
+    }
+    export.events().post_many(importer, plain);
+}
+
+/// Delivers a signal for the receiver's `token` to the import or export connection it
+/// names, if the sender is that connection's peer; anything else is dropped (every word
+/// from a peer may be hostile).
+fn deliver(ctx: &NodeContext, sent: Sent, token: u64, to_importer: bool, no_acc: bool) {
+    if to_importer {
+        match ctx.signals.import(token).and_then(import_inner) {
+            Some(imp) if from_peer(sent, exporter_of(&imp), imp.conn_id()) => {
+                imp.on_signal(no_acc);
+            }
+            _ => tracing::debug!(token, "signal for an unknown import dropped"),
+        }
+        return;
+    }
+    // The importer's own token for the connection, which a doorbell word's check names.
+    let importer_token = ctx.signals.importer(token).map(|b| b.token());
+    let export = ctx.export_of_conn(token).and_then(export_inner);
+    match (export, ctx.conn_owner(token), importer_token) {
+        (Some(e), Some(owner), Some(t)) if from_peer(sent, owner, t) => {
+            e.on_signal(Importer::new(owner.node, token), no_acc);
+        }
+        _ => tracing::debug!(token, "signal for an unknown connection dropped"),
+    }
+}
+
+/// The exporter of an import, as its side-channel link names it.
+fn exporter_of(imp: &ImportInner) -> Owner {
+    Owner {
+        node: imp.node(),
+        incarnation: imp.peer_incarnation(),
+    }
+}
+
+/// Whether a signal came from the connection's peer: `peer` (node and incarnation) on a
+/// side-channel link, or a doorbell word whose check matches `sender_token`, the peer's
+/// token for it.
+pub(super) fn from_peer(sent: Sent, peer: Owner, sender_token: u64) -> bool {
+    match sent {
+        Sent::Side(from) => from == peer,
+        Sent::Bell(w) => checks(&w, sender_token),
+    }
+}

@@ -1,0 +1,334 @@
+//! The dispatcher's unit tests.
+
+use super::connect::{LOOPBACK_DESCRIPTORS, requester};
+use super::signals::{Sent, from_peer};
+use super::*;
+use crate::events::route::decode;
+use crate::sans_io::wire::ByteOrder;
+use crate::sans_io::wire::{ConnectReply, ConnectRequest};
+use crate::sidechannel::PeerCreds;
+
+fn request() -> ConnectRequest {
+    ConnectRequest {
+        req: 1,
+        segment_id: 0x400000,
+        controller: "tcp".into(),
+        perm: 0o600,
+        uid: 0,
+        gid: 0,
+        groups: vec![0, 4],
+        fabric_addr: Vec::new(),
+        signal_token: 0,
+        doorbell: None,
+    }
+}
+
+fn own(node: u32, incarnation: u64) -> Owner {
+    Owner { node, incarnation }
+}
+
+/// A link's view of peer `o`.
+fn link(o: Owner) -> PeerInfo {
+    PeerInfo {
+        node_id: o.node,
+        incarnation: o.incarnation,
+        ..peer(None)
+    }
+}
+
+/// A context with no side channel, and its dispatcher.
+fn context() -> (tokio::runtime::Runtime, Arc<NodeContext>, Arc<NodeHandler>) {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("runtime");
+    let ctx = NodeContext::new(rt.handle().clone());
+    let handler = NodeHandler::new(&ctx);
+    (rt, ctx, handler)
+}
+
+#[test]
+fn connection_ids_are_random_unique_and_fit_a_doorbell_word() {
+    let (_rt, ctx, _) = context();
+    let ids: Vec<u64> = (0..1000)
+        .map(|_| ctx.open_conn(0x400000, own(7, 1), 0).expect("open"))
+        .collect();
+    let unique: std::collections::HashSet<u64> = ids.iter().copied().collect();
+    assert_eq!(unique.len(), ids.len());
+    assert!(
+        ids.iter()
+            .all(|&c| c != 0 && c <= crate::events::route::MAX_BELL_TOKEN)
+    );
+    // Not counted up: a peer cannot name another's connection from its own.
+    let consecutive = ids.windows(2).filter(|w| w[1] == w[0] + 1).count();
+    assert!(consecutive < 10, "{consecutive} consecutive ids");
+}
+
+#[test]
+fn only_the_owner_disconnects_its_connection() {
+    let (_rt, ctx, handler) = context();
+    let conn = ctx.open_conn(0x400000, own(7, 1), 0).expect("open");
+    // Another node, then the same node under another incarnation: nothing happens.
+    for intruder in [own(8, 1), own(7, 2)] {
+        let reply = handler.on_message(&link(intruder), Message::Disconnect { conn_id: conn });
+        assert!(reply.is_none());
+        assert_eq!(ctx.conn_owner(conn), Some(own(7, 1)), "{intruder:?}");
+    }
+    handler.on_message(&link(own(7, 1)), Message::Disconnect { conn_id: conn });
+    assert_eq!(ctx.conn_owner(conn), None);
+}
+
+#[test]
+fn acknowledgements_count_only_from_the_peer_they_are_awaited_from() {
+    let (_rt, ctx, handler) = context();
+    let conn = 0x1234;
+    let mut revoke = ctx.await_ack(Ack::Revoke(conn), own(7, 1));
+    let mut rebind = ctx.await_ack(Ack::Rebind(conn, 3), own(7, 1));
+    for intruder in [own(8, 1), own(7, 2)] {
+        handler.on_message(
+            &link(intruder),
+            Message::RevokeAck {
+                conn_id: conn,
+                generation: 1,
+            },
+        );
+        handler.on_message(
+            &link(intruder),
+            Message::RebindAck {
+                conn_id: conn,
+                generation: 3,
+            },
+        );
+        assert!(revoke.try_recv().is_err(), "{intruder:?}");
+        assert!(rebind.try_recv().is_err(), "{intruder:?}");
+    }
+    handler.on_message(
+        &link(own(7, 1)),
+        Message::RevokeAck {
+            conn_id: conn,
+            generation: 1,
+        },
+    );
+    handler.on_message(
+        &link(own(7, 1)),
+        Message::RebindAck {
+            conn_id: conn,
+            generation: 3,
+        },
+    );
+    assert!(revoke.try_recv().is_ok());
+    assert!(rebind.try_recv().is_ok());
+}
+
+#[test]
+fn a_peer_beyond_its_connection_limits_is_refused_and_others_are_not() {
+    let (_rt, ctx, _) = context();
+    ctx.set_limits(
+        crate::Limits::default()
+            .connections_per_peer(2)
+            .descriptors_per_peer(6)
+            .connects_in_progress_per_peer(1),
+    );
+    let a = ctx.open_conn(1, own(7, 1), 0).expect("first");
+    ctx.open_conn(1, own(7, 2), LOOPBACK_DESCRIPTORS)
+        .expect("second, another incarnation");
+    let e = ctx.open_conn(1, own(7, 1), 0).unwrap_err();
+    assert!(matches!(e, Error::InsufficientResources(_)), "{e}");
+    assert!(e.to_string().contains("connections_per_peer"), "{e}");
+    // Another node is served all the same.
+    ctx.open_conn(1, own(8, 1), LOOPBACK_DESCRIPTORS)
+        .expect("another node");
+    // A connection that ends makes room; descriptors have their own bound.
+    ctx.remove_conn(a);
+    let e = ctx
+        .open_conn(1, own(7, 1), LOOPBACK_DESCRIPTORS)
+        .unwrap_err();
+    assert!(e.to_string().contains("descriptors_per_peer"), "{e}");
+    ctx.open_conn(1, own(7, 1), 0).expect("room again");
+    // Connect requests in progress, per node.
+    let first = ctx.begin_connect(7).expect("first request");
+    let e = ctx.begin_connect(7).err().expect("beyond the limit");
+    assert!(
+        e.to_string().contains("connects_in_progress_per_peer"),
+        "{e}"
+    );
+    let _other = ctx.begin_connect(8).expect("another node");
+    drop(first);
+    ctx.begin_connect(7).expect("after the first answered");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn signals_and_notices_count_only_from_the_connections_peer() {
+    use crate::{ExportFlags, Node, NodeId, Perm};
+    let start = |id: u32| Node::builder().ignore_environment().id(id).start();
+    let a_id = 3_000_000 + (rand::random::<u32>() % 500_000) * 4;
+    let (a, b) = (start(a_id).await.unwrap(), start(a_id + 1).await.unwrap());
+    let seg = a.controller("tcp0").await.unwrap();
+    let seg = seg.export(1 << 16, ExportFlags::empty()).unwrap();
+    let id = seg.publish(None, &[]).await.unwrap();
+    let ctrl = b.controller("tcp0").await.unwrap();
+    let imp = ctrl.import(NodeId(a_id), id, Perm::RDWR).await.unwrap();
+    let (ha, hb) = (
+        NodeHandler::new(&a.inner.state),
+        NodeHandler::new(&b.inner.state),
+    );
+    let conn = imp.connection_id();
+    let (a_own, b_own) = (own(a_id, a.incarnation()), own(a_id + 1, b.incarnation()));
+    let c_own = own(a_id + 2, 1);
+    // At the exporter: a third node, or the importer's node under another incarnation,
+    // neither signals nor ends the connection.
+    for intruder in [c_own, own(b_own.node, b_own.incarnation ^ 1)] {
+        let signal = Message::Signal {
+            conn_id: conn,
+            flags: 0,
+        };
+        ha.on_message(&link(intruder), signal);
+        ha.on_message(&link(intruder), Message::Disconnect { conn_id: conn });
+    }
+    assert_eq!(seg.pending_signals(), 0);
+    assert_eq!(seg.importer_count(), 1);
+    ha.on_message(
+        &link(b_own),
+        Message::Signal {
+            conn_id: conn,
+            flags: 0,
+        },
+    );
+    assert_eq!(seg.pending_signals(), 1);
+    // At the importer: a revoke or rebind from a third node, or from the exporter's
+    // node under another incarnation, changes nothing (a rebind to key 0 would break it).
+    for intruder in [c_own, own(a_own.node, a_own.incarnation ^ 1)] {
+        let revoke = Message::Revoke {
+            conn_id: conn,
+            generation: 1,
+        };
+        hb.on_message(&link(intruder), revoke);
+        let rebind = Message::Rebind {
+            conn_id: conn,
+            generation: 2,
+            keys: vec![0],
+            base: 0,
+        };
+        hb.on_message(&link(intruder), rebind);
+    }
+    tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    imp.put(0, vec![7u8; 64])
+        .await
+        .expect("the import still works");
+    let (_, back) = imp.get(0, vec![0u8; 64]).await.expect("get");
+    assert_eq!(back, vec![7u8; 64]);
+    // The exporter's own revoke still reaches the importer.
+    seg.destroy().await.unwrap();
+    let e = imp.put(0, vec![1u8; 8]).await.unwrap_err();
+    assert!(matches!(e.error(), Error::ConnAborted(_)), "{}", e.error());
+    drop(imp);
+    a.shutdown().await;
+    b.shutdown().await;
+}
+
+fn peer(creds: Option<PeerCreds>) -> PeerInfo {
+    PeerInfo {
+        node_id: 7,
+        incarnation: 1,
+        byte_order: ByteOrder::native(),
+        same_host: creds.is_some(),
+        creds,
+        doorbells: Vec::new(),
+        link_id: 1,
+    }
+}
+
+/// A connect whose fabric address the provider could not parse is refused before the
+/// exporter admits anyone (RSMERR_BAD_ADDR), and no key goes back.
+#[test]
+fn hostile_fabric_addresses_are_refused_at_connect() {
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        let id = 7_000_000 + (rand::random::<u32>() % 1_000_000) * 2;
+        let node = crate::Node::builder()
+            .ignore_environment()
+            .id(id)
+            .start()
+            .await
+            .unwrap();
+        let ctrl = node.controller("tcp0").await.unwrap();
+        let seg = ctrl.export(4096, crate::ExportFlags::empty()).unwrap();
+        let segid = seg.publish(None, &[]).await.unwrap();
+        let ctx = Arc::clone(&node.inner.state);
+        let mut v4 = vec![0u8; 16];
+        v4[..2].copy_from_slice(&(libc::AF_INET as u16).to_ne_bytes());
+        for hostile in [Vec::new(), vec![0xff; 16], v4, vec![2, 0, 1], vec![7; 600]] {
+            let r = ConnectRequest {
+                segment_id: segid.get(),
+                perm: 0o400,
+                fabric_addr: hostile.clone(),
+                ..request()
+            };
+            match handle_connect(&ctx, &peer(None), r) {
+                Message::ConnectReply(ConnectReply {
+                    result: Err(code), ..
+                }) => {
+                    assert_eq!(code, 16, "{hostile:?}: RSMERR_BAD_ADDR")
+                }
+                other => panic!("{hostile:?} was answered {other:?}"),
+            }
+        }
+        assert_eq!(seg.importer_count(), 0);
+        seg.destroy().await.unwrap();
+        node.shutdown().await;
+    });
+}
+
+#[test]
+fn kernel_credentials_replace_the_claimed_ids() {
+    let r = request();
+    let p = peer(Some(PeerCreds {
+        pid: Some(42),
+        uid: 65534,
+        gid: 65533,
+        groups: vec![100],
+    }));
+    let who = requester(&p, &r);
+    assert_eq!((who.node, who.uid, who.gid), (7, 65534, 65533));
+    assert_eq!(who.groups, &[100]);
+    // The kernel reported no groups: the claimed ones are not used either.
+    let p = peer(Some(PeerCreds {
+        pid: None,
+        uid: 65534,
+        gid: 65534,
+        groups: Vec::new(),
+    }));
+    assert!(requester(&p, &r).groups.is_empty());
+}
+
+#[test]
+fn a_signal_counts_only_from_the_connections_peer() {
+    use crate::events::SignalFlags;
+    use crate::events::route::encode;
+    // The side channel's link names the node and its incarnation.
+    let (me, other) = (own(7, 1), own(8, 1));
+    assert!(from_peer(Sent::Side(me), me, 0));
+    assert!(!from_peer(Sent::Side(other), me, 0));
+    assert!(!from_peer(Sent::Side(own(7, 2)), me, 0));
+    // A doorbell word's check must be the sender's token for the connection.
+    let w = decode(encode(0x1234, 0xAB_CDEF, false, SignalFlags::empty()));
+    assert_eq!(w.token, 0x1234);
+    assert!(from_peer(Sent::Bell(w), me, 0xAB_CDEF));
+    assert!(!from_peer(Sent::Bell(w), me, 0xAB_CDEE));
+    // Whatever a peer writes decodes without a panic and fails its check.
+    let hostile = decode(u64::MAX);
+    assert!(!from_peer(Sent::Bell(hostile), me, 0xAB_CDEF));
+}
+
+#[test]
+fn claimed_ids_count_without_kernel_credentials() {
+    let r = request();
+    let p = peer(None);
+    let who = requester(&p, &r);
+    assert_eq!((who.node, who.uid, who.gid), (7, 0, 0));
+    assert_eq!(who.groups, &[0, 4]);
+}
