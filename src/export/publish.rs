@@ -4,7 +4,7 @@ use super::register::register_off_thread;
 use super::{ExportSegment, Published};
 use crate::SegmentId;
 use crate::perm::Access;
-use crate::sans_io::access::{self};
+use crate::sans_io::access;
 use crate::sans_io::segid;
 use crate::{Error, Result};
 use std::collections::HashMap;
