@@ -1,11 +1,14 @@
 //! Import segments (docs/rsmapi.md §4.3, §4.4): a connection to a segment another node published,
 //! with asynchronous put and get.
 //!
-//! `segment.rs` holds the segment and its put and get; each other file adds one concern:
-//! typed access, barriers, scatter/gather, loopback copies, mapping, signals, what an
-//! operation counts and traces.
+//! `segment.rs` holds the segment and its connection state; each other file adds one concern:
+//! connecting, put and get, typed access, barriers, scatter/gather, loopback copies, mapping,
+//! signals, what an operation counts and traces.
 
 mod segment;
+// Connecting (`Controller::import`, `ImportSegment::connect`); put and get.
+mod connect;
+mod put_get;
 // Remote atomics, in import/atomic.rs, and on several values at once, in atomic_vec.rs.
 mod atomic;
 mod atomic_vec;
@@ -27,7 +30,8 @@ mod observe;
 
 pub use atomic_vec::MAX_ATOMIC_VALUES;
 pub use barrier::{Barrier, BarrierMode};
+pub(crate) use connect::other_host;
 pub use map::{ImportMapping, MapAt};
+pub(crate) use segment::ImportInner;
 pub use segment::ImportSegment;
-pub(crate) use segment::{ImportInner, other_host};
 pub use sg::{MAX_SGIOREQS, SgEntry, SgFlags, SgLocal, SgOp, SgOutcome};

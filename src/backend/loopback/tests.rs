@@ -1,0 +1,151 @@
+//! Unit tests of the loopback data path: the checks of a peer's memfd, the generation word
+//! across revoke, publish and rebind, and the single-access copies.
+
+use super::exporter::{publish, rebind, revoked, share};
+use super::importer::{LoopbackImport, copy};
+use crate::memory::Memory;
+use crate::shared_memory::SharedMemory;
+use crate::sidechannel::fdpass::FdService;
+use crate::{Error, Result};
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+
+fn attached(mem: &Memory) -> (Arc<FdService>, Arc<LoopbackImport>, tokio::runtime::Runtime) {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let page = crate::sys::limits::page_size();
+    let (svc, lo) = rt.block_on(async {
+        let svc = FdService::start(|f| {
+            tokio::spawn(f);
+        })
+        .unwrap();
+        let t = svc.offer(share(mem, true).unwrap(), crate::sys::creds::pid());
+        let name = svc.name().as_bytes().to_vec();
+        let lo = LoopbackImport::attach(name, t, page as u64, true)
+            .await
+            .unwrap();
+        (svc, lo)
+    });
+    (svc, lo, rt)
+}
+
+/// An exporter that sends a memfd without its seals, of another size, or a grant of a
+/// length that is not whole pages: the importer refuses before mapping anything.
+#[test]
+fn peer_memfds_are_checked_before_they_are_mapped() {
+    use rustix::fs::{MemfdFlags, SealFlags, fcntl_add_seals, ftruncate, memfd_create};
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let page = crate::sys::limits::page_size() as u64;
+    rt.block_on(async {
+        let svc = FdService::start(|f| {
+            tokio::spawn(f);
+        })
+        .unwrap();
+        let memfd = |len: u64, seals: SealFlags| {
+            let fd = memfd_create("rsm-test", MemfdFlags::ALLOW_SEALING).unwrap();
+            ftruncate(&fd, len).unwrap();
+            if !seals.is_empty() {
+                fcntl_add_seals(&fd, seals).unwrap();
+            }
+            Arc::new(fd)
+        };
+        let name = svc.name().as_bytes().to_vec();
+        let me = crate::sys::creds::pid();
+        let cases = [
+            (memfd(2 * page, SealFlags::empty()), page, "seals"),
+            (memfd(2 * page, SealFlags::SHRINK), page, "seals"),
+            (memfd(3 * page, crate::sys::shm::SEALS), page, "bytes"),
+            (
+                memfd(2 * page, crate::sys::shm::SEALS),
+                page + 8,
+                "page size",
+            ),
+            (memfd(2 * page, crate::sys::shm::SEALS), 0, "page size"),
+        ];
+        for (fd, granted, why) in cases {
+            let t = svc.offer(fd, me);
+            let e = LoopbackImport::attach(name.clone(), t, granted, true)
+                .await
+                .err()
+                .expect("refused");
+            assert!(matches!(e, Error::ConnAborted(_)), "{e}");
+            assert!(e.to_string().contains(why), "{why}: {e}");
+        }
+    });
+}
+
+fn put(lo: &LoopbackImport, v: u64) -> Result<()> {
+    let b = v.to_ne_bytes();
+    // SAFETY: a local array of 8 bytes, within the one-page segment.
+    unsafe { lo.write(8, b.as_ptr(), 8) }
+}
+
+#[test]
+fn the_generation_word_aborts_before_the_notice_and_a_new_publication_does_not_revive() {
+    let page = crate::sys::limits::page_size();
+    let mem = Memory::Shared(SharedMemory::new(page).unwrap());
+    publish(&mem, 1);
+    let (_svc, lo, _rt) = attached(&mem);
+    put(&lo, 7).unwrap();
+    let mut b = [0u8; 8];
+    // SAFETY: a local array of 8 bytes.
+    unsafe { lo.read(8, b.as_mut_ptr(), 8) }.unwrap();
+    assert_eq!(u64::from_ne_bytes(b), 7);
+    // The exporter zeroes the word; no notice reached the importer.
+    revoked(&mem);
+    assert_eq!(put(&lo, 8).unwrap_err().code(), 40);
+    // Published again (a new epoch): the old connection stays aborted.
+    publish(&mem, 1);
+    assert_eq!(put(&lo, 8).unwrap_err().code(), 40);
+    lo.revoke();
+    assert_eq!(put(&lo, 8).unwrap_err().code(), 40);
+}
+
+#[test]
+fn a_rebind_keeps_the_epoch_and_abort_keeps_its_reason() {
+    let page = crate::sys::limits::page_size();
+    let old = Memory::Shared(SharedMemory::new(page).unwrap());
+    publish(&old, 1);
+    let new = Memory::Shared(SharedMemory::new(page).unwrap());
+    rebind(&old, &new, 2);
+    let (Memory::Shared(o), Memory::Shared(n)) = (&old, &new) else {
+        unreachable!()
+    };
+    let (ow, nw) = (
+        o.control().load(Ordering::SeqCst),
+        n.control().load(Ordering::SeqCst),
+    );
+    assert_eq!((ow >> 32, ow & 0xffff_ffff), (nw >> 32, 1));
+    assert_eq!(nw & 0xffff_ffff, 2);
+    let (_svc, lo, _rt) = attached(&old);
+    lo.abort(Error::conn_aborted().detail("peer gone"));
+    let e = put(&lo, 1).unwrap_err();
+    assert_eq!(e.code(), 40);
+    assert!(e.to_string().contains("peer gone"), "{e}");
+}
+
+#[test]
+fn small_aligned_copies_are_single_accesses_and_others_memcpy() {
+    let src: [u64; 2] = [0x0102_0304_0506_0708, 0x1112_1314_1516_1718];
+    let mut dst = [0u64; 2];
+    for len in [1usize, 2, 3, 4, 7, 8, 9, 16] {
+        dst = [0; 2];
+        // SAFETY: both arrays hold 16 bytes; len <= 16.
+        unsafe { copy(src.as_ptr().cast(), dst.as_mut_ptr().cast(), len) };
+        // SAFETY: reading the arrays' own bytes.
+        let (s, d) = unsafe {
+            (
+                std::slice::from_raw_parts(src.as_ptr().cast::<u8>(), 16),
+                std::slice::from_raw_parts(dst.as_ptr().cast::<u8>(), 16),
+            )
+        };
+        assert_eq!(&d[..len], &s[..len]);
+        assert!(d[len..].iter().all(|&b| b == 0));
+    }
+    let _ = dst;
+}
