@@ -46,8 +46,8 @@ impl ImportSegment {
     ///
     /// The write starts when the returned [`Op`] is first polled, on every controller (the
     /// crate docs' "Operations"). In explicit barrier mode ([`ImportSegment::set_mode`]) it
-    /// resolves when the provider completed the write, and the open [`Barrier`]'s close is
-    /// what makes it visible.
+    /// resolves when the provider completed the write, and the open
+    /// [`Barrier`](crate::Barrier)'s close is what makes it visible.
     ///
     /// # Errors
     /// In this order: `RSMERR_BAD_SEG_HNDL` after a disconnect, `RSMERR_CONN_ABORTED` after

@@ -3,7 +3,7 @@
 //! message; a putv or getv of [`VECTOR_ENTRIES`] pieces of `size / 16` bytes (contiguous in
 //! the local buffer and in the segment, as `rsm_side` builds them) goes out in batches of at
 //! most `iov_max` local ranges and `rma_max` remote ranges, pieces that follow each other in
-//! the segment sharing one remote range (`src/import/sg.rs` and `Slot::part_ranges`).
+//! the segment sharing one remote range (`src/import/sg/batch.rs` and `Slot::part_ranges`).
 
 use super::cli::Op;
 use super::rsm_run::VECTOR_ENTRIES;
