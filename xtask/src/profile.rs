@@ -79,7 +79,7 @@ impl Row {
 
 /// The operations a run of `--iters n --rounds 1` performs on each side: `n` timed after a
 /// warm-up of a tenth of them, at least 16 and twice the window (16), at most 1,000. This
-/// mirrors `RowSpec::warmup` in `cli/src/bench/mod.rs`.
+/// mirrors `RowSpec::warmup` in `cli/src/bench.rs`.
 fn operations(n: usize) -> usize {
     n + (n / 10).clamp(16, 1_000).max(2 * 16)
 }
@@ -549,7 +549,7 @@ Ir                 file:function
 
     #[test]
     fn run_lengths_time_what_they_ask_for() {
-        // rsm bench's rule (cli/src/bench/mod.rs: `RowSpec::timed`).
+        // rsm bench's rule (cli/src/bench.rs: `RowSpec::timed`).
         let timed = |mode: &str, size: usize, iters: usize| match mode {
             "latency" => iters.max(1000),
             _ => iters.max(16).max(((16 << 20) / size).min(20_000)),
