@@ -1,5 +1,8 @@
 //! Unit tests of `config.rs`.
 
+use std::collections::BTreeMap;
+use std::fmt;
+
 use super::*;
 use proptest::prelude::*;
 
