@@ -133,7 +133,6 @@ fn connect_request(segment_id: u32) -> Message {
     })
 }
 
-/// Short timings, so that the tests run fast.
 /// A message that is neither a request nor a reply.
 fn wake() -> Message {
     Message::Wake {
@@ -141,6 +140,7 @@ fn wake() -> Message {
     }
 }
 
+/// Short timings, so that the tests run fast.
 fn fast() -> SideChannelConfig {
     SideChannelConfig {
         heartbeat_interval: Duration::from_millis(100),
