@@ -32,23 +32,37 @@ use tokio::sync::oneshot;
 /// cannot be recalled), and its buffer is released only then.
 #[must_use = "an operation does nothing until polled"]
 pub struct Op<B: Send + 'static> {
-    slot: Option<Arc<Slot<B>>>,
-    /// Where the awaiting thread is in its turn at reading the completion queue.
-    spin: Spin,
-    ready: Option<Outcome<B>>,
-    /// An ambiguous failure waiting for the side channel's verdict.
-    verdict: Option<Box<Held<B>>>,
-    /// What the first poll does, for an operation that is not a slot's posting from the start.
-    start: Option<Start<B>>,
-    /// A copy the first poll makes (loopback), into or out of the buffer.
-    pending_copy: Option<PendingCopy>,
-    /// A copy running off the caller's thread (loopback), which owns the buffer until done.
-    copy: Option<oneshot::Receiver<Outcome<B>>>,
+    /// Where the operation is in its life.
+    state: State<B>,
     /// The bytes the operation moves, reported on success.
     len: usize,
     /// The operation's span (`rsm::op`, trace level), entered at every poll; `None` when the
     /// level is disabled (boxed: a disabled span would still take 40 bytes of every `Op`).
     span: Option<Box<tracing::Span>>,
+}
+
+/// The life of an operation, one state at a time: made (to start, or to copy, at the first
+/// poll), in flight in its slot, failed and awaiting a verdict, completed, retired.
+enum State<B: Send + 'static> {
+    /// Made lazily ([`Op::deferred`]): the first poll makes the operation and becomes it.
+    Made(Start<B>),
+    /// Made with a copy the first poll makes (loopback), into or out of the buffer, and the
+    /// outcome it hands back once the copy is done.
+    Copying {
+        copy: PendingCopy,
+        outcome: Outcome<B>,
+    },
+    /// A copy running off the caller's thread (loopback), which owns the buffer until done.
+    Offloaded(oneshot::Receiver<Outcome<B>>),
+    /// In its slot: posted at the first poll, then awaiting its completion; `spin` is where
+    /// the awaiting thread is in its turn at reading the completion queue.
+    InFlight { slot: Arc<Slot<B>>, spin: Spin },
+    /// Failed ambiguously: the outcome waits for the side channel's verdict.
+    Failed(Box<Held<B>>),
+    /// Completed: the next poll hands back the outcome.
+    Completed(Outcome<B>),
+    /// Its outcome was handed back.
+    Retired,
 }
 
 /// The first poll's work, for an operation created lazily ([`Op::deferred`]).
@@ -61,16 +75,17 @@ impl<B: Send + 'static> Unpin for Op<B> {}
 
 impl<B: Send + 'static> Drop for Op<B> {
     fn drop(&mut self) {
-        if let Some(copy) = self.pending_copy.as_mut() {
-            copy.finish();
-        }
-        // A future dropped between its post and its spin leaves the operation to the
-        // engine, which may sleep since the post did not wake it.
-        if let Some(slot) = &self.slot {
-            if slot.barrier.is_none() {
-                slot.abandon();
+        match &mut self.state {
+            State::Copying { copy, .. } => copy.finish(),
+            // A future dropped between its post and its spin leaves the operation to the
+            // engine, which may sleep since the post did not wake it.
+            State::InFlight { slot, .. } => {
+                if slot.barrier.is_none() {
+                    slot.abandon();
+                }
+                slot.unattended();
             }
-            slot.unattended();
+            _ => {}
         }
     }
 }
@@ -78,23 +93,26 @@ impl<B: Send + 'static> Drop for Op<B> {
 impl<B: Send + 'static> std::fmt::Debug for Op<B> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Op")
-            .field("pending", &self.slot.is_some())
+            .field("pending", &matches!(self.state, State::InFlight { .. }))
             .finish()
     }
 }
 
+/// The outcome of polling an operation that already handed back its outcome.
+fn polled_after_completion<B>() -> Outcome<B> {
+    Outcome {
+        result: Err(Error::bad_seg_hndl().detail("operation polled after completion")),
+        buf: None,
+        failed_entry: None,
+    }
+}
+
 impl<B: Send + 'static> Op<B> {
-    /// An operation with nothing in it yet.
-    fn empty() -> Self {
+    /// An operation in `state` that moves `len` bytes.
+    fn with(state: State<B>, len: usize) -> Self {
         Op {
-            slot: None,
-            spin: Spin::Unposted,
-            ready: None,
-            verdict: None,
-            start: None,
-            pending_copy: None,
-            copy: None,
-            len: 0,
+            state,
+            len,
             span: None,
         }
     }
@@ -108,27 +126,20 @@ impl<B: Send + 'static> Op<B> {
     /// An operation that does `start` at its first poll and is then the operation `start`
     /// returned: dropped before that, it did nothing.
     pub(crate) fn deferred(start: impl FnOnce() -> Op<B> + Send + 'static) -> Self {
-        let mut op = Op::empty();
-        op.start = Some(Box::new(start));
-        op
+        Op::with(State::Made(Box::new(start)), 0)
     }
 
     /// An operation that makes `copy` (whose local pointer lies in `buf`) at its first poll.
     pub(crate) fn copy_later(copy: PendingCopy, buf: B) -> Self {
-        let mut op = Op::empty();
-        op.len = copy.len;
-        op.pending_copy = Some(copy);
-        op.ready = Some(Outcome::copied(Ok(()), buf));
-        op
+        let len = copy.len;
+        let outcome = Outcome::copied(Ok(()), buf);
+        Op::with(State::Copying { copy, outcome }, len)
     }
 
     /// An operation whose `len` bytes are moved by whoever holds the sender (a copy off the
     /// caller's thread), which hands back the result and the buffer.
     pub(crate) fn offloaded(rx: oneshot::Receiver<Outcome<B>>, len: usize) -> Self {
-        let mut op = Op::empty();
-        op.copy = Some(rx);
-        op.len = len;
-        op
+        Op::with(State::Offloaded(rx), len)
     }
 
     /// A finished copy of `len` bytes: its result (with the entry that failed) and the
@@ -138,24 +149,17 @@ impl<B: Send + 'static> Op<B> {
         buf: B,
         len: usize,
     ) -> Self {
-        let mut op = Op::empty();
-        op.ready = Some(Outcome::copied(result, buf));
-        op.len = len;
-        op
+        Op::with(State::Completed(Outcome::copied(result, buf)), len)
     }
 
     /// An operation that fails before anything is posted; the buffer comes straight back.
     pub(crate) fn failed(err: Error, buf: B) -> Self {
-        let mut op = Op::empty();
-        op.ready = Some(Outcome::copied(Err((0, err)), buf));
-        op
+        Op::with(State::Completed(Outcome::copied(Err((0, err)), buf)), 0)
     }
 
     /// An operation with nothing to move: succeeds at once.
     pub(crate) fn done(buf: B) -> Self {
-        let mut op = Op::empty();
-        op.ready = Some(Outcome::copied(Ok(()), buf));
-        op
+        Op::with(State::Completed(Outcome::copied(Ok(()), buf)), 0)
     }
 
     /// An operation that owns `buf` and moves what `spec.plan` (whose pointers lie in
@@ -163,10 +167,14 @@ impl<B: Send + 'static> Op<B> {
     pub(crate) fn new(spec: Spec, buf: B) -> Self {
         match Slot::new(spec, buf) {
             Ok(slot) => {
-                let mut op = Op::empty();
-                op.len = slot.len;
-                op.slot = Some(slot);
-                op
+                let len = slot.len;
+                Op::with(
+                    State::InFlight {
+                        slot,
+                        spin: Spin::Unposted,
+                    },
+                    len,
+                )
             }
             Err(buf) => Op::failed(Error::insufficient_resources(), buf),
         }
@@ -203,74 +211,105 @@ impl<B: Send + 'static> Op<B> {
 
     /// The slot, for a barrier to drive.
     pub(crate) fn driver(&self) -> Option<Arc<dyn Drive>> {
-        self.slot.as_ref().map(|s| Arc::clone(s) as Arc<dyn Drive>)
+        match &self.state {
+            State::InFlight { slot, .. } => Some(Arc::clone(slot) as Arc<dyn Drive>),
+            _ => None,
+        }
+    }
+
+    /// The slot of an operation in flight.
+    #[cfg(test)]
+    fn slot(&self) -> Option<&Arc<Slot<B>>> {
+        match &self.state {
+            State::InFlight { slot, .. } => Some(slot),
+            _ => None,
+        }
+    }
+
+    /// Where an operation in flight is in its turn at reading the queue.
+    #[cfg(test)]
+    fn spin(&self) -> Option<&Spin> {
+        match &self.state {
+            State::InFlight { spin, .. } => Some(spin),
+            _ => None,
+        }
     }
 
     /// Polls for the whole outcome (vectors need the failed entry too).
     pub(crate) fn poll_outcome(&mut self, cx: &mut Context<'_>) -> Poll<Outcome<B>> {
         let _entered = self.span.as_deref().map(|s| s.clone().entered());
-        if let Some(start) = self.start.take() {
-            // The operation made at the first poll traces as this one did.
-            let span = self.span.take();
-            *self = start();
-            self.span = span;
-        }
-        if let Some(copy) = self.pending_copy.as_mut() {
-            let res = match copy.run() {
-                Poll::Ready(res) => res,
-                Poll::Pending => {
-                    // More to copy: the task's other futures and tasks run first.
-                    cx.waker().wake_by_ref();
-                    return Poll::Pending;
+        loop {
+            match &mut self.state {
+                State::Made(_) => {
+                    let State::Made(start) = std::mem::replace(&mut self.state, State::Retired)
+                    else {
+                        continue;
+                    };
+                    // The operation made at the first poll traces as this one did.
+                    let span = self.span.take();
+                    *self = start();
+                    self.span = span;
                 }
-            };
-            if let (Err(e), Some(ready)) = (res, self.ready.as_mut()) {
-                if let Some(copy) = &self.pending_copy {
-                    copy.count_failure(&e);
+                State::Copying { copy, outcome } => {
+                    let res = match copy.run() {
+                        Poll::Ready(res) => res,
+                        Poll::Pending => {
+                            // More to copy: the task's other futures and tasks run first.
+                            cx.waker().wake_by_ref();
+                            return Poll::Pending;
+                        }
+                    };
+                    if let Err(e) = res {
+                        copy.count_failure(&e);
+                        outcome.result = Err(e);
+                        outcome.failed_entry = Some(0);
+                    }
+                    self.state = match std::mem::replace(&mut self.state, State::Retired) {
+                        State::Copying { outcome, .. } => State::Completed(outcome),
+                        other => other,
+                    };
                 }
-                ready.result = Err(e);
-                ready.failed_entry = Some(0);
+                State::Offloaded(rx) => {
+                    let copied = std::task::ready!(Pin::new(rx).poll(cx));
+                    self.state = State::Retired;
+                    return Poll::Ready(copied.unwrap_or_else(|_| Outcome {
+                        // The copy was dropped unrun: the node's runtime shut down.
+                        result: Err(
+                            Error::conn_aborted().detail("the node shut down before the copy ran"),
+                        ),
+                        buf: None,
+                        failed_entry: Some(0),
+                    }));
+                }
+                State::InFlight { .. } => return self.poll_in_flight(cx),
+                State::Failed(_) => return self.poll_verdict(cx),
+                State::Completed(_) => {
+                    return Poll::Ready(match std::mem::replace(&mut self.state, State::Retired) {
+                        State::Completed(outcome) => outcome,
+                        _ => polled_after_completion(),
+                    });
+                }
+                State::Retired => return Poll::Ready(polled_after_completion()),
             }
-            self.pending_copy = None;
         }
-        if let Some(rx) = self.copy.as_mut() {
-            let Ok(outcome) = std::task::ready!(Pin::new(rx).poll(cx)) else {
-                // The copy was dropped unrun: the node's runtime shut down.
-                self.copy = None;
-                return Poll::Ready(Outcome {
-                    result: Err(
-                        Error::conn_aborted().detail("the node shut down before the copy ran")
-                    ),
-                    buf: None,
-                    failed_entry: Some(0),
-                });
-            };
-            self.copy = None;
-            return Poll::Ready(outcome);
-        }
-        if self.verdict.is_some() {
-            return self.poll_verdict(cx);
-        }
-        if let Some(outcome) = self.ready.take() {
-            return Poll::Ready(outcome);
-        }
-        let Some(slot) = self.slot.as_ref() else {
-            return Poll::Ready(Outcome {
-                result: Err(Error::bad_seg_hndl().detail("operation polled after completion")),
-                buf: None,
-                failed_entry: None,
-            });
+    }
+
+    /// In flight: posts at the first poll, spins as the spin policy says, then takes the
+    /// completion from the slot, or parks the operation with the task's waker.
+    fn poll_in_flight(&mut self, cx: &mut Context<'_>) -> Poll<Outcome<B>> {
+        let State::InFlight { slot, spin } = &mut self.state else {
+            return Poll::Ready(polled_after_completion());
         };
         if slot.post_pending(cx).is_pending() {
             return Poll::Pending;
         }
-        match self.spin {
+        match *spin {
             Spin::Unposted => {
-                self.spin = Spin::Left;
+                *spin = Spin::Left;
                 if look_after_post(slot) {
                     // Let whatever else this task has to post go first (see
                     // `spin_after_yield`); the wake brings this poll back at once.
-                    self.spin = Spin::Yielded {
+                    *spin = Spin::Yielded {
                         mark: slot.engine.posts(),
                         slice: 0,
                     };
@@ -279,14 +318,14 @@ impl<B: Send + 'static> Op<B> {
                 }
             }
             Spin::Yielded { mark, slice } => {
-                self.spin = Spin::Left;
+                *spin = Spin::Left;
                 let next = match spin_after_yield(slot, mark, slice) {
                     SpinEnd::Again => Some(0),
                     SpinEnd::Longer => Some(slice.saturating_add(1)),
                     SpinEnd::Done | SpinEnd::Left => None,
                 };
                 if let Some(slice) = next {
-                    self.spin = Spin::Yielded {
+                    *spin = Spin::Yielded {
                         mark: slot.engine.posts(),
                         slice,
                     };
@@ -305,7 +344,8 @@ impl<B: Send + 'static> Op<B> {
             };
             let failed_entry = st.failed_entry;
             drop(st);
-            let Some(slot) = self.slot.take() else {
+            let State::InFlight { slot, .. } = std::mem::replace(&mut self.state, State::Retired)
+            else {
                 return Poll::Pending;
             };
             let outcome = Outcome {
@@ -316,7 +356,7 @@ impl<B: Send + 'static> Op<B> {
             if let Err(e) = &outcome.result {
                 if verdict::ambiguous(e) {
                     let wait = verdict::abort_within(&slot.tracker);
-                    self.verdict = Some(Box::new((outcome, wait, slot)));
+                    self.state = State::Failed(Box::new((outcome, wait, slot)));
                     return self.poll_verdict(cx);
                 }
                 slot.count_failure(e);
@@ -330,7 +370,7 @@ impl<B: Send + 'static> Op<B> {
             st = slot.lock();
             if st.result.is_some() {
                 drop(st);
-                return self.poll_outcome(cx);
+                return self.poll_in_flight(cx);
             }
         }
         st.waker = Some(cx.waker().clone());
@@ -340,18 +380,11 @@ impl<B: Send + 'static> Op<B> {
     /// An ambiguous failure waits for the side channel's verdict (`reactor::verdict`): a
     /// lost exporter turns it into the abort's `RSMERR_CONN_ABORTED`.
     fn poll_verdict(&mut self, cx: &mut Context<'_>) -> Poll<Outcome<B>> {
-        let Some(held) = self.verdict.as_mut() else {
-            return Poll::Ready(Outcome {
-                result: Err(Error::bad_seg_hndl().detail("operation polled after completion")),
-                buf: None,
-                failed_entry: None,
-            });
+        let State::Failed(held) = &mut self.state else {
+            return Poll::Ready(polled_after_completion());
         };
-        let aborted = match Pin::new(&mut held.1).poll(cx) {
-            Poll::Pending => return Poll::Pending,
-            Poll::Ready(a) => a,
-        };
-        let Some(held) = self.verdict.take() else {
+        let aborted = std::task::ready!(Pin::new(&mut held.1).poll(cx));
+        let State::Failed(held) = std::mem::replace(&mut self.state, State::Retired) else {
             return Poll::Pending;
         };
         let (mut outcome, _, slot) = *held;

@@ -352,7 +352,7 @@ fn a_window_operation_reaped_while_it_yielded_resolves_without_a_read() {
     let (res, buf) = until_ready(&mut second, &mut cx, "the second put");
     res.expect("the second put");
     assert!(buf.is_some(), "the second buffer comes back");
-    let reaped = first.slot.as_ref().expect("the first put in flight");
+    let reaped = first.slot().expect("the first put in flight");
     assert!(
         reaped.done.load(Ordering::Acquire),
         "the first put was reaped"
@@ -424,12 +424,15 @@ fn a_window_reader_spins_its_slices_without_progress_then_leaves_to_the_engine()
         // poster is one spin of the inline spin.
         if slices > 0 {
             assert!(Pin::new(&mut second).poll(&mut cx).is_pending());
-            assert!(matches!(second.spin, Spin::Yielded { slice: 1, .. }));
+            assert!(matches!(
+                second.spin(),
+                Some(Spin::Yielded { slice: 1, .. })
+            ));
         }
         assert!(Pin::new(&mut third).poll(&mut cx).is_pending());
         assert!(Pin::new(&mut second).poll(&mut cx).is_pending());
         assert!(
-            matches!(second.spin, Spin::Yielded { slice: 0, .. }),
+            matches!(second.spin(), Some(Spin::Yielded { slice: 0, .. })),
             "another post is progress: the count starts again"
         );
         for n in 1..=slices {
@@ -440,13 +443,13 @@ fn a_window_reader_spins_its_slices_without_progress_then_leaves_to_the_engine()
                 "spin {n} took its time"
             );
             assert!(
-                matches!(second.spin, Spin::Yielded { slice, .. } if slice == n),
+                matches!(second.spin(), Some(Spin::Yielded { slice, .. }) if *slice == n),
                 "still the window's reader after {n} spins of {slices}"
             );
         }
         assert!(Pin::new(&mut second).poll(&mut cx).is_pending());
         assert!(
-            matches!(second.spin, Spin::Left),
+            matches!(second.spin(), Some(Spin::Left)),
             "left to the engine after {slices} more spins"
         );
         let serving =
