@@ -264,10 +264,11 @@ impl<B: Send + 'static> Op<B> {
                         outcome.result = Err(e);
                         outcome.failed_entry = Some(0);
                     }
-                    self.state = match std::mem::replace(&mut self.state, State::Retired) {
-                        State::Copying { outcome, .. } => State::Completed(outcome),
-                        other => other,
-                    };
+                    // Only the outcome moves out: the whole state is larger, and this is
+                    // every loopback operation's path.
+                    let outcome = std::mem::replace(outcome, Outcome::taken());
+                    self.state = State::Retired;
+                    return Poll::Ready(outcome);
                 }
                 State::Offloaded(rx) => {
                     let copied = std::task::ready!(Pin::new(rx).poll(cx));
@@ -283,11 +284,10 @@ impl<B: Send + 'static> Op<B> {
                 }
                 State::InFlight { .. } => return self.poll_in_flight(cx),
                 State::Failed(_) => return self.poll_verdict(cx),
-                State::Completed(_) => {
-                    return Poll::Ready(match std::mem::replace(&mut self.state, State::Retired) {
-                        State::Completed(outcome) => outcome,
-                        _ => polled_after_completion(),
-                    });
+                State::Completed(outcome) => {
+                    let outcome = std::mem::replace(outcome, Outcome::taken());
+                    self.state = State::Retired;
+                    return Poll::Ready(outcome);
                 }
                 State::Retired => return Poll::Ready(polled_after_completion()),
             }

@@ -68,6 +68,16 @@ pub(crate) struct Outcome<O> {
 }
 
 impl<O> Outcome<O> {
+    /// What is left where an outcome was taken out: no buffer, nothing failed.
+    #[inline]
+    pub(crate) fn taken() -> Self {
+        Outcome {
+            result: Ok(()),
+            buf: None,
+            failed_entry: None,
+        }
+    }
+
     /// The outcome of a copy made without a provider: the buffer is back.
     pub(crate) fn copied(result: std::result::Result<(), (usize, Error)>, buf: O) -> Self {
         let (result, failed_entry) = match result {
