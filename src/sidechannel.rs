@@ -67,7 +67,7 @@ use self::held::{HeldName, Name};
 use self::peers::PeerTable;
 use self::shared::{Shared, encode, link_closed};
 use crate::sans_io::keys::PublicKey;
-use crate::sans_io::wire::{self, Hello, Message};
+use crate::sans_io::wire::{self, Hello, Message, Request};
 use crate::{Error, Result};
 
 /// A node's side channel: its listeners, its links to peers, its waiting requests.
@@ -176,22 +176,26 @@ impl SideChannel {
         Ok(Arc::new(SideChannel { shared }))
     }
 
-    /// Sends a request and waits for its reply. `ConnectRequest` and `AtomicRequest` are
-    /// requests: the `req` is replaced by a fresh id, which the returned reply carries. Dials the node
-    /// if it has no live link.
+    /// Sends a request and waits for its reply, of the type the request names
+    /// ([`Request::Reply`]): the request's `req` is replaced by a fresh id, which the reply
+    /// carries. Dials the node if it has no live link.
     ///
     /// # Errors
     /// `RSMERR_REMOTE_NODE_UNREACHABLE` when the node cannot be reached, the link closes
     /// before the reply, or no reply comes within the request timeout (the detail says which);
-    /// `RSMERR_INSUFFICIENT_RESOURCES` for a message over the wire limits; `RSMERR_BAD_CONF`
-    /// for a message that is not a request (a bug in the caller).
+    /// `RSMERR_INSUFFICIENT_RESOURCES` for a message over the wire limits;
+    /// `RSMERR_CONN_ABORTED` when the peer answers with another kind of reply.
     ///
     /// # Cancel safety
     /// The request runs on the side channel's runtime and completes there when this future
     /// is dropped; a reply that arrives then is dropped, so a grant may stay on the exporter.
-    pub(crate) async fn request(&self, node: u32, msg: Message) -> Result<(PeerInfo, Message)> {
+    pub(crate) async fn request<R: Request>(
+        &self,
+        node: u32,
+        request: R,
+    ) -> Result<(PeerInfo, R::Reply)> {
         let shared = Arc::clone(&self.shared);
-        self.on_runtime(async move { shared.request(node, msg).await })
+        self.on_runtime(async move { shared.request(node, request).await })
             .await
     }
 

@@ -24,7 +24,7 @@ use crate::perm::Perm;
 use crate::reactor::Op;
 use crate::reactor::slot::{AtomicPost, Dir, Visibility};
 use crate::sans_io::atomic::{AtomicOp, AtomicValue, Call, Class, CompareOp, Datatype, op_name};
-use crate::sans_io::wire::{AtomicRequest, ByteOrder, Message};
+use crate::sans_io::wire::{AtomicRequest, ByteOrder};
 use crate::stats::OpKind;
 use crate::{Error, Result};
 use std::future::Future;
@@ -468,7 +468,7 @@ pub(super) async fn ask_exporter(seg: ImportSegment, req: AtomicRequest) -> Resu
     let tracker = Arc::clone(&inner.tracker);
     // A revoke or a lost exporter fails the wait at once, never a hang.
     let reply = tokio::select! {
-        r = side.request(inner.node, Message::AtomicRequest(req)) => r,
+        r = side.request(inner.node, req) => r,
         e = tracker.aborted_wait() => Err(e),
     };
     let reply = reply.map_err(|e| match e {
@@ -477,16 +477,11 @@ pub(super) async fn ask_exporter(seg: ImportSegment, req: AtomicRequest) -> Resu
         }
         e => e,
     })?;
-    match reply.1 {
-        Message::AtomicReply(r) => r.result.map_err(|code| {
-            Error::from_code(code as i32).unwrap_or_else(|| {
-                Error::conn_aborted().detail(format!("the exporter answered {code}"))
-            })
-        }),
-        other => {
-            Err(Error::conn_aborted().detail(format!("the exporter answered a {}", other.kind())))
-        }
-    }
+    reply.1.result.map_err(|code| {
+        Error::from_code(code as i32).unwrap_or_else(|| {
+            Error::conn_aborted().detail(format!("the exporter answered {code}"))
+        })
+    })
 }
 
 #[cfg(test)]

@@ -7,7 +7,7 @@ use crate::context::{NodeContext, Owner};
 use crate::controller::Controller;
 use crate::perm::Perm;
 use crate::reactor::tracker::{Tracker, View};
-use crate::sans_io::wire::{ConnectRequest, Message};
+use crate::sans_io::wire::ConnectRequest;
 use crate::{Error, NodeId, Result, SegmentId};
 use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
@@ -90,8 +90,9 @@ impl ImportSegment {
         let backend = ctrl.fabric().cloned();
         let (uid, gid, groups) = crate::sys::creds::current();
         let token = state.signals.new_token();
-        let request = Message::ConnectRequest(ConnectRequest {
-            req: rand::random(),
+        let request = ConnectRequest {
+            // The side channel gives the request its id.
+            req: 0,
             segment_id: segment,
             controller: ctrl.kind_name().to_string(),
             perm: perm.bits(),
@@ -101,7 +102,7 @@ impl ImportSegment {
             fabric_addr: backend.as_ref().map(|b| b.address()).unwrap_or_default(),
             signal_token: token,
             doorbell: backend.as_ref().and_then(|b| b.doorbell()),
-        });
+        };
         let side = Arc::clone(state.side().map_err(ctx)?);
         if ctrl.is_loopback() || ctrl.kind() == crate::ProviderKind::Shm {
             // Shared memory reaches only nodes of this host (DESIGN.md §8, "Hosts").
@@ -116,26 +117,19 @@ impl ImportSegment {
             .run(async move { side.request(node, request).await })
             .await
             .map_err(ctx)?;
-        let grant = match reply {
-            Message::ConnectReply(r) => r.result.map_err(|code| {
-                ctx(match Error::from_code(code as i32) {
-                    // The wire carries the code only; the exporter logs the limit.
-                    Some(e @ Error::InsufficientResources(_)) => e.detail(
-                        "the exporting node is at one of its limits for this node \
-                         (rsm::Limits: open connections, connects in progress, \
-                         descriptors); disconnect some first",
-                    ),
-                    Some(e) => e,
-                    None => Error::conn_aborted()
-                        .detail(format!("the exporter answered with unknown code {code}")),
-                })
-            })?,
-            other => {
-                return Err(ctx(
-                    Error::conn_aborted().detail(format!("unexpected answer {other:?}"))
-                ));
-            }
-        };
+        let grant = reply.result.map_err(|code| {
+            ctx(match Error::from_code(code as i32) {
+                // The wire carries the code only; the exporter logs the limit.
+                Some(e @ Error::InsufficientResources(_)) => e.detail(
+                    "the exporting node is at one of its limits for this node \
+                     (rsm::Limits: open connections, connects in progress, \
+                     descriptors); disconnect some first",
+                ),
+                Some(e) => e,
+                None => Error::conn_aborted()
+                    .detail(format!("the exporter answered with unknown code {code}")),
+            })
+        })?;
         check_grant(grant.length, grant.base).map_err(ctx)?;
         // keys[0] is the key for the granted mode.
         let key = *grant

@@ -38,6 +38,7 @@ mod decoding;
 mod encoding;
 mod frame;
 mod message;
+mod request;
 mod tag;
 
 pub use decoding::decode;
@@ -48,6 +49,7 @@ pub use message::{
     Hello, MAX_AUTH, MAX_CONTROLLER, MAX_DOORBELLS, MAX_FABRIC_ADDR, MAX_GROUPS, MAX_HANDSHAKE,
     MAX_KEYS, Message,
 };
+pub use request::Request;
 
 #[cfg(test)]
 mod tests;

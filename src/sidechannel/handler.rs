@@ -29,9 +29,10 @@ pub(crate) struct PeerInfo {
 /// locks held for long, no I/O, no waiting on other links); hand longer work to a task. A
 /// panic is caught: in `on_message` it closes that link.
 pub(crate) trait Handler: Send + Sync + 'static {
-    /// A request or notice from a peer: everything but hello, heartbeats, goodbye and connect
-    /// replies. Return `Some(reply)` to send it back on the same link. A `ConnectRequest`
-    /// that gets no reply leaves the requester waiting until its timeout. On a Unix link
+    /// A request or notice from a peer: everything but hello, heartbeats, goodbye and
+    /// replies (every message with [`Message::reply_to`] goes to the request waiting for it).
+    /// Return `Some(reply)` to send it back on the same link. A request that gets no reply
+    /// leaves the requester waiting until its timeout. On a Unix link
     /// `peer.creds` holds the kernel's ids, which replace those a request claims.
     fn on_message(&self, peer: &PeerInfo, msg: Message) -> Option<Message>;
 

@@ -437,6 +437,11 @@ async fn read_loop<R>(
                 break "bad frame";
             }
         };
+        // Every reply takes one path, to the request waiting for it.
+        if let Some(req) = msg.reply_to() {
+            shared.complete(info, req, msg);
+            continue;
+        }
         match msg {
             Message::Heartbeat { seq } => {
                 // A watched beat is answered unless this end just sent something: the peer
@@ -458,8 +463,6 @@ async fn read_loop<R>(
                 );
                 break "second hello";
             }
-            Message::ConnectReply(reply) => shared.complete_request(info, reply),
-            Message::AtomicReply(reply) => shared.complete_atomic(info, reply),
             other => {
                 if link.closing.is_cancelled() {
                     break "closed by this node";

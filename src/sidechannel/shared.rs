@@ -18,7 +18,7 @@ use super::gate::Gate;
 use super::handler::{Handler, PeerInfo};
 use super::peers::{LinkHandle, PeerTable};
 use super::pulse::FIRST;
-use crate::sans_io::wire::{self, AtomicReply, ConnectReply, Message};
+use crate::sans_io::wire::{self, Message, Request};
 use crate::{Error, Result};
 
 /// What the side channel's tasks share.
@@ -81,22 +81,14 @@ impl Shared {
         self.next_link.fetch_add(1, Ordering::Relaxed)
     }
 
-    pub(super) async fn request(
+    pub(super) async fn request<R: Request>(
         self: Arc<Self>,
         node: u32,
-        mut msg: Message,
-    ) -> Result<(PeerInfo, Message)> {
+        request: R,
+    ) -> Result<(PeerInfo, R::Reply)> {
         let req = self.next_req.fetch_add(1, Ordering::Relaxed);
-        match &mut msg {
-            Message::ConnectRequest(r) => r.req = req,
-            Message::AtomicRequest(r) => r.req = req,
-            other => {
-                return Err(Error::bad_conf().op("request").node(node).detail(format!(
-                    "a {} expects no reply; only connect and atomic requests do",
-                    other.kind()
-                )));
-            }
-        }
+        let msg = request.into_message(req);
+        let kind = msg.kind();
         let frame = encode(node, &msg)?;
         let link = self.ensure_link(node).await?;
         // Waiting on the peer now: a frozen or cut-off one is found within `dead_after`.
@@ -117,12 +109,20 @@ impl Shared {
             rx.await.map_err(|_| link_closed(node, "request"))?
         })
         .await;
-        answer.unwrap_or_else(|_| {
+        let (peer, reply) = answer.unwrap_or_else(|_| {
             Err(Error::remote_node_unreachable()
                 .op("request")
                 .node(node)
                 .detail(format!("no reply within {wait:?}")))
-        })
+        })?;
+        let got = reply.kind();
+        let reply = R::reply_of(reply).ok_or_else(|| {
+            Error::conn_aborted()
+                .op("request")
+                .node(node)
+                .detail(format!("the peer answered a {kind} with a {got}"))
+        })?;
+        Ok((peer, reply))
     }
 
     /// Watches `link` for a while (`pulse.rs`): it beats every `heartbeat_interval`, a
@@ -137,17 +137,8 @@ impl Shared {
         }
     }
 
-    /// Hands a connect reply to the request waiting for it.
-    pub(super) fn complete_request(&self, peer: &PeerInfo, reply: ConnectReply) {
-        self.complete(peer, reply.req, Message::ConnectReply(reply));
-    }
-
-    /// Hands an atomic's reply to the request waiting for it.
-    pub(super) fn complete_atomic(&self, peer: &PeerInfo, reply: AtomicReply) {
-        self.complete(peer, reply.req, Message::AtomicReply(reply));
-    }
-
-    fn complete(&self, peer: &PeerInfo, req: u64, reply: Message) {
+    /// Hands `reply`, which answers request `req`, to the request waiting for it.
+    pub(super) fn complete(&self, peer: &PeerInfo, req: u64, reply: Message) {
         match self.peers.take_pending(req, peer.node_id, peer.link_id) {
             Some(tx) => {
                 let _ = tx.send(Ok((peer.clone(), reply)));

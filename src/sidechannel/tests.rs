@@ -15,12 +15,16 @@ use tokio::net::TcpStream;
 use super::*;
 use crate::sans_io::handshake::{Credentials, Initiator, Opener, Sealer};
 use crate::sans_io::keys::NodeKey;
-use crate::sans_io::wire::{ByteOrder, ConnectGrant, ConnectReply, ConnectRequest, Doorbell};
+use crate::sans_io::wire::{
+    AtomicReply, ByteOrder, ConnectGrant, ConnectReply, ConnectRequest, Doorbell,
+};
 
 /// A segment id the recording handler never answers.
 const SILENT_SEGMENT: u32 = 0xdead;
 /// A segment id the recording handler refuses with `RSMERR_PERM_DENIED`.
 const DENIED_SEGMENT: u32 = 0xbad;
+/// A connect request for this segment is answered with an atomic's reply.
+const CROSSED_SEGMENT: u32 = 0xc055;
 
 #[derive(Debug, Clone, PartialEq)]
 #[allow(clippy::large_enum_variant)] // test-only; ConnectRequest carries a doorbell
@@ -76,6 +80,12 @@ impl Handler for Recorder {
             });
         match msg {
             Message::ConnectRequest(r) if r.segment_id == SILENT_SEGMENT => None,
+            Message::ConnectRequest(r) if r.segment_id == CROSSED_SEGMENT => {
+                Some(Message::AtomicReply(AtomicReply {
+                    req: r.req,
+                    result: Ok(0),
+                }))
+            }
             Message::ConnectRequest(r) => Some(Message::ConnectReply(ConnectReply {
                 req: r.req,
                 result: if r.segment_id == DENIED_SEGMENT {
@@ -118,8 +128,8 @@ fn grant(conn_id: u64) -> ConnectGrant {
     }
 }
 
-fn connect_request(segment_id: u32) -> Message {
-    Message::ConnectRequest(ConnectRequest {
+fn connect_request(segment_id: u32) -> ConnectRequest {
+    ConnectRequest {
         req: 999,
         segment_id,
         controller: "tcp0".into(),
@@ -130,7 +140,7 @@ fn connect_request(segment_id: u32) -> Message {
         fabric_addr: vec![7; 8],
         signal_token: 0,
         doorbell: None,
-    })
+    }
 }
 
 /// A message that is neither a request nor a reply.

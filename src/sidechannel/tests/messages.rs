@@ -13,9 +13,6 @@ async fn requests_get_their_own_replies() {
             .await
             .expect("b answers");
     assert_eq!(peer.node_id, b.id);
-    let Message::ConnectReply(reply) = reply else {
-        panic!("a connect reply, got {reply:?}");
-    };
     assert_ne!(reply.req, 999, "the side channel assigns request ids");
     assert_eq!(reply.result, Ok(grant(0x40_0001)));
 
@@ -34,13 +31,7 @@ async fn requests_get_their_own_replies() {
         a.sc.request(b.id, connect_request(DENIED_SEGMENT))
             .await
             .expect("b answers");
-    assert!(matches!(
-        denied,
-        Message::ConnectReply(ConnectReply {
-            result: Err(27),
-            ..
-        })
-    ));
+    assert_eq!(denied.result, Err(27));
 
     // Many at once, each matched to its own reply.
     let mut tasks = Vec::new();
@@ -56,14 +47,18 @@ async fn requests_get_their_own_replies() {
         let (_, reply) = answer.expect("answered");
         assert!(matches!(
             reply,
-            Message::ConnectReply(ConnectReply { result: Ok(ConnectGrant { conn_id, .. }), .. })
+            ConnectReply { result: Ok(ConnectGrant { conn_id, .. }), .. }
                 if conn_id == u64::from(seg)
         ));
     }
 
-    // Only a connect request is a request.
-    let err = a.sc.request(b.id, wake()).await.expect_err("not a request");
-    assert_eq!(err.code(), 44);
+    // A reply of another kind fails the request (a request names its reply's type).
+    let err =
+        a.sc.request(b.id, connect_request(CROSSED_SEGMENT))
+            .await
+            .expect_err("an atomic's reply to a connect");
+    assert_eq!(err.code(), 40, "{err}");
+    assert!(err.to_string().contains("atomic reply"), "{err}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
