@@ -9,7 +9,9 @@ use super::message::{AtomicReply, AtomicRequest, ConnectReply, ConnectRequest, M
 /// ```
 /// use rsm::test_util::wire::{AtomicRequest, Message, Request};
 ///
-/// let r = AtomicRequest { req: 0, conn_id: 1, class: 0, op: 0, datatype: 0, offset: 0, operand: 1, compare: 0 };
+/// let r = AtomicRequest {
+///     req: 0, conn_id: 1, class: 0, op: 0, datatype: 0, offset: 0, operand: 1, compare: 0,
+/// };
 /// let msg = r.into_message(42);
 /// assert!(matches!(msg, Message::AtomicRequest(AtomicRequest { req: 42, .. })));
 /// assert_eq!(msg.reply_to(), None);
