@@ -168,6 +168,24 @@ fn fast() -> SideChannelConfig {
     }
 }
 
+/// As [`fast`], for tests about something other than liveness: a peer is given up only after
+/// 10 s of silence, so a runtime starved on a busy host does not lose one mid-test.
+fn steady() -> SideChannelConfig {
+    SideChannelConfig {
+        dead_after: Duration::from_secs(10),
+        idle_dead_after: Duration::from_secs(10),
+        ..fast()
+    }
+}
+
+/// As [`steady`], over tcp only.
+fn steady_tcp() -> SideChannelConfig {
+    SideChannelConfig {
+        unix: false,
+        ..steady()
+    }
+}
+
 fn tcp_only() -> SideChannelConfig {
     SideChannelConfig {
         unix: false,

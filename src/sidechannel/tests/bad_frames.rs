@@ -6,8 +6,8 @@ use crate::sans_io::wire::MAX_FRAME;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_garbage_frame_closes_only_its_link() {
-    let b = start_keyed(&[], fast());
-    let a = start_keyed(&[], fast());
+    let b = start_keyed(&[], steady());
+    let a = start_keyed(&[], steady());
     assert!(a.sc.probe(b.id).await);
 
     // Garbage instead of a hello.

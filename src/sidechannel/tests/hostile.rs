@@ -13,8 +13,8 @@ async fn gets_nothing<S: tokio::io::AsyncRead + Unpin>(stream: &mut S) -> bool {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn without_keys_a_tcp_peer_gets_nothing_whatever_it_claims() {
-    let a = start(&[], fast());
-    let b = start(&[], fast());
+    let a = start(&[], steady());
+    let b = start(&[], steady());
     assert!(a.sc.probe(b.id).await);
     // Any node id, a's among them, over tcp: closed, not even b's hello comes back.
     for claimed in [a.id, random_id()] {
@@ -72,8 +72,8 @@ async fn without_keys_a_unix_peer_must_hold_the_name_it_claims() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn with_keys_a_wrong_key_or_no_key_gets_nothing() {
-    let a = start(&[], tcp_only());
-    let b = start(&[(a.id, a.addr)], tcp_only());
+    let a = start(&[], steady_tcp());
+    let b = start(&[(a.id, a.addr)], steady_tcp());
     assert!(b.sc.probe(a.id).await);
     // a's id with another key: the handshake fails at its last message, before any hello.
     let err = raw_peer_with(b.addr, a.id, NodeKey::generate(), b.id, 9)
@@ -145,9 +145,7 @@ async fn links_per_peer_are_bounded() {
     let cfg = SideChannelConfig {
         max_links_per_peer: 2,
         // The raw peers send no heartbeats.
-        dead_after: Duration::from_secs(10),
-        idle_dead_after: Duration::from_secs(10),
-        ..tcp_only()
+        ..steady_tcp()
     };
     let b = start(&[], cfg);
     let fake = random_id();
