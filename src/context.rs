@@ -613,7 +613,12 @@ impl NodeContext {
             let rx = self.await_ack(ack, owner);
             sent.push(ack);
             match self.side() {
-                Ok(side) if side.send(owner.node, msg).await.is_ok() => {
+                Ok(side)
+                    if side
+                        .notify(owner.node, owner.incarnation, msg)
+                        .await
+                        .is_ok() =>
+                {
                     // Awaited: a frozen importer is found lost within the liveness bound
                     // (DESIGN.md §8), and the wait ends then, before REVOKE_WAIT.
                     side.watch(owner.node);

@@ -245,6 +245,39 @@ impl SideChannel {
         }
     }
 
+    /// Queues a notice for one incarnation of `node` (a disconnect, a revoke, an
+    /// acknowledgement) on its live link, waiting at most the request timeout for room in
+    /// the link's queue. Never dials: that incarnation without a live link is lost to this
+    /// node (or restarted), and its loss ends what the notice was for on both sides.
+    ///
+    /// # Errors
+    /// `RSMERR_REMOTE_NODE_UNREACHABLE` without a live link to that incarnation, or when it
+    /// closes first; `RSMERR_TIMEOUT` when its queue stayed full; what encoding refuses.
+    ///
+    /// # Cancel safety
+    /// Cancel safe: the notice was queued whole or not at all.
+    pub(crate) async fn notify(&self, node: u32, incarnation: u64, msg: Message) -> Result<()> {
+        let link = self
+            .shared
+            .peers
+            .newest_of(node, incarnation)
+            .ok_or_else(|| {
+                Error::remote_node_unreachable()
+                    .op("notify")
+                    .node(node)
+                    .detail("no live side-channel link to that incarnation of the node")
+            })?;
+        let frame = encode(node, &msg)?;
+        match tokio::time::timeout(self.shared.cfg.request_timeout, link.tx.send(frame)).await {
+            Ok(Ok(())) => Ok(()),
+            Ok(Err(_)) => Err(link_closed(node, "notify")),
+            Err(_) => Err(Error::timeout()
+                .op("notify")
+                .node(node)
+                .detail("the side-channel queue to the node stayed full")),
+        }
+    }
+
     /// Queues a message on the live link to `node`, without dialling or waiting.
     ///
     /// # Errors

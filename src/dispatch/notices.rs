@@ -117,7 +117,7 @@ fn ack_later(
     Arc::clone(ctx).spawn(async move {
         done.await;
         if let Ok(side) = n.side() {
-            let _ = side.send(to.node, ack).await;
+            let _ = side.notify(to.node, to.incarnation, ack).await;
         }
     });
 }

@@ -190,6 +190,7 @@ impl ImportSegment {
             })),
             disconnected: AtomicBool::new(false),
             lost: AtomicBool::new(false),
+            gone: tokio_util::sync::CancellationToken::new(),
             explicit: AtomicBool::new(false),
             barrier: std::sync::Mutex::new(None),
             events: crate::events::hub::Hub::new(),

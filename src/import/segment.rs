@@ -69,6 +69,9 @@ pub(crate) struct ImportInner {
     pub(super) disconnected: AtomicBool,
     /// The exporting node (this incarnation) was lost: nothing waits for it any more.
     pub(super) lost: AtomicBool,
+    /// Cancelled with `lost`: ends the waits for operations that only a live exporter
+    /// needed (before a revoke's acknowledgement, before telling it of a disconnect).
+    pub(super) gone: tokio_util::sync::CancellationToken,
     /// Explicit barrier mode (implicit is the default, DESIGN.md, decision 2).
     pub(super) explicit: AtomicBool,
     /// The barrier `init_barrier` attached last.
@@ -131,6 +134,7 @@ impl ImportInner {
     /// stay with their slots until the provider lets go of them).
     pub(crate) fn peer_lost(&self, err: Error) {
         self.lost.store(true, Ordering::SeqCst);
+        self.gone.cancel();
         self.abort(err);
     }
 
@@ -145,7 +149,7 @@ impl ImportInner {
         if let Some(lo) = &self.lo {
             lo.revoke();
         }
-        let _ = tokio::time::timeout(REVOKE_WAIT, self.tracker.drained()).await;
+        until_gone(&self.gone, self.tracker.drained()).await;
     }
 
     /// The importer's half of a rebind: operations posted from now on use the new
@@ -186,6 +190,7 @@ impl ImportInner {
     fn leave(&self, state: &Arc<NodeContext>) -> futures::future::BoxFuture<'static, ()> {
         let (node, conn_id) = (self.node, self.conn_id);
         let tracker = Arc::clone(&self.tracker);
+        let gone = self.gone.clone();
         let lo = self.lo.clone();
         if self.lost.load(Ordering::SeqCst) {
             state.remove_import(node, conn_id);
@@ -197,7 +202,8 @@ impl ImportInner {
             .boxed();
         }
         let drained: Draining = async move {
-            let _ = tokio::time::timeout(REVOKE_WAIT, tracker.drained()).await;
+            // The exporter lost meanwhile needs nothing more of this import.
+            until_gone(&gone, tracker.drained()).await;
             // A loopback copy in progress ends before the exporter hears (a short wait, off
             // the node's one worker thread).
             if let Some(lo) = lo {
@@ -216,12 +222,24 @@ impl ImportInner {
         let st = Arc::clone(state);
         async move {
             drained.await;
+            // Only to the incarnation granted it, and never by a dial: one that is gone
+            // forgot the connection with its link.
             if let Ok(side) = st.side() {
-                let _ = side.send(node, Message::Disconnect { conn_id }).await;
+                let _ = side
+                    .notify(node, exporter.incarnation, Message::Disconnect { conn_id })
+                    .await;
             }
             st.remove_draining(node, conn_id);
         }
         .boxed()
+    }
+}
+
+/// Waits for `drained`, at most [`REVOKE_WAIT`], or until the exporter is `gone`.
+async fn until_gone(gone: &tokio_util::sync::CancellationToken, drained: impl Future<Output = ()>) {
+    tokio::select! {
+        _ = tokio::time::timeout(REVOKE_WAIT, drained) => {}
+        () = gone.cancelled() => {}
     }
 }
 

@@ -190,6 +190,16 @@ impl PeerTable {
             .cloned()
     }
 
+    /// The newest live link to incarnation `incarnation` of `node`.
+    pub(super) fn newest_of(&self, node: u32, incarnation: u64) -> Option<LinkHandle> {
+        let inner = self.lock();
+        let entry = inner.peers.get(&node)?;
+        if entry.incarnation != incarnation {
+            return None;
+        }
+        entry.links.iter().rev().find(|l| l.is_live()).cloned()
+    }
+
     /// Every live link to `node`.
     pub(super) fn live_links(&self, node: u32) -> Vec<LinkHandle> {
         let inner = self.lock();

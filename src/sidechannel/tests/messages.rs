@@ -1,5 +1,5 @@
 //! Messages on a link: requests matched to their own replies or timed out, notices delivered
-//! in order, `try_send` that never dials, and a request whose link is lost.
+//! in order, `try_send` and `notify` that never dial, and a request whose link is lost.
 
 use super::*;
 use crate::sans_io::handshake::Responder;
@@ -140,6 +140,35 @@ async fn try_send_never_dials() {
     assert!(a.sc.peer(b.id).is_none());
     a.sc.send(b.id, wake()).await.expect("send dials");
     a.sc.try_send(b.id, wake()).expect("now there is a link");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_notice_goes_to_its_incarnation_only_and_never_dials() {
+    let a = start(&[], steady());
+    let b = start(&[], steady());
+    // No link: refused at once, and nothing was dialled (a disconnect or an acknowledgement
+    // for a peer that is gone must not wait for whoever holds its name now).
+    let started = Instant::now();
+    let err =
+        a.sc.notify(b.id, b.incarnation, wake())
+            .await
+            .expect_err("no link to b");
+    assert_eq!(err.code(), 39, "{err}");
+    assert!(started.elapsed() < Duration::from_millis(500));
+    assert!(a.sc.peer(b.id).is_none(), "notify dialled");
+    // With a link: delivered to that incarnation, and refused for any other.
+    assert!(a.sc.probe(b.id).await);
+    a.sc.notify(b.id, b.incarnation, wake())
+        .await
+        .expect("delivered");
+    assert!(wait_until(Duration::from_secs(2), || b.rec.messages().len() == 1).await);
+    let err =
+        a.sc.notify(b.id, b.incarnation + 1, wake())
+            .await
+            .expect_err("another incarnation");
+    assert_eq!(err.code(), 39, "{err}");
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert_eq!(b.rec.messages().len(), 1);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
