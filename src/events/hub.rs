@@ -314,14 +314,15 @@ impl<S: Sender> Hub<S> {
             Reader::Queue(engine) => {
                 let budget = engine.signal_spin();
                 if budget.is_zero() {
-                    engine.reader_wanted();
+                    engine.want_reader();
                     return None;
                 }
-                // The engine stays off the queue (and off the CPU) while this thread reads it.
-                engine.reaper_arrives();
+                // The lease keeps the engine off the queue (and off the CPU) while this
+                // thread reads it.
+                engine.take_lease();
                 let taken = self.look_until(budget, deadline, || engine.try_progress());
-                // The engine must not sit out its deferral to a reader that is gone.
-                engine.reaper_leaves();
+                // Given back: the engine must not sit out its deferral to a reader gone.
+                engine.give_back_lease();
                 taken
             }
             Reader::Bells => {

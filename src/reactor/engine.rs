@@ -21,6 +21,7 @@
 //! reading of the queue (by the engine or an awaiting task) in `engine/reaping.rs`, and the
 //! waits for room in the queue or a connection in `engine/space.rs`.
 
+use super::progress::lease::Lease;
 use crate::error::FabricFailure;
 use crate::fabric::endpoint::PostError;
 use crate::fabric::{CompletionQueue, CqEntry, Endpoint, WaitKind, ffi};
@@ -94,20 +95,13 @@ pub(crate) struct Engine {
     exited: Arc<AtomicBool>,
     /// The right to read the completion queue, with the reader's buffer.
     reader: Mutex<Vec<CqEntry>>,
-    /// Counts the times an awaiting thread reaped completions itself
-    /// ([`Engine::try_progress`]), with [`REAPER_LEFT`] set when one stopped with its
-    /// operation in flight: a polling engine that sees it move leaves the queue to that
-    /// thread. A count, not a time: a clock read per operation was a tenth of an 8-byte
-    /// shm get's own cost.
-    reaps: AtomicU64,
-    /// The engine sleeps for [`DEFER_TO_REAPER`] because an awaiting thread reaps.
-    deferring: AtomicBool,
+    /// Whether an awaiting thread reads the queue, so the engine stays off it
+    /// (`reactor/progress.rs`).
+    lease: Lease,
     /// Transmit waiters are queued in `tx_waiters`: the engine's loop takes that lock
     /// only then (a lock per look was a tenth of a target engine's loop, which is the
     /// target's reaction time in an 8-byte shm put).
     tx_waiting: AtomicBool,
-    /// The same, seen by the last thread that spun for its operation here.
-    spinner_shared: AtomicBool,
     /// The target last noted (`u64::MAX`: none yet) and when (`sys::clock::coarse_nanos`).
     last_node: AtomicU64,
     last_noted: AtomicU64,
@@ -187,10 +181,8 @@ impl Engine {
             targets: Mutex::new(HashMap::new()),
             exited: Arc::new(AtomicBool::new(false)),
             reader: Mutex::new(Vec::with_capacity(64)),
-            reaps: AtomicU64::new(0),
-            deferring: AtomicBool::new(false),
+            lease: Lease::default(),
             tx_waiting: AtomicBool::new(false),
-            spinner_shared: AtomicBool::new(false),
             posts: AtomicU64::new(0),
             last_node: AtomicU64::new(u64::MAX),
             last_noted: AtomicU64::new(0),

@@ -48,9 +48,10 @@ pub(super) struct Looks {
     /// The engine's last yield let another thread run: it shares its core with a busy
     /// thread (the thread awaiting the operations it serves, on a 2-core machine).
     core_shared: bool,
-    /// The value of the engine's `reaps` at the last look, and when the engine saw it move.
-    pub(super) reaps_seen: u64,
-    pub(super) reaps_moved_at: Option<Stamp>,
+    /// The engine's lease stamp at the last look, and when the engine saw it move
+    /// (`progress/lease.rs`).
+    pub(super) lease_seen: u64,
+    pub(super) lease_moved_at: Option<Stamp>,
     /// The thread's waits for a CPU, read every [`SAMPLE_EVERY`].
     gauge: BusyGauge,
 }
@@ -91,8 +92,8 @@ impl Looks {
             base: Instant::now(),
             now: Stamp(0),
             core_shared: false,
-            reaps_seen: 0,
-            reaps_moved_at: None,
+            lease_seen: 0,
+            lease_moved_at: None,
             gauge: BusyGauge {
                 sampled: Stamp(0),
                 last: crate::sys::sched::thread_waits(),

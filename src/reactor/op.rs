@@ -7,8 +7,8 @@ use super::buf_result::{BufError, BufResult};
 use super::copy::PendingCopy;
 use super::drive::Drive;
 use super::plan::{Piece, Plan};
+use super::progress::spin::{Spin, SpinEnd, look_after_post, spin_after_yield};
 use super::slot::{Outcome, Slot, Spec};
-use super::spin::{Spin, SpinEnd, look_after_post, spin_after_yield};
 use super::verdict;
 use crate::Error;
 

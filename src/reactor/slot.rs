@@ -15,7 +15,7 @@
 //!
 //! Here the slot is made, its result settled (once), its parts released, and the operation
 //! parked for an abort or abandoned by a dropped future; posting (`reactor::post`), the spin
-//! policy (`reactor::spin`) and the future (`reactor::op`) build on it.
+//! policy (`reactor::progress`) and the future (`reactor::op`) build on it.
 
 use super::barrier::BarrierCore;
 use super::context::SlotHeader;
@@ -502,10 +502,10 @@ fn finish((settled, waker): (Option<Settled>, Option<Waker>)) {
 
 impl<O: Send + 'static> Slot<O> {
     /// Nobody reads the queue for this operation: the engine must (see
-    /// [`Engine::reaper_leaves`]), and an abort must be able to reach it.
+    /// [`Engine::give_back_lease`]), and an abort must be able to reach it.
     pub(super) fn unattended(self: &Arc<Self>) {
         if !self.done.load(Ordering::Acquire) {
-            self.engine.reaper_leaves();
+            self.engine.give_back_lease();
             self.park();
         }
     }

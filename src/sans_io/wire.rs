@@ -43,7 +43,10 @@ mod tag;
 
 pub use decoding::decode;
 pub use encoding::encode;
+// The limits and the error are used by the workspace's tests and fuzzing (`test-util`).
+#[cfg_attr(not(any(test, feature = "test-util")), allow(unused_imports))]
 pub use frame::{MAX_FRAME, WIRE_VERSION, WireError};
+#[cfg_attr(not(any(test, feature = "test-util")), allow(unused_imports))]
 pub use message::{
     AtomicReply, AtomicRequest, ByteOrder, ConnectGrant, ConnectReply, ConnectRequest, Doorbell,
     Hello, MAX_AUTH, MAX_CONTROLLER, MAX_DOORBELLS, MAX_FABRIC_ADDR, MAX_GROUPS, MAX_HANDSHAKE,

@@ -1,4 +1,4 @@
-//! Reading the completion queue: the engine or an awaiting task (the reaper) drains it,
+//! Reading the completion queue: the engine or an awaiting task (holding the lease) drains it,
 //! and a completion is dispatched to its operation or, as remote data, to the handler.
 
 use super::Engine;
@@ -6,17 +6,6 @@ use crate::fabric::{CqEntry, CqReadError, READ_BATCH};
 use crate::reactor::context::SlotHeader;
 use crate::reactor::looks::Looks;
 use std::sync::atomic::Ordering;
-use std::time::Duration;
-
-/// How long a polling engine leaves the queue to a thread that reaps its own completions
-/// (an awaited operation's inline spin), from the last completion that thread read. A
-/// post nobody spins for, and a spin that gives up, call the engine back at once; this
-/// bounds the wait of operations posted by other means while a spinner is active (a
-/// shorter one costs a context switch every few shm puts).
-pub(super) const DEFER_TO_REAPER: Duration = Duration::from_millis(1);
-
-/// Set in [`Engine::reaps`] by a reaper that leaves: the engine must not defer to it.
-pub(super) const REAPER_LEFT: u64 = 1 << 63;
 
 impl Engine {
     /// Reads the queue until it is empty and dispatches every entry; returns how many.
@@ -49,9 +38,7 @@ impl Engine {
             Ok(mut entries) => {
                 let reaped = self.drain_with(&mut entries) > 0;
                 if reaped {
-                    // Not an atomic add: the engine only needs to see the count move, and
-                    // two reapers that race still move it.
-                    self.reaper_arrives();
+                    self.lease.take();
                 }
                 reaped
             }
@@ -59,69 +46,52 @@ impl Engine {
         }
     }
 
-    /// An awaiting thread starts reading the queue for its operation: the engine stays off
-    /// it even before the thread reaps anything (on one core the engine took every third
-    /// time slice and reaped the completions itself, so the thread never counted as a
-    /// reaper).
-    pub(crate) fn reaper_arrives(&self) {
-        let n = self.reaps.load(Ordering::Relaxed);
-        self.reaps
-            .store((n & !REAPER_LEFT).wrapping_add(1), Ordering::Relaxed);
+    /// An awaiting thread takes the lease on the queue, or renews it (`progress/lease.rs`).
+    #[inline]
+    pub(crate) fn take_lease(&self) {
+        self.lease.take();
     }
 
-    /// Whether the last thread that spun here found its core shared with a busy thread.
+    /// Whether the last thread that held the lease found its core shared with a busy
+    /// thread.
     pub(crate) fn spinner_shares_core(&self) -> bool {
-        self.spinner_shared.load(Ordering::Relaxed)
+        self.lease.holder_shares_core()
     }
 
     pub(crate) fn set_spinner_shares_core(&self, shared: bool) {
-        self.spinner_shared.store(shared, Ordering::Relaxed);
+        self.lease.set_holder_shares_core(shared);
     }
 
-    /// An awaiting thread stops reaping with its operation still in flight: the engine
-    /// must not sit out the rest of its deferral.
+    /// The lease is given back with the operation still in flight: a sleeping or deferring
+    /// engine comes back for it.
     ///
     /// Also called for an operation nobody will read the queue for (explicit barrier mode,
     /// a window, a provider without inline spin, a dropped future): a sleeping engine
     /// wakes for it. The `inflight` increment of its post came first, and the engine sets
     /// `sleeping` before its last look at `inflight`: one of the two sees the other.
-    pub(crate) fn reaper_leaves(&self) {
-        self.reaps.fetch_or(REAPER_LEFT, Ordering::SeqCst);
+    pub(crate) fn give_back_lease(&self) {
+        let deferring = self.lease.give_back();
         let asleep =
             self.sleeping.load(Ordering::SeqCst) && (self.polls() || self.tuning.wake_on_post);
-        if asleep || self.deferring.load(Ordering::SeqCst) {
+        if asleep || deferring {
             self.wake.wake();
         }
     }
 
     /// A task parks to wait for what only the queue brings (a signal) without reading the
-    /// queue itself: an engine deferring to a reader comes back now. Otherwise, after a
+    /// queue itself: an engine deferring to a lease comes back now. Otherwise, after a
     /// window of operations its thread read for, the engine sat out up to
-    /// [`DEFER_TO_REAPER`] before it read the signal, on tcp 30 times a signal round trip.
-    pub(crate) fn reader_wanted(&self) {
-        self.reaps.fetch_or(REAPER_LEFT, Ordering::SeqCst);
-        if self.deferring.load(Ordering::SeqCst) {
+    /// [`LAPSE`](crate::reactor::progress::lease::LAPSE) before it read the signal, on tcp 30
+    /// times a signal round trip.
+    pub(crate) fn want_reader(&self) {
+        if self.lease.give_back() {
             self.wake.wake();
         }
     }
 
-    /// Whether an awaiting thread reaped completions within about [`DEFER_TO_REAPER`]
-    /// (the engine's looks see the count move) and has not left.
-    pub(super) fn reaper_active(&self, looks: &mut Looks) -> bool {
-        let count = self.reaps.load(Ordering::SeqCst);
-        if count & REAPER_LEFT != 0 {
-            looks.reaps_seen = count;
-            looks.reaps_moved_at = None;
-            return false;
-        }
-        if looks.reaps_seen != count {
-            looks.reaps_seen = count;
-            looks.reaps_moved_at = Some(looks.now);
-            return true;
-        }
-        looks
-            .reaps_moved_at
-            .is_some_and(|at| looks.within(at, DEFER_TO_REAPER))
+    /// Whether an awaiting thread holds a fresh lease (the engine's look).
+    pub(super) fn lease_held(&self, looks: &mut Looks) -> bool {
+        self.lease.held(looks)
     }
 
     /// After a post that has no completion to wait for (a signal's inject, which rxm may

@@ -2,7 +2,6 @@
 //! wait fd, polling for a window, or asleep on its eventfd) (DESIGN.md §6).
 
 use super::Engine;
-use super::reaping::{DEFER_TO_REAPER, REAPER_LEFT};
 use crate::fabric::WaitKind;
 use crate::reactor::looks::{Looks, Stamp};
 use crate::reactor::tuning::KICK_EVERY;
@@ -41,7 +40,7 @@ impl Engine {
         loop {
             if self.tuning.window_spin
                 && !self.stop.load(Ordering::SeqCst)
-                && self.reaper_active(&mut looks)
+                && self.lease_held(&mut looks)
             {
                 // The thread that posts a window reads the queue for it (tcp, shm)
                 // (`spin_after_yield`); it counts as reaping from its post on. A drain here
@@ -52,7 +51,7 @@ impl Engine {
                 // per operation, now 1-1.5. Waiters for transmit space are still woken here
                 // (`wait_for_space` ends the deferral).
                 self.wake_tx_waiters();
-                self.defer_to_reaper(&mut looks);
+                self.defer_to_lease(&mut looks);
                 // The idle window runs from the reader's work too (DESIGN.md §6).
                 last_work = looks.now;
                 continue;
@@ -120,10 +119,10 @@ impl Engine {
     ) -> bool {
         // Also with nothing in flight: between a spinning thread's operations the engine
         // went to sleep, and the next post paid an eventfd write to wake it.
-        if self.reaper_active(looks) {
+        if self.lease_held(looks) {
             // As in `idle_poll`: the awaiting thread reads the queue, which on tcp also
             // drives rxm's progress; the engine keeps out of its way (and off its core).
-            self.defer_to_reaper(looks);
+            self.defer_to_lease(looks);
             return true;
         }
         let window = match self.inflight.load(Ordering::SeqCst) {
@@ -180,18 +179,13 @@ impl Engine {
         true
     }
 
-    /// Sleeps while an awaiting thread reads the queue: at most [`DEFER_TO_REAPER`], or
-    /// until [`Engine::reaper_leaves`] calls the engine back.
-    pub(super) fn defer_to_reaper(&self, looks: &mut Looks) {
-        self.deferring.store(true, Ordering::SeqCst);
-        // A reader that left after the engine's look at `reaps` and before the store above
-        // saw `deferring` false and did not wake it; its mark is visible here (both sides
-        // SeqCst), so the engine does not sit out the deferral for it.
-        if self.reaps.load(Ordering::SeqCst) & REAPER_LEFT == 0 {
-            self.wake.wait(None, Some(DEFER_TO_REAPER));
+    /// Sleeps while an awaiting thread holds the lease on the queue: until it lapses, or
+    /// until [`Engine::give_back_lease`] calls the engine back.
+    pub(super) fn defer_to_lease(&self, looks: &mut Looks) {
+        self.lease.defer(|lapse| {
+            self.wake.wait(None, Some(lapse));
             self.wake.drain();
-        }
-        self.deferring.store(false, Ordering::SeqCst);
+        });
         looks.read_clock();
     }
 
@@ -207,11 +201,11 @@ impl Engine {
             self.kick_stalled();
         }
         // Also when not busy: see `idle_fd`.
-        if self.reaper_active(looks) {
+        if self.lease_held(looks) {
             // The thread awaiting an operation reads the queue itself: spinning here too
             // would take a core from it and from the target on 2 cores. Not `sleeping`:
             // posts need not wake us, their thread reaps, or calls us back.
-            self.defer_to_reaper(looks);
+            self.defer_to_lease(looks);
             return true;
         }
         if busy || looks.within(last_work, self.tuning.idle_window) {

@@ -1,15 +1,17 @@
-//! The spin policy: whether, and for how long, the thread awaiting an operation reads the
-//! completion queue itself (a completion it reads needs no cross-thread wake-up), and when
-//! it leaves the queue to the progress engine.
+//! The spin budget: whether, and for how long, the thread awaiting an operation reads the
+//! completion queue itself, holding the lease (`lease.rs`), and when it gives it back to
+//! the progress engine.
 
-use super::looks::yield_shared;
-use super::slot::Slot;
+use crate::reactor::looks::yield_shared;
+use crate::reactor::slot::Slot;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
-/// What an operation does about reading the queue itself, between its polls.
+/// What an operation does about reading the queue itself, between its polls. Only
+/// `Yielded` may hold the lease across polls (a spin that ended `Longer`); the others never
+/// do, and a dropped operation gives it back (`Slot::unattended`).
 #[derive(Clone, Copy, PartialEq, Eq)]
-pub(super) enum Spin {
+pub(in crate::reactor) enum Spin {
     /// Not posted yet.
     Unposted,
     /// Posted, and it yielded: `mark` is the engine's post count after its own posts,
@@ -23,7 +25,7 @@ pub(super) enum Spin {
 /// Right after posting, one look at the queue reaps what the provider completed inside
 /// the post (shm's CMA transfers) without a cross-thread wake-up. Returns whether the
 /// operation should yield once and then spin (see [`spin_after_yield`]).
-pub(super) fn look_after_post<O: Send + 'static>(slot: &Arc<Slot<O>>) -> bool {
+pub(in crate::reactor) fn look_after_post<O: Send + 'static>(slot: &Arc<Slot<O>>) -> bool {
     let budget = slot.engine.inline_spin();
     if budget.is_zero() {
         slot.unattended();
@@ -41,14 +43,13 @@ pub(super) fn look_after_post<O: Send + 'static>(slot: &Arc<Slot<O>>) -> bool {
             }
         }
         if slot.engine.window_spin() {
-            // This thread comes back to read the queue for the window: the engine stays
-            // off it from now on, not only once the thread reaped something.
-            slot.engine.reaper_arrives();
+            // This thread comes back to read the queue for the window: it takes the lease
+            // now, not only once it reaped something.
+            slot.engine.take_lease();
             return true;
         }
-        // Nobody reads for this one: an engine that left the queue to a spinning thread
-        // must come back.
-        slot.engine.reaper_leaves();
+        // Nobody reads for this one: an engine deferring to a lease must come back.
+        slot.engine.give_back_lease();
         return false;
     }
     slot.engine.try_progress();
@@ -79,7 +80,7 @@ impl<O: Send + 'static> Slot<O> {
 const FIRST_YIELD: std::time::Duration = std::time::Duration::from_micros(4);
 
 /// How a spin for an operation ended.
-pub(super) enum SpinEnd {
+pub(in crate::reactor) enum SpinEnd {
     /// The operation completed.
     Done,
     /// Yield and look again: others of a window were posted since, or the spin reaped a
@@ -113,7 +114,7 @@ pub(super) enum SpinEnd {
 /// reader spins for up to the engine's `window_slices` more slices in a row without
 /// progress (see `Tuning::window_slices`): the engine it calls back when it leaves takes
 /// a core from the target on 2 cores, which then stalls again.
-pub(super) fn spin_after_yield<O: Send + 'static>(
+pub(in crate::reactor) fn spin_after_yield<O: Send + 'static>(
     slot: &Slot<O>,
     mark: u64,
     slice: u32,
@@ -137,7 +138,7 @@ pub(super) fn spin_after_yield<O: Send + 'static>(
         if slot.done.load(Ordering::Acquire) {
             return SpinEnd::Done;
         }
-        slot.engine.reaper_leaves();
+        slot.engine.give_back_lease();
         return SpinEnd::Left;
     }
     // Read at the first clock check, not here: most operations are done before it.
@@ -145,7 +146,7 @@ pub(super) fn spin_after_yield<O: Send + 'static>(
     let mut turns = 0u32;
     // Remembered across operations: the first look of the next one yields at once.
     let mut shared = slot.engine.spinner_shares_core();
-    slot.engine.reaper_arrives();
+    slot.engine.take_lease();
     loop {
         let reaped = slot.engine.try_progress();
         if slot.done.load(Ordering::Acquire) {
@@ -167,7 +168,7 @@ pub(super) fn spin_after_yield<O: Send + 'static>(
             // An abort reaches a spinning operation here: leaving registers it (`park`),
             // which fails it.
             if slot.tracker.is_aborted() {
-                slot.engine.reaper_leaves();
+                slot.engine.give_back_lease();
                 return SpinEnd::Left;
             }
             if spun >= budget {
@@ -177,10 +178,10 @@ pub(super) fn spin_after_yield<O: Send + 'static>(
                     slot.long_slices(budget)
                 };
                 if slice < more {
-                    // Still counted as the queue's reader: back after the scheduler's turn.
+                    // Keeps the lease: back after the scheduler's turn.
                     return SpinEnd::Longer;
                 }
-                slot.engine.reaper_leaves();
+                slot.engine.give_back_lease();
                 return SpinEnd::Left;
             }
             // Otherwise only once the operation takes longer than a round trip does on an
