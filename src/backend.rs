@@ -3,5 +3,7 @@
 //! removal of the shm regions dead processes left.
 
 pub(crate) mod fabric;
+pub(crate) mod importer;
 pub(crate) mod loopback;
+pub(crate) mod path;
 pub(crate) mod stale_shm;

@@ -2,8 +2,9 @@
 //! with asynchronous put and get.
 //!
 //! `segment.rs` holds the segment and its connection state; each other file adds one concern:
-//! connecting, put and get, typed access, barriers, scatter/gather, loopback copies, mapping,
-//! signals, what an operation counts and traces.
+//! connecting, put and get, typed access, barriers, scatter/gather, mapping, signals, what an
+//! operation counts and traces, and what the data path sees of it (`conn.rs`). How the bytes
+//! move is the data path's (`backend/path.rs`).
 
 mod segment;
 // Connecting (`Controller::import`, `ImportSegment::connect`); put and get.
@@ -19,8 +20,8 @@ mod typed;
 pub(crate) mod barrier;
 // Scatter/gather (docs/rsmapi.md §4.5).
 pub(crate) mod sg;
-// put/get on loopback (copies), an `impl ImportSegment`.
-mod loopback;
+// What the data path sees of an import (`backend/path.rs`).
+mod conn;
 // Mapping (docs/rsmapi.md §4.10): `ImportSegment::map` and its guard.
 mod map;
 // Signals, waits, the pollable descriptor and event streams.

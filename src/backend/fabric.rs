@@ -37,6 +37,7 @@ pub(crate) struct FabricBackend {
 
 pub(crate) mod discovery;
 mod doorbell;
+pub(crate) mod import;
 pub(crate) mod owned;
 mod peers;
 mod shm_peers;

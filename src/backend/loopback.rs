@@ -25,6 +25,7 @@ mod exporter;
 mod importer;
 #[cfg(test)]
 mod tests;
+mod transfers;
 
 pub(crate) use exporter::{
     LoopbackBackend, destroyed, grant, hold, publish, rebind, reoffer, revoked, same_reach,

@@ -18,6 +18,7 @@
 
 use super::ImportSegment;
 use crate::backend::loopback::LoopbackImport;
+use crate::backend::path::ImportPath;
 use crate::fabric::atomic::AtomicKind;
 use crate::fabric::ffi;
 use crate::perm::Perm;
@@ -320,10 +321,10 @@ impl ImportSegment {
             e
         };
         let call = offered(class, op, dt, offset).map_err(ctx)?;
-        let fabric = self.inner.lo.is_none();
+        let fabric = self.inner.path.checks_abort();
         self.check_access(name, Perm::RDWR, offset, dt.size(), fabric)
             .inspect_err(|e| self.count_failure(OpKind::Atomic, e))?;
-        let route = match &self.inner.lo {
+        let route = match self.inner.lo() {
             Some(lo) if !lo.is_remote() => Route::Cpu(Arc::clone(lo)),
             Some(_) => Route::Exporter(self.clone()),
             None => self.native(name, call, offset, operand.to_bits(), compare.to_bits()),
@@ -409,7 +410,10 @@ impl ImportSegment {
         offset: u64,
     ) -> Op<B> {
         let plan = Op::<B>::contiguous(ptr, len, offset, len);
-        self.start(Dir::Atomic(post), plan, buf, name, offset)
+        match self.inner.path.fabric() {
+            Some(f) => f.start(&self.inner, Dir::Atomic(post), plan, buf, name, offset),
+            None => self.refused(name, Error::ctlr_not_present().op(name), buf),
+        }
     }
 }
 

@@ -7,6 +7,7 @@
 
 use super::ImportSegment;
 use super::atomic::{ask_exporter, offered, place, take};
+use crate::backend::path::ImportPath;
 use crate::perm::Perm;
 use crate::reactor::Op;
 use crate::sans_io::atomic::{AtomicOp, AtomicValue, Call, Class, CompareOp};
@@ -183,11 +184,17 @@ impl ImportSegment {
                 compares.len()
             ))));
         }
-        self.check_access(name, Perm::RDWR, offset, bytes, self.inner.lo.is_none())
-            .inspect_err(|e| self.count_failure(OpKind::Atomic, e))?;
+        self.check_access(
+            name,
+            Perm::RDWR,
+            offset,
+            bytes,
+            self.inner.path.checks_abort(),
+        )
+        .inspect_err(|e| self.count_failure(OpKind::Atomic, e))?;
         let operands: Vec<u64> = operands.into_iter().map(T::to_bits).collect();
         let compares: Vec<u64> = compares.into_iter().map(T::to_bits).collect();
-        let route = match &self.inner.lo {
+        let route = match self.inner.lo() {
             Some(lo) if !lo.is_remote() => Route::Cpu(Arc::clone(lo)),
             Some(_) => Route::Exporter(self.clone()),
             None => match self.native_kind(call) {

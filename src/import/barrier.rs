@@ -7,9 +7,8 @@
 //! completed and their data is visible, reporting a failure of any of them.
 
 use super::ImportSegment;
-use crate::reactor::Op;
+use crate::backend::path::ImportPath;
 use crate::reactor::barrier::BarrierCore;
-use crate::reactor::slot::{Dir, Spec, Visibility};
 use crate::reactor::verdict;
 use crate::{Error, Result};
 use std::sync::Arc;
@@ -146,41 +145,6 @@ impl ImportSegment {
         }
         Ok(())
     }
-
-    /// A one-byte read that completes only after every write posted before it was placed
-    /// (udp;ofi_rxd is asked to order reads after writes, `FI_ORDER_RMA_RAW`).
-    async fn fence(&self, op: &'static str) -> Result<()> {
-        let inner = &self.inner;
-        let Some((engine, backend)) = inner.fabric() else {
-            return Ok(());
-        };
-        let mut byte = vec![0u8; 1];
-        // In a block: the plan's raw pointers must not live across the await below, or
-        // `Barrier::close` is not `Send` (a spawned task could not close a barrier).
-        let (plan, held) = {
-            let (ptr, len) = Op::sink(&mut byte);
-            let mut plan = Op::<Vec<u8>>::contiguous(ptr, len, 0, 1);
-            let held = backend
-                .hold(&mut plan, Dir::Read, false)
-                .map_err(|e| e.op(op))?;
-            (plan, held)
-        };
-        let fence = Op::new(
-            Spec {
-                engine: Arc::clone(engine),
-                tracker: Arc::clone(&inner.tracker),
-                dest: inner.dest,
-                dir: Dir::Read,
-                plan,
-                fence: None,
-                info: self.info(op, 0),
-                barrier: None,
-                held,
-            },
-            byte,
-        );
-        fence.await.map(drop).map_err(Error::from)
-    }
 }
 
 impl Barrier {
@@ -255,13 +219,12 @@ impl Barrier {
             }
             return Err(self.ctx(op, self.barrier_error(f)));
         }
-        let fenced = self
-            .seg
-            .inner
-            .fabric()
-            .is_some_and(|(_, b)| b.visibility() == Visibility::FencedRead);
-        if writes && fenced {
-            if let Err(f) = self.seg.fence(op).await {
+        // A path whose writes are visible once completed needs no fence.
+        let fence = writes
+            .then(|| self.seg.inner.path.fence(&self.seg.inner, op))
+            .flatten();
+        if let Some(fence) = fence {
+            if let Err(f) = fence.await.map(drop).map_err(Error::from) {
                 if let Some(e) = self.seg.inner.tracker.aborted() {
                     return Err(self.ctx(op, e));
                 }

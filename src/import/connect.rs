@@ -2,6 +2,8 @@
 //! checks its grant and builds the connection's state.
 
 use super::{ImportInner, ImportSegment};
+use crate::backend::fabric::import::FabricImport;
+use crate::backend::importer::Importer;
 use crate::backend::loopback::LoopbackImport;
 use crate::context::{NodeContext, Owner};
 use crate::controller::Controller;
@@ -168,10 +170,21 @@ impl ImportSegment {
             }
             _ => None,
         };
+        let path = match (backend, lo) {
+            (Some(backend), _) => Importer::Fabric(Arc::new(FabricImport {
+                engine: Arc::clone(backend.engine()),
+                backend,
+                dest,
+                peer_addr: grant.fabric_addr,
+            })),
+            (None, Some(lo)) => Importer::Loopback(lo),
+            (None, None) => {
+                return Err(ctx(Error::ctlr_not_present()
+                    .detail("the controller has no data path for the grant")));
+            }
+        };
         let inner = Arc::new(ImportInner {
-            engine: backend.as_ref().map(|b| Arc::clone(b.engine())),
-            backend,
-            lo,
+            path,
             ctrl: ctrl.clone(),
             state: Arc::downgrade(&state),
             node,
@@ -179,8 +192,6 @@ impl ImportSegment {
             conn_id: grant.conn_id,
             peer_incarnation: peer.incarnation,
             peer_byte_order: peer.byte_order,
-            dest,
-            peer_addr: grant.fabric_addr,
             length: grant.length,
             granted: Perm::from_bits(grant.granted),
             tracker: Arc::new(Tracker::with_view(View {

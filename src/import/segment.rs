@@ -3,14 +3,14 @@
 //! `import/` add methods to it: `connect.rs` makes one, `put_get.rs` posts put and get.
 
 use crate::backend::fabric::FabricBackend;
+use crate::backend::importer::Importer;
 use crate::backend::loopback::LoopbackImport;
+use crate::backend::path::ImportPath;
 use crate::context::{Draining, NodeContext, Owner, REVOKE_WAIT};
 use crate::controller::Controller;
-use crate::fabric::ffi;
 use crate::perm::Perm;
 use crate::reactor::barrier::BarrierCore;
 use crate::reactor::engine::Engine;
-use crate::reactor::slot::OpInfo;
 use crate::reactor::tracker::{Tracker, View};
 use crate::sans_io::wire::Message;
 use crate::{Error, NodeId, Result, SegmentId};
@@ -46,11 +46,8 @@ impl std::fmt::Debug for ImportSegment {
 
 pub(crate) struct ImportInner {
     pub(super) ctrl: Controller,
-    /// The libfabric path (`None` on loopback).
-    pub(super) backend: Option<Arc<FabricBackend>>,
-    pub(super) engine: Option<Arc<Engine>>,
-    /// The loopback path: the mapping of the exporter's memfd (`None` elsewhere).
-    pub(super) lo: Option<Arc<LoopbackImport>>,
+    /// The data path the connection was made on (`backend/path.rs`).
+    pub(super) path: Importer,
     pub(super) state: Weak<NodeContext>,
     pub(super) node: u32,
     pub(super) segment: u32,
@@ -59,8 +56,6 @@ pub(crate) struct ImportInner {
     /// The exporter's byte order, from its hello: typed accesses store in it
     /// (DESIGN.md, decision 4).
     pub(super) peer_byte_order: crate::sans_io::wire::ByteOrder,
-    pub(super) dest: ffi::fi_addr_t,
-    pub(super) peer_addr: Vec<u8>,
     pub(super) length: u64,
     pub(super) granted: Perm,
     /// The in-flight operations, and the view of the exporter's registration (base and key)
@@ -90,9 +85,16 @@ pub(crate) struct ImportInner {
 }
 
 impl ImportInner {
-    /// The libfabric engine and backend, on every controller but loopback.
+    /// The libfabric engine and backend, on every controller but loopback (for what has
+    /// not moved behind `ImportPath` yet).
     pub(crate) fn fabric(&self) -> Option<(&Arc<Engine>, &Arc<FabricBackend>)> {
-        Some((self.engine.as_ref()?, self.backend.as_ref()?))
+        self.path.fabric().map(|f| (&f.engine, &f.backend))
+    }
+
+    /// The loopback path's mapping, on the loopback controller (for what has not moved
+    /// behind `ImportPath` yet).
+    pub(crate) fn lo(&self) -> Option<&Arc<LoopbackImport>> {
+        self.path.loopback()
     }
 
     pub(crate) fn peer_incarnation(&self) -> u64 {
@@ -111,21 +113,20 @@ impl ImportInner {
 
     /// Fails pending and later operations with `err` (forced disconnect, DESIGN.md, decision 19).
     pub(crate) fn abort(&self, err: Error) {
-        if let Some(lo) = &self.lo {
-            lo.abort(crate::reactor::slot::clone_error(&err).segment(self.segment));
-        }
-        self.tracker.abort(err.segment(self.segment));
+        let err = err.segment(self.segment);
+        self.path.abort(&err);
+        self.tracker.abort(err);
     }
 
     /// The exporter's fabric address, for an import on a fabric controller.
     pub(crate) fn fabric_peer_addr(&self) -> Option<&[u8]> {
-        self.backend.as_ref().map(|_| self.peer_addr.as_slice())
+        self.path.fabric().map(|f| f.peer_addr.as_slice())
     }
 
     /// Resets this controller's TCP connections to the exporter (DESIGN.md §8, "Peer loss").
     pub(crate) fn reset_transport(&self) {
-        if let Some(b) = &self.backend {
-            b.reset_peer(&self.peer_addr);
+        if let Some(f) = self.path.fabric() {
+            f.backend.reset_peer(&f.peer_addr);
         }
     }
 
@@ -146,7 +147,7 @@ impl ImportInner {
                 .node(self.node)
                 .detail("the exporter withdrew the segment (unpublish or destroy)"),
         );
-        if let Some(lo) = &self.lo {
+        if let Some(lo) = self.lo() {
             lo.revoke();
         }
         until_gone(&self.gone, self.tracker.drained()).await;
@@ -156,7 +157,7 @@ impl ImportInner {
     /// registration; waits (at most 5 s) for those in flight on the old one, which complete
     /// normally. A stale or repeated generation changes nothing.
     pub(crate) async fn rebound(&self, base: u64, key: u64, generation: u32) {
-        if let Some(lo) = &self.lo {
+        if let Some(lo) = self.lo() {
             if let Err(e) = lo.rebind(key, base, generation).await {
                 tracing::warn!(segment = format_args!("{:#x}", self.segment), error = %e, "cannot remap the rebound segment");
             }
@@ -191,7 +192,7 @@ impl ImportInner {
         let (node, conn_id) = (self.node, self.conn_id);
         let tracker = Arc::clone(&self.tracker);
         let gone = self.gone.clone();
-        let lo = self.lo.clone();
+        let lo = self.lo().cloned();
         if self.lost.load(Ordering::SeqCst) {
             state.remove_import(node, conn_id);
             return async move {
@@ -258,8 +259,8 @@ impl Drop for ImportInner {
                 state.spawn(leave);
             }
         }
-        if let Some(backend) = &self.backend {
-            backend.release_peer(&self.peer_addr);
+        if let Some(f) = self.path.fabric() {
+            f.backend.release_peer(&f.peer_addr);
         }
     }
 }
@@ -370,15 +371,6 @@ impl ImportSegment {
         Ok(())
     }
 
-    pub(super) fn info(&self, op: &'static str, offset: u64) -> OpInfo {
-        OpInfo {
-            op,
-            segment: self.inner.segment,
-            node: self.inner.node,
-            offset,
-        }
-    }
-
     /// Disconnects (`rsm_memseg_import_disconnect`): waits (at most 5 s) for operations in
     /// flight, then tells the exporter, which frees nothing they reach before. Works after a
     /// forced disconnect too.
@@ -392,7 +384,7 @@ impl ImportSegment {
     /// notice to the node, which sends it when the operations in flight are done.
     pub async fn disconnect(self) -> Result<()> {
         let inner = &self.inner;
-        if inner.lo.as_ref().is_some_and(|lo| lo.is_mapped()) {
+        if inner.lo().is_some_and(|lo| lo.is_mapped()) {
             return Err(Error::seg_still_mapped()
                 .op("import_disconnect")
                 .segment(inner.segment)

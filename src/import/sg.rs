@@ -1,25 +1,21 @@
 //! Scatter/gather (docs/rsmapi.md §4.5, DESIGN.md, decision 17): `putv` gathers local pieces into the segment,
 //! `getv` scatters the segment into local pieces. Entries are validated in order first; the
 //! valid ones before the first invalid one go out in batches within the provider's iov
-//! limits (cut in `sg/batch.rs`), not one round trip per entry.
+//! limits (on a fabric controller, cut in `backend/fabric/import/batch.rs`), not one round
+//! trip per entry.
 
 use super::ImportSegment;
-use crate::backend::loopback::Toward;
+use crate::backend::path::{ImportPath, Way};
 use crate::events::SignalFlags;
 use crate::local::LocalMemory;
 use crate::perm::Perm;
-use crate::reactor::slot::{Dir, Outcome, Piece, Plan};
+use crate::reactor::slot::{Outcome, Piece};
 use crate::reactor::{IoBuf, IoBufMut, Op};
-use crate::stats::OpKind;
 use crate::{Error, Result};
-use batch::batch;
 use std::future::Future;
 use std::ops::BitOr;
 use std::pin::Pin;
-use std::sync::Arc;
 use std::task::{Context, Poll};
-
-mod batch;
 
 /// `RSM_MAX_SGIOREQS`: the most entries one vector holds.
 pub const MAX_SGIOREQS: usize = 16;
@@ -231,102 +227,10 @@ impl<B: Send + 'static> Future for SgOp<B> {
 }
 
 impl ImportSegment {
-    /// A vector on loopback: the valid entries are copied in order at the first poll (on the
-    /// node's blocking threads when they are large, as a put's copy).
-    fn vector_loopback<B: Send + 'static>(
-        &self,
-        way: Way,
-        entries: Vec<SgEntry<B>>,
-        valid: Vec<Piece>,
-        invalid: Option<(usize, Error)>,
-        flags: SgFlags,
-    ) -> SgOp<B> {
-        let count = entries.len();
-        let Some(lo) = self.inner.lo.as_ref() else {
-            return SgOp {
-                op: Some(self.refused(way.name(), Error::ctlr_not_present(), entries)),
-                count,
-                invalid: None,
-                flags,
-                signal_to: None,
-                signalling: None,
-            };
-        };
-        let bytes = valid.iter().map(|p| p.len).sum();
-        let (lo, pieces) = (Arc::clone(lo), Pieces(valid));
-        let op = self.copy_later(way.kind(), bytes, entries, move |_entries| {
-            let valid = pieces.into_vec();
-            // One entry for all the pieces: a revoke waits for the whole vector, and one
-            // that came first fails it at its first piece.
-            let busy = lo.enter();
-            for (i, p) in valid.into_iter().enumerate() {
-                let at = p.offset as usize; // in bounds: validated against the segment
-                let toward = match way {
-                    Way::Put => Toward::Segment,
-                    Way::Get => Toward::Local,
-                };
-                let res = match &busy {
-                    Err(e) => Err(crate::reactor::slot::clone_error(e)),
-                    // SAFETY: the piece lies in an entry's buffer or handle, which the
-                    // operation keeps alive across the copy (`_entries`); neither is the
-                    // segment's memory, and a get's range is this entry's alone.
-                    Ok(b) => unsafe { lo.copy_in(b, at, p.ptr, p.len, toward) },
-                };
-                res.map_err(|e| (i, e.op(way.name())))?;
-            }
-            Ok(())
-        });
-        SgOp {
-            op: Some(op),
-            count,
-            invalid,
-            flags,
-            signal_to: self.implicit_signal(way, flags),
-            signalling: None,
-        }
-    }
-
     /// The segment to signal after a putv asking for `IMPLICIT_SIGPOST` (docs/rsmapi.md §4.5; a getv
     /// posts none).
     fn implicit_signal(&self, way: Way, flags: SgFlags) -> Option<ImportSegment> {
         (way == Way::Put && flags.contains(SgFlags::IMPLICIT_SIGPOST)).then(|| self.clone())
-    }
-}
-
-#[derive(Clone, Copy, PartialEq, Eq)]
-enum Way {
-    Put,
-    Get,
-}
-
-impl Way {
-    fn name(self) -> &'static str {
-        match self {
-            Way::Put => "putv",
-            Way::Get => "getv",
-        }
-    }
-
-    /// What the vector counts as (`crate::stats`).
-    fn kind(self) -> OpKind {
-        match self {
-            Way::Put => OpKind::Putv,
-            Way::Get => OpKind::Getv,
-        }
-    }
-}
-
-/// A loopback vector's pieces, on their way to the copy with the entries they lie in.
-struct Pieces(Vec<Piece>);
-
-// SAFETY: every piece points into an entry's buffer or local memory handle; the entries
-// travel with the pieces to the copy (the operation owns them) and nothing else uses the
-// pointers.
-unsafe impl Send for Pieces {}
-
-impl Pieces {
-    fn into_vec(self) -> Vec<Piece> {
-        self.0
     }
 }
 
@@ -466,12 +370,8 @@ impl ImportSegment {
             Way::Put => Perm::WRITE,
             Way::Get => Perm::READ,
         };
-        let checked = if self.inner.lo.is_some() {
-            self.check_loopback(op_name, need, 0, 0).map(drop)
-        } else {
-            self.check(op_name, need, 0, 0)
-        };
-        if let Err(e) = checked {
+        let checks_abort = self.inner.path.checks_abort();
+        if let Err(e) = self.check_access(op_name, need, 0, 0, checks_abort) {
             return fail(e, entries);
         }
         // The valid entries are the ones before the first invalid one: entry i is valid[i].
@@ -535,17 +435,10 @@ impl ImportSegment {
                 signalling: None,
             };
         }
-        let Some((_, backend)) = self.inner.fabric() else {
-            return self.vector_loopback(way, entries, valid, invalid, flags);
-        };
-        let (iov_max, rma_max) = backend.sg_limits();
-        let batches = batch(valid, bytes, iov_max, rma_max, backend.max_transfer());
-        let plan = Plan::Batches(batches);
-        let dir = match way {
-            Way::Put => Dir::write(backend.visibility()),
-            Way::Get => Dir::Read,
-        };
-        let op = self.start(dir, plan, entries, way.name(), 0);
+        let op = self
+            .inner
+            .path
+            .vector(&self.inner, way, entries, valid, bytes);
         SgOp {
             op: Some(op),
             count,

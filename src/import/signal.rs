@@ -99,12 +99,12 @@ impl ImportSegment {
             sender: inner.token,
             to_importer: false,
             bell: inner.bell.as_ref(),
-            dest: Some(inner.dest),
+            dest: inner.path.fabric().map(|f| f.dest),
         };
         route::send(
             &state.signals,
             state.side(),
-            inner.backend.as_ref(),
+            inner.path.fabric().map(|f| &f.backend),
             target,
             flags,
             op,

@@ -13,7 +13,7 @@ const SHARED_CORE: Duration = Duration::from_micros(3);
 /// and yield on one core while the other core idles stay together for whole benchmark
 /// rounds (the scheduler keeps cache-hot threads where they are): each then yields after
 /// every look instead of every few, so the one with work gets the core sooner.
-pub(super) fn yield_shared() -> bool {
+pub(crate) fn yield_shared() -> bool {
     yield_and_time().0
 }
 
@@ -34,24 +34,24 @@ const CLOCK_EVERY: u64 = 16;
 /// integer: `Instant`'s difference (a checked `timespec` subtraction) took 1 % of a shm
 /// target engine's loop, which asks how long ago something was two or three times a look.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) struct Stamp(u64);
+pub(crate) struct Stamp(u64);
 
 /// The engine thread's own state between its looks at the queue: on its stack, so a look
 /// costs no atomic read-modify-write, and the clock is read once every [`CLOCK_EVERY`]
 /// looks (and after every yield and sleep).
-pub(super) struct Looks {
-    pub(super) turns: u64,
+pub(crate) struct Looks {
+    pub(crate) turns: u64,
     /// Where the thread's [`Stamp`]s count from.
     base: Instant,
     /// The time at the last clock read.
-    pub(super) now: Stamp,
+    pub(crate) now: Stamp,
     /// The engine's last yield let another thread run: it shares its core with a busy
     /// thread (the thread awaiting the operations it serves, on a 2-core machine).
     core_shared: bool,
     /// The engine's lease stamp at the last look, and when the engine saw it move
     /// (`progress/lease.rs`).
-    pub(super) lease_seen: u64,
-    pub(super) lease_moved_at: Option<Stamp>,
+    pub(crate) lease_seen: u64,
+    pub(crate) lease_moved_at: Option<Stamp>,
     /// The thread's waits for a CPU, read every [`SAMPLE_EVERY`].
     gauge: BusyGauge,
 }
@@ -86,7 +86,7 @@ impl BusyGauge {
 }
 
 impl Looks {
-    pub(super) fn new() -> Looks {
+    pub(crate) fn new() -> Looks {
         Looks {
             turns: 0,
             base: Instant::now(),
@@ -104,7 +104,7 @@ impl Looks {
 
     /// Whether the host is busy: this thread waited for a CPU in its last samples (read at
     /// most every [`SAMPLE_EVERY`], kept for [`BUSY_HOLD`]). Call it from the engine thread.
-    pub(super) fn host_busy(&mut self) -> bool {
+    pub(crate) fn host_busy(&mut self) -> bool {
         if self.within(self.gauge.sampled, SAMPLE_EVERY) {
             return self.gauge.busy_at.is_some();
         }
@@ -131,12 +131,12 @@ impl Looks {
     }
 
     /// Reads the clock (after a sleep or a yield, and every [`CLOCK_EVERY`] looks).
-    pub(super) fn read_clock(&mut self) {
+    pub(crate) fn read_clock(&mut self) {
         self.now = self.stamp(Instant::now());
     }
 
     /// One more look at the queue.
-    pub(super) fn count(&mut self) {
+    pub(crate) fn count(&mut self) {
         self.turns = self.turns.wrapping_add(1);
         if self.turns % CLOCK_EVERY == 0 {
             self.read_clock();
@@ -145,13 +145,13 @@ impl Looks {
 
     /// Whether less than `d` passed since `t`, by the last clock read. In nanoseconds: a
     /// `Duration` made to compare cost a division per question.
-    pub(super) fn within(&self, t: Stamp, d: Duration) -> bool {
+    pub(crate) fn within(&self, t: Stamp, d: Duration) -> bool {
         self.now.0.saturating_sub(t.0) < u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
     }
 
     /// Yields the CPU every `every` idle looks at the queue, or after every look while the
     /// last yield let another thread run (see [`yield_shared`]).
-    pub(super) fn maybe_yield(&mut self, every: u64) {
+    pub(crate) fn maybe_yield(&mut self, every: u64) {
         if self.core_shared || self.turns % every == 0 {
             let (shared, after) = yield_and_time();
             self.core_shared = shared;

@@ -17,7 +17,7 @@ const GIVEN_BACK: u64 = 1 << 63;
 
 /// An engine's record of the lease on its queue.
 #[derive(Default)]
-pub(in crate::reactor) struct Lease {
+pub(crate) struct Lease {
     /// Moves each time an awaiting thread takes or renews the lease, with [`GIVEN_BACK`]
     /// set when one gives it back: a polling engine that sees it move stays off the queue.
     /// A count, not a time: a clock read per operation was a tenth of an 8-byte shm get's
@@ -36,7 +36,7 @@ impl Lease {
     /// Not an atomic add: the engine only needs to see the stamp move, and two takers that
     /// race still move it.
     #[inline]
-    pub(in crate::reactor) fn take(&self) {
+    pub(crate) fn take(&self) {
         let n = self.stamp.load(Ordering::Relaxed);
         self.stamp
             .store((n & !GIVEN_BACK).wrapping_add(1), Ordering::Relaxed);
@@ -48,14 +48,14 @@ impl Lease {
     /// the engine sets `deferring` before its last look at the stamp: one of the two sees
     /// the other.
     #[inline]
-    pub(in crate::reactor) fn give_back(&self) -> bool {
+    pub(crate) fn give_back(&self) -> bool {
         self.stamp.fetch_or(GIVEN_BACK, Ordering::SeqCst);
         self.deferring.load(Ordering::SeqCst)
     }
 
     /// The engine's look: whether a lease was taken or renewed within about [`LAPSE`] and
     /// not given back.
-    pub(in crate::reactor) fn held(&self, looks: &mut Looks) -> bool {
+    pub(crate) fn held(&self, looks: &mut Looks) -> bool {
         let stamp = self.stamp.load(Ordering::SeqCst);
         if stamp & GIVEN_BACK != 0 {
             looks.lease_seen = stamp;
@@ -75,7 +75,7 @@ impl Lease {
     /// The engine defers to a lease: `sleep(LAPSE)` unless it was given back meanwhile (a
     /// holder that gave it back after the engine's look and before `deferring` was set
     /// did not wake it; its mark is visible here, both sides SeqCst).
-    pub(in crate::reactor) fn defer(&self, sleep: impl FnOnce(Duration)) {
+    pub(crate) fn defer(&self, sleep: impl FnOnce(Duration)) {
         self.deferring.store(true, Ordering::SeqCst);
         if self.stamp.load(Ordering::SeqCst) & GIVEN_BACK == 0 {
             sleep(LAPSE);
@@ -84,11 +84,11 @@ impl Lease {
     }
 
     /// Whether the last holder found its core shared with a busy thread.
-    pub(in crate::reactor) fn holder_shares_core(&self) -> bool {
+    pub(crate) fn holder_shares_core(&self) -> bool {
         self.spinner_shared.load(Ordering::Relaxed)
     }
 
-    pub(in crate::reactor) fn set_holder_shares_core(&self, shared: bool) {
+    pub(crate) fn set_holder_shares_core(&self, shared: bool) {
         self.spinner_shared.store(shared, Ordering::Relaxed);
     }
 }

@@ -11,7 +11,7 @@ use std::sync::atomic::Ordering;
 /// `Yielded` may hold the lease across polls (a spin that ended `Longer`); the others never
 /// do, and a dropped operation gives it back (`Slot::unattended`).
 #[derive(Clone, Copy, PartialEq, Eq)]
-pub(in crate::reactor) enum Spin {
+pub(crate) enum Spin {
     /// Not posted yet.
     Unposted,
     /// Posted, and it yielded: `mark` is the engine's post count after its own posts,
@@ -25,7 +25,7 @@ pub(in crate::reactor) enum Spin {
 /// Right after posting, one look at the queue reaps what the provider completed inside
 /// the post (shm's CMA transfers) without a cross-thread wake-up. Returns whether the
 /// operation should yield once and then spin (see [`spin_after_yield`]).
-pub(in crate::reactor) fn look_after_post<O: Send + 'static>(slot: &Arc<Slot<O>>) -> bool {
+pub(crate) fn look_after_post<O: Send + 'static>(slot: &Arc<Slot<O>>) -> bool {
     let budget = slot.engine.inline_spin();
     if budget.is_zero() {
         slot.unattended();
@@ -80,7 +80,7 @@ impl<O: Send + 'static> Slot<O> {
 const FIRST_YIELD: std::time::Duration = std::time::Duration::from_micros(4);
 
 /// How a spin for an operation ended.
-pub(in crate::reactor) enum SpinEnd {
+pub(crate) enum SpinEnd {
     /// The operation completed.
     Done,
     /// Yield and look again: others of a window were posted since, or the spin reaped a
@@ -114,7 +114,7 @@ pub(in crate::reactor) enum SpinEnd {
 /// reader spins for up to the engine's `window_slices` more slices in a row without
 /// progress (see `Tuning::window_slices`): the engine it calls back when it leaves takes
 /// a core from the target on 2 cores, which then stalls again.
-pub(in crate::reactor) fn spin_after_yield<O: Send + 'static>(
+pub(crate) fn spin_after_yield<O: Send + 'static>(
     slot: &Slot<O>,
     mark: u64,
     slice: u32,

@@ -1,0 +1,200 @@
+//! The importer's half of the libfabric data path ([`ImportPath`]): put, get and vectors
+//! as RMA posts through the controller's engine, each started at its first poll and, in
+//! explicit barrier mode, attached to the barrier open then.
+
+use super::FabricBackend;
+use crate::Error;
+use crate::backend::path::{Connection, ImportPath, Way};
+use crate::fabric::ffi;
+use crate::reactor::engine::Engine;
+use crate::reactor::slot::{Dir, Plan, Spec, Visibility};
+use crate::reactor::{IoBuf, IoBufMut, Op};
+use crate::stats::OpKind;
+use batch::batch;
+use std::sync::Arc;
+
+mod batch;
+
+/// A connection's end on a fabric controller: the engine its operations post through, and
+/// the exporter's address.
+pub(crate) struct FabricImport {
+    pub(crate) engine: Arc<Engine>,
+    pub(crate) backend: Arc<FabricBackend>,
+    /// The exporter's address in the controller's address vector.
+    pub(crate) dest: ffi::fi_addr_t,
+    /// The exporter's fabric address, as granted.
+    pub(crate) peer_addr: Vec<u8>,
+}
+
+/// An operation's plan and the buffer its pointers lie in, waiting for the first poll.
+struct Unstarted<B> {
+    plan: Plan,
+    buf: B,
+}
+
+// SAFETY: the plan's pointers lie in `buf` (whose storage does not move with it, `IoBuf`) or
+// in local memory handles `buf` holds; they travel together and are not read until the
+// first poll builds the operation from both.
+unsafe impl<B: Send> Send for Unstarted<B> {}
+
+impl<B> Unstarted<B> {
+    fn into_parts(self) -> (Plan, B) {
+        (self.plan, self.buf)
+    }
+}
+
+/// An operation refused when made, counted as a failed `op`.
+#[cold]
+fn refused<C: Connection, B: Send + 'static>(conn: &C, op: &str, e: Error, buf: B) -> Op<B> {
+    if let Some(kind) = OpKind::of_op(op) {
+        conn.count_failure(kind, &e);
+    }
+    Op::failed(e, buf)
+}
+
+impl FabricImport {
+    /// Creates the operation that moves `plan` (whose pointers lie in `buf`), posted at its
+    /// first poll: in implicit mode it resolves when the data is visible; in explicit mode
+    /// it attaches, at that poll, to the barrier open then, if there is one.
+    pub(crate) fn start<C: Connection, B: Send + 'static>(
+        self: &Arc<Self>,
+        conn: &Arc<C>,
+        dir: Dir,
+        plan: Plan,
+        buf: B,
+        op: &'static str,
+        offset: u64,
+    ) -> Op<B> {
+        if conn.explicit() {
+            let (path, conn) = (Arc::clone(self), Arc::clone(conn));
+            let later = Unstarted { plan, buf };
+            return Op::deferred(move || {
+                let (plan, buf) = later.into_parts();
+                path.op(&conn, dir, plan, buf, op, offset, true)
+            });
+        }
+        self.op(conn, dir, plan, buf, op, offset, false)
+    }
+
+    #[allow(clippy::too_many_arguments)] // an operation's parts, each named
+    fn op<C: Connection, B: Send + 'static>(
+        &self,
+        conn: &Arc<C>,
+        dir: Dir,
+        plan: Plan,
+        buf: B,
+        op: &'static str,
+        offset: u64,
+        explicit: bool,
+    ) -> Op<B> {
+        let backend = &self.backend;
+        let write = matches!(dir, Dir::Write { .. });
+        let fence = match (write, explicit, backend.visibility()) {
+            (true, false, Visibility::FencedRead) => plan.last_byte(),
+            _ => None,
+        };
+        let mut plan = plan;
+        let held = match backend.hold(&mut plan, dir, fence.is_some()) {
+            Ok(h) => h,
+            Err(e) => return refused(&**conn, op, e, buf),
+        };
+        let barrier = if explicit {
+            conn.attached_barrier(write)
+        } else {
+            None
+        };
+        let op = Op::new(
+            Spec {
+                engine: Arc::clone(&self.engine),
+                tracker: Arc::clone(conn.tracker()),
+                dest: self.dest,
+                dir,
+                plan,
+                fence,
+                info: conn.info(op, offset),
+                barrier: barrier.clone(),
+                held,
+            },
+            buf,
+        );
+        // The barrier's close drives what the dropped future no longer posts.
+        if let (Some(b), Some(d)) = (&barrier, op.driver()) {
+            b.keep(d);
+        }
+        op
+    }
+}
+
+impl ImportPath for Arc<FabricImport> {
+    #[inline(always)]
+    fn checks_abort(&self) -> bool {
+        true
+    }
+
+    #[inline(always)]
+    fn put<C: Connection, B: IoBuf>(&self, conn: &Arc<C>, offset: u64, buf: B) -> Op<B> {
+        let (ptr, len) = Op::source(&buf);
+        let plan = Op::<B>::contiguous(ptr, len, offset, self.backend.max_transfer());
+        let dir = Dir::write(self.backend.visibility());
+        self.start(conn, dir, plan, buf, "put", offset)
+    }
+
+    #[inline(always)]
+    fn get<C: Connection, B: IoBufMut>(&self, conn: &Arc<C>, offset: u64, buf: B) -> Op<B> {
+        let mut buf = buf;
+        let (ptr, len) = Op::sink(&mut buf);
+        let plan = Op::<B>::contiguous(ptr, len, offset, self.backend.max_transfer());
+        self.start(conn, Dir::Read, plan, buf, "get", offset)
+    }
+
+    fn vector<C: Connection, T: Send + 'static>(
+        &self,
+        conn: &Arc<C>,
+        way: Way,
+        owner: T,
+        valid: Vec<crate::reactor::slot::Piece>,
+        bytes: usize,
+    ) -> Op<T> {
+        let backend = &self.backend;
+        let (iov_max, rma_max) = backend.sg_limits();
+        let batches = batch(valid, bytes, iov_max, rma_max, backend.max_transfer());
+        let dir = match way {
+            Way::Put => Dir::write(backend.visibility()),
+            Way::Get => Dir::Read,
+        };
+        self.start(conn, dir, Plan::Batches(batches), owner, way.name(), 0)
+    }
+
+    /// A one-byte read, where writes are completed before they are placed (udp;ofi_rxd is
+    /// asked to order reads after writes, `FI_ORDER_RMA_RAW`).
+    fn fence<C: Connection>(&self, conn: &Arc<C>, op: &'static str) -> Option<Op<Vec<u8>>> {
+        if self.backend.visibility() != Visibility::FencedRead {
+            return None;
+        }
+        let mut byte = vec![0u8; 1];
+        let (ptr, len) = Op::sink(&mut byte);
+        let mut plan = Op::<Vec<u8>>::contiguous(ptr, len, 0, 1);
+        let held = match self.backend.hold(&mut plan, Dir::Read, false) {
+            Ok(h) => h,
+            Err(e) => return Some(Op::failed(e.op(op), byte)),
+        };
+        Some(Op::new(
+            Spec {
+                engine: Arc::clone(&self.engine),
+                tracker: Arc::clone(conn.tracker()),
+                dest: self.dest,
+                dir: Dir::Read,
+                plan,
+                fence: None,
+                info: conn.info(op, 0),
+                barrier: None,
+                held,
+            },
+            byte,
+        ))
+    }
+
+    fn abort(&self, _err: &Error) {
+        // The connection's tracker fails the operations; the provider holds nothing else.
+    }
+}

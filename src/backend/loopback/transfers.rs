@@ -1,0 +1,201 @@
+//! The importer's half of the loopback data path ([`ImportPath`]): put, get and vectors as
+//! copies into and out of the mapping of the exporter's memfd, made from the operation's
+//! first poll on. No system call, no provider: an awaited put resolves with its data
+//! already visible to the exporter and every other importer. A copy larger than
+//! [`INLINE_COPY`] is made in slices, each poll copying for at most the node's spin budget
+//! before it yields, as a libfabric transfer's awaiting thread reads the queue; with a zero
+//! budget it runs on the node's blocking threads.
+
+use super::{LoopbackImport, Toward};
+use crate::Error;
+use crate::backend::path::{Connection, ImportPath, Way};
+use crate::reactor::copy::{Copier, PendingCopy};
+use crate::reactor::slot::{Outcome, Piece, clone_error};
+use crate::reactor::{IoBuf, IoBufMut, Op};
+use crate::stats::OpKind;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// The largest copy always made in one poll, whatever the spin budget: a libfabric put of
+/// this size also copies it on the polling thread (into the socket or the shared queue) as
+/// it posts.
+pub(crate) const INLINE_COPY: usize = crate::reactor::copy::SLICE;
+
+/// How long each poll of a copy of `len` bytes made on the polling thread may copy (the
+/// node's spin budget), or `None` for a copy the node's blocking threads make: one over
+/// [`INLINE_COPY`] with a zero budget, as a libfabric transfer's progress then leaves the
+/// polling thread too.
+fn copy_budget<C: Connection>(conn: &C, len: usize) -> Option<Duration> {
+    if len <= INLINE_COPY {
+        // One slice, whatever the budget.
+        return Some(Duration::ZERO);
+    }
+    let budget = conn.copy_spin();
+    (!budget.is_zero()).then_some(budget)
+}
+
+/// A vector's pieces, on their way to the copy with the owner they point into.
+struct Pieces(Vec<Piece>);
+
+// SAFETY: every piece points into the vector's owner (an entry's buffer or local memory
+// handle); the owner travels with the pieces to the copy (the operation owns it) and nothing
+// else uses the pointers.
+unsafe impl Send for Pieces {}
+
+impl Pieces {
+    fn into_vec(self) -> Vec<Piece> {
+        self.0
+    }
+}
+
+impl LoopbackImport {
+    /// The copy of a put or get, made by the operation's polls.
+    #[allow(clippy::too_many_arguments)] // a copy's parts, each named
+    fn pending<C: Connection>(
+        self: &Arc<Self>,
+        conn: &C,
+        op: &'static str,
+        offset: u64,
+        local: *mut u8,
+        len: usize,
+        into_target: bool,
+        budget: Duration,
+    ) -> PendingCopy {
+        PendingCopy {
+            copier: Arc::clone(self) as Arc<dyn Copier>,
+            offset: offset as usize, // in bounds: checked against the segment
+            local,
+            len,
+            into_target,
+            info: conn.info(op, offset),
+            budget,
+            done: 0,
+        }
+    }
+}
+
+/// The operation that runs `copy` (of `len` bytes) at its first poll: there (a vector's
+/// pieces, in one go), or on the node's blocking threads for more than [`INLINE_COPY`]
+/// bytes with a zero spin budget, the copy owning the buffer until it is done. A failed
+/// copy counts as a failed `kind`.
+fn copy_later<C: Connection, B: Send + 'static>(
+    conn: &Arc<C>,
+    kind: OpKind,
+    len: usize,
+    buf: B,
+    copy: impl FnOnce(&mut B) -> std::result::Result<(), (usize, Error)> + Send + 'static,
+) -> Op<B> {
+    let offload = copy_budget(&**conn, len).is_none();
+    let counted = Arc::clone(conn);
+    let copy = move |buf: &mut B| {
+        let res = copy(buf);
+        if let Err((_, e)) = &res {
+            counted.count_failure(kind, e);
+        }
+        res
+    };
+    let conn = Arc::clone(conn);
+    Op::deferred(move || {
+        let mut buf = buf;
+        match conn.runtime() {
+            Some(runtime) if offload => {
+                let (tx, rx) = tokio::sync::oneshot::channel();
+                runtime.spawn_blocking(move || {
+                    let res = copy(&mut buf);
+                    let _ = tx.send(Outcome::copied(res, buf));
+                });
+                Op::offloaded(rx, len)
+            }
+            _ => {
+                let res = copy(&mut buf);
+                Op::copied(res, buf, len)
+            }
+        }
+    })
+}
+
+impl ImportPath for Arc<LoopbackImport> {
+    /// The copy itself checks the revoke (the generation word).
+    #[inline(always)]
+    fn checks_abort(&self) -> bool {
+        false
+    }
+
+    fn put<C: Connection, B: IoBuf>(&self, conn: &Arc<C>, offset: u64, buf: B) -> Op<B> {
+        let len = buf.bytes_len();
+        if let Some(budget) = copy_budget(&**conn, len) {
+            let local = buf.stable_ptr().cast_mut();
+            let copy = self.pending(&**conn, "put", offset, local, len, true, budget);
+            return Op::copy_later(copy, buf);
+        }
+        let (lo, info) = (Arc::clone(self), conn.info("put", offset));
+        let at = offset as usize; // in bounds: checked against the segment
+        copy_later(conn, OpKind::Put, len, buf, move |buf: &mut B| {
+            // SAFETY: the buffer is valid for reads of len bytes (IoBuf) and is Rust memory,
+            // not the segment's.
+            unsafe { lo.write(at, buf.stable_ptr(), len) }.map_err(|e| (0, info.annotate(e, len)))
+        })
+    }
+
+    fn get<C: Connection, B: IoBufMut>(&self, conn: &Arc<C>, offset: u64, buf: B) -> Op<B> {
+        let mut buf = buf;
+        let len = buf.bytes_len();
+        if let Some(budget) = copy_budget(&**conn, len) {
+            let local = buf.stable_mut_ptr();
+            let copy = self.pending(&**conn, "get", offset, local, len, false, budget);
+            return Op::copy_later(copy, buf);
+        }
+        let (lo, info) = (Arc::clone(self), conn.info("get", offset));
+        let at = offset as usize; // in bounds: checked against the segment
+        copy_later(conn, OpKind::Get, len, buf, move |buf: &mut B| {
+            // SAFETY: the buffer is valid for writes of len bytes (IoBufMut) and is Rust
+            // memory, not the segment's.
+            unsafe { lo.read(at, buf.stable_mut_ptr(), len) }
+                .map_err(|e| (0, info.annotate(e, len)))
+        })
+    }
+
+    /// The valid pieces are copied in order at the first poll (on the node's blocking
+    /// threads when they are large, as a put's copy).
+    fn vector<C: Connection, T: Send + 'static>(
+        &self,
+        conn: &Arc<C>,
+        way: Way,
+        owner: T,
+        valid: Vec<Piece>,
+        bytes: usize,
+    ) -> Op<T> {
+        let (lo, pieces) = (Arc::clone(self), Pieces(valid));
+        copy_later(conn, way.kind(), bytes, owner, move |_owner| {
+            let valid = pieces.into_vec();
+            // One entry for all the pieces: a revoke waits for the whole vector, and one
+            // that came first fails it at its first piece.
+            let busy = lo.enter();
+            for (i, p) in valid.into_iter().enumerate() {
+                let at = p.offset as usize; // in bounds: validated against the segment
+                let toward = match way {
+                    Way::Put => Toward::Segment,
+                    Way::Get => Toward::Local,
+                };
+                let res = match &busy {
+                    Err(e) => Err(clone_error(e)),
+                    // SAFETY: the piece lies in the owner (an entry's buffer or handle), which
+                    // the operation keeps alive across the copy (`_owner`); neither is the
+                    // segment's memory, and a get's range is this entry's alone.
+                    Ok(b) => unsafe { lo.copy_in(b, at, p.ptr, p.len, toward) },
+                };
+                res.map_err(|e| (i, e.op(way.name())))?;
+            }
+            Ok(())
+        })
+    }
+
+    /// Copies are visible once made.
+    fn fence<C: Connection>(&self, _conn: &Arc<C>, _op: &'static str) -> Option<Op<Vec<u8>>> {
+        None
+    }
+
+    fn abort(&self, err: &Error) {
+        LoopbackImport::abort(self, clone_error(err));
+    }
+}
