@@ -160,7 +160,7 @@ impl Handler for NodeHandler {
 fn reset_transports(lost: &[Arc<ImportInner>]) {
     let mut done: Vec<(&str, &[u8])> = Vec::new();
     for imp in lost {
-        let Some(addr) = imp.fabric_peer_addr() else {
+        let Some(addr) = imp.transport_peer_addr() else {
             continue;
         };
         let key = (imp.controller_name(), addr);

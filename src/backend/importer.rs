@@ -1,12 +1,14 @@
 //! The chooser of the importer's data path: a connection's [`Importer`] is the path its
 //! controller opened, and the one place that asks which (`backend/path.rs`).
 
-use crate::Error;
 use crate::backend::fabric::import::FabricImport;
 use crate::backend::loopback::LoopbackImport;
-use crate::backend::path::{Connection, ImportPath, Way};
-use crate::reactor::slot::Piece;
+use crate::backend::path::{AtomicRoute, Connection, ImportPath, Way};
+use crate::reactor::slot::{AtomicPost, Piece};
 use crate::reactor::{IoBuf, IoBufMut, Op};
+use crate::sans_io::atomic::{Call, Class};
+use crate::{Error, Result};
+use futures::future::BoxFuture;
 use std::sync::Arc;
 
 /// The data path a connection was made on: the one place that asks which.
@@ -72,6 +74,36 @@ impl ImportPath for Importer {
         }
     }
 
+    fn atomic_route(&self, call: Call, native: impl Fn(Class) -> bool) -> AtomicRoute {
+        match self {
+            Importer::Fabric(f) => f.atomic_route(call, native),
+            Importer::Loopback(lo) => lo.atomic_route(call, native),
+        }
+    }
+
+    fn atomic_cpu(&self, offset: usize, call: Call, operand: u64, compare: u64) -> Result<u64> {
+        match self {
+            Importer::Fabric(f) => f.atomic_cpu(offset, call, operand, compare),
+            Importer::Loopback(lo) => ImportPath::atomic_cpu(lo, offset, call, operand, compare),
+        }
+    }
+
+    fn atomic_post<C: Connection, B: Send + 'static>(
+        &self,
+        conn: &Arc<C>,
+        post: AtomicPost,
+        ptr: *mut u8,
+        len: usize,
+        buf: B,
+        name: &'static str,
+        offset: u64,
+    ) -> Op<B> {
+        match self {
+            Importer::Fabric(f) => f.atomic_post(conn, post, ptr, len, buf, name, offset),
+            Importer::Loopback(lo) => lo.atomic_post(conn, post, ptr, len, buf, name, offset),
+        }
+    }
+
     fn fence<C: Connection>(&self, conn: &Arc<C>, op: &'static str) -> Option<Op<Vec<u8>>> {
         match self {
             Importer::Fabric(f) => f.fence(conn, op),
@@ -83,6 +115,53 @@ impl ImportPath for Importer {
         match self {
             Importer::Fabric(f) => f.abort(err),
             Importer::Loopback(lo) => ImportPath::abort(lo, err),
+        }
+    }
+
+    fn revoke(&self) {
+        match self {
+            Importer::Fabric(f) => ImportPath::revoke(f),
+            Importer::Loopback(lo) => ImportPath::revoke(lo),
+        }
+    }
+
+    fn remap(
+        &self,
+        key: u64,
+        base: u64,
+        generation: u32,
+    ) -> Option<BoxFuture<'static, Result<()>>> {
+        match self {
+            Importer::Fabric(f) => f.remap(key, base, generation),
+            Importer::Loopback(lo) => lo.remap(key, base, generation),
+        }
+    }
+
+    fn closer(&self) -> Option<Box<dyn FnOnce() + Send>> {
+        match self {
+            Importer::Fabric(f) => f.closer(),
+            Importer::Loopback(lo) => lo.closer(),
+        }
+    }
+
+    fn release(&self) {
+        match self {
+            Importer::Fabric(f) => f.release(),
+            Importer::Loopback(lo) => lo.release(),
+        }
+    }
+
+    fn peer_addr(&self) -> Option<&[u8]> {
+        match self {
+            Importer::Fabric(f) => f.peer_addr(),
+            Importer::Loopback(lo) => lo.peer_addr(),
+        }
+    }
+
+    fn reset_transport(&self) {
+        match self {
+            Importer::Fabric(f) => f.reset_transport(),
+            Importer::Loopback(lo) => lo.reset_transport(),
         }
     }
 }

@@ -9,12 +9,15 @@
 //! connection is on. A new operation is one method here plus one implementation per path;
 //! a new path is one more implementation and one more arm in the chooser.
 
-use crate::Error;
+use crate::fabric::atomic::AtomicKind;
 use crate::reactor::barrier::BarrierCore;
-use crate::reactor::slot::{OpInfo, Piece};
+use crate::reactor::slot::{AtomicPost, OpInfo, Piece};
 use crate::reactor::tracker::Tracker;
 use crate::reactor::{IoBuf, IoBufMut, Op};
+use crate::sans_io::atomic::{Call, Class};
 use crate::stats::OpKind;
+use crate::{Error, Result};
+use futures::future::BoxFuture;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -65,6 +68,18 @@ impl Way {
     }
 }
 
+/// How an atomic runs on a connection's path (DESIGN.md §13).
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub(crate) enum AtomicRoute {
+    /// A CPU atomic on the shared mapping, made at the first poll
+    /// ([`ImportPath::atomic_cpu`]).
+    Cpu,
+    /// The provider's own post, as `kind` ([`ImportPath::atomic_post`]).
+    Native(AtomicKind),
+    /// The exporting node performs it, asked over the side channel.
+    Exporter,
+}
+
 /// The importer's half of a data path. Every method is called after the import's checks
 /// (handle, permission, range), with a non-empty transfer; the returned operation owns its
 /// buffer until the path is done with it (DESIGN.md §5).
@@ -90,6 +105,28 @@ pub(crate) trait ImportPath {
         bytes: usize,
     ) -> Op<T>;
 
+    /// How `call` runs here. `native(class)` says whether the controller's provider
+    /// performs `call` as `class` itself and the exporter shares this node's byte order.
+    fn atomic_route(&self, call: Call, native: impl Fn(Class) -> bool) -> AtomicRoute;
+
+    /// Performs `call` on the value at `offset` with a CPU atomic ([`AtomicRoute::Cpu`]);
+    /// the previous value's bits (0 for an update).
+    fn atomic_cpu(&self, offset: usize, call: Call, operand: u64, compare: u64) -> Result<u64>;
+
+    /// Posts `post` over the `len` bytes at `ptr`, which lie in `buf`, at `offset`
+    /// ([`AtomicRoute::Native`]).
+    #[allow(clippy::too_many_arguments)] // a post's parts, each named
+    fn atomic_post<C: Connection, B: Send + 'static>(
+        &self,
+        conn: &Arc<C>,
+        post: AtomicPost,
+        ptr: *mut u8,
+        len: usize,
+        buf: B,
+        name: &'static str,
+        offset: u64,
+    ) -> Op<B>;
+
     /// The read a barrier's close awaits after writes, which completes only once every
     /// write posted before it was placed; `None` on a path whose writes are visible when
     /// they complete.
@@ -98,4 +135,29 @@ pub(crate) trait ImportPath {
     /// Fails the operations in progress and later ones with `err` (a revoke, a lost
     /// exporter, a forced disconnect).
     fn abort(&self, err: &Error);
+
+    /// The exporter withdrew the segment: what the path reaches it by stops reaching it
+    /// once the copies in progress are done.
+    fn revoke(&self);
+
+    /// The exporter rebound the segment to `key` at `base`: a path that reaches it through
+    /// a mapping returns its remapping, to await; `None` for a path whose posts take the
+    /// new registration from the connection's tracker, which the import then updates.
+    fn remap(&self, key: u64, base: u64, generation: u32)
+    -> Option<BoxFuture<'static, Result<()>>>;
+
+    /// What the path still has to let go of once the connection ended and its operations
+    /// are done, a blocking call for the node's blocking threads (`None`: nothing).
+    fn closer(&self) -> Option<Box<dyn FnOnce() + Send>>;
+
+    /// The connection's handle is gone: the path lets go of what it holds for the peer.
+    fn release(&self);
+
+    /// The exporter's address on this path, where the path has transport connections to
+    /// it that [`ImportPath::reset_transport`] resets.
+    fn peer_addr(&self) -> Option<&[u8]>;
+
+    /// Resets this process's transport connections to the exporter (DESIGN.md §8, "Peer
+    /// loss").
+    fn reset_transport(&self);
 }

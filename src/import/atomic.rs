@@ -16,14 +16,13 @@
 //! those of a put: connected, not aborted, granted read and write (`RSMERR_PERM_DENIED`:
 //! nothing is posted on a read-only import), the value inside the segment.
 
-use super::ImportSegment;
-use crate::backend::loopback::LoopbackImport;
-use crate::backend::path::ImportPath;
+use super::{ImportInner, ImportSegment};
+use crate::backend::path::{AtomicRoute, ImportPath};
 use crate::fabric::atomic::AtomicKind;
 use crate::fabric::ffi;
 use crate::perm::Perm;
 use crate::reactor::Op;
-use crate::reactor::slot::{AtomicPost, Dir, Visibility};
+use crate::reactor::slot::AtomicPost;
 use crate::sans_io::atomic::{AtomicOp, AtomicValue, Call, Class, CompareOp, Datatype, op_name};
 use crate::sans_io::wire::{AtomicRequest, ByteOrder};
 use crate::stats::OpKind;
@@ -79,7 +78,8 @@ pub(super) fn offered(class: Class, op: u8, dt: Datatype, offset: u64) -> Result
 
 /// How a checked atomic will run.
 enum Route {
-    Cpu(Arc<LoopbackImport>),
+    /// The connection, whose path performs it with a CPU atomic.
+    Cpu(Arc<ImportInner>),
     Native(Box<Op<Words>>),
     /// The segment, for its connection and node: the exporter performs it.
     Exporter(ImportSegment),
@@ -324,10 +324,21 @@ impl ImportSegment {
         let fabric = self.inner.path.checks_abort();
         self.check_access(name, Perm::RDWR, offset, dt.size(), fabric)
             .inspect_err(|e| self.count_failure(OpKind::Atomic, e))?;
-        let route = match self.inner.lo() {
-            Some(lo) if !lo.is_remote() => Route::Cpu(Arc::clone(lo)),
-            Some(_) => Route::Exporter(self.clone()),
-            None => self.native(name, call, offset, operand.to_bits(), compare.to_bits()),
+        let route = match self
+            .inner
+            .path
+            .atomic_route(call, |c| self.natively(c, call))
+        {
+            AtomicRoute::Cpu => Route::Cpu(Arc::clone(&self.inner)),
+            AtomicRoute::Exporter => Route::Exporter(self.clone()),
+            AtomicRoute::Native(kind) => self.native(
+                kind,
+                name,
+                call,
+                offset,
+                operand.to_bits(),
+                compare.to_bits(),
+            ),
         };
         Ok(Pending {
             segment: self.inner.segment,
@@ -342,12 +353,16 @@ impl ImportSegment {
         })
     }
 
-    /// The provider's own post of `call`, where it performs it and the exporter shares
-    /// this node's byte order; else the exporter's path.
-    fn native(&self, name: &'static str, call: Call, offset: u64, x: u64, c: u64) -> Route {
-        let Some(kind) = self.native_kind(call) else {
-            return Route::Exporter(self.clone());
-        };
+    /// The provider's own post of `call`, as `kind`.
+    fn native(
+        &self,
+        kind: AtomicKind,
+        name: &'static str,
+        call: Call,
+        offset: u64,
+        x: u64,
+        c: u64,
+    ) -> Route {
         let size = call.datatype.size();
         let mut words: Words = Box::new([place(x, size), place(c, size), 0]);
         let ptr = words.as_mut_ptr().cast::<u8>();
@@ -357,25 +372,16 @@ impl ImportSegment {
         ))
     }
 
-    /// How the provider posts `call` on this connection, if it performs it and the exporter
-    /// shares this node's byte order (`None`: the exporter's path).
-    pub(super) fn native_kind(&self, call: Call) -> Option<AtomicKind> {
-        let (_, backend) = self.inner.fabric()?;
-        let atomics = &self.inner.ctrl.info().atomics;
-        let fenced = backend.visibility() == Visibility::FencedRead;
-        // Without delivery completion an update is posted fetching: its result comes back
-        // only once it was performed.
-        let class = match call.class {
-            Class::Update if fenced => Class::Fetch,
-            c => c,
-        };
-        let native = self.inner.peer_byte_order == ByteOrder::native()
-            && atomics.is_native(class, call.datatype, call.op);
-        native.then_some(match class {
-            Class::Update => AtomicKind::Update,
-            Class::Fetch => AtomicKind::Fetch,
-            Class::Compare => AtomicKind::Compare,
-        })
+    /// Whether the controller's provider performs `call` as `class` itself and the
+    /// exporter shares this node's byte order.
+    pub(super) fn natively(&self, class: Class, call: Call) -> bool {
+        self.inner.peer_byte_order == ByteOrder::native()
+            && self
+                .inner
+                .ctrl
+                .info()
+                .atomics
+                .is_native(class, call.datatype, call.op)
     }
 
     /// The post of `count` values of `call` as `kind`, the buffer laid out as the offsets
@@ -409,11 +415,9 @@ impl ImportSegment {
         name: &'static str,
         offset: u64,
     ) -> Op<B> {
-        let plan = Op::<B>::contiguous(ptr, len, offset, len);
-        match self.inner.path.fabric() {
-            Some(f) => f.start(&self.inner, Dir::Atomic(post), plan, buf, name, offset),
-            None => self.refused(name, Error::ctlr_not_present().op(name), buf),
-        }
+        self.inner
+            .path
+            .atomic_post(&self.inner, post, ptr, len, buf, name, offset)
     }
 }
 
@@ -432,8 +436,9 @@ impl Pending {
             e
         };
         match self.route {
-            Route::Cpu(lo) => lo
-                .atomic(self.offset as usize, self.call, self.operand, self.compare)
+            Route::Cpu(conn) => conn
+                .path
+                .atomic_cpu(self.offset as usize, self.call, self.operand, self.compare)
                 .map_err(ctx),
             Route::Native(op) => {
                 let (_, words) = op.await.map_err(|e| e.into_error())?;

@@ -5,9 +5,9 @@
 //! (`AtomicSupport::max_count`) one after another, else the exporter's, one request per
 //! value, all in flight at once.
 
-use super::ImportSegment;
 use super::atomic::{ask_exporter, offered, place, take};
-use crate::backend::path::ImportPath;
+use super::{ImportInner, ImportSegment};
+use crate::backend::path::{AtomicRoute, ImportPath};
 use crate::perm::Perm;
 use crate::reactor::Op;
 use crate::sans_io::atomic::{AtomicOp, AtomicValue, Call, Class, CompareOp};
@@ -23,7 +23,8 @@ pub const MAX_ATOMIC_VALUES: usize = 1024;
 
 /// How a checked vector runs.
 enum Route {
-    Cpu(Arc<crate::backend::loopback::LoopbackImport>),
+    /// The connection, whose path performs it with CPU atomics.
+    Cpu(Arc<ImportInner>),
     /// Posts of consecutive pieces, each owning its buffer: operands, compare values, then
     /// the results.
     Native(Vec<Op<Vec<u8>>>),
@@ -194,35 +195,36 @@ impl ImportSegment {
         .inspect_err(|e| self.count_failure(OpKind::Atomic, e))?;
         let operands: Vec<u64> = operands.into_iter().map(T::to_bits).collect();
         let compares: Vec<u64> = compares.into_iter().map(T::to_bits).collect();
-        let route = match self.inner.lo() {
-            Some(lo) if !lo.is_remote() => Route::Cpu(Arc::clone(lo)),
-            Some(_) => Route::Exporter(self.clone()),
-            None => match self.native_kind(call) {
-                Some(kind) if n > 0 => {
-                    let per = self.inner.ctrl.info().atomics.max_count().max(1);
-                    let size = dt.size();
-                    let ops = operands
-                        .chunks(per)
-                        .zip(compares.chunks(per))
-                        .enumerate()
-                        .map(|(i, (x, c))| {
-                            let k = x.len();
-                            let mut buf = vec![0u8; 3 * k * size];
-                            for (j, (&x, &c)) in x.iter().zip(c).enumerate() {
-                                put(&mut buf[j * size..], x, size);
-                                put(&mut buf[(k + j) * size..], c, size);
-                            }
-                            let at = offset + (i * per * size) as u64;
-                            let post = self.post_of(kind, call, k, k * size, 2 * k * size);
-                            let (ptr, len) = (buf.as_mut_ptr(), buf.len());
-                            self.post_native(post, ptr, len, buf, name, at)
-                        })
-                        .collect();
-                    Route::Native(ops)
-                }
-                Some(_) => Route::Native(Vec::new()),
-                None => Route::Exporter(self.clone()),
-            },
+        let route = match self
+            .inner
+            .path
+            .atomic_route(call, |c| self.natively(c, call))
+        {
+            AtomicRoute::Cpu => Route::Cpu(Arc::clone(&self.inner)),
+            AtomicRoute::Exporter => Route::Exporter(self.clone()),
+            AtomicRoute::Native(_) if n == 0 => Route::Native(Vec::new()),
+            AtomicRoute::Native(kind) => {
+                let per = self.inner.ctrl.info().atomics.max_count().max(1);
+                let size = dt.size();
+                let ops = operands
+                    .chunks(per)
+                    .zip(compares.chunks(per))
+                    .enumerate()
+                    .map(|(i, (x, c))| {
+                        let k = x.len();
+                        let mut buf = vec![0u8; 3 * k * size];
+                        for (j, (&x, &c)) in x.iter().zip(c).enumerate() {
+                            put(&mut buf[j * size..], x, size);
+                            put(&mut buf[(k + j) * size..], c, size);
+                        }
+                        let at = offset + (i * per * size) as u64;
+                        let post = self.post_of(kind, call, k, k * size, 2 * k * size);
+                        let (ptr, len) = (buf.as_mut_ptr(), buf.len());
+                        self.post_native(post, ptr, len, buf, name, at)
+                    })
+                    .collect();
+                Route::Native(ops)
+            }
         };
         Ok(Many {
             segment: self.inner.segment,
@@ -266,10 +268,11 @@ impl Many {
             e
         };
         match self.route {
-            Route::Cpu(lo) => (0..n)
+            Route::Cpu(conn) => (0..n)
                 .map(|i| {
                     let at = self.offset as usize + i * size;
-                    lo.atomic(at, self.call, self.operands[i], self.compares[i])
+                    let (x, c) = (self.operands[i], self.compares[i]);
+                    conn.path.atomic_cpu(at, self.call, x, c)
                 })
                 .collect::<Result<Vec<u64>>>()
                 .map_err(ctx),

@@ -2,7 +2,6 @@
 //! or a lost exporter do to it), the checks of an access, and disconnect. The other files of
 //! `import/` add methods to it: `connect.rs` makes one, `put_get.rs` posts put and get.
 
-use crate::backend::fabric::FabricBackend;
 use crate::backend::importer::Importer;
 use crate::backend::loopback::LoopbackImport;
 use crate::backend::path::ImportPath;
@@ -10,7 +9,6 @@ use crate::context::{Draining, NodeContext, Owner, REVOKE_WAIT};
 use crate::controller::Controller;
 use crate::perm::Perm;
 use crate::reactor::barrier::BarrierCore;
-use crate::reactor::engine::Engine;
 use crate::reactor::tracker::{Tracker, View};
 use crate::sans_io::wire::Message;
 use crate::{Error, NodeId, Result, SegmentId};
@@ -85,12 +83,6 @@ pub(crate) struct ImportInner {
 }
 
 impl ImportInner {
-    /// The libfabric engine and backend, on every controller but loopback (for what has
-    /// not moved behind `ImportPath` yet).
-    pub(crate) fn fabric(&self) -> Option<(&Arc<Engine>, &Arc<FabricBackend>)> {
-        self.path.fabric().map(|f| (&f.engine, &f.backend))
-    }
-
     /// The loopback path's mapping, on the loopback controller (for what has not moved
     /// behind `ImportPath` yet).
     pub(crate) fn lo(&self) -> Option<&Arc<LoopbackImport>> {
@@ -118,16 +110,15 @@ impl ImportInner {
         self.tracker.abort(err);
     }
 
-    /// The exporter's fabric address, for an import on a fabric controller.
-    pub(crate) fn fabric_peer_addr(&self) -> Option<&[u8]> {
-        self.path.fabric().map(|f| f.peer_addr.as_slice())
+    /// The exporter's address on the connection's path, where it has transport
+    /// connections to reset.
+    pub(crate) fn transport_peer_addr(&self) -> Option<&[u8]> {
+        self.path.peer_addr()
     }
 
     /// Resets this controller's TCP connections to the exporter (DESIGN.md §8, "Peer loss").
     pub(crate) fn reset_transport(&self) {
-        if let Some(f) = self.path.fabric() {
-            f.backend.reset_peer(&f.peer_addr);
-        }
+        self.path.reset_transport();
     }
 
     /// The exporting node was lost (DESIGN.md, decision 19): operations fail with `err`, and
@@ -147,9 +138,7 @@ impl ImportInner {
                 .node(self.node)
                 .detail("the exporter withdrew the segment (unpublish or destroy)"),
         );
-        if let Some(lo) = self.lo() {
-            lo.revoke();
-        }
+        self.path.revoke();
         until_gone(&self.gone, self.tracker.drained()).await;
     }
 
@@ -157,8 +146,8 @@ impl ImportInner {
     /// registration; waits (at most 5 s) for those in flight on the old one, which complete
     /// normally. A stale or repeated generation changes nothing.
     pub(crate) async fn rebound(&self, base: u64, key: u64, generation: u32) {
-        if let Some(lo) = self.lo() {
-            if let Err(e) = lo.rebind(key, base, generation).await {
+        if let Some(remap) = self.path.remap(key, base, generation) {
+            if let Err(e) = remap.await {
                 tracing::warn!(segment = format_args!("{:#x}", self.segment), error = %e, "cannot remap the rebound segment");
             }
             return;
@@ -192,12 +181,12 @@ impl ImportInner {
         let (node, conn_id) = (self.node, self.conn_id);
         let tracker = Arc::clone(&self.tracker);
         let gone = self.gone.clone();
-        let lo = self.lo().cloned();
+        let closer = self.path.closer();
         if self.lost.load(Ordering::SeqCst) {
             state.remove_import(node, conn_id);
             return async move {
-                if let Some(lo) = lo {
-                    let _ = tokio::task::spawn_blocking(move || lo.close()).await;
+                if let Some(close) = closer {
+                    let _ = tokio::task::spawn_blocking(close).await;
                 }
             }
             .boxed();
@@ -205,10 +194,10 @@ impl ImportInner {
         let drained: Draining = async move {
             // The exporter lost meanwhile needs nothing more of this import.
             until_gone(&gone, tracker.drained()).await;
-            // A loopback copy in progress ends before the exporter hears (a short wait, off
-            // the node's one worker thread).
-            if let Some(lo) = lo {
-                let _ = tokio::task::spawn_blocking(move || lo.close()).await;
+            // What the path holds lets go before the exporter hears (a short wait, off the
+            // node's one worker thread).
+            if let Some(close) = closer {
+                let _ = tokio::task::spawn_blocking(close).await;
             }
         }
         .boxed()
@@ -259,9 +248,7 @@ impl Drop for ImportInner {
                 state.spawn(leave);
             }
         }
-        if let Some(f) = self.path.fabric() {
-            f.backend.release_peer(&f.peer_addr);
-        }
+        self.path.release();
     }
 }
 

@@ -126,6 +126,7 @@ pub const TEST: &[Step] = &[
             Suite {
                 binaries: Binaries::Rsm(&[
                     "data_path",
+                    "conformance",
                     "barriers",
                     "scatter_gather",
                     "typed",

@@ -4,13 +4,16 @@
 
 use super::FabricBackend;
 use crate::Error;
-use crate::backend::path::{Connection, ImportPath, Way};
+use crate::backend::path::{AtomicRoute, Connection, ImportPath, Way};
+use crate::fabric::atomic::AtomicKind;
 use crate::fabric::ffi;
 use crate::reactor::engine::Engine;
-use crate::reactor::slot::{Dir, Plan, Spec, Visibility};
+use crate::reactor::slot::{AtomicPost, Dir, Plan, Spec, Visibility};
 use crate::reactor::{IoBuf, IoBufMut, Op};
+use crate::sans_io::atomic::{Call, Class};
 use crate::stats::OpKind;
 use batch::batch;
+use futures::future::BoxFuture;
 use std::sync::Arc;
 
 mod batch;
@@ -165,6 +168,43 @@ impl ImportPath for Arc<FabricImport> {
         self.start(conn, dir, Plan::Batches(batches), owner, way.name(), 0)
     }
 
+    /// Natively where the provider performs it, else by the exporter. Without delivery
+    /// completion an update is posted fetching: its result comes back only once it was
+    /// performed.
+    fn atomic_route(&self, call: Call, native: impl Fn(Class) -> bool) -> AtomicRoute {
+        let class = match call.class {
+            Class::Update if self.backend.visibility() == Visibility::FencedRead => Class::Fetch,
+            c => c,
+        };
+        if !native(class) {
+            return AtomicRoute::Exporter;
+        }
+        AtomicRoute::Native(match class {
+            Class::Update => AtomicKind::Update,
+            Class::Fetch => AtomicKind::Fetch,
+            Class::Compare => AtomicKind::Compare,
+        })
+    }
+
+    /// The fabric path maps nothing: never asked (its route is never `Cpu`).
+    fn atomic_cpu(&self, _: usize, _: Call, _: u64, _: u64) -> crate::Result<u64> {
+        Err(Error::ctlr_not_present().detail("no CPU atomics on a fabric controller"))
+    }
+
+    fn atomic_post<C: Connection, B: Send + 'static>(
+        &self,
+        conn: &Arc<C>,
+        post: AtomicPost,
+        ptr: *mut u8,
+        len: usize,
+        buf: B,
+        name: &'static str,
+        offset: u64,
+    ) -> Op<B> {
+        let plan = Op::<B>::contiguous(ptr, len, offset, len);
+        self.start(conn, Dir::Atomic(post), plan, buf, name, offset)
+    }
+
     /// A one-byte read, where writes are completed before they are placed (udp;ofi_rxd is
     /// asked to order reads after writes, `FI_ORDER_RMA_RAW`).
     fn fence<C: Connection>(&self, conn: &Arc<C>, op: &'static str) -> Option<Op<Vec<u8>>> {
@@ -196,5 +236,28 @@ impl ImportPath for Arc<FabricImport> {
 
     fn abort(&self, _err: &Error) {
         // The connection's tracker fails the operations; the provider holds nothing else.
+    }
+
+    /// Posts fail on the connection's tracker, which the import aborts.
+    fn revoke(&self) {}
+
+    fn remap(&self, _: u64, _: u64, _: u32) -> Option<BoxFuture<'static, crate::Result<()>>> {
+        None
+    }
+
+    fn closer(&self) -> Option<Box<dyn FnOnce() + Send>> {
+        None
+    }
+
+    fn release(&self) {
+        self.backend.release_peer(&self.peer_addr);
+    }
+
+    fn peer_addr(&self) -> Option<&[u8]> {
+        Some(&self.peer_addr)
+    }
+
+    fn reset_transport(&self) {
+        self.backend.reset_peer(&self.peer_addr);
     }
 }

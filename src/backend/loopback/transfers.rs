@@ -8,11 +8,13 @@
 
 use super::{LoopbackImport, Toward};
 use crate::Error;
-use crate::backend::path::{Connection, ImportPath, Way};
+use crate::backend::path::{AtomicRoute, Connection, ImportPath, Way};
 use crate::reactor::copy::{Copier, PendingCopy};
-use crate::reactor::slot::{Outcome, Piece, clone_error};
+use crate::reactor::slot::{AtomicPost, Outcome, Piece, clone_error};
 use crate::reactor::{IoBuf, IoBufMut, Op};
+use crate::sans_io::atomic::{Call, Class};
 use crate::stats::OpKind;
+use futures::future::BoxFuture;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -190,6 +192,45 @@ impl ImportPath for Arc<LoopbackImport> {
         })
     }
 
+    /// A CPU atomic on the mapping of a memfd; caller memory in the exporter's process is
+    /// reached only by the exporter.
+    fn atomic_route(&self, _call: Call, _native: impl Fn(Class) -> bool) -> AtomicRoute {
+        if self.is_remote() {
+            AtomicRoute::Exporter
+        } else {
+            AtomicRoute::Cpu
+        }
+    }
+
+    fn atomic_cpu(
+        &self,
+        offset: usize,
+        call: Call,
+        operand: u64,
+        compare: u64,
+    ) -> crate::Result<u64> {
+        self.atomic(offset, call, operand, compare)
+    }
+
+    /// Loopback posts nothing: never asked (its route is never `Native`).
+    fn atomic_post<C: Connection, B: Send + 'static>(
+        &self,
+        _conn: &Arc<C>,
+        _post: AtomicPost,
+        _ptr: *mut u8,
+        _len: usize,
+        buf: B,
+        name: &'static str,
+        _offset: u64,
+    ) -> Op<B> {
+        Op::failed(
+            Error::ctlr_not_present()
+                .op(name)
+                .detail("loopback posts no atomics"),
+            buf,
+        )
+    }
+
     /// Copies are visible once made.
     fn fence<C: Connection>(&self, _conn: &Arc<C>, _op: &'static str) -> Option<Op<Vec<u8>>> {
         None
@@ -198,4 +239,35 @@ impl ImportPath for Arc<LoopbackImport> {
     fn abort(&self, err: &Error) {
         LoopbackImport::abort(self, clone_error(err));
     }
+
+    fn revoke(&self) {
+        LoopbackImport::revoke(self);
+    }
+
+    fn remap(
+        &self,
+        key: u64,
+        base: u64,
+        generation: u32,
+    ) -> Option<BoxFuture<'static, crate::Result<()>>> {
+        let lo = Arc::clone(self);
+        Some(Box::pin(
+            async move { lo.rebind(key, base, generation).await },
+        ))
+    }
+
+    /// A copy in progress ends before the exporter hears (a short wait).
+    fn closer(&self) -> Option<Box<dyn FnOnce() + Send>> {
+        let lo = Arc::clone(self);
+        Some(Box::new(move || lo.close()))
+    }
+
+    fn release(&self) {}
+
+    /// No transport: copies reach the exporter's memory directly.
+    fn peer_addr(&self) -> Option<&[u8]> {
+        None
+    }
+
+    fn reset_transport(&self) {}
 }
