@@ -74,6 +74,7 @@ impl ImportPath for Importer {
         }
     }
 
+    #[inline]
     fn atomic_route(&self, call: Call, native: impl Fn(Class) -> bool) -> AtomicRoute {
         match self {
             Importer::Fabric(f) => f.atomic_route(call, native),
@@ -81,6 +82,7 @@ impl ImportPath for Importer {
         }
     }
 
+    #[inline]
     fn atomic_cpu(&self, offset: usize, call: Call, operand: u64, compare: u64) -> Result<u64> {
         match self {
             Importer::Fabric(f) => f.atomic_cpu(offset, call, operand, compare),

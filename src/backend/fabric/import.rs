@@ -171,6 +171,7 @@ impl ImportPath for Arc<FabricImport> {
     /// Natively where the provider performs it, else by the exporter. Without delivery
     /// completion an update is posted fetching: its result comes back only once it was
     /// performed.
+    #[inline]
     fn atomic_route(&self, call: Call, native: impl Fn(Class) -> bool) -> AtomicRoute {
         let class = match call.class {
             Class::Update if self.backend.visibility() == Visibility::FencedRead => Class::Fetch,
@@ -187,6 +188,7 @@ impl ImportPath for Arc<FabricImport> {
     }
 
     /// The fabric path maps nothing: never asked (its route is never `Cpu`).
+    #[inline]
     fn atomic_cpu(&self, _: usize, _: Call, _: u64, _: u64) -> crate::Result<u64> {
         Err(Error::ctlr_not_present().detail("no CPU atomics on a fabric controller"))
     }

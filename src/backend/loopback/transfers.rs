@@ -194,6 +194,7 @@ impl ImportPath for Arc<LoopbackImport> {
 
     /// A CPU atomic on the mapping of a memfd; caller memory in the exporter's process is
     /// reached only by the exporter.
+    #[inline]
     fn atomic_route(&self, _call: Call, _native: impl Fn(Class) -> bool) -> AtomicRoute {
         if self.is_remote() {
             AtomicRoute::Exporter
@@ -202,6 +203,7 @@ impl ImportPath for Arc<LoopbackImport> {
         }
     }
 
+    #[inline]
     fn atomic_cpu(
         &self,
         offset: usize,
