@@ -10,6 +10,8 @@ mod segment;
 // Connecting (`Controller::import`, `ImportSegment::connect`); put and get.
 mod connect;
 mod put_get;
+// A remote fill of a byte range, an `impl ImportSegment`.
+mod fill;
 // Remote atomics, in import/atomic.rs, and on several values at once, in atomic_vec.rs.
 mod atomic;
 mod atomic_vec;

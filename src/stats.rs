@@ -52,7 +52,7 @@ impl OpKind {
             Some(OpKind::Putv)
         } else if op.starts_with("getv") {
             Some(OpKind::Getv)
-        } else if op.starts_with("put") {
+        } else if op.starts_with("put") || op == "fill" {
             Some(OpKind::Put)
         } else if op.starts_with("get") {
             Some(OpKind::Get)

@@ -1,7 +1,9 @@
 //! One conformance suite for every data path (DESIGN.md §2.2, the data-path interface):
 //! the same tests, generic over the controller, on loopback, shm0, tcp0 and sockets0, in
-//! implicit and explicit barrier mode. Two nodes of this process: one exports, the other
-//! imports, so that each test reaches the exporter's memory directly to check what landed.
+//! implicit and explicit barrier mode. A new operation on an import adds its test here
+//! (DESIGN.md §2.2, "Where to make a change"; the remote fill is the worked example). Two
+//! nodes of this process: one exports, the other imports, so that each test reaches the
+//! exporter's memory directly to check what landed.
 
 mod common;
 
@@ -115,6 +117,41 @@ fn put_and_get(ctrl: &'static str, mode: BarrierMode) {
         assert_eq!(n, len);
         assert!(got == fresh, "{}: get {len} at {off}", p.name());
     }
+}
+
+/// A fill writes its byte over the whole range and nothing beside it, across several of
+/// the 64 KiB it writes from; one past the segment is refused.
+fn fill(ctrl: &'static str, mode: BarrierMode) {
+    let p = pair(ctrl, mode);
+    let name = p.name();
+    p.exp
+        .write_at(0, &vec![0x11; SIZE])
+        .expect("write the export");
+    let (off, len) = (5u64, 200_003usize);
+    p.covered(async |imp| imp.fill(off, len, 0xab).await)
+        .unwrap_or_else(|e| panic!("{name}: fill: {e}"));
+    let all = p.landed(0, SIZE);
+    let (a, b) = (off as usize, off as usize + len);
+    assert!(
+        all[..a].iter().all(|&x| x == 0x11),
+        "{name}: before the range"
+    );
+    assert!(all[a..b].iter().all(|&x| x == 0xab), "{name}: the range");
+    assert!(
+        all[b..].iter().all(|&x| x == 0x11),
+        "{name}: after the range"
+    );
+    p.covered(async |imp| imp.fill(7, 0, 0xcd).await)
+        .unwrap_or_else(|e| panic!("{name}: an empty fill: {e}"));
+    let e =
+        p.rt.block_on(p.imp.fill(SIZE as u64 - 10, 11, 0xcd))
+            .unwrap_err();
+    assert_eq!(e.name(), "RSMERR_BAD_LENGTH", "{name}");
+    assert_eq!(
+        p.landed(SIZE - 10, 10),
+        vec![0x11; 10],
+        "{name}: nothing landed"
+    );
 }
 
 /// A vector's entries land in order, and a getv reads each back into its own buffer.
@@ -232,6 +269,10 @@ macro_rules! conformance {
                 fn put_and_get_implicit() { put_and_get($name, BarrierMode::Implicit) }
                 #[test]
                 fn put_and_get_explicit() { put_and_get($name, BarrierMode::Explicit) }
+                #[test]
+                fn fill_implicit() { fill($name, BarrierMode::Implicit) }
+                #[test]
+                fn fill_explicit() { fill($name, BarrierMode::Explicit) }
                 #[test]
                 fn vectors_implicit() { vectors($name, BarrierMode::Implicit) }
                 #[test]

@@ -60,6 +60,13 @@ impl ImportPath for Importer {
         }
     }
 
+    fn fill<C: Connection>(&self, conn: &Arc<C>, offset: u64, len: usize, byte: u8) -> Op<Vec<u8>> {
+        match self {
+            Importer::Fabric(f) => f.fill(conn, offset, len, byte),
+            Importer::Loopback(lo) => lo.fill(conn, offset, len, byte),
+        }
+    }
+
     fn vector<C: Connection, T: Send + 'static>(
         &self,
         conn: &Arc<C>,

@@ -41,6 +41,9 @@ pub(crate) trait Connection: Send + Sync + 'static {
     fn count_failure(&self, kind: OpKind, e: &Error);
 }
 
+/// The most bytes a fill writes from: a longer fill writes the same bytes again further on.
+pub(crate) const FILL_CHUNK: usize = 64 * 1024;
+
 /// Which way the bytes of a vector go.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 pub(crate) enum Way {
@@ -93,6 +96,10 @@ pub(crate) trait ImportPath {
 
     /// Reads into `buf` from `offset`.
     fn get<C: Connection, B: IoBufMut>(&self, conn: &Arc<C>, offset: u64, buf: B) -> Op<B>;
+
+    /// Writes `len` copies of `byte` from `offset` (a remote fill). The returned operation
+    /// owns the bytes it writes from.
+    fn fill<C: Connection>(&self, conn: &Arc<C>, offset: u64, len: usize, byte: u8) -> Op<Vec<u8>>;
 
     /// Moves the `valid` pieces of a vector (`bytes` in all, each in bounds, pointing into
     /// `owner`), in order.

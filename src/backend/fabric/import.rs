@@ -4,11 +4,11 @@
 
 use super::FabricBackend;
 use crate::Error;
-use crate::backend::path::{AtomicRoute, Connection, ImportPath, Way};
+use crate::backend::path::{AtomicRoute, Connection, FILL_CHUNK, ImportPath, Way};
 use crate::fabric::atomic::AtomicKind;
 use crate::fabric::ffi;
 use crate::reactor::engine::Engine;
-use crate::reactor::slot::{AtomicPost, Dir, Plan, Spec, Visibility};
+use crate::reactor::slot::{AtomicPost, Dir, Piece, Plan, Spec, Visibility};
 use crate::reactor::{IoBuf, IoBufMut, Op};
 use crate::sans_io::atomic::{Call, Class};
 use crate::stats::OpKind;
@@ -150,12 +150,35 @@ impl ImportPath for Arc<FabricImport> {
         self.start(conn, Dir::Read, plan, buf, "get", offset)
     }
 
+    /// One buffer of the byte, at most [`FILL_CHUNK`], posted as a vector whose pieces all
+    /// read it, each at its place in the range.
+    fn fill<C: Connection>(&self, conn: &Arc<C>, offset: u64, len: usize, byte: u8) -> Op<Vec<u8>> {
+        let chunk = len.clamp(1, FILL_CHUNK);
+        let mut buf = vec![byte; chunk];
+        // The Vec's heap storage does not move when the Vec does: the operation owns it.
+        let ptr = buf.as_mut_ptr();
+        let pieces: Vec<Piece> = (0..len)
+            .step_by(chunk)
+            .map(|at| Piece {
+                ptr,
+                len: chunk.min(len - at),
+                desc: std::ptr::null_mut(),
+                offset: offset + at as u64,
+            })
+            .collect();
+        let backend = &self.backend;
+        let (iov_max, rma_max) = backend.sg_limits();
+        let batches = batch(pieces, len, iov_max, rma_max, backend.max_transfer());
+        let dir = Dir::write(backend.visibility());
+        self.start(conn, dir, Plan::Batches(batches), buf, "fill", offset)
+    }
+
     fn vector<C: Connection, T: Send + 'static>(
         &self,
         conn: &Arc<C>,
         way: Way,
         owner: T,
-        valid: Vec<crate::reactor::slot::Piece>,
+        valid: Vec<Piece>,
         bytes: usize,
     ) -> Op<T> {
         let backend = &self.backend;

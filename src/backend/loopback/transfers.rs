@@ -8,7 +8,7 @@
 
 use super::{LoopbackImport, Toward};
 use crate::Error;
-use crate::backend::path::{AtomicRoute, Connection, ImportPath, Way};
+use crate::backend::path::{AtomicRoute, Connection, FILL_CHUNK, ImportPath, Way};
 use crate::reactor::copy::{Copier, PendingCopy};
 use crate::reactor::slot::{AtomicPost, Outcome, Piece, clone_error};
 use crate::reactor::{IoBuf, IoBufMut, Op};
@@ -154,6 +154,25 @@ impl ImportPath for Arc<LoopbackImport> {
             // memory, not the segment's.
             unsafe { lo.read(at, buf.stable_mut_ptr(), len) }
                 .map_err(|e| (0, info.annotate(e, len)))
+        })
+    }
+
+    /// Copies of one buffer of the byte, at most [`FILL_CHUNK`], made as a put's are (on the
+    /// node's blocking threads when they are large).
+    fn fill<C: Connection>(&self, conn: &Arc<C>, offset: u64, len: usize, byte: u8) -> Op<Vec<u8>> {
+        let buf = vec![byte; len.clamp(1, FILL_CHUNK)];
+        let (lo, info) = (Arc::clone(self), conn.info("fill", offset));
+        copy_later(conn, OpKind::Put, len, buf, move |buf: &mut Vec<u8>| {
+            let mut at = 0;
+            while at < len {
+                let n = buf.len().min(len - at);
+                // SAFETY: the buffer is valid for reads of n <= its length bytes and is Rust
+                // memory, not the segment's; the range is in bounds (checked by the import).
+                unsafe { lo.write(offset as usize + at, buf.as_ptr(), n) }
+                    .map_err(|e| (0, info.annotate(e, len)))?;
+                at += n;
+            }
+            Ok(())
         })
     }
 
