@@ -76,6 +76,11 @@ impl Endpoint {
         };
         bind_and_enable(fid, &ep.cq, &bound_to)?;
         ep.name = getname(fid)?;
+        // Only now: shm maps a peer into each endpoint bound to the vector, through the
+        // region that `fi_enable` made.
+        if bound_to.is_shm() {
+            crate::in_process::register(&bound_to);
+        }
         Ok(Arc::new(ep))
     }
 
@@ -379,13 +384,19 @@ impl Endpoint {
     /// posts fail.
     pub fn close(&self) {
         match &self.transport {
-            Transport::Rdm { fid, closed, .. } => {
+            Transport::Rdm { fid, closed, av } => {
                 let mut closed = closed.write().unwrap_or_else(|p| p.into_inner());
                 if !*closed {
                     *closed = true;
                     // SAFETY: the exclusive guard keeps every post out; the endpoint is live
                     // and is closed once (the flag).
-                    unsafe { close_fid(&mut (**fid).fid, "endpoint") };
+                    let close = || unsafe { close_fid(&mut (**fid).fid, "endpoint") };
+                    if av.is_shm() {
+                        // Other vectors of this process let go of its region first.
+                        crate::in_process::close(&self.name, av, close);
+                    } else {
+                        close();
+                    }
                 }
             }
             Transport::Connected(c) => c.close(),

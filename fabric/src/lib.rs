@@ -40,6 +40,7 @@ pub mod domain;
 pub mod endpoint;
 pub mod eq;
 pub mod error;
+pub mod in_process;
 pub mod info;
 pub mod mr;
 pub mod policy;
