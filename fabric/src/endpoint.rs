@@ -79,7 +79,7 @@ impl Endpoint {
         // Only now: shm maps a peer into each endpoint bound to the vector, through the
         // region that `fi_enable` made.
         if bound_to.is_shm() {
-            crate::in_process::register(&bound_to);
+            crate::in_process::register(&ep.name, &bound_to);
         }
         Ok(Arc::new(ep))
     }

@@ -14,6 +14,9 @@ use std::sync::{Arc, Mutex, Weak};
 /// The shm address vectors of this process.
 static VECTORS: Mutex<Vec<Weak<AddressVector>>> = Mutex::new(Vec::new());
 
+/// The addresses of every shm endpoint this process enabled (names are never reused).
+static ENDPOINTS: Mutex<Vec<Vec<u8>>> = Mutex::new(Vec::new());
+
 /// The addresses of this process's shm endpoints that closed (names are never reused).
 static CLOSED: Mutex<Vec<Vec<u8>>> = Mutex::new(Vec::new());
 
@@ -30,8 +33,10 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
-/// An shm vector whose endpoint is enabled: it may hold endpoints of this process.
-pub(crate) fn register(av: &Arc<AddressVector>) {
+/// An shm endpoint at `name` enabled, bound to `av`: the vector may hold endpoints of this
+/// process, and they may hold this one.
+pub(crate) fn register(name: &[u8], av: &Arc<AddressVector>) {
+    lock(&ENDPOINTS).push(trimmed(name).to_vec());
     let mut all = lock(&VECTORS);
     all.retain(|w| w.strong_count() > 0);
     all.push(Arc::downgrade(av));
@@ -56,6 +61,21 @@ pub(crate) fn close(name: &[u8], own: &Arc<AddressVector>, close_endpoint: impl 
     own.close();
 }
 
+/// Whether `name` (an shm address or region file name, with or without its `fi_shm://`
+/// prefix) is an endpoint this process enabled, open or closed: its region is never to be
+/// read but through that endpoint.
+pub fn of_this_process(name: &[u8]) -> bool {
+    let name = unprefixed(trimmed(name));
+    lock(&ENDPOINTS).iter().any(|n| unprefixed(n) == name)
+}
+
+/// An shm address without its `fi_shm://` prefix: its region's file name.
+fn unprefixed(name: &[u8]) -> &[u8] {
+    name.windows(3)
+        .position(|w| w == b"://")
+        .map_or(name, |i| &name[i + 3..])
+}
+
 /// Whether `addr` is an shm endpoint of this process that closed.
 pub(crate) fn closed(addr: &[u8]) -> bool {
     let addr = trimmed(addr);
@@ -77,5 +97,7 @@ mod tests {
         assert_eq!(trimmed(b"fi_shm://42:0:0\0\0"), b"fi_shm://42:0:0");
         assert_eq!(trimmed(b"fi_shm://42:0:0"), b"fi_shm://42:0:0");
         assert_eq!(trimmed(b"\0"), b"");
+        assert_eq!(unprefixed(b"fi_shm://42:0:0"), b"42:0:0");
+        assert_eq!(unprefixed(b"42:0:0"), b"42:0:0");
     }
 }

@@ -367,9 +367,15 @@ impl ImportSegment {
         let mut words: Words = Box::new([place(x, size), place(c, size), 0]);
         let ptr = words.as_mut_ptr().cast::<u8>();
         let post = self.post_of(kind, call, 1, COMPARE_AT, RESULT_AT);
-        Route::Native(Box::new(
-            self.post_native(post, ptr, 24, words, name, offset),
-        ))
+        Route::Native(Box::new(self.inner.path.atomic_post(
+            &self.inner,
+            post,
+            ptr,
+            24,
+            words,
+            name,
+            offset,
+        )))
     }
 
     /// Whether the controller's provider performs `call` as `class` itself and the
@@ -403,21 +409,6 @@ impl ImportSegment {
             compare_at,
             result_at,
         }
-    }
-
-    /// The operation posting `post` with the `len` bytes at `ptr`, which lie in `buf`.
-    pub(super) fn post_native<B: Send + 'static>(
-        &self,
-        post: AtomicPost,
-        ptr: *mut u8,
-        len: usize,
-        buf: B,
-        name: &'static str,
-        offset: u64,
-    ) -> Op<B> {
-        self.inner
-            .path
-            .atomic_post(&self.inner, post, ptr, len, buf, name, offset)
     }
 }
 

@@ -220,7 +220,8 @@ impl ImportSegment {
                         let at = offset + (i * per * size) as u64;
                         let post = self.post_of(kind, call, k, k * size, 2 * k * size);
                         let (ptr, len) = (buf.as_mut_ptr(), buf.len());
-                        self.post_native(post, ptr, len, buf, name, at)
+                        let conn = &self.inner;
+                        conn.path.atomic_post(conn, post, ptr, len, buf, name, at)
                     })
                     .collect();
                 Route::Native(ops)

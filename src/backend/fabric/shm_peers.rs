@@ -74,21 +74,6 @@ pub(crate) struct DeadPeer {
     pub(crate) name: Vec<u8>,
 }
 
-/// The region files of every shm endpoint this process opened, kept for the process's life
-/// (names are never reused). shm 1.17 reaches a peer of the same process through that
-/// endpoint's own mapping, which the endpoint's close unmaps at any moment: such a peer is
-/// recognised by name and its region never read.
-static OWN_REGIONS: Mutex<Vec<String>> = Mutex::new(Vec::new());
-
-/// Whether `name` (without its prefix) is the region of an endpoint of this process.
-fn of_this_process(name: &[u8]) -> bool {
-    OWN_REGIONS
-        .lock()
-        .unwrap_or_else(|p| p.into_inner())
-        .iter()
-        .any(|n| n.as_bytes() == name)
-}
-
 impl ShmPeers {
     /// For an endpoint of `provider` whose address is `address`: `None` where the provider is
     /// not 1.17's shm, or where the region is not as expected (logged).
@@ -97,12 +82,6 @@ impl ShmPeers {
             return None;
         }
         let file = region_file(address)?;
-        {
-            let mut own = OWN_REGIONS.lock().unwrap_or_else(|p| p.into_inner());
-            if !own.iter().any(|n| n == file) {
-                own.push(file.to_string());
-            }
-        }
         let pid = crate::sys::creds::pid();
         // The provider's own mapping of the region, not one of ours: a mapping of ours would
         // keep this process among the region's mappers after the endpoint closed, and its
@@ -224,7 +203,7 @@ impl ShmPeers {
         let mut alive: HashMap<i32, bool> = HashMap::new();
         let mut dead = Vec::new();
         for peer in peers {
-            if of_this_process(no_prefix(&peer.name)) {
+            if crate::fabric::in_process::of_this_process(&peer.name) {
                 continue; // an endpoint of this process, whose close may unmap it any time
             }
             let Some(region) = peer_region(&peer, mappings) else {
