@@ -2,6 +2,7 @@
 //! `loopback` (same-host shared memory: sealed memfd mappings and copies); and `stale_shm`, the
 //! removal of the shm regions dead processes left.
 
+pub(crate) mod controller_path;
 pub(crate) mod fabric;
 pub(crate) mod importer;
 pub(crate) mod loopback;

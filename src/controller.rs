@@ -15,6 +15,7 @@
 //! is ([`ControllerInfo`]) is in `controller/info.rs`; finding the libfabric ones (the
 //! `fi_getinfo` walk, their names, [`list_controllers`]) in `backend/fabric/discovery.rs`.
 
+use crate::backend::controller_path::ControllerPath;
 use crate::backend::fabric::FabricBackend;
 use crate::backend::fabric::discovery::{self, Candidate};
 use crate::backend::loopback::LoopbackBackend;
@@ -71,17 +72,13 @@ pub(crate) struct ControllerInner {
     info: ControllerInfo,
     kind: String,
     serial: u64,
-    backend: Backend,
+    /// The data path chosen when the controller opened: the one place that knows which.
+    path: ControllerPath,
     node: Weak<NodeContext>,
     /// Its counters, kept by the registry under its name (`crate::stats`).
     stats: Arc<Counters>,
     /// `rsm::controller` (name, provider), a child of the node's span.
     span: tracing::Span,
-}
-
-enum Backend {
-    Loopback(Arc<LoopbackBackend>),
-    Fabric(Arc<FabricBackend>),
 }
 
 impl std::fmt::Debug for Controller {
@@ -112,7 +109,7 @@ impl Controller {
 
     /// Whether this is the `loopback` controller.
     pub fn is_loopback(&self) -> bool {
-        matches!(self.inner.backend, Backend::Loopback(_))
+        matches!(self.inner.path, ControllerPath::Loopback(_))
     }
 
     /// Whether two handles refer to the same open controller.
@@ -169,9 +166,9 @@ impl Controller {
     /// # Ok(()) }
     /// ```
     pub fn spin_budget(&self) -> Duration {
-        match &self.inner.backend {
-            Backend::Fabric(b) => b.engine().spin_budget(),
-            Backend::Loopback(_) => self
+        match &self.inner.path {
+            ControllerPath::Fabric(b) => b.engine().spin_budget(),
+            ControllerPath::Loopback(_) => self
                 .inner
                 .node
                 .upgrade()
@@ -179,11 +176,9 @@ impl Controller {
         }
     }
 
-    pub(crate) fn fabric(&self) -> Option<&Arc<FabricBackend>> {
-        match &self.inner.backend {
-            Backend::Fabric(b) => Some(b),
-            Backend::Loopback(_) => None,
-        }
+    /// The data path the controller chose when it opened (`backend/path.rs`).
+    pub(crate) fn path(&self) -> &ControllerPath {
+        &self.inner.path
     }
 
     /// The controller's counters.
@@ -194,13 +189,6 @@ impl Controller {
     /// The controller's span (`rsm::controller`).
     pub(crate) fn span(&self) -> &tracing::Span {
         &self.inner.span
-    }
-
-    pub(crate) fn loopback(&self) -> Option<&Arc<LoopbackBackend>> {
-        match &self.inner.backend {
-            Backend::Loopback(b) => Some(b),
-            Backend::Fabric(_) => None,
-        }
     }
 
     /// The node's context, or `RSMERR_BAD_CTLR_HNDL` for `op` once the node was shut down.
@@ -467,7 +455,7 @@ fn open_loopback(
         info: loopback_info(),
         kind: "loopback".into(),
         serial: SERIAL.fetch_add(1, Ordering::Relaxed),
-        backend: Backend::Loopback(LoopbackBackend::new(node.clone())),
+        path: ControllerPath::Loopback(LoopbackBackend::new(node.clone())),
         node,
         stats,
         span,
@@ -507,7 +495,7 @@ fn open_fabric(
         info,
         kind: c.kind.clone(),
         serial: SERIAL.fetch_add(1, Ordering::Relaxed),
-        backend: Backend::Fabric(backend),
+        path: ControllerPath::Fabric(backend),
         node,
         stats,
         span,

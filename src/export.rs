@@ -6,7 +6,7 @@
 //! channel.
 
 use crate::SegmentId;
-use crate::backend::fabric::Registration;
+use crate::backend::path::{Admission, ExportPath, Offer};
 use crate::context::{NodeContext, Owner};
 use crate::controller::Controller;
 use crate::memory::Memory;
@@ -14,8 +14,6 @@ pub use crate::memory::SegmentMemory;
 use crate::perm::{Access, ExportFlags, Perm};
 use crate::sans_io::access::{self, Creator, Requester};
 use crate::{Error, Result};
-#[cfg(feature = "fault-injection")]
-use register::register_both;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
@@ -97,11 +95,10 @@ struct ExportState {
 
 pub(crate) struct Published {
     pub(crate) id: u32,
-    /// The registration that allows remote reads and writes (none on loopback).
-    pub(crate) reg: Option<Registration>,
-    /// The registration that allows remote reads only, under its own key: a read-only
-    /// importer gets only this key (defence in depth where the provider checks keys).
-    pub(crate) reg_ro: Option<Registration>,
+    /// What the path made of the memory for grants (its registrations): a read-only
+    /// importer gets only the read-only key (defence in depth where the provider checks
+    /// keys).
+    pub(crate) offer: Offer,
     /// The access list (validated); republish replaces it for later connects.
     pub(crate) acl: Vec<Access>,
     pub(crate) generation: u32,
@@ -143,8 +140,8 @@ pub(crate) struct Grant {
     pub(crate) length: u64,
     pub(crate) generation: u32,
     pub(crate) fabric_addr: Vec<u8>,
-    /// On loopback: the memfd to offer the importer (read-only for a read-only grant).
-    pub(crate) share: Option<Arc<rustix::fd::OwnedFd>>,
+    /// Where the connection's own doorbell is offered from, and to which process.
+    pub(crate) bell_service: Option<(Arc<crate::sidechannel::fdpass::FdService>, u32)>,
 }
 
 impl ExportInner {
@@ -157,70 +154,45 @@ impl ExportInner {
     }
 
     /// Applies the access check (docs/rsmapi.md §6.2) to `who` asking for `want`, and on success
-    /// records the importer and returns what it needs. `RSMERR_SEG_NOT_PUBLISHED` when not
-    /// published; the check's errors otherwise.
+    /// records the importer and returns what it needs, which the path made for it
+    /// (`admission`: what the path required of it). `RSMERR_SEG_NOT_PUBLISHED` when not
+    /// published; the check's and the path's errors otherwise.
     pub(crate) fn admit(
         &self,
         conn_id: u64,
         importer: Importer,
         who: &Requester<'_>,
         want: Perm,
+        admission: &Admission,
     ) -> Result<Grant> {
         let mut st = self.lock();
         let p = st.published.as_mut().ok_or_else(Error::seg_not_published)?;
         let granted = access::check(&p.acl, &self.owner, who, want).map_err(|e| e.segment(p.id))?;
-        // libfabric 1.17's shm creates each endpoint's region private to its user (mode
-        // 0600), and a connection needs both processes to map each other's region. Between
-        // users the importer cannot (its fi_av_insert fails), and an exporter that cannot map
-        // the region of an importer that could map its own (root) segfaults on the first
-        // request (smr_progress_connreq ignores the failed mapping). Refuse before any key.
-        if self.ctrl.kind() == crate::ProviderKind::Shm {
-            let (me, _, _) = crate::sys::creds::current();
-            if who.uid != me {
-                let why = format!(
-                    "shm connects only processes of one user (importer uid {}, exporter uid \
-                     {me}): libfabric's shm regions are private to their user; use tcp or \
-                     sockets between users",
-                    who.uid
-                );
-                return Err(Error::perm_denied()
-                    .segment(p.id)
-                    .node(who.node)
-                    .detail(why));
-            }
+        if let Some(why) = self.ctrl.path().refuses_user(who.uid) {
+            return Err(Error::perm_denied()
+                .segment(p.id)
+                .node(who.node)
+                .detail(why));
         }
-        let (key, base, fabric_addr, share) = match &self.ctrl.fabric() {
-            Some(backend) => {
-                let reg = if granted.allows(Perm::WRITE) {
-                    &p.reg
-                } else {
-                    &p.reg_ro
-                };
-                let reg = reg
-                    .as_ref()
-                    .ok_or_else(|| Error::ctlr_not_present().segment(p.id))?;
-                (reg.key(), reg.base(), backend.address(), None)
-            }
-            None => {
-                let (base, share) =
-                    crate::backend::loopback::grant(&p.mem, granted.allows(Perm::WRITE))
-                        .map_err(|e| e.segment(p.id))?;
-                (0, base, Vec::new(), share)
-            }
-        };
+        let write = granted.allows(Perm::WRITE);
+        let g = self
+            .ctrl
+            .path()
+            .grant(&p.offer, &p.mem, conn_id, write, admission)
+            .map_err(|e| e.segment(p.id))?;
         let grant = Grant {
-            key,
+            key: g.key,
             granted,
             exporter_uid: self.owner.uid,
             exporter_gid: self.owner.gid,
-            base,
+            base: g.base,
             length: self.size as u64,
             generation: p.generation,
-            fabric_addr,
-            share,
+            fabric_addr: g.address,
+            bell_service: g.bell_service,
         };
         let importer = Importer {
-            writable: granted.allows(Perm::WRITE),
+            writable: write,
             ..importer
         };
         p.importers.insert(conn_id, importer);
@@ -229,9 +201,7 @@ impl ExportInner {
 
     /// Forgets an importer (it disconnected, or its node is gone).
     pub(crate) fn forget(&self, conn_id: u64) {
-        if let Some(lo) = self.ctrl.loopback() {
-            lo.forget(conn_id);
-        }
+        self.ctrl.path().forget(conn_id);
         let gone = self
             .lock()
             .published
@@ -315,25 +285,26 @@ impl ExportSegment {
     #[cfg_attr(docsrs, doc(cfg(feature = "fault-injection")))]
     pub fn inject_lost_registration(&self) -> Result<()> {
         const OP: &str = "inject_lost_registration";
-        let backend = self.inner.ctrl.fabric().ok_or_else(|| {
-            Error::bad_ctlr_hndl()
-                .op(OP)
-                .detail("the loopback controller has no registration")
-        })?;
         let mem = Arc::clone(&self.inner.lock().mem);
+        let path = self.inner.ctrl.path();
+        if !path.registers() {
+            return Err(Error::bad_ctlr_hndl()
+                .op(OP)
+                .detail("the loopback controller has no registration"));
+        }
         if self.inner.ctrl.kind() == crate::ProviderKind::Shm {
             // SAFETY: the segment's own whole-page memory; the hook's contract says this
             // process leaves it alone from now on, and its Drop only unmaps it.
             return unsafe { crate::sys::fault::make_inaccessible(mem.as_ptr(), mem.len()) }
                 .map_err(|e| e.op(OP));
         }
-        let (reg, reg_ro) = register_both(backend, &mem).map_err(|e| e.op(OP))?;
+        let offer = path.offer(&mem).map_err(|e| e.op(OP))?;
         let mut st = self.inner.lock();
         let p = st
             .published
             .as_mut()
             .ok_or_else(|| Error::seg_not_published().op(OP))?;
-        let old = (p.reg.replace(reg), p.reg_ro.replace(reg_ro));
+        let old = std::mem::replace(&mut p.offer, offer);
         drop(st);
         drop(old);
         tracing::warn!(segment = ?self.id(), "fault injection: registrations replaced without notice");

@@ -3,8 +3,8 @@
 //! can use them again and again without registering them each time.
 
 use crate::backend::fabric::Registration;
+use crate::backend::path::ExportPath;
 use crate::controller::Controller;
-use crate::fabric::MrAccess;
 use crate::memory::{Memory, SegmentMemory};
 use crate::sys::mem::Mapping;
 use crate::{Error, Result};
@@ -142,7 +142,7 @@ impl Controller {
     ) -> Result<LocalMemory> {
         const OP: &str = "create_localmemory_handle";
         let node = self.context(OP)?;
-        if self.fabric().is_none() {
+        if !self.path().registers() {
             return make();
         }
         node.runtime().spawn_blocking(make).await.map_err(|e| {
@@ -194,17 +194,10 @@ impl LocalMemory {
     }
 
     fn register(ctrl: &Controller, mem: Memory, len: usize) -> Result<Self> {
-        let reg = match ctrl.fabric() {
-            None => None,
-            Some(backend) => {
-                // SAFETY: the registration is declared before the memory in `Inner`, so it
-                // closes first; operations that use it hold the handle until they complete.
-                let r = unsafe {
-                    backend.register(mem.as_ptr(), len, MrAccess::READ.union(MrAccess::WRITE))
-                };
-                Some(r.map_err(|e| registration_error(e, len).controller(ctrl.name()))?)
-            }
-        };
+        // SAFETY: the registration is declared before the memory in `Inner`, so it closes
+        // first; operations that use it hold the handle until they complete.
+        let reg = unsafe { ctrl.path().register_local(&mem, len) }
+            .map_err(|e| registration_error(e, len).controller(ctrl.name()))?;
         Ok(LocalMemory {
             inner: Arc::new(Inner {
                 reg,

@@ -88,7 +88,7 @@ pub fn connection_id(imp: &crate::ImportSegment) -> u64 {
 /// # }
 /// ```
 pub fn operations_in_flight(ctrl: &crate::Controller) -> usize {
-    ctrl.fabric().map_or(0, |b| b.engine().in_flight())
+    ctrl.path().fabric().map_or(0, |b| b.engine().in_flight())
 }
 
 /// The registration of owned buffers (`FI_MR_LOCAL`), for the benchmark of its paths.
@@ -125,6 +125,7 @@ pub mod registration {
     /// another holding of the same range, made first, is alive; else a new one).
     pub fn hold_put(ctrl: &Controller, buf: &[u8], path: Path) -> Result<Holding> {
         let backend = ctrl
+            .path()
             .fabric()
             .ok_or_else(|| Error::bad_ctlr_hndl().detail("not a libfabric controller"))?;
         let mut plan = Plan::Contiguous {

@@ -33,10 +33,13 @@ pub(crate) struct FabricBackend {
     cq_data_size: usize,
     /// The signal doorbell, registered when first needed (`doorbell.rs`).
     bell: std::sync::OnceLock<Option<doorbell::DoorbellMr>>,
+    /// The provider is shm: memory shared with processes of this host and user only.
+    shm: bool,
 }
 
 pub(crate) mod discovery;
 mod doorbell;
+mod export;
 pub(crate) mod import;
 pub(crate) mod owned;
 mod peers;
@@ -90,6 +93,7 @@ impl FabricBackend {
             sg_limits,
             cq_data_size,
             bell: std::sync::OnceLock::new(),
+            shm: kind == "shm",
         }))
     }
 

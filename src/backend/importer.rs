@@ -1,6 +1,7 @@
 //! The chooser of the importer's data path: a connection's [`Importer`] is the path its
 //! controller opened, and the one place that asks which (`backend/path.rs`).
 
+use crate::backend::fabric::FabricBackend;
 use crate::backend::fabric::import::FabricImport;
 use crate::backend::loopback::LoopbackImport;
 use crate::backend::path::{AtomicRoute, Connection, ImportPath, Way};
@@ -15,24 +16,6 @@ use std::sync::Arc;
 pub(crate) enum Importer {
     Fabric(Arc<FabricImport>),
     Loopback(Arc<LoopbackImport>),
-}
-
-impl Importer {
-    /// The libfabric path, for what has not moved behind [`ImportPath`] yet.
-    pub(crate) fn fabric(&self) -> Option<&Arc<FabricImport>> {
-        match self {
-            Importer::Fabric(f) => Some(f),
-            Importer::Loopback(_) => None,
-        }
-    }
-
-    /// The loopback path, for what has not moved behind [`ImportPath`] yet.
-    pub(crate) fn loopback(&self) -> Option<&Arc<LoopbackImport>> {
-        match self {
-            Importer::Loopback(lo) => Some(lo),
-            Importer::Fabric(_) => None,
-        }
-    }
 }
 
 impl ImportPath for Importer {
@@ -171,6 +154,20 @@ impl ImportPath for Importer {
         match self {
             Importer::Fabric(f) => f.reset_transport(),
             Importer::Loopback(lo) => lo.reset_transport(),
+        }
+    }
+
+    fn ringer(&self) -> Option<(&Arc<FabricBackend>, u64)> {
+        match self {
+            Importer::Fabric(f) => f.ringer(),
+            Importer::Loopback(lo) => lo.ringer(),
+        }
+    }
+
+    fn mapper(&self) -> Option<&Arc<LoopbackImport>> {
+        match self {
+            Importer::Fabric(f) => f.mapper(),
+            Importer::Loopback(lo) => ImportPath::mapper(lo),
         }
     }
 }

@@ -27,7 +27,5 @@ mod importer;
 mod tests;
 mod transfers;
 
-pub(crate) use exporter::{
-    LoopbackBackend, destroyed, grant, hold, publish, rebind, reoffer, revoked, same_reach,
-};
+pub(crate) use exporter::{LoopbackBackend, hold};
 pub(crate) use importer::{LoopbackImport, Toward, copy};

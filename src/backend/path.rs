@@ -1,5 +1,6 @@
-//! The data-path interface, the importer's half: what an import asks of the path its
-//! controller chose when it opened (DESIGN.md §2.2, "Where to make a change").
+//! The data-path interface: what an import asks of the path its controller chose when it
+//! opened ([`ImportPath`]), and what an export and the node ask of it ([`ExportPath`])
+//! (DESIGN.md §2.2, "Where to make a change").
 //!
 //! `import/` holds the API, the checks and the bookkeeping; once an access passed them it
 //! calls [`ImportPath`], which the chooser (`backend/importer.rs`) implements by handing the
@@ -9,12 +10,19 @@
 //! connection is on. A new operation is one method here plus one implementation per path;
 //! a new path is one more implementation and one more arm in the chooser.
 
+use crate::backend::fabric::{FabricBackend, Registration};
+use crate::backend::loopback::LoopbackImport;
 use crate::fabric::atomic::AtomicKind;
+use crate::memory::Memory;
 use crate::reactor::barrier::BarrierCore;
+use crate::reactor::engine::Engine;
 use crate::reactor::slot::{AtomicPost, OpInfo, Piece};
 use crate::reactor::tracker::Tracker;
 use crate::reactor::{IoBuf, IoBufMut, Op};
 use crate::sans_io::atomic::{Call, Class};
+use crate::sans_io::wire::Doorbell;
+use crate::sidechannel::PeerInfo;
+use crate::sidechannel::fdpass::FdService;
 use crate::stats::OpKind;
 use crate::{Error, Result};
 use futures::future::BoxFuture;
@@ -167,4 +175,152 @@ pub(crate) trait ImportPath {
     /// Resets this process's transport connections to the exporter (DESIGN.md §8, "Peer
     /// loss").
     fn reset_transport(&self);
+
+    /// The fabric a signal to the exporter rings its doorbell through, and the exporter's
+    /// address there (`None`: a loopback bell or the side channel).
+    fn ringer(&self) -> Option<(&Arc<FabricBackend>, u64)>;
+
+    /// What maps the exporter's memory into this process, on a path that reaches it
+    /// through memory this process can map (`None`: the memory lies behind the provider).
+    fn mapper(&self) -> Option<&Arc<LoopbackImport>>;
+}
+
+/// What a path made of a segment's memory when it was published or rebound, for grants:
+/// the registration that allows remote reads and writes, and the one that allows reads
+/// only, under its own key (none on a path that registers nothing). Dropped only after
+/// the importers let go of the memory (`export/settle.rs`), and before the memory.
+#[derive(Default)]
+pub(crate) struct Offer {
+    pub(crate) rw: Option<Registration>,
+    pub(crate) ro: Option<Registration>,
+}
+
+impl Offer {
+    /// The engine whose queue serves the registrations (nudged while they are kept for an
+    /// importer that did not let go).
+    pub(crate) fn engine(&self) -> Option<Arc<Engine>> {
+        self.rw.as_ref().map(|r| Arc::clone(r.engine()))
+    }
+
+    /// The registration for a grant with write (`write`) or without.
+    pub(crate) fn for_grant(&self, write: bool) -> Option<&Registration> {
+        if write {
+            self.rw.as_ref()
+        } else {
+            self.ro.as_ref()
+        }
+    }
+}
+
+/// What the exporter's path requires of an importer before any key is made for it.
+#[derive(Clone, Copy, Debug, Default)]
+pub(crate) struct Admission {
+    /// The importer's process, which the path hands the memory to (loopback).
+    pub(crate) handed_to: Option<u32>,
+    /// The importer's process, for memory kept until it exits if it never acknowledges a
+    /// revoke (`backend/loopback::hold`).
+    pub(crate) pid: Option<u32>,
+    /// Descriptors this node holds for the connection (counted against the peer's limit).
+    pub(crate) descriptors: usize,
+}
+
+/// What a grant carries from the path: the key (or ticket) for the granted mode, the
+/// memory's base as the importer addresses it, and the path's address for the importer.
+pub(crate) struct Granted {
+    pub(crate) key: u64,
+    pub(crate) base: u64,
+    pub(crate) address: Vec<u8>,
+    /// A descriptor service the connection's own doorbell is offered from, and the
+    /// importer process it is offered to (loopback).
+    pub(crate) bell_service: Option<(Arc<FdService>, u32)>,
+}
+
+/// What a wait for a segment's signals reads before its task parks.
+#[derive(Clone, Copy)]
+pub(crate) enum SignalReader<'a> {
+    /// The completion queue of the fabric controller the signals arrive on.
+    Queue(&'a Engine),
+    /// The node's loopback doorbells.
+    Bells,
+}
+
+/// The exporter's half of a data path, and what a controller's path does for the node
+/// whichever side it is on: the memory it exports, what it offers importers and hands
+/// them, what it does at publish, rebind, revoke and destroy, how signals reach the node,
+/// and local memory handles. Called after the export's checks; implemented by the fabric
+/// path (`backend/fabric/export.rs`) and the loopback path (`backend/loopback/exporter.rs`),
+/// chosen by the controller's [`ControllerPath`](crate::backend::controller_path::ControllerPath).
+pub(crate) trait ExportPath {
+    /// Memory for a segment exported without memory of the caller's.
+    fn segment_memory(&self, size: usize) -> Result<Memory>;
+
+    /// Whether `new` may replace `old` under a segment (rebind); the reason when not.
+    fn check_rebind(&self, old: &Memory, new: &Memory) -> Result<()>;
+
+    /// Whether [`ExportPath::offer`] and [`ExportPath::register_local`] take long (they
+    /// pin and map pages) and belong on a blocking thread.
+    fn registers(&self) -> bool;
+
+    /// Makes `mem` reachable for grants: its registrations.
+    fn offer(&self, mem: &Arc<Memory>) -> Result<Offer>;
+
+    /// Publish of `mem` at rebind generation `generation` (before any grant).
+    fn published(&self, mem: &Memory, generation: u32);
+
+    /// The path's checks of an importer (`peer`, whose fabric address is `address`) before
+    /// any key, and what the connection holds for it.
+    fn admission(&self, peer: &PeerInfo, address: &[u8]) -> Result<Admission>;
+
+    /// Whether the path connects an importer running as user `uid` (a reason when not).
+    fn refuses_user(&self, uid: u32) -> Option<String>;
+
+    /// The grant of connection `conn_id` to an admitted importer, with write or without.
+    fn grant(
+        &self,
+        offer: &Offer,
+        mem: &Memory,
+        conn_id: u64,
+        write: bool,
+        admission: &Admission,
+    ) -> Result<Granted>;
+
+    /// Rebind to `new`, which `offer` registered, at `generation`: the key (or ticket)
+    /// and base of connection `conn_id` (0 where the path cannot offer it; the importer
+    /// then keeps the old memory until the exporter retires it).
+    fn reoffer(&self, offer: &Offer, new: &Memory, conn_id: u64, write: bool) -> (u64, u64);
+
+    /// Rebind from `old` to `new` at `generation`, before any importer is told.
+    fn rebound(&self, old: &Memory, new: &Memory, generation: u32);
+
+    /// Revoke of `mem`, before any importer is told.
+    fn revoked(&self, mem: &Memory);
+
+    /// Destroy of `mem`, after every importer acknowledged the revoke.
+    fn destroyed(&self, mem: &Memory);
+
+    /// Connection `conn_id` ended (disconnect, lost importer).
+    fn forget(&self, conn_id: u64);
+
+    /// This path's address for peers (empty where it has none).
+    fn address(&self) -> Vec<u8>;
+
+    /// This path's signal doorbell, which peers ring with completion data.
+    fn doorbell(&self) -> Option<Doorbell>;
+
+    /// The fabric a signal rings a peer's doorbell through (`None`: loopback bells or the
+    /// side channel).
+    fn ringer(&self) -> Option<&Arc<FabricBackend>>;
+
+    /// What a signal wait on this path reads before it parks.
+    fn signal_reader(&self) -> SignalReader<'_>;
+
+    /// Only peers on this host share memory through this path (DESIGN.md §8, "Hosts").
+    fn same_host_only(&self) -> bool;
+
+    /// Registers a local memory handle's `len` bytes of `mem` for scatter/gather.
+    ///
+    /// # Safety
+    /// `mem` must stay mapped until the registration is dropped and every operation that
+    /// used it completed.
+    unsafe fn register_local(&self, mem: &Memory, len: usize) -> Result<Option<Registration>>;
 }

@@ -2,6 +2,7 @@
 //! and the atomics an importer asks it to perform.
 
 use super::entries::{export_inner, owner};
+use crate::backend::path::ExportPath;
 use crate::context::{NodeContext, Owner};
 use crate::events::SegmentEvent;
 use crate::events::loopback_bell;
@@ -13,10 +14,6 @@ use crate::sans_io::wire::{
 use crate::sidechannel::PeerInfo;
 use crate::{Error, Result};
 use std::sync::Arc;
-
-/// How many descriptors the exporter holds for one loopback connection: the shared memfd, a
-/// doorbell page and its two eventfds.
-pub(super) const LOOPBACK_DESCRIPTORS: usize = 4;
 
 pub(super) fn handle_connect(
     ctx: &Arc<NodeContext>,
@@ -33,49 +30,29 @@ pub(super) fn handle_connect(
     Message::ConnectReply(ConnectReply { req: r.req, result })
 }
 
-/// A connect request: the export checks it; on loopback the importer process gets the
-/// memfd and the connection its own doorbell.
+/// A connect request: the export's path checks the importer and the export its access;
+/// the path makes the grant (on loopback the importer process gets the memfd and the
+/// connection its own doorbell).
 fn admit(ctx: &Arc<NodeContext>, peer: &PeerInfo, r: &ConnectRequest) -> Result<ConnectGrant> {
     let export = ctx.export(r.segment_id).and_then(export_inner);
     let export = export.ok_or_else(|| Error::seg_not_published().segment(r.segment_id))?;
-    if export.controller().kind_name() != r.controller {
+    let ctrl = export.controller();
+    if ctrl.kind_name() != r.controller {
         return Err(Error::seg_not_published()
             .segment(r.segment_id)
             .detail("published on another controller type"));
     }
     // Shared memory between hosts (namespaces of one boot included) is refused before
     // any key (DESIGN.md §8, "Hosts").
-    let ctrl = export.controller();
-    if (ctrl.is_loopback() || ctrl.kind() == crate::ProviderKind::Shm) && !peer.same_host {
+    let path = ctrl.path();
+    if path.same_host_only() && !peer.same_host {
         return Err(crate::import::other_host(peer.node_id, ctrl.name()).segment(r.segment_id));
     }
-    // A loopback importer gets the memfd itself: only over the Unix link, whose kernel
-    // credentials name the one process that may claim it.
-    let loopback_pid = match export.controller().is_loopback() {
-        true => Some(peer.creds.as_ref().and_then(|c| c.pid).ok_or_else(|| {
-            Error::perm_denied().segment(r.segment_id).detail(
-                "loopback imports need the same-host unix side channel (kernel credentials)",
-            )
-        })?),
-        false => None,
-    };
-    // An shm importer's process, where the kernel names it: its exporter holds the
-    // registrations for it until it exits if it never acknowledges a revoke (`export/settle.rs`).
-    let pid = match ctrl.kind() == crate::ProviderKind::Shm {
-        true => peer.creds.as_ref().and_then(|c| c.pid),
-        false => loopback_pid,
-    };
-    // The importer's fabric address reaches the provider later (signals): refuse a bad one now.
-    if let Some(b) = export.controller().fabric() {
-        b.check_peer_address(&r.fabric_addr)
-            .map_err(|e| e.segment(r.segment_id))?;
-    }
-    let descriptors = match loopback_pid {
-        Some(_) => LOOPBACK_DESCRIPTORS,
-        None => 0,
-    };
+    let admission = path
+        .admission(peer, &r.fabric_addr)
+        .map_err(|e| e.segment(r.segment_id))?;
     let conn_id = ctx
-        .open_conn(r.segment_id, owner(peer), descriptors)
+        .open_conn(r.segment_id, owner(peer), admission.descriptors)
         .map_err(|e| e.segment(r.segment_id))?;
     let g = export
         .admit(
@@ -85,69 +62,53 @@ fn admit(ctx: &Arc<NodeContext>, peer: &PeerInfo, r: &ConnectRequest) -> Result<
                 incarnation: peer.incarnation,
                 // admit sets it from the grant.
                 writable: false,
-                pid,
+                pid: admission.pid,
             },
             &requester(peer, r),
             Perm::from_bits(r.perm),
+            &admission,
         )
         .map_err(|e| {
             ctx.remove_conn(conn_id);
             e.segment(r.segment_id)
         })?;
-    let (key, fabric_addr) = match (g.share, loopback_pid, export.controller().loopback()) {
-        // On loopback keys[0] is the ticket for the memfd, fabric_addr the service name.
-        (Some(fd), Some(pid), Some(lo)) => match lo.offer(conn_id, fd, pid) {
-            Ok(offer) => offer,
-            Err(e) => {
-                export.forget(conn_id);
-                ctx.remove_conn(conn_id);
-                return Err(e.segment(r.segment_id));
-            }
-        },
-        _ => (g.key, g.fabric_addr),
-    };
     ctx.signals.add_importer(
         conn_id,
         peer.node_id,
         r.signal_token,
         r.doorbell.clone(),
         r.fabric_addr.clone(),
-        export.controller().fabric().cloned(),
+        path.ringer().cloned(),
     );
-    // On loopback the connection gets its own doorbell, fetched from the segment's
-    // descriptor service; keys[1] is its ticket. Caller memory reached with
-    // process_vm_* has no service (an empty name): its signals use the side channel.
-    let bell = match (loopback_pid, export.controller().loopback()) {
-        (Some(pid), Some(lo)) if !fabric_addr.is_empty() => loopback_bell::offer(
+    // keys[1] is the ticket for the connection's own doorbell, where the path offers one.
+    let bell = g.bell_service.and_then(|(service, pid)| {
+        let (ticket, bell) = loopback_bell::offer(
             ctx.runtime(),
             ctx.on_ring(),
-            lo.service(),
+            Ok(service),
             pid,
             peer.node_id,
             conn_id,
-        )
-        .map(|(ticket, bell)| {
-            ctx.signals
-                .add_loopback_bell(peer.node_id, true, r.signal_token, bell);
-            ticket
-        }),
-        _ => None,
-    };
+        )?;
+        ctx.signals
+            .add_loopback_bell(peer.node_id, true, r.signal_token, bell);
+        Some(ticket)
+    });
     export.events().emit(SegmentEvent::ImporterConnected {
         node: crate::NodeId(peer.node_id),
     });
     Ok(ConnectGrant {
         conn_id,
         // keys[0] is the key for the granted mode (read-only for a grant without write).
-        keys: std::iter::once(key).chain(bell).collect(),
+        keys: std::iter::once(g.key).chain(bell).collect(),
         base: g.base,
         length: g.length,
         granted: g.granted.bits(),
         generation: g.generation,
-        fabric_addr,
+        fabric_addr: g.fabric_addr,
         exporter_uid: g.exporter_uid,
         exporter_gid: g.exporter_gid,
-        doorbell: export.controller().fabric().and_then(|b| b.doorbell()),
+        doorbell: path.doorbell(),
     })
 }
 

@@ -1,6 +1,9 @@
 //! The dispatcher's unit tests.
 
-use super::connect::{LOOPBACK_DESCRIPTORS, requester};
+use super::connect::requester;
+
+/// Descriptors a loopback connection holds (a memfd, a doorbell page, two eventfds).
+const LOOPBACK_DESCRIPTORS: usize = 4;
 use super::signals::{Sent, from_peer};
 use super::*;
 use crate::events::route::decode;

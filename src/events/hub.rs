@@ -4,9 +4,9 @@
 use super::event::{Importer, STREAM_CAPACITY, SegmentEvent, Signaller};
 use super::stream::EventStream;
 use super::timer;
+use crate::backend::path::SignalReader;
 use crate::context::NodeContext;
 use crate::ids::NodeId;
-use crate::reactor::engine::Engine;
 use crate::sys::eventfd::EventCounter;
 use crate::{Error, Result};
 use std::collections::{HashMap, VecDeque};
@@ -243,7 +243,7 @@ impl<S: Sender> Hub<S> {
         node: &Arc<NodeContext>,
         timeout: Option<Duration>,
         op: &'static str,
-        mut reader: Option<Reader<'_>>,
+        mut reader: Option<SignalReader<'_>>,
     ) -> Result<S> {
         let deadline = timeout.map(|t| Instant::now().checked_add(t));
         // A timeout too long to represent waits forever.
@@ -307,11 +307,11 @@ impl<S: Sender> Hub<S> {
     fn read_for_signal(
         &self,
         node: &NodeContext,
-        reader: Reader<'_>,
+        reader: SignalReader<'_>,
         deadline: Option<Instant>,
     ) -> Option<S> {
         match reader {
-            Reader::Queue(engine) => {
+            SignalReader::Queue(engine) => {
                 let budget = engine.signal_spin();
                 if budget.is_zero() {
                     engine.want_reader();
@@ -325,7 +325,7 @@ impl<S: Sender> Hub<S> {
                 engine.give_back_lease();
                 taken
             }
-            Reader::Bells => {
+            SignalReader::Bells => {
                 let bells = node.signals.loopback_bells();
                 if bells.is_empty() {
                     return None;
@@ -429,26 +429,6 @@ impl<S: Sender> Consume for Hub<S> {
     fn release(&self) {
         let mut st = lock(&self.state);
         st.fd_refs = st.fd_refs.saturating_sub(1);
-    }
-}
-
-/// What a signal wait reads before its task parks.
-#[derive(Clone, Copy)]
-pub(crate) enum Reader<'a> {
-    /// The queue of the fabric controller the signals arrive on.
-    Queue(&'a Engine),
-    /// The node's loopback doorbells.
-    Bells,
-}
-
-impl Reader<'_> {
-    /// What a wait on a segment of `ctrl` reads.
-    pub(crate) fn of(ctrl: &crate::Controller) -> Option<Reader<'_>> {
-        match ctrl.fabric() {
-            Some(b) => Some(Reader::Queue(b.engine())),
-            None if ctrl.is_loopback() => Some(Reader::Bells),
-            None => None,
-        }
     }
 }
 

@@ -3,13 +3,12 @@
 //! ([`Controller::export_memory`]).
 
 use super::{ExportInner, ExportSegment, ExportState};
+use crate::backend::path::ExportPath;
 use crate::context::NodeContext;
 use crate::controller::Controller;
 use crate::memory::{Memory, SegmentMemory, check_caller_memory};
 use crate::perm::ExportFlags;
 use crate::sans_io::access::Creator;
-use crate::shared_memory::SharedMemory;
-use crate::sys::mem::Mapping;
 use crate::{Error, Result};
 use std::sync::atomic::AtomicUsize;
 use std::sync::{Arc, Mutex, Weak};
@@ -121,12 +120,9 @@ impl ExportSegment {
                 attr.max_export_segment_size
             ))));
         }
-        // On loopback, caller memory that is not a memfd is reached with
-        // process_vm_readv/writev (and cannot be mapped by importers).
         let mem = match mem {
             Some(m) => m,
-            None if ctrl.is_loopback() => Memory::Shared(SharedMemory::new(size).map_err(err)?),
-            None => Memory::Own(Mapping::new(size).map_err(err)?),
+            None => ctrl.path().segment_memory(size).map_err(err)?,
         };
         Ok(ExportSegment {
             inner: Arc::new(ExportInner {

@@ -1,8 +1,9 @@
 //! Publishing a segment under an id with an access list, and replacing the list.
 
-use super::register::register_off_thread;
+use super::register::offer_off_thread;
 use super::{ExportSegment, Published};
 use crate::SegmentId;
+use crate::backend::path::ExportPath;
 use crate::perm::Access;
 use crate::sans_io::access;
 use crate::sans_io::segid;
@@ -71,7 +72,6 @@ impl ExportSegment {
         self.check_creator(OP)?;
         segid::check_publish_id(id)?;
         let node = self.node(OP)?;
-        let backend = self.inner.ctrl.fabric();
         {
             let st = self.inner.lock();
             if st.destroyed {
@@ -85,15 +85,9 @@ impl ExportSegment {
         }
         access::validate_acl(acl).map_err(|e| e.op(OP))?;
         let mem = self.memory(OP)?;
-        let (reg, reg_ro) = match backend {
-            Some(backend) => {
-                let (reg, reg_ro) = register_off_thread(&node, backend, &mem)
-                    .await
-                    .map_err(|e| e.op(OP))?;
-                (Some(reg), Some(reg_ro))
-            }
-            None => (None, None),
-        };
+        let offer = offer_off_thread(&node, &self.inner.ctrl, &mem)
+            .await
+            .map_err(|e| e.op(OP))?;
         let id = node.claim_segment_id(id, &self.inner)?;
         let mut st = self.inner.lock();
         if st.published.is_some() {
@@ -108,11 +102,10 @@ impl ExportSegment {
                 .op(OP)
                 .detail("the segment was rebound while publishing; publish again"));
         }
-        crate::backend::loopback::publish(&mem, 1);
+        self.inner.ctrl.path().published(&mem, 1);
         st.published = Some(Published {
             id,
-            reg,
-            reg_ro,
+            offer,
             acl: acl.to_vec(),
             generation: 1,
             importers: HashMap::new(),

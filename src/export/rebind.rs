@@ -2,9 +2,9 @@
 //! (DESIGN.md §4).
 
 use super::ExportSegment;
-use super::register::register_off_thread;
+use super::register::offer_off_thread;
 use super::settle::{Notice, settle};
-use crate::backend::fabric::Registration;
+use crate::backend::path::{ExportPath, Offer};
 use crate::context::{Ack, NodeContext, Owner};
 use crate::memory::{Memory, SegmentMemory};
 use crate::perm::ExportFlags;
@@ -18,8 +18,7 @@ pub(crate) struct Rebound {
     pub(crate) segment: u32,
     pub(crate) generation: u32,
     pub(crate) notes: Vec<RebindNote>,
-    _reg: Option<Registration>,
-    _reg_ro: Option<Registration>,
+    _offer: Offer,
     _mem: Arc<Memory>,
 }
 
@@ -29,7 +28,7 @@ pub(crate) struct RebindNote {
     pub(crate) owner: Owner,
     pub(crate) key: u64,
     pub(crate) base: u64,
-    /// The importer's process on loopback (for [`crate::backend::loopback::hold`]).
+    /// The importer's process, where the path names it (for [`crate::backend::loopback::hold`]).
     pub(crate) pid: Option<u32>,
 }
 
@@ -114,29 +113,21 @@ impl ExportSegment {
                 "the memory must start on a page boundary ({page} bytes)"
             ))));
         }
-        if self.inner.ctrl.is_loopback()
-            && !crate::backend::loopback::same_reach(&self.inner.lock().mem, &mem)
-        {
-            return Err(ctx(Error::map_failed().detail(
-                "on loopback a segment keeps its kind of memory across rebind: a memfd \
-                 (rsm::SharedMemory) onto a memfd, other caller memory onto other memory",
-            )));
-        }
+        let path = self.inner.ctrl.path();
+        let kept = Arc::clone(&self.inner.lock().mem);
+        path.check_rebind(&kept, &mem).map_err(ctx)?;
+        drop(kept);
         let _serial = self.inner.rebinding.lock().await;
         let mem = Arc::new(mem);
         let rebound = loop {
             let published = self.inner.lock().published.is_some();
-            let regs = match self.inner.ctrl.fabric() {
-                Some(backend) if published => {
+            let offer = match published {
+                true => {
                     let node = self.node(OP)?;
-                    let (reg, reg_ro) = register_off_thread(&node, backend, &mem)
-                        .await
-                        .map_err(ctx)?;
-                    Some((Some(reg), Some(reg_ro)))
+                    let offer = offer_off_thread(&node, &self.inner.ctrl, &mem).await;
+                    Some(offer.map_err(ctx)?)
                 }
-                // Loopback registers nothing.
-                None if published => Some((None, None)),
-                _ => None,
+                false => None,
             };
             let mut st = self.inner.lock();
             if st.destroyed {
@@ -145,7 +136,7 @@ impl ExportSegment {
                 ));
             }
             let st = &mut *st;
-            match (st.published.as_mut(), regs) {
+            match (st.published.as_mut(), offer) {
                 (None, _) => {
                     st.mem = mem;
                     tracing::debug!(controller = self.inner.ctrl.name(), "rebound");
@@ -153,27 +144,17 @@ impl ExportSegment {
                 }
                 // Published meanwhile: register and try again.
                 (Some(_), None) => continue,
-                (Some(p), Some((reg, reg_ro))) => {
+                (Some(p), Some(offer)) => {
                     p.generation += 1;
-                    crate::backend::loopback::rebind(&p.mem, &mem, p.generation);
-                    let old_reg = std::mem::replace(&mut p.reg, reg);
-                    let old_ro = std::mem::replace(&mut p.reg_ro, reg_ro);
+                    path.rebound(&p.mem, &mem, p.generation);
+                    let old_offer = std::mem::replace(&mut p.offer, offer);
                     let old_mem = std::mem::replace(&mut p.mem, Arc::clone(&mem));
                     st.mem = Arc::clone(&mem);
                     let notes = p
                         .importers
                         .iter()
                         .map(|(&conn_id, i)| {
-                            let reg = if i.writable { &p.reg } else { &p.reg_ro };
-                            let (key, base) = match reg {
-                                Some(reg) => (reg.key(), reg.base()),
-                                None => crate::backend::loopback::reoffer(
-                                    self.inner.ctrl.loopback(),
-                                    &mem,
-                                    conn_id,
-                                    i.writable,
-                                ),
-                            };
+                            let (key, base) = path.reoffer(&p.offer, &mem, conn_id, i.writable);
                             RebindNote {
                                 conn_id,
                                 owner: i.owner(),
@@ -187,8 +168,7 @@ impl ExportSegment {
                         segment: p.id,
                         generation: p.generation,
                         notes,
-                        _reg: old_reg,
-                        _reg_ro: old_ro,
+                        _offer: old_offer,
                         _mem: old_mem,
                     };
                 }
@@ -228,6 +208,6 @@ async fn finish_rebind(ctx: &Arc<NodeContext>, r: Rebound) {
         })
         .collect();
     let mem = Arc::clone(&r._mem);
-    let engine = r._reg.as_ref().map(|g| Arc::clone(g.engine()));
+    let engine = r._offer.engine();
     let _ = settle(ctx, "rebind", r.segment, notices, (mem, engine), r, drop).await;
 }

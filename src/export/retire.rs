@@ -3,7 +3,9 @@
 
 use super::settle::{Notice, settle};
 use super::{ExportInner, ExportSegment, Published};
+use crate::backend::path::ExportPath;
 use crate::context::{Ack, NodeContext};
+use crate::controller::Controller;
 use crate::sans_io::wire::Message;
 use crate::{Error, Result};
 use std::sync::Arc;
@@ -26,7 +28,7 @@ impl ExportSegment {
             return Err(Error::seg_not_published().op(OP));
         };
         match self.node(OP) {
-            Ok(node) => retire(&node, p).await,
+            Ok(node) => retire(&node, &self.inner.ctrl, p).await,
             Err(_) => drop(p),
         }
         Ok(())
@@ -55,11 +57,11 @@ impl ExportSegment {
         };
         if let Some(p) = published {
             match self.node("destroy") {
-                Ok(node) => retire(&node, p).await,
+                Ok(node) => retire(&node, &self.inner.ctrl, p).await,
                 Err(_) => drop(p),
             }
         }
-        crate::backend::loopback::destroyed(&self.inner.lock().mem);
+        self.inner.ctrl.path().destroyed(&self.inner.lock().mem);
         Ok(())
     }
 }
@@ -68,10 +70,10 @@ impl ExportSegment {
 /// once each acknowledged, lost its channel, or 5 s passed, the id is free and the
 /// registration closes (by dropping `p`; later, for an importer that neither acknowledged
 /// nor exited: the keys it holds are the old segment's, under no id).
-async fn retire(ctx: &Arc<NodeContext>, p: Published) {
+async fn retire(ctx: &Arc<NodeContext>, ctrl: &Controller, p: Published) {
     let _retiring = ctx.retiring();
     let id = p.id;
-    crate::backend::loopback::revoked(&p.mem);
+    ctrl.path().revoked(&p.mem);
     let notices = p
         .importers
         .iter()
@@ -89,7 +91,7 @@ async fn retire(ctx: &Arc<NodeContext>, p: Published) {
         })
         .collect();
     let mem = Arc::clone(&p.mem);
-    let engine = p.reg.as_ref().map(|r| Arc::clone(r.engine()));
+    let engine = p.offer.engine();
     // An importer killed mid-revoke held the id until its process was seen gone: a
     // publish under it right after unpublish returned failed with SEGID_IN_USE.
     let _ = settle(ctx, "revoke", id, notices, (mem, engine), p, drop).await;
@@ -114,9 +116,9 @@ impl Drop for ExportSegment {
         // Counted from here: a shutdown that starts before the task runs waits for it.
         let retiring = node.retiring();
         node.clone().spawn(async move {
-            retire(&node, p).await;
+            retire(&node, &inner.ctrl, p).await;
             drop(retiring);
-            crate::backend::loopback::destroyed(&inner.lock().mem);
+            inner.ctrl.path().destroyed(&inner.lock().mem);
             drop(inner);
         });
     }
@@ -136,7 +138,7 @@ pub(crate) fn withdraw_all(ctx: &Arc<NodeContext>) {
         let retiring = ctx.retiring();
         let node = Arc::clone(ctx);
         ctx.clone().spawn(async move {
-            retire(&node, p).await;
+            retire(&node, &inner.ctrl, p).await;
             drop(retiring);
         });
     }

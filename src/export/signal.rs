@@ -3,6 +3,7 @@
 //! stream of this segment's events. How a signal travels is in [`crate::events::route`].
 
 use super::{ExportInner, ExportSegment};
+use crate::backend::path::ExportPath;
 use crate::context::NodeContext;
 use crate::events::hub::Hub;
 use crate::events::route::{self, Target};
@@ -102,8 +103,8 @@ impl ExportSegment {
             dest: bell.dest(),
         };
         // None on loopback: the connection's own doorbell (or the side channel).
-        let backend = self.inner.ctrl.fabric();
-        route::send(&node.signals, node.side(), backend, target, flags, op).await
+        let ringer = self.inner.ctrl.path().ringer();
+        route::send(&node.signals, node.side(), ringer, target, flags, op).await
     }
 
     /// Signals one importer only (`rsm_intr_signal_post` aimed at one connection): the
@@ -241,7 +242,7 @@ impl ExportSegment {
     pub async fn wait_signal(&self, timeout: Option<Duration>) -> Result<Importer> {
         const OP: &str = "intr_signal_wait";
         let node = self.node(OP)?;
-        let reader = crate::events::hub::Reader::of(&self.inner.ctrl);
+        let reader = Some(self.inner.ctrl.path().signal_reader());
         self.inner.events.wait(&node, timeout, OP, reader).await
     }
 

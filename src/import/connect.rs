@@ -2,9 +2,7 @@
 //! checks its grant and builds the connection's state.
 
 use super::{ImportInner, ImportSegment};
-use crate::backend::fabric::import::FabricImport;
-use crate::backend::importer::Importer;
-use crate::backend::loopback::LoopbackImport;
+use crate::backend::path::ExportPath;
 use crate::context::{NodeContext, Owner};
 use crate::controller::Controller;
 use crate::perm::Perm;
@@ -89,7 +87,7 @@ impl ImportSegment {
                 "{perm:?} asks for bits other than read (0400) and write (0200)"
             ))));
         }
-        let backend = ctrl.fabric().cloned();
+        let path = ctrl.path();
         let (uid, gid, groups) = crate::sys::creds::current();
         let token = state.signals.new_token();
         let request = ConnectRequest {
@@ -101,12 +99,12 @@ impl ImportSegment {
             uid,
             gid,
             groups,
-            fabric_addr: backend.as_ref().map(|b| b.address()).unwrap_or_default(),
+            fabric_addr: path.address(),
             signal_token: token,
-            doorbell: backend.as_ref().and_then(|b| b.doorbell()),
+            doorbell: path.doorbell(),
         };
         let side = Arc::clone(state.side().map_err(ctx)?);
-        if ctrl.is_loopback() || ctrl.kind() == crate::ProviderKind::Shm {
+        if path.same_host_only() {
             // Shared memory reaches only nodes of this host (DESIGN.md §8, "Hosts").
             let side = Arc::clone(&side);
             let peer = state.run(async move { side.dial_peer(node).await }).await;
@@ -138,51 +136,10 @@ impl ImportSegment {
             .keys
             .first()
             .ok_or_else(|| ctx(Error::conn_aborted().detail("the exporter granted no key")))?;
-        let (dest, lo) = match &backend {
-            Some(b) => (b.peer(&grant.fabric_addr).map_err(ctx)?, None),
-            // A grant without a descriptor service is caller memory at `base` in the
-            // exporter's process, which the kernel credentials of the link name.
-            None if grant.fabric_addr.is_empty() => {
-                let pid = peer.creds.as_ref().and_then(|c| c.pid).ok_or_else(|| {
-                    ctx(Error::conn_aborted().detail("no kernel credentials of the exporter"))
-                })?;
-                let lo = LoopbackImport::attach_remote(pid, grant.base, grant.length);
-                (0, Some(lo.map_err(ctx)?))
-            }
-            None => {
-                let (service, size) = (grant.fabric_addr.clone(), grant.length);
-                let writable = Perm::from_bits(grant.granted).allows(Perm::WRITE);
-                let lo = state
-                    .run(LoopbackImport::attach(service, key, size, writable))
-                    .await;
-                (0, Some(lo.map_err(ctx)?))
-            }
-        };
-        if let Some(lo) = &lo {
-            lo.count_into(ctrl.counters().id());
-        }
-        // On loopback keys[1] is the ticket for the connection's doorbell.
-        let bell = match (&lo, grant.keys.get(1)) {
-            (Some(_), Some(&t)) if !grant.fabric_addr.is_empty() => {
-                let service = grant.fabric_addr.clone();
-                let claim = crate::events::loopback_bell::claim(service, t);
-                Some(state.run(claim).await.map_err(ctx)?)
-            }
-            _ => None,
-        };
-        let path = match (backend, lo) {
-            (Some(backend), _) => Importer::Fabric(Arc::new(FabricImport {
-                engine: Arc::clone(backend.engine()),
-                backend,
-                dest,
-                peer_addr: grant.fabric_addr,
-            })),
-            (None, Some(lo)) => Importer::Loopback(lo),
-            (None, None) => {
-                return Err(ctx(Error::ctlr_not_present()
-                    .detail("the controller has no data path for the grant")));
-            }
-        };
+        let (path, bell) = path
+            .attach(&state, &grant, key, &peer, ctrl.counters().id())
+            .await
+            .map_err(ctx)?;
         let inner = Arc::new(ImportInner {
             path,
             ctrl: ctrl.clone(),

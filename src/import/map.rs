@@ -124,7 +124,7 @@ impl ImportSegment {
                 Error::bad_seg_hndl().detail("the segment was disconnected")
             ));
         }
-        let Some(lo) = inner.lo() else {
+        let Some(lo) = inner.mapper() else {
             return Err(ctx(Error::map_failed().detail(format!(
                 "only the loopback controller can map: on {} the segment's memory lies in \
                  another process and is reached through the provider; use put and get",
@@ -198,7 +198,7 @@ impl ImportSegment {
     /// `RSMERR_SEG_NOT_MAPPED`, and its pointer must no longer be used.
     pub fn unmap(&self) -> Result<()> {
         let ctx = |e: Error| e.op("import_unmap").segment(self.inner.segment);
-        match self.inner.lo() {
+        match self.inner.mapper() {
             Some(lo) => lo.unmap(None).map_err(ctx),
             None => Err(ctx(Error::seg_not_mapped())),
         }

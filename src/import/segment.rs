@@ -83,10 +83,10 @@ pub(crate) struct ImportInner {
 }
 
 impl ImportInner {
-    /// The loopback path's mapping, on the loopback controller (for what has not moved
-    /// behind `ImportPath` yet).
-    pub(crate) fn lo(&self) -> Option<&Arc<LoopbackImport>> {
-        self.path.loopback()
+    /// What maps the exporter's memory into this process, where the path can
+    /// ([`ImportPath::mapper`]).
+    pub(crate) fn mapper(&self) -> Option<&Arc<LoopbackImport>> {
+        self.path.mapper()
     }
 
     pub(crate) fn peer_incarnation(&self) -> u64 {
@@ -371,7 +371,7 @@ impl ImportSegment {
     /// notice to the node, which sends it when the operations in flight are done.
     pub async fn disconnect(self) -> Result<()> {
         let inner = &self.inner;
-        if inner.lo().is_some_and(|lo| lo.is_mapped()) {
+        if inner.mapper().is_some_and(|lo| lo.is_mapped()) {
             return Err(Error::seg_still_mapped()
                 .op("import_disconnect")
                 .segment(inner.segment)

@@ -3,6 +3,7 @@
 //! is in [`crate::events::route`].
 
 use super::{ImportInner, ImportSegment};
+use crate::backend::path::{ExportPath, ImportPath};
 use crate::events::hub::Hub;
 use crate::events::route::{self, Target};
 use crate::events::{EventStream, PollFd, SignalFlags};
@@ -99,12 +100,12 @@ impl ImportSegment {
             sender: inner.token,
             to_importer: false,
             bell: inner.bell.as_ref(),
-            dest: inner.path.fabric().map(|f| f.dest),
+            dest: inner.path.ringer().map(|(_, dest)| dest),
         };
         route::send(
             &state.signals,
             state.side(),
-            inner.path.fabric().map(|f| &f.backend),
+            inner.path.ringer().map(|(fabric, _)| fabric),
             target,
             flags,
             op,
@@ -154,12 +155,7 @@ impl ImportSegment {
         })?;
         inner
             .events
-            .wait(
-                &state,
-                timeout,
-                OP,
-                crate::events::hub::Reader::of(&inner.ctrl),
-            )
+            .wait(&state, timeout, OP, Some(inner.ctrl.path().signal_reader()))
             .await
             .map_err(|e| e.segment(inner.segment).node(inner.node))
     }

@@ -4,6 +4,7 @@
 
 use super::FabricBackend;
 use crate::Error;
+use crate::backend::loopback::LoopbackImport;
 use crate::backend::path::{AtomicRoute, Connection, FILL_CHUNK, ImportPath, Way};
 use crate::fabric::atomic::AtomicKind;
 use crate::fabric::ffi;
@@ -284,5 +285,13 @@ impl ImportPath for Arc<FabricImport> {
 
     fn reset_transport(&self) {
         self.backend.reset_peer(&self.peer_addr);
+    }
+
+    fn ringer(&self) -> Option<(&Arc<FabricBackend>, u64)> {
+        Some((&self.backend, self.dest))
+    }
+
+    fn mapper(&self) -> Option<&Arc<LoopbackImport>> {
+        None
     }
 }

@@ -3,8 +3,13 @@
 //! and destroy (the generation word, the descriptor to offer, caller memory kept for
 //! importers).
 
+use crate::backend::fabric::{FabricBackend, Registration};
+use crate::backend::path::{Admission, ExportPath, Granted, Offer, SignalReader};
 use crate::context::NodeContext;
 use crate::memory::Memory;
+use crate::sans_io::wire::Doorbell;
+use crate::shared_memory::SharedMemory;
+use crate::sidechannel::PeerInfo;
 use crate::sidechannel::fdpass::FdService;
 use crate::sys::cma;
 use crate::{Error, Result};
@@ -75,12 +80,139 @@ impl LoopbackBackend {
     }
 }
 
-// The exporter's hooks, called from export.rs and export/settle.rs; each does nothing for
-// memory that is not a memfd (the libfabric controllers').
+/// How many descriptors the exporter holds for one loopback connection: the shared memfd, a
+/// doorbell page and its two eventfds.
+const DESCRIPTORS: usize = 4;
+
+impl ExportPath for Arc<LoopbackBackend> {
+    fn segment_memory(&self, size: usize) -> Result<Memory> {
+        // A memfd, which importers map; caller memory that is not one is reached with
+        // process_vm_readv/writev (and cannot be mapped by importers).
+        Ok(Memory::Shared(SharedMemory::new(size)?))
+    }
+
+    fn check_rebind(&self, old: &Memory, new: &Memory) -> Result<()> {
+        if same_reach(old, new) {
+            return Ok(());
+        }
+        Err(Error::map_failed().detail(
+            "on loopback a segment keeps its kind of memory across rebind: a memfd \
+             (rsm::SharedMemory) onto a memfd, other caller memory onto other memory",
+        ))
+    }
+
+    fn registers(&self) -> bool {
+        false
+    }
+
+    fn offer(&self, _mem: &Arc<Memory>) -> Result<Offer> {
+        Ok(Offer::default())
+    }
+
+    fn published(&self, mem: &Memory, generation: u32) {
+        publish(mem, generation);
+    }
+
+    fn admission(&self, peer: &PeerInfo, _address: &[u8]) -> Result<Admission> {
+        // A loopback importer gets the memory itself: only over the Unix link, whose
+        // kernel credentials name the one process that may claim it.
+        let pid = peer.creds.as_ref().and_then(|c| c.pid).ok_or_else(|| {
+            Error::perm_denied().detail(
+                "loopback imports need the same-host unix side channel (kernel credentials)",
+            )
+        })?;
+        Ok(Admission {
+            handed_to: Some(pid),
+            pid: Some(pid),
+            descriptors: DESCRIPTORS,
+        })
+    }
+
+    fn refuses_user(&self, _uid: u32) -> Option<String> {
+        None
+    }
+
+    fn grant(
+        &self,
+        _offer: &Offer,
+        mem: &Memory,
+        conn_id: u64,
+        write: bool,
+        admission: &Admission,
+    ) -> Result<Granted> {
+        let (base, share) = grant(mem, write)?;
+        let (Some(fd), Some(pid)) = (share, admission.handed_to) else {
+            // Caller memory at `base` in this process: no service, no doorbell of its own
+            // (its signals use the side channel).
+            return Ok(Granted {
+                key: 0,
+                base,
+                address: Vec::new(),
+                bell_service: None,
+            });
+        };
+        // The key is the ticket for the memfd, the address the service's name; the
+        // connection's own doorbell is offered from the same service.
+        let (ticket, name) = LoopbackBackend::offer(self, conn_id, fd, pid)?;
+        Ok(Granted {
+            key: ticket,
+            base,
+            address: name,
+            bell_service: self.service().ok().map(|s| (s, pid)),
+        })
+    }
+
+    fn reoffer(&self, _offer: &Offer, new: &Memory, conn_id: u64, write: bool) -> (u64, u64) {
+        reoffer(self, new, conn_id, write)
+    }
+
+    fn rebound(&self, old: &Memory, new: &Memory, generation: u32) {
+        rebind(old, new, generation);
+    }
+
+    fn revoked(&self, mem: &Memory) {
+        revoked(mem);
+    }
+
+    fn destroyed(&self, mem: &Memory) {
+        destroyed(mem);
+    }
+
+    fn forget(&self, conn_id: u64) {
+        LoopbackBackend::forget(self, conn_id);
+    }
+
+    fn address(&self) -> Vec<u8> {
+        Vec::new()
+    }
+
+    fn doorbell(&self) -> Option<Doorbell> {
+        None
+    }
+
+    fn ringer(&self) -> Option<&Arc<FabricBackend>> {
+        None
+    }
+
+    fn signal_reader(&self) -> SignalReader<'_> {
+        SignalReader::Bells
+    }
+
+    fn same_host_only(&self) -> bool {
+        true
+    }
+
+    unsafe fn register_local(&self, _mem: &Memory, _len: usize) -> Result<Option<Registration>> {
+        Ok(None)
+    }
+}
+
+// The exporter's hooks, which the path's methods call; each does nothing for memory that
+// is not a memfd.
 
 /// The descriptor to offer an importer: the memfd itself for a writer, a read-only reopen
 /// of it for a reader, so its mapping can never be made writable.
-pub(crate) fn share(mem: &Memory, writable: bool) -> Result<Arc<OwnedFd>> {
+pub(super) fn share(mem: &Memory, writable: bool) -> Result<Arc<OwnedFd>> {
     let Memory::Shared(m) = mem else {
         return Err(Error::map_failed().detail("the segment's memory is not a memfd"));
     };
@@ -98,7 +230,7 @@ pub(crate) fn share(mem: &Memory, writable: bool) -> Result<Arc<OwnedFd>> {
 
 /// What a connect grant carries for `mem`: the descriptor to offer (a memfd), or the
 /// memory's address in this process (caller memory, reached with `process_vm_readv/writev`).
-pub(crate) fn grant(mem: &Memory, writable: bool) -> Result<(u64, Option<Arc<OwnedFd>>)> {
+fn grant(mem: &Memory, writable: bool) -> Result<(u64, Option<Arc<OwnedFd>>)> {
     match mem {
         Memory::Shared(_) => Ok((0, Some(share(mem, writable)?))),
         _ => Ok((mem.as_ptr() as u64, None)),
@@ -107,7 +239,7 @@ pub(crate) fn grant(mem: &Memory, writable: bool) -> Result<(u64, Option<Arc<Own
 
 /// Whether a rebind from `old` to `new` keeps importers' way to the memory: a memfd for a
 /// memfd (they remap), caller memory for caller memory (they move their address).
-pub(crate) fn same_reach(old: &Memory, new: &Memory) -> bool {
+fn same_reach(old: &Memory, new: &Memory) -> bool {
     matches!(old, Memory::Shared(_)) == matches!(new, Memory::Shared(_))
 }
 
@@ -163,14 +295,14 @@ impl Drop for Keeper {
 
 /// Publish: a fresh epoch, so importers of an earlier publication never take this one for
 /// theirs.
-pub(crate) fn publish(mem: &Memory, generation: u32) {
+pub(super) fn publish(mem: &Memory, generation: u32) {
     if let Memory::Shared(m) = mem {
         m.set_control(control_word(rand::random(), generation));
     }
 }
 
 /// Rebind: the new memory carries the publication's epoch with the new generation.
-pub(crate) fn rebind(old: &Memory, new: &Memory, generation: u32) {
+pub(super) fn rebind(old: &Memory, new: &Memory, generation: u32) {
     if let (Memory::Shared(old), Memory::Shared(new)) = (old, new) {
         let epoch = (old.control().load(Ordering::SeqCst) >> 32) as u32;
         new.set_control(control_word(epoch, generation));
@@ -180,16 +312,7 @@ pub(crate) fn rebind(old: &Memory, new: &Memory, generation: u32) {
 /// Rebind: the ticket for the new memory of connection `conn_id` (0 when it cannot be
 /// offered; the importer then fails to remap and its accesses keep the old memory until
 /// the exporter retires it), and the new memory's address when it is caller memory.
-/// `lo` is the segment's loopback controller (`None` on the others).
-pub(crate) fn reoffer(
-    lo: Option<&Arc<LoopbackBackend>>,
-    mem: &Memory,
-    conn_id: u64,
-    writable: bool,
-) -> (u64, u64) {
-    let Some(lo) = lo else {
-        return (0, 0);
-    };
+fn reoffer(lo: &LoopbackBackend, mem: &Memory, conn_id: u64, writable: bool) -> (u64, u64) {
     if !matches!(mem, Memory::Shared(_)) {
         return (0, mem.as_ptr() as u64);
     }
@@ -201,7 +324,7 @@ pub(crate) fn reoffer(
 }
 
 /// Revoke, before any importer is told: their next access fails without a system call.
-pub(crate) fn revoked(mem: &Memory) {
+pub(super) fn revoked(mem: &Memory) {
     if let Memory::Shared(m) = mem {
         m.set_control(0);
     }
@@ -209,7 +332,7 @@ pub(crate) fn revoked(mem: &Memory) {
 
 /// Destroy, after every importer acknowledged the revoke: free the pages, so a mapping
 /// anyone kept holds nothing of the segment.
-pub(crate) fn destroyed(mem: &Memory) {
+fn destroyed(mem: &Memory) {
     if let Memory::Shared(m) = mem {
         m.punch();
     }

@@ -8,6 +8,7 @@
 
 use super::{LoopbackImport, Toward};
 use crate::Error;
+use crate::backend::fabric::FabricBackend;
 use crate::backend::path::{AtomicRoute, Connection, FILL_CHUNK, ImportPath, Way};
 use crate::reactor::copy::{Copier, PendingCopy};
 use crate::reactor::slot::{AtomicPost, Outcome, Piece, clone_error};
@@ -291,4 +292,12 @@ impl ImportPath for Arc<LoopbackImport> {
     }
 
     fn reset_transport(&self) {}
+
+    fn ringer(&self) -> Option<(&Arc<FabricBackend>, u64)> {
+        None
+    }
+
+    fn mapper(&self) -> Option<&Arc<LoopbackImport>> {
+        Some(self)
+    }
 }

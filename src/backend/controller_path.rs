@@ -1,0 +1,195 @@
+//! The chooser of a controller's data path: a [`ControllerPath`] is the path the controller
+//! chose when it opened, and the one place on the exporter's side that asks which
+//! (`backend/path.rs`); an import's own chooser is `backend/importer.rs`.
+
+use crate::backend::fabric::import::FabricImport;
+use crate::backend::fabric::{FabricBackend, Registration};
+use crate::backend::importer::Importer;
+use crate::backend::loopback::{LoopbackBackend, LoopbackImport};
+use crate::backend::path::{Admission, ExportPath, Granted, Offer, SignalReader};
+use crate::context::NodeContext;
+use crate::events::loopback_bell::Claimed;
+use crate::memory::Memory;
+use crate::perm::Perm;
+use crate::sans_io::wire::{ConnectGrant, Doorbell};
+use crate::sidechannel::PeerInfo;
+use crate::{Error, Result};
+use std::sync::Arc;
+
+/// The data path a controller opened: libfabric RMA on a provider, or same-host shared
+/// memory.
+pub(crate) enum ControllerPath {
+    Fabric(Arc<FabricBackend>),
+    Loopback(Arc<LoopbackBackend>),
+}
+
+/// Forwards an [`ExportPath`] call to the path chosen.
+macro_rules! chosen {
+    ($self:ident, $p:ident => $call:expr) => {
+        match $self {
+            ControllerPath::Fabric($p) => $call,
+            ControllerPath::Loopback($p) => $call,
+        }
+    };
+}
+
+impl ControllerPath {
+    /// The libfabric resources, where the controller has them: its engine and counters
+    /// for the node's bookkeeping, never a choice of path.
+    pub(crate) fn fabric(&self) -> Option<&Arc<FabricBackend>> {
+        match self {
+            ControllerPath::Fabric(b) => Some(b),
+            ControllerPath::Loopback(_) => None,
+        }
+    }
+
+    /// The importer's path of connection `grant` (whose key for the granted mode is
+    /// `key`) from exporter `peer`: the fabric's address-vector entry for the exporter, or
+    /// the exporter's memory mapped (or reached in its process) and the connection's own
+    /// loopback doorbell claimed. Its operations count into the controller's counters
+    /// `counters`.
+    pub(crate) async fn attach(
+        &self,
+        state: &NodeContext,
+        grant: &ConnectGrant,
+        key: u64,
+        peer: &PeerInfo,
+        counters: u64,
+    ) -> Result<(Importer, Option<Claimed>)> {
+        let b = match self {
+            ControllerPath::Fabric(b) => b,
+            ControllerPath::Loopback(_) => {
+                return attach_loopback(state, grant, key, peer, counters).await;
+            }
+        };
+        let dest = b.peer(&grant.fabric_addr)?;
+        let path = Importer::Fabric(Arc::new(FabricImport {
+            engine: Arc::clone(b.engine()),
+            backend: Arc::clone(b),
+            dest,
+            peer_addr: grant.fabric_addr.clone(),
+        }));
+        Ok((path, None))
+    }
+}
+
+/// [`ControllerPath::attach`] on loopback.
+async fn attach_loopback(
+    state: &NodeContext,
+    grant: &ConnectGrant,
+    key: u64,
+    peer: &PeerInfo,
+    counters: u64,
+) -> Result<(Importer, Option<Claimed>)> {
+    let lo = if grant.fabric_addr.is_empty() {
+        // A grant without a descriptor service is caller memory at `base` in the
+        // exporter's process, which the kernel credentials of the link name.
+        let pid =
+            peer.creds.as_ref().and_then(|c| c.pid).ok_or_else(|| {
+                Error::conn_aborted().detail("no kernel credentials of the exporter")
+            })?;
+        LoopbackImport::attach_remote(pid, grant.base, grant.length)?
+    } else {
+        let (service, size) = (grant.fabric_addr.clone(), grant.length);
+        let writable = Perm::from_bits(grant.granted).allows(Perm::WRITE);
+        state
+            .run(LoopbackImport::attach(service, key, size, writable))
+            .await?
+    };
+    lo.count_into(counters);
+    // keys[1] is the ticket for the connection's doorbell.
+    let bell = match grant.keys.get(1) {
+        Some(&t) if !grant.fabric_addr.is_empty() => {
+            let claim = crate::events::loopback_bell::claim(grant.fabric_addr.clone(), t);
+            Some(state.run(claim).await?)
+        }
+        _ => None,
+    };
+    Ok((Importer::Loopback(lo), bell))
+}
+
+impl ExportPath for ControllerPath {
+    fn segment_memory(&self, size: usize) -> Result<Memory> {
+        chosen!(self, p => p.segment_memory(size))
+    }
+
+    fn check_rebind(&self, old: &Memory, new: &Memory) -> Result<()> {
+        chosen!(self, p => p.check_rebind(old, new))
+    }
+
+    fn registers(&self) -> bool {
+        chosen!(self, p => p.registers())
+    }
+
+    fn offer(&self, mem: &Arc<Memory>) -> Result<Offer> {
+        chosen!(self, p => p.offer(mem))
+    }
+
+    fn published(&self, mem: &Memory, generation: u32) {
+        chosen!(self, p => p.published(mem, generation))
+    }
+
+    fn admission(&self, peer: &PeerInfo, address: &[u8]) -> Result<Admission> {
+        chosen!(self, p => p.admission(peer, address))
+    }
+
+    fn refuses_user(&self, uid: u32) -> Option<String> {
+        chosen!(self, p => p.refuses_user(uid))
+    }
+
+    fn grant(
+        &self,
+        offer: &Offer,
+        mem: &Memory,
+        conn_id: u64,
+        write: bool,
+        admission: &Admission,
+    ) -> Result<Granted> {
+        chosen!(self, p => p.grant(offer, mem, conn_id, write, admission))
+    }
+
+    fn reoffer(&self, offer: &Offer, new: &Memory, conn_id: u64, write: bool) -> (u64, u64) {
+        chosen!(self, p => p.reoffer(offer, new, conn_id, write))
+    }
+
+    fn rebound(&self, old: &Memory, new: &Memory, generation: u32) {
+        chosen!(self, p => p.rebound(old, new, generation))
+    }
+
+    fn revoked(&self, mem: &Memory) {
+        chosen!(self, p => p.revoked(mem))
+    }
+
+    fn destroyed(&self, mem: &Memory) {
+        chosen!(self, p => p.destroyed(mem))
+    }
+
+    fn forget(&self, conn_id: u64) {
+        chosen!(self, p => ExportPath::forget(p, conn_id))
+    }
+
+    fn address(&self) -> Vec<u8> {
+        chosen!(self, p => ExportPath::address(p))
+    }
+
+    fn doorbell(&self) -> Option<Doorbell> {
+        chosen!(self, p => ExportPath::doorbell(p))
+    }
+
+    fn ringer(&self) -> Option<&Arc<FabricBackend>> {
+        chosen!(self, p => p.ringer())
+    }
+
+    fn signal_reader(&self) -> SignalReader<'_> {
+        chosen!(self, p => p.signal_reader())
+    }
+
+    fn same_host_only(&self) -> bool {
+        chosen!(self, p => p.same_host_only())
+    }
+
+    unsafe fn register_local(&self, mem: &Memory, len: usize) -> Result<Option<Registration>> {
+        // SAFETY: forwarded contract.
+        chosen!(self, p => unsafe { p.register_local(mem, len) })
+    }
+}
