@@ -2,12 +2,14 @@
 //! progress engines, the signal routes, and the tables that find exports, connections and
 //! imports again, with the acknowledgements awaited from importers.
 //!
-//! It knows no segment: the tables hold `Weak` references to `dyn Any`, which the
-//! dispatcher (`dispatch.rs`) turns back into exports and imports, and signals that arrive
+//! It knows no segment: the tables hold `Weak` references to the control plane's entries
+//! (`entries.rs`: `ExportEntry`, `ImportEntry`), which the dispatcher (`dispatch.rs`) hands
+//! what peers send, and signals that arrive
 //! on a controller's doorbell or a loopback bell go to the [`Inbound`] functions the
 //! dispatcher installs, as the side channel's messages go to its `Handler`.
 
 use crate::backend::fabric::FabricBackend;
+use crate::entries::{ExportEntry, ImportEntry};
 use crate::events::loopback_bell::{OnRing, Ring};
 use crate::events::route::{MAX_BELL_TOKEN, Routes};
 use crate::limits::Limits;
@@ -17,7 +19,6 @@ use crate::sans_io::wire::Message;
 use crate::sidechannel::SideChannel;
 use crate::{Error, Result};
 use futures::future::{BoxFuture, Shared};
-use std::any::Any;
 use std::collections::HashMap;
 use std::future::Future;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -29,16 +30,7 @@ use tokio::sync::oneshot;
 /// importer for its operations in flight (DESIGN.md §4).
 pub(crate) const REVOKE_WAIT: Duration = Duration::from_secs(5);
 
-/// What the tables hold: an export (`ExportInner`) or an import (`ImportInner`), which the
-/// dispatcher downcasts to.
-pub(crate) type Entry = dyn Any + Send + Sync;
-
-/// A peer node as one incarnation of it: who owns a connection, and who may speak for it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub(crate) struct Owner {
-    pub(crate) node: u32,
-    pub(crate) incarnation: u64,
-}
+pub(crate) use crate::entries::Owner;
 
 /// Exporter side: one connection, and the importer it belongs to.
 #[derive(Debug, Clone, Copy)]
@@ -92,7 +84,7 @@ pub(crate) struct NodeContext {
     connecting: Mutex<HashMap<u32, usize>>,
     limits: OnceLock<Limits>,
     /// Importer side: (exporting node, connection id) → import.
-    imports: Mutex<HashMap<(u32, u64), Weak<Entry>>>,
+    imports: Mutex<HashMap<(u32, u64), Weak<dyn ImportEntry>>>,
     /// Importer side: revokes and rebinds that came for a connection with no import yet
     /// (the exporter's grant had arrived, the import was still being set up), with the
     /// exporter's incarnation and when: an import registered after one is refused.
@@ -146,7 +138,7 @@ struct Losses {
 }
 
 struct Exports {
-    by_id: HashMap<u32, Weak<Entry>>,
+    by_id: HashMap<u32, Weak<dyn ExportEntry>>,
     next_auto: u64,
 }
 
@@ -337,12 +329,8 @@ impl NodeContext {
 
     /// Reserves a segment id for `export` (DESIGN.md, decision 8): the caller's, or the next
     /// free one from `0x80000000`.
-    pub(crate) fn claim_segment_id<T: Any + Send + Sync>(
-        &self,
-        id: u32,
-        export: &Arc<T>,
-    ) -> Result<u32> {
-        let export: Weak<Entry> = Arc::downgrade(export) as Weak<Entry>;
+    pub(crate) fn claim_segment_id<T: ExportEntry>(&self, id: u32, export: &Arc<T>) -> Result<u32> {
+        let export: Weak<dyn ExportEntry> = Arc::downgrade(export) as Weak<dyn ExportEntry>;
         let mut ex = lock(&self.exports);
         ex.by_id.retain(|_, w| w.strong_count() > 0);
         if id != 0 {
@@ -370,12 +358,12 @@ impl NodeContext {
     }
 
     /// The export published as `id`, if it lives.
-    pub(crate) fn export(&self, id: u32) -> Option<Arc<Entry>> {
+    pub(crate) fn export(&self, id: u32) -> Option<Arc<dyn ExportEntry>> {
         lock(&self.exports).by_id.get(&id).and_then(Weak::upgrade)
     }
 
     /// Every published export that lives.
-    pub(crate) fn exports(&self) -> Vec<Arc<Entry>> {
+    pub(crate) fn exports(&self) -> Vec<Arc<dyn ExportEntry>> {
         lock(&self.exports)
             .by_id
             .values()
@@ -458,7 +446,7 @@ impl NodeContext {
     }
 
     /// Exporter side: the export connection `conn_id` is to.
-    pub(crate) fn export_of_conn(&self, conn_id: u64) -> Option<Arc<Entry>> {
+    pub(crate) fn export_of_conn(&self, conn_id: u64) -> Option<Arc<dyn ExportEntry>> {
         let segid = lock(&self.conns).get(&conn_id)?.segid;
         self.export(segid)
     }
@@ -468,7 +456,7 @@ impl NodeContext {
     /// that exporter was lost after [`Self::loss_mark`] said `mark`: then `Err` with what
     /// happened, and the import must not be used (its keys may be closed already, or the
     /// exporter forgot the connection with the link it came on).
-    pub(crate) fn add_import<T: Any + Send + Sync>(
+    pub(crate) fn add_import<T: ImportEntry>(
         &self,
         exporter: Owner,
         conn_id: u64,
@@ -494,7 +482,7 @@ impl NodeContext {
                 "the exporter unpublished or rebound the segment while it was being imported",
             );
         }
-        let imp: Weak<Entry> = Arc::downgrade(imp) as Weak<Entry>;
+        let imp: Weak<dyn ImportEntry> = Arc::downgrade(imp) as Weak<dyn ImportEntry>;
         imports.insert(key, imp);
         Ok(())
     }
@@ -508,7 +496,7 @@ impl NodeContext {
     /// Importer side: incarnation `incarnation` of exporting node `node` is lost: every
     /// import of that node that lives; an import of that incarnation still being set up is
     /// refused when it registers.
-    pub(crate) fn lose_exporter(&self, node: u32, incarnation: u64) -> Vec<Arc<Entry>> {
+    pub(crate) fn lose_exporter(&self, node: u32, incarnation: u64) -> Vec<Arc<dyn ImportEntry>> {
         let imports = lock(&self.imports);
         let mut losses = lock(&self.losses);
         losses.count += 1;
@@ -558,7 +546,7 @@ impl NodeContext {
     }
 
     /// Importer side: the import of connection `conn_id` from `node`, if it lives.
-    pub(crate) fn import(&self, node: u32, conn_id: u64) -> Option<Arc<Entry>> {
+    pub(crate) fn import(&self, node: u32, conn_id: u64) -> Option<Arc<dyn ImportEntry>> {
         lock(&self.imports)
             .get(&(node, conn_id))
             .and_then(Weak::upgrade)
@@ -591,7 +579,7 @@ impl NodeContext {
     }
 
     /// Importer side: every import that lives.
-    pub(crate) fn imports(&self) -> Vec<Arc<Entry>> {
+    pub(crate) fn imports(&self) -> Vec<Arc<dyn ImportEntry>> {
         lock(&self.imports)
             .values()
             .filter_map(Weak::upgrade)

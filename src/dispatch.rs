@@ -14,9 +14,7 @@
 
 use crate::Error;
 use crate::context::{Ack, Inbound, NodeContext, Owner};
-use crate::events::SegmentEvent;
-use crate::export::ExportInner;
-use crate::import::ImportInner;
+use crate::entries::ImportEntry;
 use crate::sans_io::wire::Message;
 use crate::sidechannel::{Handler, PeerInfo};
 use std::sync::{Arc, Weak};
@@ -27,7 +25,7 @@ mod notices;
 mod signals;
 
 use connect::{handle_connect, on_atomic, on_disconnect};
-use entries::{export_inner, import_inner, owner};
+use entries::owner;
 use notices::{on_rebind, on_revoke};
 use signals::{on_doorbell, on_loopback_bell, on_side_signal};
 
@@ -117,39 +115,24 @@ impl Handler for NodeHandler {
         let Some(node) = self.0.upgrade() else { return };
         node.fabric_peer_lost();
         // Importer side (DESIGN.md, decision 19): every import from that node is aborted.
-        let lost: Vec<Arc<ImportInner>> = node
+        let lost: Vec<Arc<dyn ImportEntry>> = node
             .lose_exporter(node_id, incarnation)
             .into_iter()
-            .filter_map(import_inner)
-            .filter(|imp| imp.peer_incarnation() == incarnation)
+            .filter(|imp| imp.exporter().incarnation == incarnation)
             .collect();
         reset_transports(&lost);
         for imp in lost {
-            imp.events().peer_lost(node_id);
-            imp.peer_lost(Error::conn_aborted().node(node_id).detail("the exporting node is unreachable (its side channel closed or missed its heartbeats)"));
+            imp.lost(Error::conn_aborted().node(node_id).detail("the exporting node is unreachable (its side channel closed or missed its heartbeats)"));
         }
         // Exporter side: its connections end, and revokes need not wait for it.
-        let exports: Vec<Arc<ExportInner>> = node
-            .exports()
-            .into_iter()
-            .filter_map(export_inner)
-            .collect();
-        for export in exports {
-            let conns = export.importers_of(node_id, incarnation);
-            if !conns.is_empty() {
-                export.events().emit(SegmentEvent::PeerUnreachable {
-                    node: crate::NodeId(node_id),
-                });
-            }
-            for conn_id in conns {
-                export.forget(conn_id);
-                node.remove_conn(conn_id);
-            }
-        }
-        node.forget_acks_of(Owner {
+        let lost = Owner {
             node: node_id,
             incarnation,
-        });
+        };
+        for export in node.exports() {
+            export.peer_lost(lost);
+        }
+        node.forget_acks_of(lost);
     }
 }
 
@@ -157,13 +140,12 @@ impl Handler for NodeHandler {
 /// imports before their operations fail: a put the provider had not sent would otherwise
 /// reach the exporter once the network is back, after the put that retried it on a new
 /// connection, and overwrite it (DESIGN.md §8, "Peer loss").
-fn reset_transports(lost: &[Arc<ImportInner>]) {
+fn reset_transports(lost: &[Arc<dyn ImportEntry>]) {
     let mut done: Vec<(&str, &[u8])> = Vec::new();
     for imp in lost {
-        let Some(addr) = imp.transport_peer_addr() else {
+        let Some(key) = imp.transport() else {
             continue;
         };
-        let key = (imp.controller_name(), addr);
         if !done.contains(&key) {
             done.push(key);
             imp.reset_transport();

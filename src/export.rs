@@ -149,10 +149,6 @@ impl ExportInner {
         self.state.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    pub(crate) fn controller(&self) -> &Controller {
-        &self.ctrl
-    }
-
     /// Applies the access check (docs/rsmapi.md §6.2) to `who` asking for `want`, and on success
     /// records the importer and returns what it needs, which the path made for it
     /// (`admission`: what the path required of it). `RSMERR_SEG_NOT_PUBLISHED` when not
@@ -403,6 +399,8 @@ impl ExportSegment {
 
 // Creating a segment, in export/create.rs.
 mod create;
+// The export as the control plane sees it, in export/entry.rs.
+pub(crate) mod entry;
 // The last phase of a revoke and of a rebind, in export/settle.rs.
 mod settle;
 // Registering the memory with the domain, in export/register.rs.

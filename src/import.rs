@@ -24,6 +24,8 @@ pub(crate) mod barrier;
 pub(crate) mod sg;
 // What the data path sees of an import (`backend/path.rs`).
 mod conn;
+// What the control plane sees of an import (`entries.rs`).
+mod entry;
 // Mapping (docs/rsmapi.md §4.10): `ImportSegment::map` and its guard.
 mod map;
 // Signals, waits, the pollable descriptor and event streams.

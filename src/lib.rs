@@ -96,6 +96,7 @@ pub(crate) mod sidechannel;
 pub(crate) mod backend;
 pub(crate) mod context;
 pub(crate) mod dispatch;
+pub(crate) mod entries;
 pub(crate) mod memory;
 
 pub mod controller;

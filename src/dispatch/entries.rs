@@ -1,20 +1,10 @@
-//! What the dispatcher finds in the node context's tables, typed: exports, imports, and the peer a link speaks for.
+//! What the dispatcher looks up in the node context's tables: the peer a link speaks for,
+//! and the import a notice is for.
 
-use crate::context::{Entry, NodeContext, Owner};
-use crate::export::ExportInner;
-use crate::import::ImportInner;
+use crate::context::{NodeContext, Owner};
+use crate::entries::ImportEntry;
 use crate::sidechannel::PeerInfo;
 use std::sync::Arc;
-
-/// A table entry that is an export.
-pub(super) fn export_inner(e: Arc<Entry>) -> Option<Arc<ExportInner>> {
-    e.downcast().ok()
-}
-
-/// A table entry that is an import.
-pub(super) fn import_inner(e: Arc<Entry>) -> Option<Arc<ImportInner>> {
-    e.downcast().ok()
-}
 
 /// The peer a link speaks for: its node and incarnation.
 pub(super) fn owner(peer: &PeerInfo) -> Owner {
@@ -30,9 +20,9 @@ pub(super) fn import_from(
     ctx: &NodeContext,
     from: Owner,
     conn_id: u64,
-) -> Option<Arc<ImportInner>> {
-    let imp = ctx.import(from.node, conn_id).and_then(import_inner)?;
-    if imp.peer_incarnation() != from.incarnation {
+) -> Option<Arc<dyn ImportEntry>> {
+    let imp = ctx.import(from.node, conn_id)?;
+    if imp.exporter().incarnation != from.incarnation {
         tracing::debug!(
             node = from.node,
             conn_id,

@@ -22,7 +22,7 @@ pub(super) fn on_revoke(
         generation,
     };
     if let Some(imp) = import_from(ctx, from, conn_id) {
-        ack_later(ctx, from, ack, async move { imp.revoked().await });
+        ack_later(ctx, from, ack, imp.revoked());
         return None;
     }
     ack_once_gone(ctx, from, conn_id, ack, || {
@@ -71,8 +71,7 @@ pub(super) fn on_rebind(
     };
     match (import_from(ctx, from, conn_id), key) {
         (Some(imp), Some(key)) => {
-            let rebound = async move { imp.rebound(base, key, generation).await };
-            ack_later(ctx, from, ack, rebound);
+            ack_later(ctx, from, ack, imp.rebound(base, key, generation));
             return None;
         }
         (Some(_), None) => return Some(ack),

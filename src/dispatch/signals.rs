@@ -1,13 +1,9 @@
 //! Signals arriving on a doorbell, a loopback bell or the side channel, checked against the
 //! connection they claim and delivered to its export or import.
 
-use super::entries::{export_inner, import_inner};
 use crate::context::{NodeContext, Owner};
-use crate::events::Importer;
 use crate::events::loopback_bell::Ring;
 use crate::events::route::{Word, checks, decode};
-use crate::ids::NodeId;
-use crate::import::ImportInner;
 
 /// A doorbell rang on one of this node's controllers (called on the engine's thread). The
 /// completion does not say who wrote it: the word's check must match the connection it
@@ -45,36 +41,19 @@ pub(super) fn on_loopback_bell(ctx: &NodeContext, ring: Ring) {
     // A count beyond any real backlog is the peer's garbage; it is bounded all the same.
     let plain = plain.min(u64::from(u32::MAX));
     if to_importer {
-        let Some(imp) = ctx
-            .signals
-            .import(token)
-            .and_then(import_inner)
-            .filter(|imp| imp.node() == from)
-        else {
-            tracing::debug!(token, "loopback signals for an unknown import dropped");
-            return;
-        };
-        let exporter = NodeId(from);
-        if first_no_acc {
-            imp.events().post(exporter, true);
+        match ctx.signals.import(token) {
+            Some(imp) if imp.exporter().node == from => imp.bell(first_no_acc, plain),
+            _ => tracing::debug!(token, "loopback signals for an unknown import dropped"),
         }
-        imp.events().post_many(exporter, plain);
         return;
     }
     // The bell is the connection's own: the token names the importer that rang it.
-    let Some(export) = ctx
+    let rang = ctx
         .export_of_conn(token)
-        .and_then(export_inner)
-        .filter(|e| e.importer_node(token) == Some(from))
-    else {
+        .is_some_and(|e| e.bell(from, token, first_no_acc, plain));
+    if !rang {
         tracing::debug!(token, "loopback signals for an unknown connection dropped");
-        return;
-    };
-    let importer = Importer::new(from, token);
-    if first_no_acc {
-        export.events().post(importer, true);
     }
-    export.events().post_many(importer, plain);
 }
 
 /// Delivers a signal for the receiver's `token` to the import or export connection it
@@ -82,9 +61,9 @@ pub(super) fn on_loopback_bell(ctx: &NodeContext, ring: Ring) {
 /// from a peer may be hostile).
 fn deliver(ctx: &NodeContext, sent: Sent, token: u64, to_importer: bool, no_acc: bool) {
     if to_importer {
-        match ctx.signals.import(token).and_then(import_inner) {
-            Some(imp) if from_peer(sent, exporter_of(&imp), imp.conn_id()) => {
-                imp.on_signal(no_acc);
+        match ctx.signals.import(token) {
+            Some(imp) if from_peer(sent, imp.exporter(), imp.conn_id()) => {
+                imp.signal(no_acc);
             }
             _ => tracing::debug!(token, "signal for an unknown import dropped"),
         }
@@ -92,20 +71,12 @@ fn deliver(ctx: &NodeContext, sent: Sent, token: u64, to_importer: bool, no_acc:
     }
     // The importer's own token for the connection, which a doorbell word's check names.
     let importer_token = ctx.signals.importer(token).map(|b| b.token());
-    let export = ctx.export_of_conn(token).and_then(export_inner);
+    let export = ctx.export_of_conn(token);
     match (export, ctx.conn_owner(token), importer_token) {
         (Some(e), Some(owner), Some(t)) if from_peer(sent, owner, t) => {
-            e.on_signal(Importer::new(owner.node, token), no_acc);
+            e.signal(owner.node, token, no_acc);
         }
         _ => tracing::debug!(token, "signal for an unknown connection dropped"),
-    }
-}
-
-/// The exporter of an import, as its side-channel link names it.
-fn exporter_of(imp: &ImportInner) -> Owner {
-    Owner {
-        node: imp.node(),
-        incarnation: imp.peer_incarnation(),
     }
 }
 

@@ -1,6 +1,6 @@
 //! The dispatcher's unit tests.
 
-use super::connect::requester;
+use crate::export::entry::requester;
 
 /// Descriptors a loopback connection holds (a memfd, a doorbell page, two eventfds).
 const LOOPBACK_DESCRIPTORS: usize = 4;
@@ -334,4 +334,122 @@ fn claimed_ids_count_without_kernel_credentials() {
     let who = requester(&p, &r);
     assert_eq!((who.node, who.uid, who.gid), (7, 0, 0));
     assert_eq!(who.groups, &[0, 4]);
+}
+
+/// An export as the dispatcher sees it, which records what it was handed.
+#[derive(Default)]
+struct FakeExport {
+    calls: std::sync::Mutex<Vec<String>>,
+}
+
+impl FakeExport {
+    fn calls(&self) -> Vec<String> {
+        std::mem::take(&mut *self.calls.lock().expect("calls"))
+    }
+
+    fn note(&self, call: String) {
+        self.calls.lock().expect("calls").push(call);
+    }
+}
+
+impl crate::entries::ExportEntry for FakeExport {
+    fn connect(
+        &self,
+        peer: &PeerInfo,
+        r: &ConnectRequest,
+    ) -> crate::Result<crate::sans_io::wire::ConnectGrant> {
+        self.note(format!("connect {} {:#o}", peer.node_id, r.perm));
+        Err(crate::Error::perm_denied())
+    }
+    fn disconnect(&self, conn_id: u64) {
+        self.note(format!("disconnect {conn_id:#x}"));
+    }
+    fn atomic(&self, from: Owner, r: &crate::sans_io::wire::AtomicRequest) -> crate::Result<u64> {
+        self.note(format!("atomic {} {:#x}", from.node, r.conn_id));
+        Ok(41)
+    }
+    fn peer_lost(&self, lost: Owner) {
+        self.note(format!("lost {} {}", lost.node, lost.incarnation));
+    }
+    fn signal(&self, node: u32, conn_id: u64, no_accumulate: bool) {
+        self.note(format!("signal {node} {conn_id:#x} {no_accumulate}"));
+    }
+    fn bell(&self, from: u32, conn_id: u64, first_no_acc: bool, plain: u64) -> bool {
+        self.note(format!("bell {from} {conn_id:#x} {first_no_acc} {plain}"));
+        true
+    }
+    fn gauges(&self) -> (String, u64) {
+        ("fake".into(), 0)
+    }
+    fn withdraw(self: Arc<Self>) {
+        self.note("withdraw".into());
+    }
+}
+
+/// The dispatcher alone, without sockets or segments: each message reaches the export it
+/// names through its typed entry, only from the peer that may send it, and each request
+/// gets its own reply type.
+#[test]
+fn each_message_reaches_the_entry_it_names_from_its_peer_only() {
+    let (_rt, ctx, handler) = context();
+    let export = Arc::new(FakeExport::default());
+    let id = ctx.claim_segment_id(0x400000, &export).expect("id");
+    let owner = own(7, 1);
+
+    // A connect goes to the export; its refusal answers the request with the error's code.
+    let reply = handler.on_message(&link(owner), Message::ConnectRequest(request()));
+    let Some(Message::ConnectReply(ConnectReply { req: 1, result })) = reply else {
+        panic!("no connect reply: {reply:?}");
+    };
+    assert_eq!(result, Err(crate::Error::perm_denied().code() as u32));
+    assert_eq!(export.calls(), ["connect 7 0o600"]);
+    // For a segment nobody published: no export is asked.
+    let mut other = request();
+    other.segment_id = id + 1;
+    handler.on_message(&link(owner), Message::ConnectRequest(other));
+    assert!(export.calls().is_empty());
+
+    // An atomic on a connection of the export is the export's; its reply carries its value.
+    let conn = ctx.open_conn(id, owner, 0).expect("open");
+    ctx.signals.add_importer(conn, owner.node, 0x77, None, Vec::new(), None);
+    let atomic = crate::sans_io::wire::AtomicRequest {
+        req: 9,
+        conn_id: conn,
+        class: 0,
+        op: 0,
+        datatype: 0,
+        offset: 0,
+        operand: 0,
+        compare: 0,
+    };
+    let reply = handler.on_message(&link(owner), Message::AtomicRequest(atomic));
+    assert!(
+        matches!(reply, Some(Message::AtomicReply(ref r)) if r.req == 9 && r.result == Ok(41)),
+        "{reply:?}"
+    );
+    assert_eq!(export.calls(), [format!("atomic 7 {conn:#x}")]);
+
+    // A signal over the side channel counts from the connection's owner only.
+    for from in [own(8, 1), own(7, 2), owner] {
+        handler.on_message(
+            &link(from),
+            Message::Signal {
+                conn_id: conn,
+                flags: 0,
+            },
+        );
+    }
+    assert_eq!(export.calls(), [format!("signal 7 {conn:#x} false")]);
+
+    // A disconnect by another node is dropped; by the owner it reaches the export.
+    handler.on_message(&link(own(8, 1)), Message::Disconnect { conn_id: conn });
+    assert!(export.calls().is_empty());
+    handler.on_message(&link(owner), Message::Disconnect { conn_id: conn });
+    assert_eq!(export.calls(), [format!("disconnect {conn:#x}")]);
+
+    // A lost peer is every export's to forget; the node's shutdown withdraws each.
+    handler.on_peer_lost(7, 1);
+    assert_eq!(export.calls(), ["lost 7 1"]);
+    crate::export::retire::withdraw_all(&ctx);
+    assert_eq!(export.calls(), ["withdraw"]);
 }

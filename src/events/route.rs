@@ -38,12 +38,12 @@
 use super::event::SignalFlags;
 use super::loopback_bell::LoopbackBell;
 use crate::backend::fabric::FabricBackend;
+use crate::entries::ImportEntry;
 use crate::fabric::endpoint::PostError;
 use crate::fabric::ffi;
 use crate::sans_io::wire::{Doorbell, Message};
 use crate::sidechannel::SideChannel;
 use crate::{Error, Result};
-use std::any::Any;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock, Weak};
@@ -148,8 +148,8 @@ const LOOK_AT_MOST: usize = 64;
 pub(crate) struct Routes {
     force_side: AtomicBool,
     next_token: AtomicU64,
-    /// Importer tokens to imports (`ImportInner`, which the dispatcher downcasts to).
-    imports: Mutex<HashMap<u64, Weak<dyn Any + Send + Sync>>>,
+    /// Importer tokens to imports.
+    imports: Mutex<HashMap<u64, Weak<dyn ImportEntry>>>,
     importers: Mutex<HashMap<u64, Arc<ImporterBell>>>,
     /// Loopback doorbells by whom they ring: (peer node, to an importer?, receiver's token).
     loopback: Mutex<HashMap<(u32, bool, u64), Arc<LoopbackBell>>>,
@@ -191,8 +191,8 @@ impl Routes {
         self.next_token.fetch_add(1, Ordering::Relaxed) & MAX_TOKEN
     }
 
-    pub(crate) fn add_import<T: Any + Send + Sync>(&self, token: u64, imp: &Arc<T>) {
-        let imp = Arc::downgrade(imp) as Weak<dyn Any + Send + Sync>;
+    pub(crate) fn add_import<T: ImportEntry>(&self, token: u64, imp: &Arc<T>) {
+        let imp = Arc::downgrade(imp) as Weak<dyn ImportEntry>;
         lock(&self.imports).insert(token, imp);
     }
 
@@ -201,7 +201,7 @@ impl Routes {
     }
 
     /// The import of importer token `token`, if it lives.
-    pub(crate) fn import(&self, token: u64) -> Option<Arc<dyn Any + Send + Sync>> {
+    pub(crate) fn import(&self, token: u64) -> Option<Arc<dyn ImportEntry>> {
         lock(&self.imports).get(&token).and_then(Weak::upgrade)
     }
 

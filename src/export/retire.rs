@@ -129,19 +129,24 @@ impl Drop for ExportSegment {
 /// background, counted in [`NodeContext::retirements`]; the handles stay usable, unpublished.
 pub(crate) fn withdraw_all(ctx: &Arc<NodeContext>) {
     for entry in ctx.exports() {
-        let Ok(inner) = entry.downcast::<ExportInner>() else {
-            continue;
-        };
-        let Some(p) = inner.lock().published.take() else {
-            continue;
-        };
-        let retiring = ctx.retiring();
-        let node = Arc::clone(ctx);
-        ctx.clone().spawn(async move {
-            retire(&node, &inner.ctrl, p).await;
-            drop(retiring);
-        });
+        entry.withdraw();
     }
+}
+
+/// [`withdraw_all`] for one export.
+pub(super) fn withdraw(inner: Arc<ExportInner>) {
+    let Some(ctx) = inner.node.upgrade() else {
+        return;
+    };
+    let Some(p) = inner.lock().published.take() else {
+        return;
+    };
+    let retiring = ctx.retiring();
+    let node = Arc::clone(&ctx);
+    ctx.spawn(async move {
+        retire(&node, &inner.ctrl, p).await;
+        drop(retiring);
+    });
 }
 
 impl Drop for ExportInner {

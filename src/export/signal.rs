@@ -5,7 +5,6 @@
 use super::{ExportInner, ExportSegment};
 use crate::backend::path::ExportPath;
 use crate::context::NodeContext;
-use crate::events::hub::Hub;
 use crate::events::route::{self, Target};
 use crate::events::{EventStream, Importer, PollFd, SignalFlags};
 use crate::{Error, Result};
@@ -14,10 +13,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 impl ExportInner {
-    pub(crate) fn events(&self) -> &Arc<Hub<Importer>> {
-        &self.events
-    }
-
     /// The node of importer connection `conn_id`, if it is one of this segment's.
     pub(crate) fn importer_node(&self, conn_id: u64) -> Option<u32> {
         self.lock()

@@ -89,10 +89,6 @@ impl ImportInner {
         self.path.mapper()
     }
 
-    pub(crate) fn peer_incarnation(&self) -> u64 {
-        self.peer_incarnation
-    }
-
     /// Whether the connection was disconnected (its handles may live on).
     pub(crate) fn is_disconnected(&self) -> bool {
         self.disconnected.load(Ordering::Relaxed)

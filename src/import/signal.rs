@@ -2,37 +2,15 @@
 //! timeout, the pollable descriptor, and the stream of this import's events. How a signal travels
 //! is in [`crate::events::route`].
 
-use super::{ImportInner, ImportSegment};
+use super::ImportSegment;
 use crate::backend::path::{ExportPath, ImportPath};
-use crate::events::hub::Hub;
 use crate::events::route::{self, Target};
 use crate::events::{EventStream, PollFd, SignalFlags};
 use crate::ids::NodeId;
 use crate::{Error, Result};
 use std::future::Future;
-use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
-
-impl ImportInner {
-    pub(crate) fn node(&self) -> u32 {
-        self.node
-    }
-
-    /// The exporter's id for the connection (its signals' check).
-    pub(crate) fn conn_id(&self) -> u64 {
-        self.conn_id
-    }
-
-    pub(crate) fn events(&self) -> &Arc<Hub<NodeId>> {
-        &self.events
-    }
-
-    /// The exporter signalled this import.
-    pub(crate) fn on_signal(&self, no_accumulate: bool) {
-        self.events.post(NodeId(self.node), no_accumulate);
-    }
-}
 
 impl ImportSegment {
     /// Signals the exporting process's segment (`rsm_intr_signal_post` on an import

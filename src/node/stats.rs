@@ -5,8 +5,6 @@
 use super::Node;
 use crate::context::NodeContext;
 use crate::controller::Controller;
-use crate::export::ExportInner;
-use crate::import::ImportInner;
 use crate::stats::{ControllerStats, NodeStats};
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -14,18 +12,14 @@ use std::sync::Arc;
 /// Imports open and importers connected, by controller name.
 fn connections(ctx: &NodeContext) -> HashMap<String, (u64, u64)> {
     let mut by: HashMap<String, (u64, u64)> = HashMap::new();
-    for e in ctx.imports() {
-        if let Ok(imp) = e.downcast::<ImportInner>() {
-            if !imp.is_disconnected() {
-                by.entry(imp.controller_name().to_string()).or_default().0 += 1;
-            }
+    for imp in ctx.imports() {
+        if let Some(controller) = imp.gauges() {
+            by.entry(controller).or_default().0 += 1;
         }
     }
-    for e in ctx.exports() {
-        if let Ok(exp) = e.downcast::<ExportInner>() {
-            let n = exp.importers().len() as u64;
-            by.entry(exp.controller().name().to_string()).or_default().1 += n;
-        }
+    for exp in ctx.exports() {
+        let (controller, importers) = exp.gauges();
+        by.entry(controller).or_default().1 += importers;
     }
     by
 }

@@ -1,0 +1,152 @@
+//! An export as the control plane sees it ([`ExportEntry`]): a connect request checked and
+//! granted, disconnects, atomics for importers, lost importers, signals and doorbells, the
+//! counters' gauges and the node's shutdown.
+
+use super::{ExportInner, Importer};
+use crate::backend::path::ExportPath;
+use crate::entries::{ExportEntry, Owner};
+use crate::events::SegmentEvent;
+use crate::events::loopback_bell;
+use crate::perm::Perm;
+use crate::sans_io::access::Requester;
+use crate::sans_io::wire::{AtomicRequest, ConnectGrant, ConnectRequest};
+use crate::sidechannel::PeerInfo;
+use crate::{Error, Result};
+use std::sync::Arc;
+
+impl ExportEntry for ExportInner {
+    /// The export's path checks the importer and the export its access; the path makes
+    /// the grant (on loopback the importer process gets the memfd and the connection its
+    /// own doorbell).
+    fn connect(&self, peer: &PeerInfo, r: &ConnectRequest) -> Result<ConnectGrant> {
+        let ctx = self.node.upgrade().ok_or_else(Error::seg_not_published)?;
+        let ctrl = &self.ctrl;
+        if ctrl.kind_name() != r.controller {
+            return Err(Error::seg_not_published().detail("published on another controller type"));
+        }
+        // Shared memory between hosts (namespaces of one boot included) is refused before
+        // any key (DESIGN.md §8, "Hosts").
+        let path = ctrl.path();
+        if path.same_host_only() && !peer.same_host {
+            return Err(crate::import::other_host(peer.node_id, ctrl.name()));
+        }
+        let admission = path.admission(peer, &r.fabric_addr)?;
+        let from = Owner {
+            node: peer.node_id,
+            incarnation: peer.incarnation,
+        };
+        let conn_id = ctx.open_conn(r.segment_id, from, admission.descriptors)?;
+        let importer = Importer {
+            node: peer.node_id,
+            incarnation: peer.incarnation,
+            // admit sets it from the grant.
+            writable: false,
+            pid: admission.pid,
+        };
+        let want = Perm::from_bits(r.perm);
+        let g = self
+            .admit(conn_id, importer, &requester(peer, r), want, &admission)
+            .inspect_err(|_| ctx.remove_conn(conn_id))?;
+        ctx.signals.add_importer(
+            conn_id,
+            peer.node_id,
+            r.signal_token,
+            r.doorbell.clone(),
+            r.fabric_addr.clone(),
+            path.ringer().cloned(),
+        );
+        // keys[1] is the ticket for the connection's own doorbell, where the path offers one.
+        let bell = g.bell_service.and_then(|(service, pid)| {
+            let (rt, on_ring) = (ctx.runtime(), ctx.on_ring());
+            let (ticket, bell) =
+                loopback_bell::offer(rt, on_ring, Ok(service), pid, peer.node_id, conn_id)?;
+            ctx.signals
+                .add_loopback_bell(peer.node_id, true, r.signal_token, bell);
+            Some(ticket)
+        });
+        self.events.emit(SegmentEvent::ImporterConnected {
+            node: crate::NodeId(peer.node_id),
+        });
+        Ok(ConnectGrant {
+            conn_id,
+            // keys[0] is the key for the granted mode (read-only for a grant without write).
+            keys: std::iter::once(g.key).chain(bell).collect(),
+            base: g.base,
+            length: g.length,
+            granted: g.granted.bits(),
+            generation: g.generation,
+            fabric_addr: g.fabric_addr,
+            exporter_uid: g.exporter_uid,
+            exporter_gid: g.exporter_gid,
+            doorbell: path.doorbell(),
+        })
+    }
+
+    fn disconnect(&self, conn_id: u64) {
+        self.forget(conn_id);
+    }
+
+    fn atomic(&self, from: Owner, r: &AtomicRequest) -> Result<u64> {
+        self.serve_atomic(from, r)
+    }
+
+    fn peer_lost(&self, lost: Owner) {
+        let conns = self.importers_of(lost.node, lost.incarnation);
+        if !conns.is_empty() {
+            self.events.emit(SegmentEvent::PeerUnreachable {
+                node: crate::NodeId(lost.node),
+            });
+        }
+        let ctx = self.node.upgrade();
+        for conn_id in conns {
+            self.forget(conn_id);
+            if let Some(ctx) = &ctx {
+                ctx.remove_conn(conn_id);
+            }
+        }
+    }
+
+    fn signal(&self, node: u32, conn_id: u64, no_accumulate: bool) {
+        self.on_signal(crate::events::Importer::new(node, conn_id), no_accumulate);
+    }
+
+    fn bell(&self, from: u32, conn_id: u64, first_no_acc: bool, plain: u64) -> bool {
+        if self.importer_node(conn_id) != Some(from) {
+            return false;
+        }
+        let importer = crate::events::Importer::new(from, conn_id);
+        if first_no_acc {
+            self.events.post(importer, true);
+        }
+        self.events.post_many(importer, plain);
+        true
+    }
+
+    fn gauges(&self) -> (String, u64) {
+        (self.ctrl.name().to_string(), self.importers().len() as u64)
+    }
+
+    fn withdraw(self: Arc<Self>) {
+        super::retire::withdraw(self);
+    }
+}
+
+/// Who asks to import, for the access check (DESIGN.md, decision 15): on a Unix link (same host)
+/// the kernel's credentials of the peer process replace whatever the request claims; between
+/// hosts the claimed uid, gid and supplementary groups (at most 64, bounded by the wire).
+pub(crate) fn requester<'a>(peer: &'a PeerInfo, r: &'a ConnectRequest) -> Requester<'a> {
+    match &peer.creds {
+        Some(c) => Requester {
+            node: peer.node_id,
+            uid: c.uid,
+            gid: c.gid,
+            groups: &c.groups,
+        },
+        None => Requester {
+            node: peer.node_id,
+            uid: r.uid,
+            gid: r.gid,
+            groups: &r.groups,
+        },
+    }
+}
