@@ -19,11 +19,13 @@ use crate::sans_io::wire::Message;
 use crate::sidechannel::{Handler, PeerInfo};
 use std::sync::{Arc, Weak};
 
+mod action;
 mod connect;
 mod entries;
 mod notices;
 mod signals;
 
+use action::Action;
 use connect::{handle_connect, on_atomic, on_disconnect};
 use entries::owner;
 use notices::{on_rebind, on_revoke};
@@ -48,67 +50,7 @@ impl NodeHandler {
 impl Handler for NodeHandler {
     fn on_message(&self, peer: &PeerInfo, msg: Message) -> Option<Message> {
         let node = self.0.upgrade()?;
-        let from = owner(peer);
-        match msg {
-            Message::ConnectRequest(r) => Some(handle_connect(&node, peer, r)),
-            Message::Disconnect { conn_id } => {
-                on_disconnect(&node, from, conn_id);
-                None
-            }
-            Message::Signal { conn_id, flags } => {
-                on_side_signal(&node, from, conn_id, flags);
-                None
-            }
-            Message::Revoke {
-                conn_id,
-                generation,
-            } => on_revoke(&node, from, conn_id, generation),
-            Message::Rebind {
-                conn_id,
-                generation,
-                keys,
-                base,
-            } => on_rebind(
-                &node,
-                from,
-                conn_id,
-                generation,
-                keys.first().copied(),
-                base,
-            ),
-            Message::RebindAck {
-                conn_id,
-                generation,
-            } => {
-                if !node.acknowledged(Ack::Rebind(conn_id, generation), from) {
-                    tracing::debug!(
-                        node = from.node,
-                        conn_id,
-                        "rebind acknowledgement not awaited from that peer dropped"
-                    );
-                }
-                None
-            }
-            Message::RevokeAck { conn_id, .. } => {
-                if !node.acknowledged(Ack::Revoke(conn_id), from) {
-                    tracing::debug!(
-                        node = from.node,
-                        conn_id,
-                        "revoke acknowledgement not awaited from that peer dropped"
-                    );
-                }
-                None
-            }
-            Message::Wake { controller } => {
-                node.wake(&controller);
-                None
-            }
-            Message::AtomicRequest(r) => Some(on_atomic(&node, from, &r)),
-            other => {
-                tracing::debug!(node = peer.node_id, message = ?other, "side-channel message not handled yet");
-                None
-            }
-        }
+        decide(&node, peer, msg)?.carry_out(&node)
     }
 
     fn on_peer_lost(&self, node_id: u32, incarnation: u64) {
@@ -133,6 +75,62 @@ impl Handler for NodeHandler {
             export.peer_lost(lost);
         }
         node.forget_acks_of(lost);
+    }
+}
+
+/// What to do about `msg` from `peer`: the message goes to the entry it names if `peer` may
+/// send it, and the reply or notice that follows comes back as an [`Action`].
+pub(crate) fn decide(ctx: &Arc<NodeContext>, peer: &PeerInfo, msg: Message) -> Option<Action> {
+    let from = owner(peer);
+    match msg {
+        Message::ConnectRequest(r) => Some(Action::Reply(handle_connect(ctx, peer, r))),
+        Message::Disconnect { conn_id } => {
+            on_disconnect(ctx, from, conn_id);
+            None
+        }
+        Message::Signal { conn_id, flags } => {
+            on_side_signal(ctx, from, conn_id, flags);
+            None
+        }
+        Message::Revoke {
+            conn_id,
+            generation,
+        } => on_revoke(ctx, from, conn_id, generation),
+        Message::Rebind {
+            conn_id,
+            generation,
+            keys,
+            base,
+        } => on_rebind(ctx, from, conn_id, generation, keys.first().copied(), base),
+        Message::RebindAck {
+            conn_id,
+            generation,
+        } => {
+            if !ctx.acknowledged(Ack::Rebind(conn_id, generation), from) {
+                tracing::debug!(
+                    node = from.node,
+                    conn_id,
+                    "rebind acknowledgement not awaited from that peer dropped"
+                );
+            }
+            None
+        }
+        Message::RevokeAck { conn_id, .. } => {
+            if !ctx.acknowledged(Ack::Revoke(conn_id), from) {
+                tracing::debug!(
+                    node = from.node,
+                    conn_id,
+                    "revoke acknowledgement not awaited from that peer dropped"
+                );
+            }
+            None
+        }
+        Message::Wake { controller } => Some(Action::Wake(controller)),
+        Message::AtomicRequest(r) => Some(Action::Reply(on_atomic(ctx, from, &r))),
+        other => {
+            tracing::debug!(node = peer.node_id, message = ?other, "side-channel message not handled yet");
+            None
+        }
     }
 }
 

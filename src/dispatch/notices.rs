@@ -1,6 +1,7 @@
 //! The importer's side of a revoke or a rebind (DESIGN.md §4): the notice, and the
 //! acknowledgement once the operations in flight are done.
 
+use super::action::Action;
 use super::entries::import_from;
 use crate::context::{NodeContext, Owner, REVOKE_WAIT};
 use crate::sans_io::wire::Message;
@@ -16,14 +17,13 @@ pub(super) fn on_revoke(
     from: Owner,
     conn_id: u64,
     generation: u32,
-) -> Option<Message> {
+) -> Option<Action> {
     let ack = Message::RevokeAck {
         conn_id,
         generation,
     };
     if let Some(imp) = import_from(ctx, from, conn_id) {
-        ack_later(ctx, from, ack, imp.revoked());
-        return None;
+        return Some(ack_later(from, ack, imp.revoked()));
     }
     ack_once_gone(ctx, from, conn_id, ack, || {
         on_revoke(ctx, from, conn_id, generation)
@@ -40,17 +40,14 @@ fn ack_once_gone(
     from: Owner,
     conn_id: u64,
     ack: Message,
-    again: impl FnOnce() -> Option<Message>,
-) -> Option<Message> {
+    again: impl FnOnce() -> Option<Action>,
+) -> Option<Action> {
     if ctx.import(from.node, conn_id).is_some() {
         return None;
     }
     match going(ctx, from, conn_id) {
-        Some(drained) => {
-            ack_later(ctx, from, ack, drained);
-            None
-        }
-        None if ctx.notice_early(from, conn_id) => Some(ack),
+        Some(drained) => Some(ack_later(from, ack, drained)),
+        None if ctx.notice_early(from, conn_id) => Some(Action::Reply(ack)),
         None => again(),
     }
 }
@@ -64,17 +61,16 @@ pub(super) fn on_rebind(
     generation: u32,
     key: Option<u64>,
     base: u64,
-) -> Option<Message> {
+) -> Option<Action> {
     let ack = Message::RebindAck {
         conn_id,
         generation,
     };
     match (import_from(ctx, from, conn_id), key) {
         (Some(imp), Some(key)) => {
-            ack_later(ctx, from, ack, imp.rebound(base, key, generation));
-            return None;
+            return Some(ack_later(from, ack, imp.rebound(base, key, generation)));
         }
-        (Some(_), None) => return Some(ack),
+        (Some(_), None) => return Some(Action::Reply(ack)),
         (None, _) => {}
     }
     ack_once_gone(ctx, from, conn_id, ack, || {
@@ -105,18 +101,15 @@ fn going(ctx: &Arc<NodeContext>, from: Owner, conn_id: u64) -> Option<BoxFuture<
     Some(wait.boxed())
 }
 
-/// Sends `ack` to `to` once `done` finished, from a task of the node.
+/// `ack` to `to` once `done` finished.
 fn ack_later(
-    ctx: &Arc<NodeContext>,
     to: Owner,
     ack: Message,
     done: impl std::future::Future<Output = ()> + Send + 'static,
-) {
-    let n = Arc::clone(ctx);
-    Arc::clone(ctx).spawn(async move {
-        done.await;
-        if let Ok(side) = n.side() {
-            let _ = side.notify(to.node, to.incarnation, ack).await;
-        }
-    });
+) -> Action {
+    Action::NotifyAfter {
+        to,
+        msg: ack,
+        after: done.boxed(),
+    }
 }

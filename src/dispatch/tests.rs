@@ -454,3 +454,144 @@ fn each_message_reaches_the_entry_it_names_from_its_peer_only() {
     crate::export::retire::withdraw_all(&ctx);
     assert_eq!(export.calls(), ["withdraw"]);
 }
+
+/// An import as the dispatcher sees it, which records what it was handed.
+struct FakeImport {
+    exporter: Owner,
+    conn_id: u64,
+    calls: std::sync::Mutex<Vec<String>>,
+}
+
+impl FakeImport {
+    fn new(exporter: Owner, conn_id: u64) -> Arc<Self> {
+        Arc::new(FakeImport {
+            exporter,
+            conn_id,
+            calls: std::sync::Mutex::new(Vec::new()),
+        })
+    }
+
+    fn calls(&self) -> Vec<String> {
+        std::mem::take(&mut *self.calls.lock().expect("calls"))
+    }
+
+    fn note(&self, call: String) {
+        self.calls.lock().expect("calls").push(call);
+    }
+}
+
+impl crate::entries::ImportEntry for FakeImport {
+    fn exporter(&self) -> Owner {
+        self.exporter
+    }
+    fn conn_id(&self) -> u64 {
+        self.conn_id
+    }
+    fn lost(&self, _err: crate::Error) {
+        self.note("lost".into());
+    }
+    fn transport(&self) -> Option<(&str, &[u8])> {
+        None
+    }
+    fn reset_transport(&self) {}
+    fn revoked(self: Arc<Self>) -> futures::future::BoxFuture<'static, ()> {
+        self.note("revoked".into());
+        Box::pin(async {})
+    }
+    fn rebound(
+        self: Arc<Self>,
+        base: u64,
+        key: u64,
+        generation: u32,
+    ) -> futures::future::BoxFuture<'static, ()> {
+        self.note(format!("rebound {base:#x} {key:#x} {generation}"));
+        Box::pin(async {})
+    }
+    fn signal(&self, no_accumulate: bool) {
+        self.note(format!("signal {no_accumulate}"));
+    }
+    fn bell(&self, first_no_acc: bool, plain: u64) {
+        self.note(format!("bell {first_no_acc} {plain}"));
+    }
+    fn gauges(&self) -> Option<String> {
+        None
+    }
+}
+
+/// The importer's side decided without sockets or tasks: a notice reaches the import only
+/// from the exporter's incarnation that granted it, and its acknowledgement is an action
+/// for the driver, due once the import let go; a notice for no import is answered at once.
+#[test]
+fn notices_decide_their_acknowledgements_from_the_granting_exporter_only() {
+    let (_rt, ctx, _) = context();
+    let exporter = own(5, 9);
+    let conn = 0xabc;
+    let imp = FakeImport::new(exporter, conn);
+    ctx.add_import(exporter, conn, ctx.loss_mark(), &imp)
+        .expect("registered");
+    let revoke = Message::Revoke {
+        conn_id: conn,
+        generation: 1,
+    };
+
+    // Another incarnation of the exporter: the import hears nothing, and nothing is
+    // answered. Another node names a connection of its own, which this node has no
+    // import of: answered at once, and the import hears nothing either.
+    let action = decide(&ctx, &link(own(5, 10)), revoke.clone());
+    assert!(action.is_none(), "{action:?}");
+    let action = decide(&ctx, &link(own(6, 9)), revoke.clone());
+    assert!(
+        matches!(action, Some(Action::Reply(Message::RevokeAck { .. }))),
+        "{action:?}"
+    );
+    assert!(imp.calls().is_empty());
+
+    // The exporter: the import is revoked, and acknowledges to that incarnation once done.
+    let action = decide(&ctx, &link(exporter), revoke.clone());
+    let Some(Action::NotifyAfter { to, msg, .. }) = action else {
+        panic!("no acknowledgement: {action:?}");
+    };
+    assert_eq!(to, exporter);
+    assert!(matches!(msg, Message::RevokeAck { conn_id, generation: 1 } if conn_id == conn));
+    assert_eq!(imp.calls(), ["revoked"]);
+
+    // A rebind with a key moves the import; one without is acknowledged at once.
+    let rebind = |keys: Vec<u64>| Message::Rebind {
+        conn_id: conn,
+        generation: 2,
+        keys,
+        base: 0x1000,
+    };
+    let action = decide(&ctx, &link(exporter), rebind(vec![0x77]));
+    assert!(
+        matches!(action, Some(Action::NotifyAfter { .. })),
+        "{action:?}"
+    );
+    assert_eq!(imp.calls(), ["rebound 0x1000 0x77 2"]);
+    let action = decide(&ctx, &link(exporter), rebind(Vec::new()));
+    assert!(
+        matches!(action, Some(Action::Reply(Message::RebindAck { .. }))),
+        "{action:?}"
+    );
+
+    // A revoke for a connection this node has no import of is answered at once.
+    let other = Message::Revoke {
+        conn_id: conn + 1,
+        generation: 1,
+    };
+    let action = decide(&ctx, &link(exporter), other);
+    assert!(
+        matches!(action, Some(Action::Reply(Message::RevokeAck { .. }))),
+        "{action:?}"
+    );
+
+    // A peer's wake is the driver's to carry out.
+    let wake = Message::Wake {
+        controller: "shm0".into(),
+    };
+    let action = decide(&ctx, &link(exporter), wake);
+    assert!(
+        matches!(action, Some(Action::Wake(ref c)) if c == "shm0"),
+        "{action:?}"
+    );
+}
