@@ -112,8 +112,8 @@ pub(crate) struct Published {
 pub(crate) struct Importer {
     pub(crate) node: u32,
     pub(crate) incarnation: u64,
-    /// Whether it was granted write (it holds the read-write key, else the read-only one).
-    pub(crate) writable: bool,
+    /// What it was granted (its key allows exactly that).
+    pub(crate) granted: Perm,
     /// Its process, from the kernel credentials of the Unix side channel (loopback and shm).
     pub(crate) pid: Option<u32>,
 }
@@ -170,11 +170,10 @@ impl ExportInner {
                 .node(who.node)
                 .detail(why));
         }
-        let write = granted.allows(Perm::WRITE);
         let g = self
             .ctrl
             .path()
-            .grant(&p.offer, &p.mem, conn_id, write, admission)
+            .grant(&p.offer, &p.mem, conn_id, granted, admission)
             .map_err(|e| e.segment(p.id))?;
         let grant = Grant {
             key: g.key,
@@ -188,7 +187,7 @@ impl ExportInner {
             bell_service: g.bell_service,
         };
         let importer = Importer {
-            writable: write,
+            granted,
             ..importer
         };
         p.importers.insert(conn_id, importer);
@@ -197,12 +196,14 @@ impl ExportInner {
 
     /// Forgets an importer (it disconnected, or its node is gone).
     pub(crate) fn forget(&self, conn_id: u64) {
-        self.ctrl.path().forget(conn_id);
-        let gone = self
-            .lock()
-            .published
-            .as_mut()
-            .and_then(|p| p.importers.remove(&conn_id));
+        let gone = {
+            let mut st = self.lock();
+            let p = st.published.as_mut();
+            self.ctrl
+                .path()
+                .forget(p.as_ref().map(|p| &p.offer), conn_id);
+            p.and_then(|p| p.importers.remove(&conn_id))
+        };
         if let Some(i) = gone {
             self.events
                 .emit(crate::events::SegmentEvent::ImporterDisconnected {
@@ -294,12 +295,16 @@ impl ExportSegment {
             return unsafe { crate::sys::fault::make_inaccessible(mem.as_ptr(), mem.len()) }
                 .map_err(|e| e.op(OP));
         }
-        let offer = path.offer(&mem).map_err(|e| e.op(OP))?;
         let mut st = self.inner.lock();
         let p = st
             .published
             .as_mut()
             .ok_or_else(|| Error::seg_not_published().op(OP))?;
+        let offer = path.offer(&mem).map_err(|e| e.op(OP))?;
+        for (conn_id, access) in p.offer.grants() {
+            // The new keys reach nobody: the importers keep the old ones.
+            path.reoffer(&offer, &mem, conn_id, access);
+        }
         let old = std::mem::replace(&mut p.offer, offer);
         drop(st);
         drop(old);

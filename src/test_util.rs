@@ -78,6 +78,20 @@ pub fn connection_id(imp: &crate::ImportSegment) -> u64 {
     imp.connection_id()
 }
 
+/// What the grantee of `imp` holds on a libfabric controller: the key it posts with, the
+/// base it adds offsets to, and the exporter's fabric address; for tests that attack the
+/// exporter with raw libfabric.
+///
+/// ```no_run
+/// # fn f(imp: rsm::ImportSegment) {
+/// let (key, base, exporter) = rsm::test_util::grant_of(&imp);
+/// # let _ = (key, base, exporter);
+/// # }
+/// ```
+pub fn grant_of(imp: &crate::ImportSegment) -> (u64, u64, Vec<u8>) {
+    imp.grant_parts()
+}
+
 /// Operations (posted parts) of `ctrl`'s progress engine not yet completed by the
 /// provider; 0 on `loopback`, which has no engine.
 ///

@@ -21,9 +21,17 @@ impl MrAccess {
     /// Local target of reads.
     pub const READ: MrAccess = MrAccess(ffi::FI_READ as u64);
 
+    /// No access.
+    pub const NONE: MrAccess = MrAccess(0);
+
     /// Both sets of access.
     pub const fn union(self, other: MrAccess) -> MrAccess {
         MrAccess(self.0 | other.0)
+    }
+
+    /// Whether it allows nothing.
+    pub const fn is_none(self) -> bool {
+        self.0 == 0
     }
 }
 

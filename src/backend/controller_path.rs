@@ -142,14 +142,14 @@ impl ExportPath for ControllerPath {
         offer: &Offer,
         mem: &Memory,
         conn_id: u64,
-        write: bool,
+        access: Perm,
         admission: &Admission,
     ) -> Result<Granted> {
-        chosen!(self, p => p.grant(offer, mem, conn_id, write, admission))
+        chosen!(self, p => p.grant(offer, mem, conn_id, access, admission))
     }
 
-    fn reoffer(&self, offer: &Offer, new: &Memory, conn_id: u64, write: bool) -> (u64, u64) {
-        chosen!(self, p => p.reoffer(offer, new, conn_id, write))
+    fn reoffer(&self, offer: &Offer, new: &Memory, conn_id: u64, access: Perm) -> (u64, u64) {
+        chosen!(self, p => p.reoffer(offer, new, conn_id, access))
     }
 
     fn rebound(&self, old: &Memory, new: &Memory, generation: u32) {
@@ -164,8 +164,8 @@ impl ExportPath for ControllerPath {
         chosen!(self, p => p.destroyed(mem))
     }
 
-    fn forget(&self, conn_id: u64) {
-        chosen!(self, p => ExportPath::forget(p, conn_id))
+    fn forget(&self, offer: Option<&Offer>, conn_id: u64) {
+        chosen!(self, p => ExportPath::forget(p, offer, conn_id))
     }
 
     fn address(&self) -> Vec<u8> {

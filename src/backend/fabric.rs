@@ -278,11 +278,6 @@ impl Registration {
         self.base
     }
 
-    /// The progress engine of the registration's controller.
-    pub(crate) fn engine(&self) -> &Arc<Engine> {
-        self.backend.engine()
-    }
-
     /// The descriptor local operations pass for memory in this registration.
     pub(crate) fn desc(&self) -> *mut libc::c_void {
         self.mr.desc()

@@ -14,6 +14,7 @@ use crate::backend::fabric::{FabricBackend, Registration};
 use crate::backend::loopback::LoopbackImport;
 use crate::fabric::atomic::AtomicKind;
 use crate::memory::Memory;
+use crate::perm::Perm;
 use crate::reactor::barrier::BarrierCore;
 use crate::reactor::engine::Engine;
 use crate::reactor::slot::{AtomicPost, OpInfo, Piece};
@@ -26,7 +27,8 @@ use crate::sidechannel::fdpass::FdService;
 use crate::stats::OpKind;
 use crate::{Error, Result};
 use futures::future::BoxFuture;
-use std::sync::Arc;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 /// What a data path needs of the connection an operation runs on, which the import keeps.
@@ -185,30 +187,51 @@ pub(crate) trait ImportPath {
     fn mapper(&self) -> Option<&Arc<LoopbackImport>>;
 }
 
-/// What a path made of a segment's memory when it was published or rebound, for grants:
-/// the registration that allows remote reads and writes, and the one that allows reads
-/// only, under its own key (none on a path that registers nothing). Dropped only after
-/// the importers let go of the memory (`export/settle.rs`), and before the memory.
+/// What a path made of a segment's memory (published, or rebound) for its importers: each
+/// connection's own registration, with exactly the access its grant allows (none for a
+/// grant of nothing), made at its connect (or the rebind) and closed when the connection
+/// ends (disconnect, lost importer) or, for the connections still there at a revoke or a
+/// rebind, with the offer, once the importers let go of the memory (`export/settle.rs`).
+/// Kept next to an `Arc` of the memory, before it, so it closes first.
 #[derive(Default)]
 pub(crate) struct Offer {
-    pub(crate) rw: Option<Registration>,
-    pub(crate) ro: Option<Registration>,
+    conns: Mutex<HashMap<u64, (Registration, Perm)>>,
+    /// The engine whose queue serves the registrations (nudged while they are kept for an
+    /// importer that did not let go).
+    engine: Option<Arc<Engine>>,
 }
 
 impl Offer {
-    /// The engine whose queue serves the registrations (nudged while they are kept for an
-    /// importer that did not let go).
-    pub(crate) fn engine(&self) -> Option<Arc<Engine>> {
-        self.rw.as_ref().map(|r| Arc::clone(r.engine()))
+    /// An offer of memory registered through `engine`'s controller.
+    pub(crate) fn on(engine: &Arc<Engine>) -> Self {
+        Offer {
+            conns: Mutex::new(HashMap::new()),
+            engine: Some(Arc::clone(engine)),
+        }
     }
 
-    /// The registration for a grant with write (`write`) or without.
-    pub(crate) fn for_grant(&self, write: bool) -> Option<&Registration> {
-        if write {
-            self.rw.as_ref()
-        } else {
-            self.ro.as_ref()
-        }
+    /// The engine whose queue serves the registrations.
+    pub(crate) fn engine(&self) -> Option<Arc<Engine>> {
+        self.engine.clone()
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<u64, (Registration, Perm)>> {
+        self.conns.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Connection `conn_id`'s registration, for a grant of `access`.
+    pub(crate) fn insert(&self, conn_id: u64, reg: Registration, access: Perm) {
+        self.lock().insert(conn_id, (reg, access));
+    }
+
+    /// Takes connection `conn_id`'s registration out (it closes when dropped).
+    pub(crate) fn remove(&self, conn_id: u64) -> Option<Registration> {
+        self.lock().remove(&conn_id).map(|(reg, _)| reg)
+    }
+
+    /// Every connection's grant, for a fault that replaces the registrations.
+    pub(crate) fn grants(&self) -> Vec<(u64, Perm)> {
+        self.lock().iter().map(|(c, (_, a))| (*c, *a)).collect()
     }
 }
 
@@ -261,7 +284,8 @@ pub(crate) trait ExportPath {
     /// pin and map pages) and belong on a blocking thread.
     fn registers(&self) -> bool;
 
-    /// Makes `mem` reachable for grants: its registrations.
+    /// Makes `mem` ready for grants (a registration it takes is tried, and closed at once:
+    /// the grants register it again, each with its own access).
     fn offer(&self, mem: &Arc<Memory>) -> Result<Offer>;
 
     /// Publish of `mem` at rebind generation `generation` (before any grant).
@@ -280,14 +304,14 @@ pub(crate) trait ExportPath {
         offer: &Offer,
         mem: &Memory,
         conn_id: u64,
-        write: bool,
+        access: Perm,
         admission: &Admission,
     ) -> Result<Granted>;
 
-    /// Rebind to `new`, which `offer` registered, at `generation`: the key (or ticket)
-    /// and base of connection `conn_id` (0 where the path cannot offer it; the importer
-    /// then keeps the old memory until the exporter retires it).
-    fn reoffer(&self, offer: &Offer, new: &Memory, conn_id: u64, write: bool) -> (u64, u64);
+    /// Rebind to `new`, whose offer is `offer`: the key (or ticket) and base of connection
+    /// `conn_id`, granted `access` (0 where the path cannot offer it; the importer then
+    /// keeps the old memory until the exporter retires it).
+    fn reoffer(&self, offer: &Offer, new: &Memory, conn_id: u64, access: Perm) -> (u64, u64);
 
     /// Rebind from `old` to `new` at `generation`, before any importer is told.
     fn rebound(&self, old: &Memory, new: &Memory, generation: u32);
@@ -298,8 +322,9 @@ pub(crate) trait ExportPath {
     /// Destroy of `mem`, after every importer acknowledged the revoke.
     fn destroyed(&self, mem: &Memory);
 
-    /// Connection `conn_id` ended (disconnect, lost importer).
-    fn forget(&self, conn_id: u64);
+    /// Connection `conn_id` ended (disconnect, lost importer): what it was granted of
+    /// `offer` stops working at once.
+    fn forget(&self, offer: Option<&Offer>, conn_id: u64);
 
     /// This path's address for peers (empty where it has none).
     fn address(&self) -> Vec<u8>;

@@ -6,6 +6,7 @@
 
 use super::{ExportInner, ExportSegment};
 use crate::context::Owner;
+use crate::perm::Perm;
 use crate::sans_io::atomic::{AtomicOp, AtomicValue, Call, Class, CompareOp};
 use crate::sans_io::wire::AtomicRequest;
 use crate::sys::atomic_mem;
@@ -23,7 +24,7 @@ impl ExportInner {
         let Some(imp) = p.importers.get(&req.conn_id).filter(|i| i.owner() == from) else {
             return Err(Error::conn_aborted().detail("no such connection of that importer"));
         };
-        if !imp.writable {
+        if !imp.granted.allows(Perm::WRITE) {
             return Err(Error::perm_denied().detail("atomics need a read-write grant"));
         }
         let call = Call::decode(req.class, req.op, req.datatype).ok_or_else(|| {

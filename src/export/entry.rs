@@ -40,7 +40,7 @@ impl ExportEntry for ExportInner {
             node: peer.node_id,
             incarnation: peer.incarnation,
             // admit sets it from the grant.
-            writable: false,
+            granted: Perm::NONE,
             pid: admission.pid,
         };
         let want = Perm::from_bits(r.perm);

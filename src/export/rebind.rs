@@ -154,7 +154,7 @@ impl ExportSegment {
                         .importers
                         .iter()
                         .map(|(&conn_id, i)| {
-                            let (key, base) = path.reoffer(&p.offer, &mem, conn_id, i.writable);
+                            let (key, base) = path.reoffer(&p.offer, &mem, conn_id, i.granted);
                             RebindNote {
                                 conn_id,
                                 owner: i.owner(),

@@ -284,6 +284,16 @@ impl ImportSegment {
         self.inner.conn_id
     }
 
+    /// The key and base the connection posts with now, and the exporter's address on the
+    /// path (what a grantee holds, for tests that attack with it).
+    pub(crate) fn grant_parts(&self) -> (u64, u64, Vec<u8>) {
+        let (epoch, view) = self.inner.tracker.enter();
+        self.inner.tracker.leave(epoch);
+        let (key, base) = view.map_or((0, 0), |v| (v.key, v.base));
+        let addr = self.inner.path.peer_addr().unwrap_or_default().to_vec();
+        (key, base, addr)
+    }
+
     /// Operations posted and not yet completed by the provider.
     pub fn in_flight(&self) -> usize {
         self.inner.tracker.in_flight()

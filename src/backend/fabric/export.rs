@@ -3,15 +3,52 @@
 //! completion data on the controller's doorbell.
 
 use super::FabricBackend;
+use crate::Result;
 use crate::backend::fabric::Registration;
 use crate::backend::path::{Admission, ExportPath, Granted, Offer, SignalReader};
 use crate::fabric::MrAccess;
 use crate::memory::Memory;
+use crate::perm::Perm;
 use crate::sans_io::wire::Doorbell;
 use crate::sidechannel::PeerInfo;
 use crate::sys::mem::Mapping;
-use crate::{Error, Result};
 use std::sync::Arc;
+
+impl FabricBackend {
+    /// Registers `mem` for connection `conn_id` with exactly the remote access `access`
+    /// grants, into `offer`: its key and base (key 0, no registration, for a grant of
+    /// nothing). On a provider that fences writes with a read, a write-only grant can also
+    /// read (its puts need the fence).
+    fn register_for(
+        self: &Arc<Self>,
+        offer: &Offer,
+        mem: &Memory,
+        conn_id: u64,
+        access: Perm,
+    ) -> Result<(u64, u64)> {
+        let mut mr = MrAccess::NONE;
+        if access.allows(Perm::READ) || (access.allows(Perm::WRITE) && self.fences_with_reads()) {
+            mr = mr.union(MrAccess::REMOTE_READ);
+        }
+        if access.allows(Perm::WRITE) {
+            mr = mr.union(MrAccess::REMOTE_WRITE);
+        }
+        if mr.is_none() {
+            return Ok((0, 0));
+        }
+        // SAFETY: the registration goes into `offer`, which the export keeps next to an Arc
+        // of `mem`, declared before it (Published, Rebound), so it closes first; a
+        // connection's own one closes when the connection ends, the memory still held.
+        let reg = unsafe { self.register(mem.as_ptr(), mem.len(), mr) }?;
+        let granted = (reg.key(), reg.base());
+        offer.insert(conn_id, reg, access);
+        Ok(granted)
+    }
+
+    fn fences_with_reads(&self) -> bool {
+        self.visibility() == crate::reactor::slot::Visibility::FencedRead
+    }
+}
 
 impl ExportPath for Arc<FabricBackend> {
     fn segment_memory(&self, size: usize) -> Result<Memory> {
@@ -27,17 +64,13 @@ impl ExportPath for Arc<FabricBackend> {
     }
 
     fn offer(&self, mem: &Arc<Memory>) -> Result<Offer> {
+        // Tried now, so that publish says what the provider thinks of the memory; every
+        // grant registers it again with its own access and key.
         let access = MrAccess::REMOTE_READ.union(MrAccess::REMOTE_WRITE);
-        // SAFETY: every offer is kept next to an Arc of the memory it covers (Published,
-        // Rebound), declared before it, so it closes before the memory can be freed;
-        // revokes and rebinds keep both until importers are done.
-        let rw = unsafe { self.register(mem.as_ptr(), mem.len(), access) }?;
-        // SAFETY: as above.
-        let ro = unsafe { self.register(mem.as_ptr(), mem.len(), MrAccess::REMOTE_READ) }?;
-        Ok(Offer {
-            rw: Some(rw),
-            ro: Some(ro),
-        })
+        // SAFETY: the memory is mapped (the caller holds an Arc of it) and the registration
+        // closes before this returns; nothing was granted under it.
+        drop(unsafe { self.register(mem.as_ptr(), mem.len(), access) }?);
+        Ok(Offer::on(self.engine()))
     }
 
     fn published(&self, _mem: &Memory, _generation: u32) {}
@@ -77,24 +110,26 @@ impl ExportPath for Arc<FabricBackend> {
     fn grant(
         &self,
         offer: &Offer,
-        _mem: &Memory,
-        _conn_id: u64,
-        write: bool,
+        mem: &Memory,
+        conn_id: u64,
+        access: Perm,
         _admission: &Admission,
     ) -> Result<Granted> {
-        let reg = offer.for_grant(write).ok_or_else(Error::ctlr_not_present)?;
+        let (key, base) = self.register_for(offer, mem, conn_id, access)?;
         Ok(Granted {
-            key: reg.key(),
-            base: reg.base(),
+            key,
+            base,
             address: self.address(),
             bell_service: None,
         })
     }
 
-    fn reoffer(&self, offer: &Offer, _new: &Memory, _conn_id: u64, write: bool) -> (u64, u64) {
-        offer
-            .for_grant(write)
-            .map_or((0, 0), |r: &Registration| (r.key(), r.base()))
+    fn reoffer(&self, offer: &Offer, new: &Memory, conn_id: u64, access: Perm) -> (u64, u64) {
+        self.register_for(offer, new, conn_id, access)
+            .unwrap_or_else(|e| {
+                tracing::warn!(conn_id, error = %e, "cannot register the rebound memory for an importer");
+                (0, 0)
+            })
     }
 
     fn rebound(&self, _old: &Memory, _new: &Memory, _generation: u32) {}
@@ -103,7 +138,10 @@ impl ExportPath for Arc<FabricBackend> {
 
     fn destroyed(&self, _mem: &Memory) {}
 
-    fn forget(&self, _conn_id: u64) {}
+    fn forget(&self, offer: Option<&Offer>, conn_id: u64) {
+        // Its key stops working now: a late write of a lost importer finds no memory.
+        drop(offer.and_then(|o| o.remove(conn_id)));
+    }
 
     fn address(&self) -> Vec<u8> {
         FabricBackend::address(self)

@@ -7,6 +7,7 @@ use crate::backend::fabric::{FabricBackend, Registration};
 use crate::backend::path::{Admission, ExportPath, Granted, Offer, SignalReader};
 use crate::context::NodeContext;
 use crate::memory::Memory;
+use crate::perm::Perm;
 use crate::sans_io::wire::Doorbell;
 use crate::shared_memory::SharedMemory;
 use crate::sidechannel::PeerInfo;
@@ -137,10 +138,10 @@ impl ExportPath for Arc<LoopbackBackend> {
         _offer: &Offer,
         mem: &Memory,
         conn_id: u64,
-        write: bool,
+        access: Perm,
         admission: &Admission,
     ) -> Result<Granted> {
-        let (base, share) = grant(mem, write)?;
+        let (base, share) = grant(mem, access.allows(Perm::WRITE))?;
         let (Some(fd), Some(pid)) = (share, admission.handed_to) else {
             // Caller memory at `base` in this process: no service, no doorbell of its own
             // (its signals use the side channel).
@@ -162,8 +163,8 @@ impl ExportPath for Arc<LoopbackBackend> {
         })
     }
 
-    fn reoffer(&self, _offer: &Offer, new: &Memory, conn_id: u64, write: bool) -> (u64, u64) {
-        reoffer(self, new, conn_id, write)
+    fn reoffer(&self, _offer: &Offer, new: &Memory, conn_id: u64, access: Perm) -> (u64, u64) {
+        reoffer(self, new, conn_id, access.allows(Perm::WRITE))
     }
 
     fn rebound(&self, old: &Memory, new: &Memory, generation: u32) {
@@ -178,7 +179,7 @@ impl ExportPath for Arc<LoopbackBackend> {
         destroyed(mem);
     }
 
-    fn forget(&self, conn_id: u64) {
+    fn forget(&self, _offer: Option<&Offer>, conn_id: u64) {
         LoopbackBackend::forget(self, conn_id);
     }
 

@@ -1,0 +1,325 @@
+//! Attacks with a granted key (DESIGN.md §8, "Grants"; SECURITY.md): a grantee that
+//! leaves rsm for raw libfabric gets exactly what its grant allows, for as long as its
+//! connection lasts. On tcp0 and sockets0 an exporter node and an importer node of
+//! this process connect through rsm; a child process then posts with the importer's key
+//! from an endpoint of its own, as a hostile grantee would (a fresh endpoint per attack:
+//! tcp ends a connection that made a refused access).
+
+mod common;
+
+use rsm::{Access, ExportFlags, Perm};
+use rsm_fabric::endpoint::PostError;
+use rsm_fabric::{CompletionQueue, CqReadError, Domain, Endpoint, Fabric, Hints, InfoList, ffi};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+const SIZE: usize = 64 * 1024;
+/// The exporter's bytes, which a grantee without read must never see.
+const SECRET: u8 = 0xA5;
+
+/// A raw libfabric endpoint on the provider of an rsm controller.
+struct Raw {
+    _domain: Arc<Domain>,
+    ep: Arc<Endpoint>,
+    cq: Arc<CompletionQueue>,
+    /// Buffers and contexts handed to the provider: kept until the endpoint closes, for a
+    /// post that never got an answer.
+    kept: Vec<(Box<[u8]>, Box<ffi::fi_context2>)>,
+}
+
+/// What became of a raw post.
+#[derive(Debug, PartialEq)]
+enum Outcome {
+    Done,
+    Failed(String),
+    /// Neither a completion nor an error within the wait (shm drops some refused accesses
+    /// without an answer).
+    NoAnswer,
+}
+
+impl Raw {
+    fn open(provider: &str) -> Raw {
+        let hints = Hints::for_provider(provider).expect("hints");
+        let list = InfoList::get(&hints, Some("127.0.0.1")).expect("fi_getinfo");
+        let info = Arc::new(
+            list.iter()
+                .next()
+                .expect("provider present")
+                .dup()
+                .expect("dup"),
+        );
+        let domain = Domain::open(Fabric::open(info).expect("fabric")).expect("domain");
+        let cq = CompletionQueue::open(&domain, 64, true).expect("cq");
+        let ep = Endpoint::open_for(&domain, Arc::clone(&cq)).expect("endpoint");
+        Raw {
+            _domain: domain,
+            ep,
+            cq,
+            kept: Vec::new(),
+        }
+    }
+
+    /// Reads `len` bytes at `addr` under `key` from `peer`: the outcome and what arrived.
+    fn read(
+        &mut self,
+        peer: ffi::fi_addr_t,
+        addr: u64,
+        key: u64,
+        len: usize,
+    ) -> (Outcome, Vec<u8>) {
+        let mut buf = vec![0u8; len].into_boxed_slice();
+        let mut ctx = Box::new(ffi::fi_context2::default());
+        let (ptr, ctx_ptr) = (buf.as_mut_ptr(), &mut *ctx as *mut ffi::fi_context2);
+        // SAFETY: the buffer and the context are kept in `self.kept` until the endpoint
+        // closes, whatever the provider does with the post.
+        let post = || unsafe {
+            self.ep
+                .read(ptr, len, std::ptr::null_mut(), peer, addr, key, ctx_ptr)
+        };
+        let outcome = self.post_and_wait(post, ctx_ptr as usize);
+        // SAFETY: the post completed or failed (or the provider never answers, and the
+        // bytes are only compared); nothing writes them concurrently in this test.
+        let got = unsafe { std::slice::from_raw_parts(ptr, len) }.to_vec();
+        self.kept.push((buf, ctx));
+        (outcome, got)
+    }
+
+    /// Writes `bytes` at `addr` under `key` at `peer`.
+    fn write(&mut self, peer: ffi::fi_addr_t, addr: u64, key: u64, bytes: &[u8]) -> Outcome {
+        self.write_with(peer, addr, key, bytes, ffi::FI_DELIVERY_COMPLETE as u64)
+    }
+
+    /// Writes with `flags` (0: the completion says only that the bytes left).
+    fn write_with(
+        &mut self,
+        peer: ffi::fi_addr_t,
+        addr: u64,
+        key: u64,
+        bytes: &[u8],
+        flags: u64,
+    ) -> Outcome {
+        let buf: Box<[u8]> = bytes.into();
+        let mut ctx = Box::new(ffi::fi_context2::default());
+        let (ptr, ctx_ptr) = (buf.as_ptr(), &mut *ctx as *mut ffi::fi_context2);
+        // SAFETY: as in `read`.
+        let post = || unsafe {
+            self.ep.write(
+                ptr,
+                bytes.len(),
+                std::ptr::null_mut(),
+                peer,
+                addr,
+                key,
+                ctx_ptr,
+                flags,
+                0,
+            )
+        };
+        let outcome = self.post_and_wait(post, ctx_ptr as usize);
+        self.kept.push((buf, ctx));
+        outcome
+    }
+
+    fn post_and_wait(&self, post: impl Fn() -> Result<(), PostError>, ctx: usize) -> Outcome {
+        let deadline = Instant::now() + Duration::from_secs(3);
+        loop {
+            match post() {
+                Ok(()) => break,
+                Err(PostError::Again | PostError::Connecting { .. })
+                    if Instant::now() < deadline =>
+                {
+                    let _ = self.cq.read(&mut Vec::new());
+                    std::thread::sleep(Duration::from_millis(1));
+                }
+                Err(e) => return Outcome::Failed(format!("post: {e:?}")),
+            }
+        }
+        let mut got = Vec::new();
+        while Instant::now() < deadline {
+            match self.cq.read(&mut got) {
+                Ok(_) => {}
+                Err(CqReadError::Entry(e)) => return Outcome::Failed(e.failure.to_string()),
+                Err(CqReadError::Failed(f)) => return Outcome::Failed(f.to_string()),
+            }
+            if got.iter().any(|e| e.context == ctx) {
+                return Outcome::Done;
+            }
+            std::thread::sleep(Duration::from_micros(200));
+        }
+        Outcome::NoAnswer
+    }
+}
+
+/// The provider behind an rsm controller name.
+fn provider(ctrl: &str) -> &'static str {
+    match ctrl {
+        "tcp0" => "tcp",
+        "sockets0" => "sockets",
+        other => panic!("no provider for {other}"),
+    }
+}
+
+/// The exporter's view of the first bytes of its segment.
+fn first_bytes(seg: &rsm::ExportSegment) -> [u8; 16] {
+    let mut b = [0u8; 16];
+    seg.read_at(0, &mut b).expect("read_at");
+    b
+}
+
+#[test]
+fn role_entry() {
+    match common::role().as_deref() {
+        None => {}
+        Some("raw") => raw_role(),
+        Some(other) => panic!("unknown role {other}"),
+    }
+}
+
+/// A hostile grantee on `PROVIDER`: for each command `read ADDR BASE KEY` or
+/// `write ADDR BASE KEY BYTE` (the exporter's fabric address in hex), a fresh endpoint posts
+/// 16 bytes and says `done HEX` (what a read got), `failed WHY` or `no answer`.
+fn raw_role() {
+    let provider = common::arg("PROVIDER");
+    while let Some(cmd) = common::next_command() {
+        let words: Vec<&str> = cmd.split_whitespace().collect();
+        if !matches!(words.first(), Some(&"read" | &"write" | &"fastwrite")) {
+            break;
+        }
+        let num = |i: usize| u64::from_str_radix(words[i], 16).expect("hex");
+        let mut raw = Raw::open(&provider);
+        let addr: Vec<u8> = (0..words[1].len())
+            .step_by(2)
+            .map(|i| u8::from_str_radix(&words[1][i..i + 2], 16).expect("hex address"))
+            .collect();
+        let peer = raw.ep.add_peer(&addr).expect("the exporter's address");
+        let (outcome, got) = match words[0] {
+            "read" => raw.read(peer, num(2), num(3), 16),
+            "write" => (
+                raw.write(peer, num(2), num(3), &[num(4) as u8; 16]),
+                Vec::new(),
+            ),
+            "fastwrite" => (
+                raw.write_with(peer, num(2), num(3), &[num(4) as u8; 16], 0),
+                Vec::new(),
+            ),
+            _ => break,
+        };
+        common::say(match outcome {
+            Outcome::Done => format!("done {}", hex(&got)),
+            Outcome::Failed(why) => format!("failed {why}"),
+            Outcome::NoAnswer => "no answer".to_string(),
+        });
+        drop(raw);
+    }
+}
+
+/// Asks the exporting node's engine of `ctrl` to read its queue every 2 ms, from `node`.
+fn keep_awake(node: rsm::Node, exporter: u32, ctrl: &str) -> tokio::task::JoinHandle<()> {
+    let wake = rsm::test_util::wire::Message::Wake {
+        controller: ctrl.to_string(),
+    };
+    tokio::spawn(async move {
+        loop {
+            let _ = rsm::test_util::send_message(&node, rsm::NodeId(exporter), wake.clone()).await;
+            tokio::time::sleep(Duration::from_millis(2)).await;
+        }
+    })
+}
+
+fn hex(b: &[u8]) -> String {
+    b.iter().map(|x| format!("{x:02x}")).collect()
+}
+
+/// A write-only grantee reads nothing with its key, writes with it while connected, and
+/// nothing once disconnected; a grantee of nothing holds no key.
+fn grants_hold(ctrl: &'static str) {
+    common::logs();
+    let rt = common::runtime();
+    let mut attacker = common::Peer::start(
+        "role_entry",
+        "raw",
+        &[("PROVIDER", provider(ctrl).to_string())],
+    );
+    rt.block_on(async {
+        let (exporter, importer, exporter_id) = common::two_nodes().await;
+        let ce = exporter
+            .controller(ctrl)
+            .await
+            .expect("exporter's controller");
+        let seg = ce.export(SIZE, ExportFlags::empty()).expect("export");
+        seg.write_at(0, &[SECRET; 16]).expect("write_at");
+        let id = seg
+            .publish(None, &[Access::new(importer.id(), 0o200)])
+            .await
+            .expect("publish");
+        let ci = importer
+            .controller(ctrl)
+            .await
+            .expect("importer's controller");
+        let imp = ci
+            .import(rsm::NodeId(exporter_id), id, Perm::WRITE)
+            .await
+            .expect("import");
+        let (key, base, addr) = rsm::test_util::grant_of(&imp);
+        assert_ne!(key, 0, "{ctrl}: a write grant holds a key");
+        let (addr, base_key) = (hex(&addr), format!("{base:x} {key:x}"));
+        // The exporter's engine reads its queue, which places remote accesses on tcp and
+        // shm, while a peer asks it to (`Wake`); the attacker never would.
+        let awake = keep_awake(importer.clone(), exporter_id, ctrl);
+
+        // It writes, as granted.
+        let said = attacker.ask(&format!("write {addr} {base_key} 1"));
+        assert_eq!(said, "done ", "{ctrl}: the granted write");
+        assert_eq!(
+            first_bytes(&seg),
+            [1u8; 16],
+            "{ctrl}: the granted write landed"
+        );
+        // Write-only: the key reads nothing.
+        let said = attacker.ask(&format!("read {addr} {base_key}"));
+        assert!(
+            !said.starts_with("done"),
+            "{ctrl}: a write-only key read: {said}"
+        );
+
+        // Disconnected: the key writes no more, whether the write waits for delivery or
+        // only for its transmission (whose completion says nothing of the target).
+        imp.disconnect().await.expect("disconnect");
+        for (how, byte) in [("write", 2), ("fastwrite", 3)] {
+            attacker.ask(&format!("{how} {addr} {base_key} {byte}"));
+            assert_eq!(
+                first_bytes(&seg),
+                [1u8; 16],
+                "{ctrl}: a disconnected key wrote ({how})"
+            );
+        }
+
+        // A grant of nothing holds no key.
+        let none = ci
+            .import(rsm::NodeId(exporter_id), id, Perm::NONE)
+            .await
+            .expect("import of nothing");
+        let (key, _, _) = rsm::test_util::grant_of(&none);
+        assert_eq!(key, 0, "{ctrl}: a grant of nothing holds a key");
+        none.disconnect().await.expect("disconnect");
+
+        awake.abort();
+        seg.destroy().await.expect("destroy");
+        importer.shutdown().await;
+        exporter.shutdown().await;
+    });
+    attacker.quit();
+}
+#[test]
+fn tcp0_grants_hold() {
+    grants_hold("tcp0");
+}
+
+#[test]
+fn sockets0_grants_hold() {
+    grants_hold("sockets0");
+}
+
+// Not shm0: libfabric 1.17's shm checks no key on its fast path (one range, no delivery
+// completion, cross-memory attach), so a process of the exporter's user reads and writes
+// its registered memory whatever it holds; rsm connects no other user (SECURITY.md).
