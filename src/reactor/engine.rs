@@ -49,6 +49,13 @@ thread_local! {
     pub(crate) static FULL_CONTEXTS: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
 }
 
+#[cfg(test)]
+thread_local! {
+    /// Engines started by this thread take the host for busy, so they nap (DESIGN.md §6):
+    /// tests of that path on a quiet host.
+    pub(crate) static BUSY_HOST: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
 /// What became of a post.
 pub(crate) enum PostOutcome {
     Posted,
@@ -112,6 +119,9 @@ pub(crate) struct Engine {
     op_context: bool,
     /// The controller's counters: the engine counts its wake-ups there (`crate::stats`).
     stats: Arc<crate::stats::Counters>,
+    /// The thread takes the host for busy (`BUSY_HOST`).
+    #[cfg(test)]
+    busy_host: bool,
 }
 
 impl std::fmt::Debug for Engine {
@@ -187,6 +197,8 @@ impl Engine {
             last_node: AtomicU64::new(u64::MAX),
             last_noted: AtomicU64::new(0),
             stats,
+            #[cfg(test)]
+            busy_host: BUSY_HOST.with(|b| b.get()),
         });
         // Posts refused while their connection was being made go again once it is up (or
         // fail, if it failed).

@@ -54,6 +54,9 @@ pub(crate) struct Looks {
     pub(crate) lease_moved_at: Option<Stamp>,
     /// The thread's waits for a CPU, read every [`SAMPLE_EVERY`].
     gauge: BusyGauge,
+    /// The host counts as busy whatever the gauge says.
+    #[cfg(test)]
+    forced_busy: bool,
 }
 
 /// How often the engine reads its waits for a CPU (a file read of a few microseconds).
@@ -99,12 +102,24 @@ impl Looks {
                 last: crate::sys::sched::thread_waits(),
                 busy_at: None,
             },
+            #[cfg(test)]
+            forced_busy: false,
         }
+    }
+
+    /// Takes the host for busy from now on (or not).
+    #[cfg(test)]
+    pub(crate) fn force_busy(&mut self, on: bool) {
+        self.forced_busy = on;
     }
 
     /// Whether the host is busy: this thread waited for a CPU in its last samples (read at
     /// most every [`SAMPLE_EVERY`], kept for [`BUSY_HOLD`]). Call it from the engine thread.
     pub(crate) fn host_busy(&mut self) -> bool {
+        #[cfg(test)]
+        if self.forced_busy {
+            return true;
+        }
         if self.within(self.gauge.sampled, SAMPLE_EVERY) {
             return self.gauge.busy_at.is_some();
         }

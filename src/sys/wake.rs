@@ -21,10 +21,11 @@ impl Waker {
         let _ = rustix::io::write(&self.fd, &1u64.to_ne_bytes());
     }
 
-    /// Clears pending wake-ups.
-    pub(crate) fn drain(&self) {
+    /// Clears pending wake-ups; returns whether there was one.
+    pub(crate) fn drain(&self) -> bool {
         let mut buf = [0u8; 8];
-        let _ = rustix::io::read(&self.fd, &mut buf);
+        // Non-blocking: a read succeeds only while the counter is above zero.
+        rustix::io::read(&self.fd, &mut buf).is_ok_and(|n| n == buf.len())
     }
 
     /// Sleeps until woken, `extra` (a completion queue's wait fd) is readable, or `timeout`
@@ -80,7 +81,8 @@ mod tests {
         let t = Instant::now();
         w.wait(None, Some(Duration::from_secs(5)));
         assert!(t.elapsed() < Duration::from_secs(2));
-        w.drain();
+        assert!(w.drain(), "a wake-up was pending");
+        assert!(!w.drain(), "and is cleared");
         let t = Instant::now();
         w.wait(None, Some(Duration::from_millis(20)));
         assert!(t.elapsed() >= Duration::from_millis(20));

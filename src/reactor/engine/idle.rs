@@ -22,18 +22,23 @@ const NAP: Duration = Duration::from_micros(50);
 impl Engine {
     /// On a busy host, naps instead of spinning (woken by posts, peers' wakes and the nap's
     /// end) while the engine reads completions for others, within the idle window of the
-    /// last one it read (`last_reaped`); returns whether it napped. An engine that only
-    /// serves its peers' writes and reads (which complete nothing here) keeps spinning:
-    /// napping there made every 8-byte put wait for the target's next look.
-    pub(super) fn nap_if_busy(&self, last_reaped: Stamp, looks: &mut Looks) -> bool {
+    /// last one it read (`last_reaped`). An engine that only serves its peers' writes and
+    /// reads (which complete nothing here) keeps spinning: napping there made every 8-byte
+    /// put wait for the target's next look.
+    ///
+    /// Returns `None` if it did not nap, else whether a wake-up ended the nap. The caller
+    /// restarts the idle window on one, as a woken sleeper does: a peer's `Wake` promises
+    /// it the engine's progress for a window, so that peer sends no other for
+    /// [`KICK_EVERY`](crate::reactor::tuning::KICK_EVERY).
+    pub(super) fn nap_if_busy(&self, last_reaped: Stamp, looks: &mut Looks) -> Option<bool> {
         if !looks.within(last_reaped, self.tuning.idle_window) || !looks.host_busy() {
-            return false;
+            return None;
         }
         self.sleeping.store(true, Ordering::SeqCst);
         self.wake.wait(None, Some(NAP));
-        self.wake.drain();
+        let woken = self.wake.drain();
         self.sleeping.store(false, Ordering::SeqCst);
         looks.read_clock();
-        true
+        Some(woken)
     }
 }

@@ -34,6 +34,8 @@ const DRAIN_ON_STOP: Duration = Duration::from_secs(5);
 impl Engine {
     pub(super) fn run(self: Arc<Self>) {
         let mut looks = Looks::new();
+        #[cfg(test)]
+        looks.force_busy(self.busy_host);
         let mut last_work = looks.now;
         let mut last_reaped = looks.now;
         let mut stop_deadline: Option<Instant> = None;
@@ -189,8 +191,8 @@ impl Engine {
         looks.read_clock();
     }
 
-    /// One idle step without a wait fd; returns whether it slept (and was woken) or deferred
-    /// to a reader, either of which restarts the idle window.
+    /// One idle step without a wait fd; returns whether it slept (and was woken), was woken
+    /// from a nap, or deferred to a reader, any of which restarts the idle window.
     pub(super) fn idle_poll(
         &self,
         (last_work, last_reaped): (Stamp, Stamp),
@@ -209,8 +211,8 @@ impl Engine {
             return true;
         }
         if busy || looks.within(last_work, self.tuning.idle_window) {
-            if self.nap_if_busy(last_reaped, looks) {
-                return false;
+            if let Some(woken) = self.nap_if_busy(last_reaped, looks) {
+                return woken;
             }
             // A target serves its peers' operations from this loop: a `sched_yield` per
             // look at the queue (0.3-0.5 µs) was most of the gap to a busy-polling target

@@ -13,6 +13,9 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::task::Waker;
 use std::time::{Duration, Instant};
 
+// A peer's `Wake` and a napping engine, in reactor/op/tests/naps.rs.
+mod naps;
+
 /// An operation's output as the tests read it: the result, and the buffer if it came back.
 fn split<B>(out: super::BufResult<usize, B>) -> (crate::Result<()>, Option<B>) {
     match out {
