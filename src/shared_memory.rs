@@ -14,8 +14,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 /// over the side channel and maps the very same pages. A memfd backs one segment only and
 /// is never reused.
 ///
-/// One page past [`len`](crate::SegmentMemory::len) holds the segment's generation word, which importers
-/// read before every access: it is how a revoke reaches them without a system call.
+/// The segment's generation word lives in a memfd of its own, which importers get read-only
+/// and read before every access: it is how a revoke reaches them without a system call, and
+/// no importer can change it (one page of it, beside the segment's).
 ///
 /// ```
 /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
@@ -39,6 +40,9 @@ pub struct SharedMemory {
     fd: Arc<OwnedFd>,
     map: SharedMap,
     len: usize,
+    /// The generation word's own memfd and this process's mapping of it.
+    control_fd: Arc<OwnedFd>,
+    control_map: SharedMap,
 }
 
 impl std::fmt::Debug for SharedMemory {
@@ -60,22 +64,26 @@ impl SharedMemory {
                 "shared memory is a non-zero multiple of the page size ({page} bytes)"
             )));
         }
-        let total = len
-            .checked_add(page)
-            .ok_or_else(|| Error::bad_length().length(len as u64))?;
         let fail = |what: &str, e: std::io::Error| {
             Error::insufficient_mem()
                 .length(len as u64)
                 .detail(format!("{what}: {e}"))
                 .io(e)
         };
-        let fd = shm::sealed_memfd("rsm-segment", total as u64).map_err(|e| fail("memfd", e))?;
-        let map = SharedMap::map(fd.as_fd(), 0, total, true, None).map_err(|e| fail("mmap", e))?;
+        let fd = shm::sealed_memfd("rsm-segment", len as u64).map_err(|e| fail("memfd", e))?;
+        let map = SharedMap::map(fd.as_fd(), 0, len, true, None).map_err(|e| fail("mmap", e))?;
         map.dont_fork();
+        let control_fd =
+            shm::sealed_memfd("rsm-generation", page as u64).map_err(|e| fail("memfd", e))?;
+        let control_map =
+            SharedMap::map(control_fd.as_fd(), 0, page, true, None).map_err(|e| fail("mmap", e))?;
+        control_map.dont_fork();
         Ok(SharedMemory {
             fd: Arc::new(fd),
             map,
             len,
+            control_fd: Arc::new(control_fd),
+            control_map,
         })
     }
 
@@ -84,18 +92,17 @@ impl SharedMemory {
         &self.fd
     }
 
-    /// The bytes the memfd holds: the segment and its generation page.
-    #[cfg(test)]
-    pub(crate) fn total_len(&self) -> usize {
-        self.map.len()
+    /// The generation word's memfd, for handing to importers (read-only).
+    pub(crate) fn control_fd(&self) -> &Arc<OwnedFd> {
+        &self.control_fd
     }
 
-    /// The generation word, in the page after the segment.
+    /// The generation word.
     pub(crate) fn control(&self) -> &AtomicU64 {
-        // SAFETY: the word lies in this mapping's last page (page-aligned, so 8-byte
-        // aligned) and lives as long as self; atomics are the one sound way to share a word
-        // with other processes.
-        unsafe { AtomicU64::from_ptr(self.map.as_ptr().add(self.len).cast()) }
+        // SAFETY: the word starts the control mapping (page-aligned, so 8-byte aligned),
+        // which lives as long as self; atomics are the one sound way to share a word with
+        // other processes.
+        unsafe { AtomicU64::from_ptr(self.control_map.as_ptr().cast()) }
     }
 
     /// The start of the segment's pages (what [`SegmentMemory`](crate::SegmentMemory) hands
@@ -104,7 +111,7 @@ impl SharedMemory {
         self.map.as_ptr()
     }
 
-    /// The segment's length in bytes, without the control page.
+    /// The segment's length in bytes.
     pub(crate) fn size(&self) -> usize {
         self.len
     }
@@ -115,10 +122,15 @@ impl SharedMemory {
     }
 
     /// Frees every page (destroy, after importers acknowledged): a mapping anyone kept reads
-    /// zeros from now on.
+    /// zeros from now on, and the generation word reads 0 (withdrawn).
     pub(crate) fn punch(&self) {
-        if let Err(e) = shm::punch(self.fd.as_fd(), self.map.len() as u64) {
-            tracing::warn!(error = %e, "cannot punch the segment's memfd");
+        for (fd, len) in [
+            (&self.fd, self.len),
+            (&self.control_fd, self.control_map.len()),
+        ] {
+            if let Err(e) = shm::punch(fd.as_fd(), len as u64) {
+                tracing::warn!(error = %e, "cannot punch the segment's memfd");
+            }
         }
     }
 }
@@ -129,12 +141,14 @@ mod tests {
     use crate::SegmentMemory;
 
     #[test]
-    fn length_is_whole_pages_and_the_control_word_follows() {
+    fn length_is_whole_pages_and_the_control_word_has_its_own_memfd() {
         let page = crate::sys::limits::page_size();
         assert_eq!(SharedMemory::new(0).unwrap_err().code(), 20);
         assert_eq!(SharedMemory::new(page + 1).unwrap_err().code(), 20);
         let m = SharedMemory::new(page).unwrap();
-        assert_eq!((m.len(), m.total_len()), (page, 2 * page));
+        assert_eq!(m.len(), page);
+        assert_eq!(shm::sealed_size(m.fd().as_fd()), Some(page as u64));
+        assert_eq!(shm::sealed_size(m.control_fd().as_fd()), Some(page as u64));
         m.set_control(42);
         assert_eq!(m.control().load(Ordering::SeqCst), 42);
         m.punch();

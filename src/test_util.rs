@@ -92,6 +92,19 @@ pub fn grant_of(imp: &crate::ImportSegment) -> (u64, u64, Vec<u8>) {
     imp.grant_parts()
 }
 
+/// A duplicate of the segment's descriptor the grantee of a `loopback` import holds (none
+/// for caller memory or a grant of nothing), for tests that attack with it.
+///
+/// ```no_run
+/// # fn f(imp: rsm::ImportSegment) {
+/// let fd = rsm::test_util::descriptor_of(&imp);
+/// # let _ = fd;
+/// # }
+/// ```
+pub fn descriptor_of(imp: &crate::ImportSegment) -> Option<std::os::fd::OwnedFd> {
+    imp.descriptor()
+}
+
 /// Operations (posted parts) of `ctrl`'s progress engine not yet completed by the
 /// provider; 0 on `loopback`, which has no engine.
 ///

@@ -320,6 +320,65 @@ fn sockets0_grants_hold() {
     grants_hold("sockets0");
 }
 
+/// On loopback a grantee holds the segment's memfd itself, opened with its grant's access:
+/// a write-only grantee's descriptor reads nothing (`pread` fails, it cannot be mapped)
+/// and writes; a read-only one's cannot write; a grant of nothing holds no descriptor.
+#[test]
+fn loopback_descriptors_hold_exactly_the_grant() {
+    common::logs();
+    let rt = common::runtime();
+    rt.block_on(async {
+        let (exporter, importer, exporter_id) = common::two_nodes().await;
+        let ce = exporter.controller("loopback").await.expect("controller");
+        let seg = ce.export(SIZE, ExportFlags::empty()).expect("export");
+        seg.write_at(0, &[SECRET; 16]).expect("write_at");
+        let id = seg
+            .publish(None, &[Access::new(importer.id(), 0o600)])
+            .await
+            .expect("publish");
+        let ci = importer.controller("loopback").await.expect("controller");
+        let import = |perm| ci.import(rsm::NodeId(exporter_id), id, perm);
+
+        let wo = import(Perm::WRITE).await.expect("write-only import");
+        let fd = rsm::test_util::descriptor_of(&wo).expect("a descriptor");
+        let mut b = [0u8; 16];
+        let read = rustix::io::pread(&fd, &mut b, 0);
+        assert!(
+            read.is_err(),
+            "a write-only descriptor read {read:?}: {b:?}"
+        );
+        assert!(!b.contains(&SECRET));
+        assert_eq!(rustix::io::pwrite(&fd, &[5u8; 16], 0).ok(), Some(16));
+        assert_eq!(first_bytes(&seg), [5u8; 16], "its grant's write");
+        // Through rsm: it writes, and gets nothing.
+        let (r, _) = common::split(wo.put(16, vec![6u8; 16]).await);
+        r.expect("put");
+        let (r, _) = common::split(wo.get(0, vec![0u8; 16]).await);
+        assert!(r.is_err(), "a write-only import read");
+        wo.disconnect().await.expect("disconnect");
+
+        let ro = import(Perm::READ).await.expect("read-only import");
+        let fd = rsm::test_util::descriptor_of(&ro).expect("a descriptor");
+        assert!(
+            rustix::io::pwrite(&fd, &[7u8; 16], 0).is_err(),
+            "a read-only descriptor wrote"
+        );
+        assert_eq!(first_bytes(&seg), [5u8; 16]);
+        ro.disconnect().await.expect("disconnect");
+
+        let none = import(Perm::NONE).await.expect("import of nothing");
+        assert!(
+            rsm::test_util::descriptor_of(&none).is_none(),
+            "a grant of nothing holds a descriptor"
+        );
+        none.disconnect().await.expect("disconnect");
+
+        seg.destroy().await.expect("destroy");
+        importer.shutdown().await;
+        exporter.shutdown().await;
+    });
+}
+
 // Not shm0: libfabric 1.17's shm checks no key on its fast path (one range, no delivery
 // completion, cross-memory attach), so a process of the exporter's user reads and writes
 // its registered memory whatever it holds; rsm connects no other user (SECURITY.md).

@@ -81,7 +81,10 @@ async fn attach_loopback(
     peer: &PeerInfo,
     counters: u64,
 ) -> Result<(Importer, Option<Claimed>)> {
-    let lo = if grant.fabric_addr.is_empty() {
+    let granted = Perm::from_bits(grant.granted);
+    let lo = if !granted.allows(Perm::READ) && !granted.allows(Perm::WRITE) {
+        LoopbackImport::nothing(grant.length)?
+    } else if grant.fabric_addr.is_empty() {
         // A grant without a descriptor service is caller memory at `base` in the
         // exporter's process, which the kernel credentials of the link name.
         let pid =
@@ -91,9 +94,8 @@ async fn attach_loopback(
         LoopbackImport::attach_remote(pid, grant.base, grant.length)?
     } else {
         let (service, size) = (grant.fabric_addr.clone(), grant.length);
-        let writable = Perm::from_bits(grant.granted).allows(Perm::WRITE);
         state
-            .run(LoopbackImport::attach(service, key, size, writable))
+            .run(LoopbackImport::attach(service, key, size, granted))
             .await?
     };
     lo.count_into(counters);

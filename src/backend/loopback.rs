@@ -1,9 +1,10 @@
 //! The `loopback` controller's data path (DESIGN.md §7): same-host shared memory.
 //!
-//! The exporter's segment is a sealed memfd ([`crate::SharedMemory`]) whose page after the
-//! segment holds the generation word. A connect grant carries a ticket for the descriptor
-//! (read-only for a read-only importer), which the importer claims from the exporter's
-//! descriptor service ([`crate::sidechannel::fdpass`]) and maps. From then on put and get
+//! The exporter's segment is a sealed memfd ([`crate::SharedMemory`]), with its generation
+//! word in a memfd of its own. A connect grant carries a ticket for both descriptors (the
+//! segment's opened with exactly the grant's access, the word's read-only), which the
+//! importer claims from the exporter's descriptor service ([`crate::sidechannel::fdpass`])
+//! and maps (a write-only importer writes with `pwrite`). From then on put and get
 //! are plain copies into and out of that mapping: no system call, no provider, no progress
 //! thread.
 //!

@@ -284,6 +284,11 @@ impl ImportSegment {
         self.inner.conn_id
     }
 
+    /// A duplicate of the segment's descriptor a loopback import holds.
+    pub(crate) fn descriptor(&self) -> Option<rustix::fd::OwnedFd> {
+        self.inner.mapper().and_then(|lo| lo.descriptor())
+    }
+
     /// The key and base the connection posts with now, and the exporter's address on the
     /// path (what a grantee holds, for tests that attack with it).
     pub(crate) fn grant_parts(&self) -> (u64, u64, Vec<u8>) {

@@ -75,6 +75,7 @@ impl FdService {
     }
 
     /// Offers `fd` to the process `pid` and returns the ticket that claims it.
+    #[cfg(test)]
     pub(crate) fn offer(&self, fd: Arc<OwnedFd>, pid: u32) -> u64 {
         self.offer_many(vec![fd], pid)
     }
@@ -208,6 +209,7 @@ async fn answer(service: &FdService, mut stream: UnixStream) -> std::result::Res
 /// `RSMERR_PERM_DENIED` for another process's), `RSMERR_INSUFFICIENT_RESOURCES` when this
 /// process has no descriptor left, or `RSMERR_CONN_ABORTED` when the service cannot be
 /// reached or answers out of protocol.
+#[cfg(test)]
 pub(crate) async fn fetch(name: &[u8], ticket: u64) -> Result<OwnedFd> {
     let mut fds = fetch_many(name, ticket, 1).await?;
     fds.pop()

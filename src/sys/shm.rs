@@ -48,6 +48,29 @@ pub(crate) fn reopen_read_only(fd: BorrowedFd<'_>) -> io::Result<OwnedFd> {
     Ok(open(path, OFlags::RDONLY | OFlags::CLOEXEC, Mode::empty())?)
 }
 
+/// `fd` opened again write-only (through `/proc/self/fd`): a descriptor that writes the
+/// same file and can neither read it nor map it.
+pub(crate) fn reopen_write_only(fd: BorrowedFd<'_>) -> io::Result<OwnedFd> {
+    let path = format!("/proc/self/fd/{}", fd.as_raw_fd());
+    Ok(open(path, OFlags::WRONLY | OFlags::CLOEXEC, Mode::empty())?)
+}
+
+/// Writes all of `buf` at `offset` of `fd` (`pwrite`), retrying short writes and `EINTR`.
+pub(crate) fn write_all_at(fd: BorrowedFd<'_>, mut buf: &[u8], mut offset: u64) -> io::Result<()> {
+    while !buf.is_empty() {
+        match rustix::io::pwrite(fd, buf, offset) {
+            Ok(0) => return Err(io::Error::from(io::ErrorKind::WriteZero)),
+            Ok(n) => {
+                buf = &buf[n..];
+                offset += n as u64;
+            }
+            Err(rustix::io::Errno::INTR) => {}
+            Err(e) => return Err(e.into()),
+        }
+    }
+    Ok(())
+}
+
 /// The size of a memfd another process sent, if it is sealed against shrinking (so mapping
 /// it can never fault with `SIGBUS`); `None` for anything else.
 pub fn sealed_size(fd: BorrowedFd<'_>) -> Option<u64> {

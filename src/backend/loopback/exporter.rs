@@ -61,18 +61,23 @@ impl LoopbackBackend {
         Ok(s)
     }
 
-    /// Offers `fd` to importer process `pid` of connection `conn_id`; returns the ticket and
-    /// the service's name, which the grant carries.
-    pub(crate) fn offer(&self, conn_id: u64, fd: Arc<OwnedFd>, pid: u32) -> Result<(u64, Vec<u8>)> {
+    /// Offers `fds` to importer process `pid` of connection `conn_id`; returns the ticket
+    /// and the service's name, which the grant carries.
+    pub(crate) fn offer(
+        &self,
+        conn_id: u64,
+        fds: Vec<Arc<OwnedFd>>,
+        pid: u32,
+    ) -> Result<(u64, Vec<u8>)> {
         let svc = self.service()?;
         lock(&self.pids).insert(conn_id, pid);
-        Ok((svc.offer(fd, pid), svc.name().as_bytes().to_vec()))
+        Ok((svc.offer_many(fds, pid), svc.name().as_bytes().to_vec()))
     }
 
-    /// Offers a rebind's new `fd` to the process that holds connection `conn_id`.
-    pub(crate) fn reoffer(&self, conn_id: u64, fd: Arc<OwnedFd>) -> Option<u64> {
+    /// Offers a rebind's new `fds` to the process that holds connection `conn_id`.
+    pub(crate) fn reoffer(&self, conn_id: u64, fds: Vec<Arc<OwnedFd>>) -> Option<u64> {
         let pid = *lock(&self.pids).get(&conn_id)?;
-        Some(self.service().ok()?.offer(fd, pid))
+        Some(self.service().ok()?.offer_many(fds, pid))
     }
 
     /// Forgets a connection (disconnect, lost importer).
@@ -141,8 +146,26 @@ impl ExportPath for Arc<LoopbackBackend> {
         access: Perm,
         admission: &Admission,
     ) -> Result<Granted> {
-        let (base, share) = grant(mem, access.allows(Perm::WRITE))?;
-        let (Some(fd), Some(pid)) = (share, admission.handed_to) else {
+        if !access.allows(Perm::READ) && !access.allows(Perm::WRITE) {
+            // A grant of nothing reaches no memory: no descriptor, no address; a memfd
+            // segment's connection still gets its own doorbell.
+            let bell = match (mem, admission.handed_to) {
+                (Memory::Shared(_), Some(pid)) => self.service().ok().map(|s| (s, pid)),
+                _ => None,
+            };
+            let address = match &bell {
+                Some((s, _)) => s.name().as_bytes().to_vec(),
+                None => Vec::new(),
+            };
+            return Ok(Granted {
+                key: 0,
+                base: 0,
+                address,
+                bell_service: bell,
+            });
+        }
+        let (base, share) = grant(mem, access)?;
+        let (Some(fds), Some(pid)) = (share, admission.handed_to) else {
             // Caller memory at `base` in this process: no service, no doorbell of its own
             // (its signals use the side channel).
             return Ok(Granted {
@@ -154,7 +177,7 @@ impl ExportPath for Arc<LoopbackBackend> {
         };
         // The key is the ticket for the memfd, the address the service's name; the
         // connection's own doorbell is offered from the same service.
-        let (ticket, name) = LoopbackBackend::offer(self, conn_id, fd, pid)?;
+        let (ticket, name) = LoopbackBackend::offer(self, conn_id, fds, pid)?;
         Ok(Granted {
             key: ticket,
             base,
@@ -164,7 +187,7 @@ impl ExportPath for Arc<LoopbackBackend> {
     }
 
     fn reoffer(&self, _offer: &Offer, new: &Memory, conn_id: u64, access: Perm) -> (u64, u64) {
-        reoffer(self, new, conn_id, access.allows(Perm::WRITE))
+        reoffer(self, new, conn_id, access)
     }
 
     fn rebound(&self, old: &Memory, new: &Memory, generation: u32) {
@@ -211,29 +234,38 @@ impl ExportPath for Arc<LoopbackBackend> {
 // The exporter's hooks, which the path's methods call; each does nothing for memory that
 // is not a memfd.
 
-/// The descriptor to offer an importer: the memfd itself for a writer, a read-only reopen
-/// of it for a reader, so its mapping can never be made writable.
-pub(super) fn share(mem: &Memory, writable: bool) -> Result<Arc<OwnedFd>> {
+/// The descriptors to offer an importer granted `access`: the segment's memfd opened with
+/// exactly that access (the memfd itself for a reader and writer, a read-only reopen for a
+/// reader, whose mapping can never be made writable, a write-only one for a writer, which
+/// cannot read or map it), then the generation word's memfd, read-only.
+pub(super) fn share(mem: &Memory, access: Perm) -> Result<Vec<Arc<OwnedFd>>> {
     let Memory::Shared(m) = mem else {
         return Err(Error::map_failed().detail("the segment's memory is not a memfd"));
     };
-    if writable {
-        return Ok(Arc::clone(m.fd()));
-    }
-    crate::sys::shm::reopen_read_only(m.fd().as_fd())
-        .map(Arc::new)
-        .map_err(|e| {
+    let reopen = |fd: &OwnedFd, write: bool| {
+        let r = match write {
+            true => crate::sys::shm::reopen_write_only(fd.as_fd()),
+            false => crate::sys::shm::reopen_read_only(fd.as_fd()),
+        };
+        r.map(Arc::new).map_err(|e| {
             Error::insufficient_resources()
-                .detail(format!("read-only reopen: {e}"))
+                .detail(format!("reopen of the segment's memfd: {e}"))
                 .io(e)
         })
+    };
+    let data = match (access.allows(Perm::READ), access.allows(Perm::WRITE)) {
+        (true, true) => Arc::clone(m.fd()),
+        (false, true) => reopen(m.fd(), true)?,
+        _ => reopen(m.fd(), false)?,
+    };
+    Ok(vec![data, reopen(m.control_fd(), false)?])
 }
 
-/// What a connect grant carries for `mem`: the descriptor to offer (a memfd), or the
+/// What a connect grant carries for `mem`: the descriptors to offer (a memfd), or the
 /// memory's address in this process (caller memory, reached with `process_vm_readv/writev`).
-fn grant(mem: &Memory, writable: bool) -> Result<(u64, Option<Arc<OwnedFd>>)> {
+fn grant(mem: &Memory, access: Perm) -> Result<(u64, Option<Vec<Arc<OwnedFd>>>)> {
     match mem {
-        Memory::Shared(_) => Ok((0, Some(share(mem, writable)?))),
+        Memory::Shared(_) => Ok((0, Some(share(mem, access)?))),
         _ => Ok((mem.as_ptr() as u64, None)),
     }
 }
@@ -313,13 +345,13 @@ pub(super) fn rebind(old: &Memory, new: &Memory, generation: u32) {
 /// Rebind: the ticket for the new memory of connection `conn_id` (0 when it cannot be
 /// offered; the importer then fails to remap and its accesses keep the old memory until
 /// the exporter retires it), and the new memory's address when it is caller memory.
-fn reoffer(lo: &LoopbackBackend, mem: &Memory, conn_id: u64, writable: bool) -> (u64, u64) {
+fn reoffer(lo: &LoopbackBackend, mem: &Memory, conn_id: u64, access: Perm) -> (u64, u64) {
     if !matches!(mem, Memory::Shared(_)) {
         return (0, mem.as_ptr() as u64);
     }
-    let ticket = share(mem, writable)
+    let ticket = share(mem, access)
         .ok()
-        .and_then(|fd| lo.reoffer(conn_id, fd))
+        .and_then(|fds| lo.reoffer(conn_id, fds))
         .unwrap_or(0);
     (ticket, 0)
 }

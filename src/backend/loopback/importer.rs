@@ -23,11 +23,52 @@ pub(crate) struct UserMap {
 
 /// How an importer reaches the exporter's memory.
 enum Reach {
-    /// Its mapping of the whole memfd (segment and generation page).
-    Mapped(SharedMap),
+    /// Its mapping of the segment's memfd, and its read-only mapping of the generation
+    /// word's.
+    Mapped { data: SharedMap, control: SharedMap },
+    /// A write-only grant: `pwrite` to the segment's memfd (`fd`, opened write-only, which
+    /// can be neither read nor mapped), and the generation word's mapping.
+    Written { control: SharedMap },
     /// Caller memory in the exporter's process `pid`, from address `base` (a rebind moves
     /// it): `process_vm_readv/writev`.
     Remote { pid: u32, base: AtomicU64 },
+    /// Nothing: the connection grants no access (the import's checks refuse every access
+    /// before it comes here).
+    Nothing,
+}
+
+impl Reach {
+    /// Checks the descriptors a grant of `access` sent (sealed memfds of the segment's
+    /// size and of a page) and maps them.
+    fn attach(
+        fd: &OwnedFd,
+        control_fd: &OwnedFd,
+        size: usize,
+        access: crate::Perm,
+    ) -> Result<Reach> {
+        let page = crate::sys::limits::page_size();
+        // Checked before mapping: an unsealed or resized memfd could SIGBUS us later.
+        for (fd, len) in [(fd, size), (control_fd, page)] {
+            crate::sys::shm::check_peer_memfd(fd.as_fd(), len as u64).map_err(|why| {
+                Error::conn_aborted().detail(format!("the exporter's memfd: {why}"))
+            })?;
+        }
+        let map_failed = |e: std::io::Error| {
+            Error::insufficient_resources()
+                .detail(format!("cannot map the segment: {e}"))
+                .io(e)
+        };
+        let control =
+            SharedMap::map(control_fd.as_fd(), 0, page, false, None).map_err(map_failed)?;
+        control.dont_fork();
+        if !access.allows(crate::Perm::READ) {
+            return Ok(Reach::Written { control });
+        }
+        let writable = access.allows(crate::Perm::WRITE);
+        let data = SharedMap::map(fd.as_fd(), 0, size, writable, None).map_err(map_failed)?;
+        data.dont_fork();
+        Ok(Reach::Mapped { data, control })
+    }
 }
 
 /// The importer's side of a `loopback` connection: its mapping of the exporter's memfd, or
@@ -99,12 +140,14 @@ impl LoopbackImport {
         self.counters.store(id, Ordering::Relaxed);
     }
 
-    /// Claims the descriptor of a grant and maps it (readable, and writable if `writable`).
+    /// Claims the descriptors of a grant of `access` (the segment's memfd, opened with that
+    /// access, and the generation word's, read-only) and maps them: the segment readable,
+    /// and writable with write; a write-only grant writes with `pwrite` instead.
     pub(crate) async fn attach(
         service: Vec<u8>,
         ticket: u64,
         size: u64,
-        writable: bool,
+        access: crate::Perm,
     ) -> Result<Arc<Self>> {
         let page = crate::sys::limits::page_size();
         // Segments are whole pages (so 8-byte accesses are aligned) and never empty.
@@ -116,24 +159,16 @@ impl LoopbackImport {
                     "the exporter granted {size} bytes, not a non-zero multiple of the page size"
                 ))
             })?;
-        let total = size
-            .checked_add(page)
-            .ok_or_else(|| Error::bad_length().detail("the granted length does not fit"))?;
-        let fd = fdpass::fetch(&service, ticket).await?;
-        // Checked before mapping: an unsealed or resized memfd could SIGBUS us later.
-        crate::sys::shm::check_peer_memfd(fd.as_fd(), total as u64)
-            .map_err(|why| Error::conn_aborted().detail(format!("the exporter's memfd: {why}")))?;
-        let implicit = SharedMap::map(fd.as_fd(), 0, total, writable, None).map_err(|e| {
-            Error::insufficient_resources()
-                .detail(format!("cannot map the segment: {e}"))
-                .io(e)
-        })?;
-        implicit.dont_fork();
+        let mut fds = fdpass::fetch_many(&service, ticket, 2).await?.into_iter();
+        let (Some(fd), Some(control_fd)) = (fds.next(), fds.next()) else {
+            return Err(Error::conn_aborted().detail("the exporter sent too few descriptors"));
+        };
+        let implicit = Reach::attach(&fd, &control_fd, size, access)?;
         let lo = LoopbackImport {
             service,
             size,
             epoch: 0,
-            implicit: Reach::Mapped(implicit),
+            implicit,
             fd: Mutex::new(Some(Arc::new(fd))),
             user: Mutex::new(None),
             mapped: AtomicU64::new(0),
@@ -195,19 +230,48 @@ impl LoopbackImport {
         }))
     }
 
+    /// A connection granted nothing: it reaches no memory, only signals.
+    pub(crate) fn nothing(size: u64) -> Result<Arc<Self>> {
+        let size = usize::try_from(size).map_err(|_| Error::bad_length())?;
+        Ok(Arc::new(LoopbackImport {
+            service: Vec::new(),
+            size,
+            epoch: 0,
+            implicit: Reach::Nothing,
+            fd: Mutex::new(None),
+            user: Mutex::new(None),
+            mapped: AtomicU64::new(0),
+            next_map: AtomicU64::new(1),
+            busy: AtomicUsize::new(0),
+            revoked: AtomicBool::new(false),
+            why: Mutex::new(None),
+            counters: AtomicU64::new(0),
+        }))
+    }
+
     /// Whether the segment is caller memory reached with `process_vm_readv/writev`.
     pub(crate) fn is_remote(&self) -> bool {
         matches!(self.implicit, Reach::Remote { .. })
     }
 
     fn control(&self) -> Option<&AtomicU64> {
-        let Reach::Mapped(m) = &self.implicit else {
+        let (Reach::Mapped { control, .. } | Reach::Written { control }) = &self.implicit else {
             return None;
         };
-        // SAFETY: the word lies in the implicit mapping's last page, 8-byte aligned; this is
-        // only called while the mapping is the memfd's (before a revoke replaced it, which
-        // `enter` rules out).
-        Some(unsafe { AtomicU64::from_ptr(m.as_ptr().add(self.size).cast()) })
+        // SAFETY: the word starts the control mapping (page-aligned, so 8-byte aligned),
+        // which lives as long as self (a rebind replaces its pages in place).
+        Some(unsafe { AtomicU64::from_ptr(control.as_ptr().cast()) })
+    }
+
+    /// A duplicate of the segment's descriptor this import holds (none for caller memory or
+    /// a grant of nothing), for tests that attack with it.
+    pub(crate) fn descriptor(&self) -> Option<OwnedFd> {
+        lock(&self.fd).as_ref().and_then(|fd| fd.try_clone().ok())
+    }
+
+    /// Whether the segment is mapped here (puts, gets and CPU atomics on it).
+    pub(crate) fn maps(&self) -> bool {
+        matches!(self.implicit, Reach::Mapped { .. })
     }
 
     fn aborted(&self) -> Error {
@@ -291,7 +355,7 @@ impl LoopbackImport {
     ) -> Result<()> {
         debug_assert!(offset + len <= self.size);
         match &self.implicit {
-            Reach::Mapped(m) => {
+            Reach::Mapped { data: m, .. } => {
                 // SAFETY: in bounds of the live implicit mapping (the entry `_busy` holds
                 // off its replacement); `local` is the caller's, valid for len bytes.
                 let seg = unsafe { m.as_ptr().add(offset) };
@@ -314,6 +378,22 @@ impl LoopbackImport {
                 };
                 res.map_err(|e| remote_error(*pid, e))?;
             }
+            Reach::Written { .. } => {
+                if let Toward::Local = toward {
+                    return Err(Error::perm_denied().detail("the connection grants write only"));
+                }
+                let fd = lock(&self.fd).clone().ok_or_else(|| self.aborted())?;
+                // SAFETY: the caller's `local` is valid for reads of len bytes.
+                let bytes = unsafe { std::slice::from_raw_parts(local.cast_const(), len) };
+                crate::sys::shm::write_all_at(fd.as_fd(), bytes, offset as u64).map_err(|e| {
+                    Error::conn_aborted()
+                        .detail(format!("write to the segment: {e}"))
+                        .io(e)
+                })?;
+            }
+            Reach::Nothing => {
+                return Err(Error::perm_denied().detail("the connection grants no access"));
+            }
         }
         Ok(())
     }
@@ -329,9 +409,9 @@ impl LoopbackImport {
         compare: u64,
     ) -> Result<u64> {
         let _busy = self.enter()?;
-        let Reach::Mapped(m) = &self.implicit else {
+        let Reach::Mapped { data: m, .. } = &self.implicit else {
             return Err(Error::locks_not_supported()
-                .detail("caller memory is not mapped here: the exporter performs its atomics"));
+                .detail("the segment is not mapped here: the exporter performs its atomics"));
         };
         debug_assert!(offset + call.datatype.size() <= self.size);
         // SAFETY: in bounds and aligned (checked by the import; the mapping is page-aligned)
@@ -356,10 +436,14 @@ impl LoopbackImport {
         self.revoked.store(true, Ordering::SeqCst);
         let user = lock(&self.user);
         self.quiesce();
-        if let Reach::Mapped(m) = &self.implicit {
-            if let Err(e) = m.retire(false) {
+        if let Reach::Mapped { data, .. } = &self.implicit {
+            if let Err(e) = data.retire(false) {
                 tracing::warn!(error = %e, "cannot replace the segment's mapping");
             }
+        }
+        // A write-only descriptor goes: nothing writes through it any more.
+        if let Reach::Written { .. } = &self.implicit {
+            lock(&self.fd).take();
         }
         if let Some(u) = user.as_ref() {
             if let Err(e) = u.map.retire(true) {
@@ -379,30 +463,40 @@ impl LoopbackImport {
     /// memory, moves to the new address `base` and waits for copies to the old one, which
     /// the exporter frees after the acknowledgement.
     pub(crate) async fn rebind(&self, ticket: u64, base: u64, generation: u32) -> Result<()> {
-        let implicit = match &self.implicit {
-            Reach::Mapped(m) => m,
+        let (data, control) = match &self.implicit {
+            Reach::Mapped { data, control } => (Some(data), control),
+            Reach::Written { control } => (None, control),
             Reach::Remote { base: at, .. } => {
                 at.store(base, Ordering::SeqCst);
                 self.quiesce();
                 tracing::debug!(generation, "loopback segment moved");
                 return Ok(());
             }
+            Reach::Nothing => return Ok(()),
         };
-        let fd = fdpass::fetch(&self.service, ticket).await?;
-        crate::sys::shm::check_peer_memfd(fd.as_fd(), implicit.len() as u64).map_err(|why| {
-            Error::conn_aborted().detail(format!("the exporter's new memfd: {why}"))
-        })?;
+        let mut fds = fdpass::fetch_many(&self.service, ticket, 2)
+            .await?
+            .into_iter();
+        let (Some(fd), Some(control_fd)) = (fds.next(), fds.next()) else {
+            return Err(Error::conn_aborted().detail("the exporter sent too few descriptors"));
+        };
+        let page = crate::sys::limits::page_size();
+        for (fd, len) in [(&fd, self.size), (&control_fd, page)] {
+            crate::sys::shm::check_peer_memfd(fd.as_fd(), len as u64).map_err(|why| {
+                Error::conn_aborted().detail(format!("the exporter's new memfd: {why}"))
+            })?;
+        }
         let user = lock(&self.user);
         if self.revoked.load(Ordering::SeqCst) {
             return Ok(());
         }
-        implicit
-            .remap(fd.as_fd(), 0)
-            .map_err(|e| Error::conn_aborted().detail(format!("remap: {e}")).io(e))?;
+        let remap = |e: std::io::Error| Error::conn_aborted().detail(format!("remap: {e}")).io(e);
+        if let Some(data) = data {
+            data.remap(fd.as_fd(), 0).map_err(remap)?;
+        }
+        control.remap(control_fd.as_fd(), 0).map_err(remap)?;
         if let Some(u) = user.as_ref() {
-            u.map
-                .remap(fd.as_fd(), u.offset)
-                .map_err(|e| Error::conn_aborted().detail(format!("remap: {e}")).io(e))?;
+            u.map.remap(fd.as_fd(), u.offset).map_err(remap)?;
         }
         *lock(&self.fd) = Some(Arc::new(fd));
         tracing::debug!(generation, "loopback segment remapped");

@@ -4,6 +4,7 @@
 use super::exporter::{publish, rebind, revoked, share};
 use super::importer::{LoopbackImport, copy};
 use crate::memory::Memory;
+use crate::perm::Perm;
 use crate::shared_memory::SharedMemory;
 use crate::sidechannel::fdpass::FdService;
 use crate::{Error, Result};
@@ -21,9 +22,9 @@ fn attached(mem: &Memory) -> (Arc<FdService>, Arc<LoopbackImport>, tokio::runtim
             tokio::spawn(f);
         })
         .unwrap();
-        let t = svc.offer(share(mem, true).unwrap(), crate::sys::creds::pid());
+        let t = svc.offer_many(share(mem, Perm::RDWR).unwrap(), crate::sys::creds::pid());
         let name = svc.name().as_bytes().to_vec();
-        let lo = LoopbackImport::attach(name, t, page as u64, true)
+        let lo = LoopbackImport::attach(name, t, page as u64, Perm::RDWR)
             .await
             .unwrap();
         (svc, lo)
@@ -56,20 +57,39 @@ fn peer_memfds_are_checked_before_they_are_mapped() {
         };
         let name = svc.name().as_bytes().to_vec();
         let me = crate::sys::creds::pid();
+        let sealed = crate::sys::shm::SEALS;
         let cases = [
-            (memfd(2 * page, SealFlags::empty()), page, "seals"),
-            (memfd(2 * page, SealFlags::SHRINK), page, "seals"),
-            (memfd(3 * page, crate::sys::shm::SEALS), page, "bytes"),
             (
-                memfd(2 * page, crate::sys::shm::SEALS),
+                memfd(page, SealFlags::empty()),
+                memfd(page, sealed),
+                page,
+                "seals",
+            ),
+            (
+                memfd(page, SealFlags::SHRINK),
+                memfd(page, sealed),
+                page,
+                "seals",
+            ),
+            (memfd(2 * page, sealed), memfd(page, sealed), page, "bytes"),
+            (
+                memfd(page, sealed),
+                memfd(page, SealFlags::empty()),
+                page,
+                "seals",
+            ),
+            (memfd(page, sealed), memfd(2 * page, sealed), page, "bytes"),
+            (
+                memfd(page, sealed),
+                memfd(page, sealed),
                 page + 8,
                 "page size",
             ),
-            (memfd(2 * page, crate::sys::shm::SEALS), 0, "page size"),
+            (memfd(page, sealed), memfd(page, sealed), 0, "page size"),
         ];
-        for (fd, granted, why) in cases {
-            let t = svc.offer(fd, me);
-            let e = LoopbackImport::attach(name.clone(), t, granted, true)
+        for (fd, control, granted, why) in cases {
+            let t = svc.offer_many(vec![fd, control], me);
+            let e = LoopbackImport::attach(name.clone(), t, granted, Perm::RDWR)
                 .await
                 .err()
                 .expect("refused");
@@ -127,6 +147,62 @@ fn a_rebind_keeps_the_epoch_and_abort_keeps_its_reason() {
     let e = put(&lo, 1).unwrap_err();
     assert_eq!(e.code(), 40);
     assert!(e.to_string().contains("peer gone"), "{e}");
+}
+
+/// What each grant's descriptors allow, as the kernel sees them: the segment's memfd opened
+/// with exactly the grant's access, the generation word's read-only; a write-only importer
+/// writes with them and reads nothing.
+#[test]
+fn descriptors_carry_exactly_the_grant() {
+    use rustix::fs::OFlags;
+    let page = crate::sys::limits::page_size();
+    let mem = Memory::Shared(SharedMemory::new(page).unwrap());
+    publish(&mem, 1);
+    let mode = |fd: &rustix::fd::OwnedFd| rustix::fs::fcntl_getfl(fd).unwrap() & OFlags::RWMODE;
+    for (access, want) in [
+        (Perm::RDWR, OFlags::RDWR),
+        (Perm::READ, OFlags::RDONLY),
+        (Perm::WRITE, OFlags::WRONLY),
+    ] {
+        let fds = share(&mem, access).unwrap();
+        assert_eq!(fds.len(), 2);
+        assert_eq!(mode(&fds[0]), want, "{access:?}: the segment");
+        assert_eq!(
+            mode(&fds[1]),
+            OFlags::RDONLY,
+            "{access:?}: the generation word"
+        );
+    }
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        let svc = FdService::start(|f| {
+            tokio::spawn(f);
+        })
+        .unwrap();
+        let t = svc.offer_many(share(&mem, Perm::WRITE).unwrap(), crate::sys::creds::pid());
+        let name = svc.name().as_bytes().to_vec();
+        let lo = LoopbackImport::attach(name, t, page as u64, Perm::WRITE)
+            .await
+            .unwrap();
+        assert!(!lo.maps(), "a write-only import maps nothing");
+        put(&lo, 9).unwrap();
+        let Memory::Shared(m) = &mem else {
+            unreachable!()
+        };
+        // SAFETY: the segment's own mapping, 8 bytes in; nothing writes it now.
+        let landed = unsafe { m.base().add(8).cast::<u64>().read_volatile() };
+        assert_eq!(landed, 9);
+        let mut b = [0u8; 8];
+        // SAFETY: a local array of 8 bytes.
+        let e = unsafe { lo.read(8, b.as_mut_ptr(), 8) }.unwrap_err();
+        assert_eq!(e.code(), Error::perm_denied().code(), "{e}");
+        // The generation word still reaches it.
+        revoked(&mem);
+        assert_eq!(put(&lo, 10).unwrap_err().code(), 40);
+    });
 }
 
 #[test]

@@ -216,10 +216,9 @@ impl ImportPath for Arc<LoopbackImport> {
     /// reached only by the exporter.
     #[inline]
     fn atomic_route(&self, _call: Call, _native: impl Fn(Class) -> bool) -> AtomicRoute {
-        if self.is_remote() {
-            AtomicRoute::Exporter
-        } else {
-            AtomicRoute::Cpu
+        match self.maps() {
+            true => AtomicRoute::Cpu,
+            false => AtomicRoute::Exporter,
         }
     }
 
