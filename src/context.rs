@@ -12,7 +12,7 @@ use crate::backend::fabric::FabricBackend;
 use crate::entries::{ExportEntry, ImportEntry};
 use crate::events::loopback_bell::{OnRing, Ring};
 use crate::events::route::{MAX_BELL_TOKEN, Routes};
-use crate::limits::Limits;
+use crate::limits::{Held, Limits, PeerDescriptors};
 use crate::reactor::engine::Engine;
 use crate::sans_io::segid;
 use crate::sans_io::wire::Message;
@@ -33,12 +33,17 @@ pub(crate) const REVOKE_WAIT: Duration = Duration::from_secs(5);
 pub(crate) use crate::entries::Owner;
 
 /// Exporter side: one connection, and the importer it belongs to.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug)]
 struct Conn {
     segid: u32,
     owner: Owner,
     /// Descriptors this node holds for it (counted against `Limits::descriptors_per_peer`).
     descriptors: usize,
+    /// The same, taken from the node's budget for its peers (and its importer's uid's);
+    /// given back when the connection goes.
+    _held: Option<Held>,
+    /// The side-channel link its connect request came on.
+    link: u64,
 }
 
 /// Importer side: the wait of a dropped or disconnected import for its operations in
@@ -83,6 +88,8 @@ pub(crate) struct NodeContext {
     /// Exporter side: connect requests being answered, per peer node.
     connecting: Mutex<HashMap<u32, usize>>,
     limits: OnceLock<Limits>,
+    /// The descriptors the node holds for its peers, against its budgets.
+    peer_fds: OnceLock<Arc<PeerDescriptors>>,
     /// Importer side: (exporting node, connection id) → import.
     imports: Mutex<HashMap<(u32, u64), Weak<dyn ImportEntry>>>,
     /// Importer side: revokes and rebinds that came for a connection with no import yet
@@ -159,6 +166,7 @@ impl NodeContext {
             conns: Mutex::new(HashMap::new()),
             connecting: Mutex::new(HashMap::new()),
             limits: OnceLock::new(),
+            peer_fds: OnceLock::new(),
             imports: Mutex::new(HashMap::new()),
             early_notices: Mutex::new(HashMap::new()),
             losses: Mutex::new(Losses::default()),
@@ -175,6 +183,11 @@ impl NodeContext {
     /// Sets the node's per-peer limits; once (the builder's, else the defaults).
     pub(crate) fn set_limits(&self, limits: Limits) {
         let _ = self.limits.set(limits);
+    }
+
+    /// The node's budgets of descriptors held for its peers (set once, at start).
+    pub(crate) fn set_peer_descriptors(&self, fds: Arc<PeerDescriptors>) {
+        let _ = self.peer_fds.set(fds);
     }
 
     pub(crate) fn limits(&self) -> Limits {
@@ -391,8 +404,16 @@ impl NodeContext {
     /// descriptors; returns its id, random below 2^32 (a doorbell word carries 32 bits of
     /// it, events/route.rs) and unique among the node's connections. What protects a
     /// connection is its owner, not its id: only the owner may end it or signal on it.
-    /// `RSMERR_INSUFFICIENT_RESOURCES` beyond the owner's node's limits.
-    pub(crate) fn open_conn(&self, segid: u32, owner: Owner, descriptors: usize) -> Result<u64> {
+    /// `RSMERR_INSUFFICIENT_RESOURCES` beyond the owner's node's limits, or beyond the node's
+    /// budget of descriptors for its peers, or that of the owner's `uid` (a Unix peer's, as
+    /// the kernel gives it: one process may claim many node ids).
+    pub(crate) fn open_conn(
+        &self,
+        segid: u32,
+        owner: Owner,
+        descriptors: usize,
+        (uid, link): (Option<u32>, u64),
+    ) -> Result<u64> {
         let limits = self.limits();
         let mut conns = lock(&self.conns);
         let (open, held) = conns
@@ -419,6 +440,13 @@ impl NodeContext {
                 owner.node
             ));
         }
+        let held = match (descriptors, self.peer_fds.get()) {
+            (0, _) | (_, None) => None,
+            (n, Some(fds)) => match fds.take(uid, n) {
+                Ok(held) => Some(held),
+                Err(why) => return refuse(why),
+            },
+        };
         let conn_id = loop {
             let id = rand::random_range(1..=MAX_BELL_TOKEN);
             if !conns.contains_key(&id) {
@@ -429,9 +457,23 @@ impl NodeContext {
             segid,
             owner,
             descriptors,
+            _held: held,
+            link,
         };
         conns.insert(conn_id, conn);
         Ok(conn_id)
+    }
+
+    /// Exporter side: whether connection `conn_id` came over a side-channel link that is
+    /// live now: a loss of its owner reported meanwhile is about the links before it.
+    pub(crate) fn conn_on_live_link(&self, conn_id: u64) -> bool {
+        let Some((node, link)) = lock(&self.conns)
+            .get(&conn_id)
+            .map(|c| (c.owner.node, c.link))
+        else {
+            return false;
+        };
+        self.side().is_ok_and(|s| s.link_live(node, link))
     }
 
     /// Exporter side: the importer that owns connection `conn_id`.

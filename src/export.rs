@@ -18,6 +18,11 @@ use std::collections::HashMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
 
+/// How long the key of a lost importer still works: longer than its provider takes to
+/// deliver what the importer had queued (it aborted those operations when it found the
+/// exporter lost).
+const KEY_LINGER: std::time::Duration = std::time::Duration::from_secs(5);
+
 /// An exported memory segment (`rsm_memseg_export_handle_t`). Cheap to clone.
 ///
 /// ```
@@ -194,16 +199,30 @@ impl ExportInner {
         Ok(grant)
     }
 
-    /// Forgets an importer (it disconnected, or its node is gone).
-    pub(crate) fn forget(&self, conn_id: u64) {
-        let gone = {
+    /// Forgets an importer: it disconnected (`lost` false: its operations are done, and
+    /// its key closes now), or its node is gone (its key closes [`KEY_LINGER`] later, with
+    /// the memory kept until then: libfabric 1.17's shm and sockets wedge a connection when
+    /// a key closes under accesses the lost peer had queued, which a frozen peer delivers
+    /// when it resumes).
+    pub(crate) fn forget(&self, conn_id: u64, lost: bool) {
+        let (gone, key) = {
             let mut st = self.lock();
             let p = st.published.as_mut();
-            self.ctrl
+            let key = self
+                .ctrl
                 .path()
-                .forget(p.as_ref().map(|p| &p.offer), conn_id);
-            p.and_then(|p| p.importers.remove(&conn_id))
+                .forget(p.as_ref().map(|p| &p.offer), conn_id)
+                .map(|reg| (reg, p.as_ref().map(|p| Arc::clone(&p.mem))));
+            (p.and_then(|p| p.importers.remove(&conn_id)), key)
         };
+        if let (true, Some((reg, mem)), Some(node)) = (lost, key, self.node.upgrade()) {
+            // Fields drop in order: the registration, then the memory it covers.
+            let linger = (reg, mem);
+            node.spawn(async move {
+                tokio::time::sleep(KEY_LINGER).await;
+                drop(linger);
+            });
+        }
         if let Some(i) = gone {
             self.events
                 .emit(crate::events::SegmentEvent::ImporterDisconnected {

@@ -547,6 +547,11 @@ impl NodeBuilder {
         let state = NodeContext::new(handle.clone());
         state.set_loopback_spin_budget(budgets.loopback());
         state.set_limits(self.limits);
+        let (node_fds, uid_fds) = self
+            .limits
+            .descriptor_budgets(crate::sys::limits::raise_nofile());
+        let fds = crate::limits::PeerDescriptors::new(node_fds, uid_fds);
+        state.set_peer_descriptors(Arc::clone(&fds));
         state
             .signals
             .force_side_channel(self.signals_over_side_channel);
@@ -566,6 +571,7 @@ impl NodeBuilder {
                 max_handshakes: self.limits.handshakes,
                 max_handshakes_per_source: self.limits.handshakes_per_source,
                 max_links_per_peer: self.limits.links_per_peer,
+                fds,
                 ..SideChannelConfig::default()
             },
         )

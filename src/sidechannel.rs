@@ -344,6 +344,16 @@ impl SideChannel {
         self.shared.peers.newest(node).map(|l| (*l.info).clone())
     }
 
+    /// Whether link `link_id` of `node` is live: a loss reported for the node concerns
+    /// what came over links that are not (a link that came up since is the node's again).
+    pub(crate) fn link_live(&self, node: u32, link_id: u64) -> bool {
+        self.shared
+            .peers
+            .live_links(node)
+            .iter()
+            .any(|l| l.info.link_id == link_id)
+    }
+
     /// Every peer with a live link, each as its newest link sees it.
     #[cfg(test)]
     pub(crate) fn live_peers(&self) -> Vec<PeerInfo> {

@@ -166,7 +166,7 @@ impl ExportPath for ControllerPath {
         chosen!(self, p => p.destroyed(mem))
     }
 
-    fn forget(&self, offer: Option<&Offer>, conn_id: u64) {
+    fn forget(&self, offer: Option<&Offer>, conn_id: u64) -> Option<Registration> {
         chosen!(self, p => ExportPath::forget(p, offer, conn_id))
     }
 

@@ -322,9 +322,9 @@ pub(crate) trait ExportPath {
     /// Destroy of `mem`, after every importer acknowledged the revoke.
     fn destroyed(&self, mem: &Memory);
 
-    /// Connection `conn_id` ended (disconnect, lost importer): what it was granted of
-    /// `offer` stops working at once.
-    fn forget(&self, offer: Option<&Offer>, conn_id: u64);
+    /// Connection `conn_id` ended (disconnect, lost importer): the registration it was
+    /// granted of `offer`, taken out, for the caller to close (dropping it).
+    fn forget(&self, offer: Option<&Offer>, conn_id: u64) -> Option<Registration>;
 
     /// This path's address for peers (empty where it has none).
     fn address(&self) -> Vec<u8>;

@@ -54,7 +54,10 @@ fn context() -> (tokio::runtime::Runtime, Arc<NodeContext>, Arc<NodeHandler>) {
 fn connection_ids_are_random_unique_and_fit_a_doorbell_word() {
     let (_rt, ctx, _) = context();
     let ids: Vec<u64> = (0..1000)
-        .map(|_| ctx.open_conn(0x400000, own(7, 1), 0).expect("open"))
+        .map(|_| {
+            ctx.open_conn(0x400000, own(7, 1), 0, (None, 0))
+                .expect("open")
+        })
         .collect();
     let unique: std::collections::HashSet<u64> = ids.iter().copied().collect();
     assert_eq!(unique.len(), ids.len());
@@ -70,7 +73,9 @@ fn connection_ids_are_random_unique_and_fit_a_doorbell_word() {
 #[test]
 fn only_the_owner_disconnects_its_connection() {
     let (_rt, ctx, handler) = context();
-    let conn = ctx.open_conn(0x400000, own(7, 1), 0).expect("open");
+    let conn = ctx
+        .open_conn(0x400000, own(7, 1), 0, (None, 0))
+        .expect("open");
     // Another node, then the same node under another incarnation: nothing happens.
     for intruder in [own(8, 1), own(7, 2)] {
         let reply = handler.on_message(&link(intruder), Message::Disconnect { conn_id: conn });
@@ -132,22 +137,23 @@ fn a_peer_beyond_its_connection_limits_is_refused_and_others_are_not() {
             .descriptors_per_peer(6)
             .connects_in_progress_per_peer(1),
     );
-    let a = ctx.open_conn(1, own(7, 1), 0).expect("first");
-    ctx.open_conn(1, own(7, 2), LOOPBACK_DESCRIPTORS)
+    let a = ctx.open_conn(1, own(7, 1), 0, (None, 0)).expect("first");
+    ctx.open_conn(1, own(7, 2), LOOPBACK_DESCRIPTORS, (None, 0))
         .expect("second, another incarnation");
-    let e = ctx.open_conn(1, own(7, 1), 0).unwrap_err();
+    let e = ctx.open_conn(1, own(7, 1), 0, (None, 0)).unwrap_err();
     assert!(matches!(e, Error::InsufficientResources(_)), "{e}");
     assert!(e.to_string().contains("connections_per_peer"), "{e}");
     // Another node is served all the same.
-    ctx.open_conn(1, own(8, 1), LOOPBACK_DESCRIPTORS)
+    ctx.open_conn(1, own(8, 1), LOOPBACK_DESCRIPTORS, (None, 0))
         .expect("another node");
     // A connection that ends makes room; descriptors have their own bound.
     ctx.remove_conn(a);
     let e = ctx
-        .open_conn(1, own(7, 1), LOOPBACK_DESCRIPTORS)
+        .open_conn(1, own(7, 1), LOOPBACK_DESCRIPTORS, (None, 0))
         .unwrap_err();
     assert!(e.to_string().contains("descriptors_per_peer"), "{e}");
-    ctx.open_conn(1, own(7, 1), 0).expect("room again");
+    ctx.open_conn(1, own(7, 1), 0, (None, 0))
+        .expect("room again");
     // Connect requests in progress, per node.
     let first = ctx.begin_connect(7).expect("first request");
     let e = ctx.begin_connect(7).err().expect("beyond the limit");
@@ -410,7 +416,7 @@ fn each_message_reaches_the_entry_it_names_from_its_peer_only() {
     assert!(export.calls().is_empty());
 
     // An atomic on a connection of the export is the export's; its reply carries its value.
-    let conn = ctx.open_conn(id, owner, 0).expect("open");
+    let conn = ctx.open_conn(id, owner, 0, (None, 0)).expect("open");
     ctx.signals
         .add_importer(conn, owner.node, 0x77, None, Vec::new(), None);
     let atomic = crate::sans_io::wire::AtomicRequest {

@@ -35,7 +35,13 @@ impl ExportEntry for ExportInner {
             node: peer.node_id,
             incarnation: peer.incarnation,
         };
-        let conn_id = ctx.open_conn(r.segment_id, from, admission.descriptors)?;
+        let uid = peer.creds.as_ref().map(|c| c.uid);
+        let conn_id = ctx.open_conn(
+            r.segment_id,
+            from,
+            admission.descriptors,
+            (uid, peer.link_id),
+        )?;
         let importer = Importer {
             node: peer.node_id,
             incarnation: peer.incarnation,
@@ -83,7 +89,7 @@ impl ExportEntry for ExportInner {
     }
 
     fn disconnect(&self, conn_id: u64) {
-        self.forget(conn_id);
+        self.forget(conn_id, false);
     }
 
     fn atomic(&self, from: Owner, r: &AtomicRequest) -> Result<u64> {
@@ -91,15 +97,20 @@ impl ExportEntry for ExportInner {
     }
 
     fn peer_lost(&self, lost: Owner) {
-        let conns = self.importers_of(lost.node, lost.incarnation);
+        let ctx = self.node.upgrade();
+        // A connection made over a link that came up after the loss was decided is not lost.
+        let conns: Vec<u64> = self
+            .importers_of(lost.node, lost.incarnation)
+            .into_iter()
+            .filter(|&c| !ctx.as_ref().is_some_and(|ctx| ctx.conn_on_live_link(c)))
+            .collect();
         if !conns.is_empty() {
             self.events.emit(SegmentEvent::PeerUnreachable {
                 node: crate::NodeId(lost.node),
             });
         }
-        let ctx = self.node.upgrade();
         for conn_id in conns {
-            self.forget(conn_id);
+            self.forget(conn_id, true);
             if let Some(ctx) = &ctx {
                 ctx.remove_conn(conn_id);
             }

@@ -18,6 +18,7 @@ use super::link::Via;
 use super::shared::Shared;
 use super::unix_name::unix_name;
 use super::{creds, link};
+use crate::limits::Held;
 use crate::{Error, Result};
 
 /// How long an accept loop pauses after a failed accept (out of descriptors, say) before it
@@ -119,6 +120,9 @@ pub(super) async fn tcp_loop(shared: Arc<Shared>, counted: Counted<TcpListener>)
         match accepted {
             Ok((stream, from)) => {
                 let source = Source::Ip(from.ip());
+                let Some(held) = descriptor_for(&shared, None) else {
+                    continue;
+                };
                 let Some(ticket) = handshake_ticket(&shared, source) else {
                     continue;
                 };
@@ -128,7 +132,7 @@ pub(super) async fn tcp_loop(shared: Arc<Shared>, counted: Counted<TcpListener>)
                         () = s.closed.cancelled() => {}
                         () = async {
                             if let Some(_pass) = admitted(&s, ticket, source).await {
-                                greet_tcp(&s, stream, from).await;
+                                greet_tcp(&s, stream, from, held).await;
                             }
                         } => {}
                     }
@@ -157,6 +161,9 @@ pub(super) async fn unix_loop(shared: Arc<Shared>, counted: Counted<UnixListener
                     continue;
                 };
                 let source = Source::Uid(uid);
+                let Some(held) = descriptor_for(&shared, Some(uid)) else {
+                    continue;
+                };
                 let Some(ticket) = handshake_ticket(&shared, source) else {
                     continue;
                 };
@@ -166,7 +173,7 @@ pub(super) async fn unix_loop(shared: Arc<Shared>, counted: Counted<UnixListener
                         () = s.closed.cancelled() => {}
                         () = async {
                             if let Some(_pass) = admitted(&s, ticket, source).await {
-                                greet_unix(&s, stream).await;
+                                greet_unix(&s, stream, held).await;
                             }
                         } => {}
                     }
@@ -179,6 +186,18 @@ pub(super) async fn unix_loop(shared: Arc<Shared>, counted: Counted<UnixListener
         }
     }
     tracing::debug!(node = shared.me.node_id, "unix listener closed");
+}
+
+/// The descriptor an accepted link holds, from the node's budget for its peers (and its
+/// peer's uid's, on a Unix link); `None`, and the link closed at once, beyond either.
+fn descriptor_for(shared: &Shared, uid: Option<u32>) -> Option<Held> {
+    match shared.cfg.fds.take(uid, 1) {
+        Ok(held) => Some(held),
+        Err(why) => {
+            tracing::debug!(uid, "side-channel link closed at once: {why}");
+            None
+        }
+    }
 }
 
 /// The gate for `source`'s links.
@@ -227,15 +246,15 @@ fn gate_full(shared: &Shared, source: Source, why: &str) {
     );
 }
 
-async fn greet_tcp(shared: &Arc<Shared>, stream: TcpStream, from: SocketAddr) {
+async fn greet_tcp(shared: &Arc<Shared>, stream: TcpStream, from: SocketAddr, held: Held) {
     tune_tcp(&stream);
     let (read, write) = stream.into_split();
-    if let Err(why) = greet(shared, read, write, Via::Tcp).await {
+    if let Err(why) = greet(shared, read, write, Via::Tcp, held).await {
         log_refusal(&why, &format!("{from}"));
     }
 }
 
-async fn greet_unix(shared: &Arc<Shared>, stream: UnixStream) {
+async fn greet_unix(shared: &Arc<Shared>, stream: UnixStream, held: Held) {
     let creds = match creds::of_stream(&stream) {
         Ok(creds) => creds,
         Err(e) => {
@@ -245,7 +264,7 @@ async fn greet_unix(shared: &Arc<Shared>, stream: UnixStream) {
     };
     let pid = creds.pid;
     let (read, write) = stream.into_split();
-    if let Err(why) = greet(shared, read, write, Via::Unix(creds)).await {
+    if let Err(why) = greet(shared, read, write, Via::Unix(creds), held).await {
         log_refusal(&why, &format!("unix pid {pid:?}"));
     }
 }
@@ -266,6 +285,7 @@ async fn greet<R, W>(
     read: R,
     write: W,
     via: Via,
+    held: Held,
 ) -> std::result::Result<(), String>
 where
     R: tokio::io::AsyncRead + Unpin + Send + 'static,
@@ -283,5 +303,5 @@ where
         Via::Unix(creds) => Some(creds),
         Via::Tcp => None,
     };
-    link::establish(shared, greeted, creds).map(drop)
+    link::establish(shared, greeted, creds, Some(held)).map(drop)
 }

@@ -4,6 +4,7 @@
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
+use crate::limits::PeerDescriptors;
 use crate::sans_io::handshake::Credentials;
 use crate::sans_io::wire::{ByteOrder, Doorbell};
 
@@ -35,6 +36,9 @@ pub(crate) struct SideChannelConfig {
     pub max_handshakes_per_source: usize,
     /// Live links per peer node (default 8); a further link from it is refused.
     pub max_links_per_peer: usize,
+    /// The descriptors the node holds for its peers: an accepted link takes one, and is
+    /// closed at once beyond the node's budget or its peer's uid's (default: unbounded).
+    pub fds: Arc<PeerDescriptors>,
 }
 
 impl Default for SideChannelConfig {
@@ -51,6 +55,7 @@ impl Default for SideChannelConfig {
             max_handshakes: 64,
             max_handshakes_per_source: 8,
             max_links_per_peer: 8,
+            fds: PeerDescriptors::unbounded(),
         }
     }
 }

@@ -152,6 +152,6 @@ impl Shared {
         W: tokio::io::AsyncWrite + Unpin + Send + 'static,
     {
         let greeted = link::dial_handshake(self, read, write, node, self.cfg.hello_timeout).await?;
-        link::establish(self, greeted, creds)
+        link::establish(self, greeted, creds, None)
     }
 }

@@ -31,6 +31,7 @@ use super::peers::LinkHandle;
 use super::pulse::{ANSWER, Pulse, next_seq, wants_answer};
 use super::shared::Shared;
 use super::unix_name;
+use crate::limits::Held;
 use crate::sans_io::handshake::{Initiator, Opener, Responder, Sealer, TAG_LEN};
 use crate::sans_io::wire::{self, Hello, MAX_FRAME, Message};
 
@@ -275,6 +276,7 @@ pub(super) fn establish<R, W>(
     shared: &Arc<Shared>,
     greeted: Greeted<R, W>,
     creds: Option<PeerCreds>,
+    held: Option<Held>,
 ) -> Result<LinkHandle, String>
 where
     R: AsyncRead + Unpin + Send + 'static,
@@ -345,17 +347,22 @@ where
             write_within: shared.cfg.dead_after,
         },
     ));
-    shared
-        .handle
-        .spawn(read_loop(Arc::clone(shared), link.clone(), reader, opener));
+    shared.handle.spawn(read_loop(
+        Arc::clone(shared),
+        link.clone(),
+        reader,
+        opener,
+        held,
+    ));
     Ok(link)
 }
 
 /// Detaches the link when the reader ends, however it ends (returned, aborted, or dropped
-/// with its runtime).
+/// with its runtime), and gives back the descriptor an accepted link held.
 struct DetachOnDrop {
     shared: Arc<Shared>,
     link: LinkHandle,
+    _held: Option<Held>,
 }
 
 impl Drop for DetachOnDrop {
@@ -371,12 +378,14 @@ async fn read_loop<R>(
     link: LinkHandle,
     mut frames: FramedRead<R, LengthDelimitedCodec>,
     mut opener: Option<Opener>,
+    held: Option<Held>,
 ) where
     R: AsyncRead + Unpin,
 {
     let guard = DetachOnDrop {
         shared: Arc::clone(&shared),
         link: link.clone(),
+        _held: held,
     };
     let info = &*link.info;
     let pulse = &link.pulse;

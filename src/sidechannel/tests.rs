@@ -165,6 +165,7 @@ fn fast() -> SideChannelConfig {
         max_handshakes: 64,
         max_handshakes_per_source: 8,
         max_links_per_peer: 8,
+        fds: crate::limits::PeerDescriptors::unbounded(),
     }
 }
 

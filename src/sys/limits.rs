@@ -17,6 +17,22 @@ pub(crate) fn nofile_limit() -> Option<u64> {
     getrlimit(Resource::Nofile).current
 }
 
+/// Raises this process's open-file limit (`RLIMIT_NOFILE`, soft) to its hard limit, as
+/// servers do; the soft limit now (`None`: unlimited). Left as it was if the system refuses.
+pub(crate) fn raise_nofile() -> Option<u64> {
+    let now = getrlimit(Resource::Nofile);
+    if now.current != now.maximum {
+        let raised = rustix::process::Rlimit {
+            current: now.maximum,
+            maximum: now.maximum,
+        };
+        if let Err(e) = rustix::process::setrlimit(Resource::Nofile, raised) {
+            tracing::debug!(error = %e, "cannot raise the open-file limit to the hard one");
+        }
+    }
+    nofile_limit()
+}
+
 /// Whether `e` says this process, or the system, has no file descriptor left (`EMFILE`,
 /// `ENFILE`).
 pub(crate) fn out_of_fds(e: &std::io::Error) -> bool {

@@ -138,9 +138,8 @@ impl ExportPath for Arc<FabricBackend> {
 
     fn destroyed(&self, _mem: &Memory) {}
 
-    fn forget(&self, offer: Option<&Offer>, conn_id: u64) {
-        // Its key stops working now: a late write of a lost importer finds no memory.
-        drop(offer.and_then(|o| o.remove(conn_id)));
+    fn forget(&self, offer: Option<&Offer>, conn_id: u64) -> Option<Registration> {
+        offer.and_then(|o| o.remove(conn_id))
     }
 
     fn address(&self) -> Vec<u8> {

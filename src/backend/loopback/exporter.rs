@@ -202,8 +202,9 @@ impl ExportPath for Arc<LoopbackBackend> {
         destroyed(mem);
     }
 
-    fn forget(&self, _offer: Option<&Offer>, conn_id: u64) {
+    fn forget(&self, _offer: Option<&Offer>, conn_id: u64) -> Option<Registration> {
         LoopbackBackend::forget(self, conn_id);
+        None
     }
 
     fn address(&self) -> Vec<u8> {
