@@ -342,6 +342,7 @@ fn role_entry() {
     match common::role().as_deref() {
         None => {}
         Some("pidns_exporter") => pidns_exporter_role(),
+        Some("other_uid_importer") => other_uid_importer_role(),
         Some(other) => panic!("unknown role {other}"),
     }
 }
@@ -365,6 +366,155 @@ fn pidns_exporter_role() {
     }
     drop(seg);
     rt.block_on(node.shutdown());
+}
+
+/// A node of another uid (the role runs under `setpriv`): imports loopback segment `SEGMENT`
+/// of node `EXPORTER`, writes into it, and says `ok` or what failed.
+fn other_uid_importer_role() {
+    let rt = common::runtime();
+    let id: u32 = common::arg("NODE_ID").parse().expect("NODE_ID");
+    let exporter: u32 = common::arg("EXPORTER").parse().expect("EXPORTER");
+    let segment: u32 = common::arg("SEGMENT").parse().expect("SEGMENT");
+    let said = rt.block_on(async {
+        let node = common::node(id).await;
+        let ctrl = node.controller("loopback").await.expect("controller");
+        let said = match ctrl
+            .import(rsm::NodeId(exporter), SegmentId(segment), Perm::RDWR)
+            .await
+        {
+            Ok(imp) => match imp.put(64, vec![9u8; 8]).await {
+                Ok(_) => "ok".to_string(),
+                Err(e) => format!("put: {}", e.into_parts().0),
+            },
+            Err(e) => format!("import: {e}"),
+        };
+        node.shutdown().await;
+        said
+    });
+    common::say(said);
+}
+
+/// A keyless local process may claim any node id whose name it holds, so per-peer limits
+/// alone let it mint peers until the node runs out of descriptors. Self-made ids of one uid
+/// together hold at most that uid's budget of the exporter's descriptors (links and
+/// loopback connections): beyond it each connect is refused with
+/// `RSMERR_INSUFFICIENT_RESOURCES`, and a node of another uid still gets in.
+#[test]
+fn self_made_ids_of_one_uid_hold_at_most_its_budget() {
+    use std::os::linux::net::SocketAddrExt;
+    let _serial = common::serial();
+    if !std::process::Command::new("setpriv")
+        .args(["--reuid=65534", "--regid=65534", "--clear-groups", "true"])
+        .status()
+        .is_ok_and(|s| s.success())
+    {
+        let _ = std::io::Write::write_all(
+            &mut std::io::stderr(),
+            b"SKIPPED self_made_ids_of_one_uid_hold_at_most_its_budget: setpriv needs root\n",
+        );
+        return;
+    }
+    const PER_UID: usize = 24;
+    let rt = common::runtime();
+    let exporter_id = common::fresh_node_id();
+    let flood_ids: Vec<u32> = (0..5).map(|_| common::fresh_node_id()).collect();
+    let other_id = common::fresh_node_id();
+    let acl: Vec<Access> = flood_ids
+        .iter()
+        .chain([&other_id])
+        .map(|&n| Access::new(rsm::NodeId(n), 0o666))
+        .collect();
+    let (exporter, _seg, segment) = rt.block_on(async {
+        let exporter = rsm::Node::builder()
+            .ignore_environment()
+            .id(exporter_id)
+            .limits(
+                rsm::Limits::default()
+                    .descriptors(4 * PER_UID)
+                    .descriptors_per_uid(PER_UID),
+            )
+            .start()
+            .await
+            .expect("exporter");
+        let seg = exporter
+            .controller("loopback")
+            .await
+            .expect("controller")
+            .export(4096, ExportFlags::empty())
+            .expect("export");
+        let segment = seg.publish(None, &acl).await.expect("publish");
+        (exporter, seg, segment)
+    });
+    let (granted, refused, links, flood) = rt.block_on(async {
+        let (mut granted, mut refused, mut links) = (0usize, 0usize, 0usize);
+        let (mut held, mut streams) = (Vec::new(), Vec::new());
+        for &id in &flood_ids {
+            let name = std::os::unix::net::SocketAddr::from_abstract_name(format!("rsm-node-{id}"))
+                .expect("an abstract name");
+            held.push(std::os::unix::net::UnixListener::bind_addr(&name).expect("free name"));
+            let mut s = UnixStream::connect(format!("\0rsm-node-{exporter_id}"))
+                .await
+                .expect("connect");
+            write_frame(&mut s, &hello(id)).await.expect("hello");
+            let Some(back) = next_frame(&mut s).await else {
+                continue; // closed at once: this uid's budget holds no more links
+            };
+            assert!(matches!(wire::decode(&back), Ok(Message::Hello(_))));
+            links += 1;
+            for _ in 0..8 {
+                write_frame(&mut s, &connect_as_owner(segment.get(), "loopback"))
+                    .await
+                    .expect("request");
+                let reply = next_frame(&mut s).await.expect("an answer");
+                match wire::decode(&reply) {
+                    Ok(Message::ConnectReply(r)) => match r.result {
+                        Ok(_) => granted += 1,
+                        Err(code) => {
+                            assert_eq!(
+                                code as i32,
+                                rsm::Error::insufficient_resources().code(),
+                                "refused for want of descriptors"
+                            );
+                            refused += 1;
+                        }
+                    },
+                    other => panic!("{other:?}"),
+                }
+            }
+            streams.push(s);
+        }
+        // The flood's links stay open while the other uid's node comes in.
+        (granted, refused, links, (held, streams))
+    });
+    // Four descriptors per loopback connection, one per link.
+    assert!(
+        granted * 4 + links <= PER_UID,
+        "{granted} connections and {links} links of one uid"
+    );
+    assert!(
+        granted > 0 && refused > 0,
+        "{granted} granted, {refused} refused"
+    );
+    // A node of another uid still gets in.
+    let mut other = common::Peer::start_under(
+        &[
+            "setpriv",
+            "--reuid=65534",
+            "--regid=65534",
+            "--clear-groups",
+        ],
+        "role_entry",
+        "other_uid_importer",
+        &[
+            ("NODE_ID", other_id.to_string()),
+            ("EXPORTER", exporter_id.to_string()),
+            ("SEGMENT", segment.get().to_string()),
+        ],
+    );
+    assert_eq!(other.recv(), "ok", "a node of another uid during the flood");
+    other.quit();
+    drop(flood);
+    rt.block_on(exporter.shutdown());
 }
 
 /// Without keys, a peer is the process that holds the name it claims, as the kernel's
