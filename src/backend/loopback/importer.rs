@@ -164,20 +164,7 @@ impl LoopbackImport {
             return Err(Error::conn_aborted().detail("the exporter sent too few descriptors"));
         };
         let implicit = Reach::attach(&fd, &control_fd, size, access)?;
-        let lo = LoopbackImport {
-            service,
-            size,
-            epoch: 0,
-            implicit,
-            fd: Mutex::new(Some(Arc::new(fd))),
-            user: Mutex::new(None),
-            mapped: AtomicU64::new(0),
-            next_map: AtomicU64::new(1),
-            busy: AtomicUsize::new(0),
-            revoked: AtomicBool::new(false),
-            why: Mutex::new(None),
-            counters: AtomicU64::new(0),
-        };
+        let lo = Self::reaching(service, size, implicit, Some(fd));
         let word = lo.control().map_or(0, |c| c.load(Ordering::SeqCst));
         if word == 0 {
             return Err(Error::conn_aborted().detail("the segment was withdrawn meanwhile"));
@@ -211,34 +198,33 @@ impl LoopbackImport {
                 });
             }
         }
-        Ok(Arc::new(LoopbackImport {
-            service: Vec::new(),
-            size,
-            epoch: 0,
-            implicit: Reach::Remote {
-                pid,
-                base: AtomicU64::new(base),
-            },
-            fd: Mutex::new(None),
-            user: Mutex::new(None),
-            mapped: AtomicU64::new(0),
-            next_map: AtomicU64::new(1),
-            busy: AtomicUsize::new(0),
-            revoked: AtomicBool::new(false),
-            why: Mutex::new(None),
-            counters: AtomicU64::new(0),
-        }))
+        let implicit = Reach::Remote {
+            pid,
+            base: AtomicU64::new(base),
+        };
+        Ok(Arc::new(Self::reaching(Vec::new(), size, implicit, None)))
     }
 
     /// A connection granted nothing: it reaches no memory, only signals.
     pub(crate) fn nothing(size: u64) -> Result<Arc<Self>> {
         let size = usize::try_from(size).map_err(|_| Error::bad_length())?;
-        Ok(Arc::new(LoopbackImport {
-            service: Vec::new(),
+        Ok(Arc::new(Self::reaching(
+            Vec::new(),
+            size,
+            Reach::Nothing,
+            None,
+        )))
+    }
+
+    /// A fresh connection of `size` bytes through `implicit` (epoch 0: set once the
+    /// generation word was read), with the segment's descriptor `fd`, if it has one.
+    fn reaching(service: Vec<u8>, size: usize, implicit: Reach, fd: Option<OwnedFd>) -> Self {
+        LoopbackImport {
+            service,
             size,
             epoch: 0,
-            implicit: Reach::Nothing,
-            fd: Mutex::new(None),
+            implicit,
+            fd: Mutex::new(fd.map(Arc::new)),
             user: Mutex::new(None),
             mapped: AtomicU64::new(0),
             next_map: AtomicU64::new(1),
@@ -246,7 +232,7 @@ impl LoopbackImport {
             revoked: AtomicBool::new(false),
             why: Mutex::new(None),
             counters: AtomicU64::new(0),
-        }))
+        }
     }
 
     /// Whether the segment is caller memory reached with `process_vm_readv/writev`.
