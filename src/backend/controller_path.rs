@@ -23,16 +23,6 @@ pub(crate) enum ControllerPath {
     Loopback(Arc<LoopbackBackend>),
 }
 
-/// Forwards an [`ExportPath`] call to the path chosen.
-macro_rules! chosen {
-    ($self:ident, $p:ident => $call:expr) => {
-        match $self {
-            ControllerPath::Fabric($p) => $call,
-            ControllerPath::Loopback($p) => $call,
-        }
-    };
-}
-
 impl ControllerPath {
     /// The libfabric resources, where the controller has them: its engine and counters
     /// for the node's bookkeeping, never a choice of path.
@@ -112,31 +102,31 @@ async fn attach_loopback(
 
 impl ExportPath for ControllerPath {
     fn segment_memory(&self, size: usize) -> Result<Memory> {
-        chosen!(self, p => p.segment_memory(size))
+        chosen!(ControllerPath, self, p => p.segment_memory(size))
     }
 
     fn check_rebind(&self, old: &Memory, new: &Memory) -> Result<()> {
-        chosen!(self, p => p.check_rebind(old, new))
+        chosen!(ControllerPath, self, p => p.check_rebind(old, new))
     }
 
     fn registers(&self) -> bool {
-        chosen!(self, p => p.registers())
+        chosen!(ControllerPath, self, p => p.registers())
     }
 
     fn offer(&self, mem: &Arc<Memory>) -> Result<Offer> {
-        chosen!(self, p => p.offer(mem))
+        chosen!(ControllerPath, self, p => p.offer(mem))
     }
 
     fn published(&self, mem: &Memory, generation: u32) {
-        chosen!(self, p => p.published(mem, generation))
+        chosen!(ControllerPath, self, p => p.published(mem, generation))
     }
 
     fn admission(&self, peer: &PeerInfo, address: &[u8]) -> Result<Admission> {
-        chosen!(self, p => p.admission(peer, address))
+        chosen!(ControllerPath, self, p => p.admission(peer, address))
     }
 
     fn refuses_user(&self, uid: u32) -> Option<String> {
-        chosen!(self, p => p.refuses_user(uid))
+        chosen!(ControllerPath, self, p => p.refuses_user(uid))
     }
 
     fn grant(
@@ -147,51 +137,51 @@ impl ExportPath for ControllerPath {
         access: Perm,
         admission: &Admission,
     ) -> Result<Granted> {
-        chosen!(self, p => p.grant(offer, mem, conn_id, access, admission))
+        chosen!(ControllerPath, self, p => p.grant(offer, mem, conn_id, access, admission))
     }
 
     fn reoffer(&self, offer: &Offer, new: &Memory, conn_id: u64, access: Perm) -> (u64, u64) {
-        chosen!(self, p => p.reoffer(offer, new, conn_id, access))
+        chosen!(ControllerPath, self, p => p.reoffer(offer, new, conn_id, access))
     }
 
     fn rebound(&self, old: &Memory, new: &Memory, generation: u32) {
-        chosen!(self, p => p.rebound(old, new, generation))
+        chosen!(ControllerPath, self, p => p.rebound(old, new, generation))
     }
 
     fn revoked(&self, mem: &Memory) {
-        chosen!(self, p => p.revoked(mem))
+        chosen!(ControllerPath, self, p => p.revoked(mem))
     }
 
     fn destroyed(&self, mem: &Memory) {
-        chosen!(self, p => p.destroyed(mem))
+        chosen!(ControllerPath, self, p => p.destroyed(mem))
     }
 
     fn forget(&self, offer: Option<&Offer>, conn_id: u64) -> Option<Registration> {
-        chosen!(self, p => ExportPath::forget(p, offer, conn_id))
+        chosen!(ControllerPath, self, p => ExportPath::forget(p, offer, conn_id))
     }
 
     fn address(&self) -> Vec<u8> {
-        chosen!(self, p => ExportPath::address(p))
+        chosen!(ControllerPath, self, p => ExportPath::address(p))
     }
 
     fn doorbell(&self) -> Option<Doorbell> {
-        chosen!(self, p => ExportPath::doorbell(p))
+        chosen!(ControllerPath, self, p => ExportPath::doorbell(p))
     }
 
     fn ringer(&self) -> Option<&Arc<FabricBackend>> {
-        chosen!(self, p => p.ringer())
+        chosen!(ControllerPath, self, p => p.ringer())
     }
 
     fn signal_reader(&self) -> SignalReader<'_> {
-        chosen!(self, p => p.signal_reader())
+        chosen!(ControllerPath, self, p => p.signal_reader())
     }
 
     fn same_host_only(&self) -> bool {
-        chosen!(self, p => p.same_host_only())
+        chosen!(ControllerPath, self, p => p.same_host_only())
     }
 
     unsafe fn register_local(&self, mem: &Memory, len: usize) -> Result<Option<Registration>> {
         // SAFETY: forwarded contract.
-        chosen!(self, p => unsafe { p.register_local(mem, len) })
+        chosen!(ControllerPath, self, p => unsafe { p.register_local(mem, len) })
     }
 }

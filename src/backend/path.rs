@@ -230,6 +230,7 @@ impl Offer {
     }
 
     /// Every connection's grant, for a fault that replaces the registrations.
+    #[cfg(feature = "fault-injection")]
     pub(crate) fn grants(&self) -> Vec<(u64, Perm)> {
         self.lock().iter().map(|(c, (_, a))| (*c, *a)).collect()
     }

@@ -46,13 +46,8 @@ impl Reach {
         size: usize,
         access: crate::Perm,
     ) -> Result<Reach> {
+        check_memfds(fd, control_fd, size, "the exporter's memfd")?;
         let page = crate::sys::limits::page_size();
-        // Checked before mapping: an unsealed or resized memfd could SIGBUS us later.
-        for (fd, len) in [(fd, size), (control_fd, page)] {
-            crate::sys::shm::check_peer_memfd(fd.as_fd(), len as u64).map_err(|why| {
-                Error::conn_aborted().detail(format!("the exporter's memfd: {why}"))
-            })?;
-        }
         let map_failed = |e: std::io::Error| {
             Error::insufficient_resources()
                 .detail(format!("cannot map the segment: {e}"))
@@ -466,12 +461,7 @@ impl LoopbackImport {
         let (Some(fd), Some(control_fd)) = (fds.next(), fds.next()) else {
             return Err(Error::conn_aborted().detail("the exporter sent too few descriptors"));
         };
-        let page = crate::sys::limits::page_size();
-        for (fd, len) in [(&fd, self.size), (&control_fd, page)] {
-            crate::sys::shm::check_peer_memfd(fd.as_fd(), len as u64).map_err(|why| {
-                Error::conn_aborted().detail(format!("the exporter's new memfd: {why}"))
-            })?;
-        }
+        check_memfds(&fd, &control_fd, self.size, "the exporter's new memfd")?;
         let user = lock(&self.user);
         if self.revoked.load(Ordering::SeqCst) {
             return Ok(());
@@ -546,6 +536,18 @@ impl LoopbackImport {
         drop(user.take());
         Ok(())
     }
+}
+
+/// Checks the memfds an exporter sent before they are mapped (an unsealed or resized one
+/// could `SIGBUS` this process later): the segment's of `size` bytes, the generation word's
+/// of a page; `CONN_ABORTED` naming `what` otherwise.
+fn check_memfds(fd: &OwnedFd, control_fd: &OwnedFd, size: usize, what: &str) -> Result<()> {
+    let page = crate::sys::limits::page_size();
+    for (fd, len) in [(fd, size), (control_fd, page)] {
+        crate::sys::shm::check_peer_memfd(fd.as_fd(), len as u64)
+            .map_err(|why| Error::conn_aborted().detail(format!("{what}: {why}")))?;
+    }
+    Ok(())
 }
 
 /// A failed `process_vm_readv/writev`: the exporter's process or its memory is gone.
