@@ -455,9 +455,13 @@ fn self_made_ids_of_one_uid_hold_at_most_its_budget() {
             let mut s = UnixStream::connect(format!("\0rsm-node-{exporter_id}"))
                 .await
                 .expect("connect");
-            write_frame(&mut s, &hello(id)).await.expect("hello");
+            // Closed at once (the hello may meet a closed socket): this uid's budget holds
+            // no more links.
+            if write_frame(&mut s, &hello(id)).await.is_err() {
+                continue;
+            }
             let Some(back) = next_frame(&mut s).await else {
-                continue; // closed at once: this uid's budget holds no more links
+                continue;
             };
             assert!(matches!(wire::decode(&back), Ok(Message::Hello(_))));
             links += 1;
