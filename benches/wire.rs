@@ -46,6 +46,7 @@ fn messages() -> Vec<(&'static str, Message)> {
                     addr: 0x7f00_0000_1000,
                     key: 77,
                 }),
+                admission: vec![0x5c; 16],
             }),
         ),
         (
@@ -67,6 +68,7 @@ fn messages() -> Vec<(&'static str, Message)> {
                         addr: 0x7f00_0000_2000,
                         key: 78,
                     }),
+                    admission: vec![0x5d; 16],
                 }),
             }),
         ),

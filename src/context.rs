@@ -44,6 +44,8 @@ struct Conn {
     _held: Option<Held>,
     /// The side-channel link its connect request came on.
     link: u64,
+    /// The importer's uid, where the kernel gave it (a Unix peer).
+    uid: Option<u32>,
 }
 
 /// Importer side: the wait of a dropped or disconnected import for its operations in
@@ -426,6 +428,21 @@ impl NodeContext {
                 .segment(segid)
                 .detail(what))
         };
+        if conns.len() >= limits.connections {
+            return refuse(format!(
+                "this node has {} open connections, its limit (Limits::connections)",
+                conns.len()
+            ));
+        }
+        if let Some(uid) = uid {
+            let of_uid = conns.values().filter(|c| c.uid == Some(uid)).count();
+            if of_uid >= limits.connections_of_a_uid() {
+                return refuse(format!(
+                    "the peers of uid {uid} hold {of_uid} open connections, this node's \
+                     limit for one uid (Limits::connections_per_uid)"
+                ));
+            }
+        }
         if open >= limits.connections_per_peer {
             return refuse(format!(
                 "node {} has {open} open connections, this node's limit \
@@ -459,6 +476,7 @@ impl NodeContext {
             descriptors,
             _held: held,
             link,
+            uid,
         };
         conns.insert(conn_id, conn);
         Ok(conn_id)

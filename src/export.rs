@@ -121,6 +121,9 @@ pub(crate) struct Importer {
     pub(crate) granted: Perm,
     /// Its process, from the kernel credentials of the Unix side channel (loopback and shm).
     pub(crate) pid: Option<u32>,
+    /// The ticket its connections to the controller's endpoint carry, admitted while it is
+    /// recorded (connected fabrics).
+    pub(crate) _admitted: Option<Arc<crate::fabric::connected::Admitted>>,
 }
 
 impl Importer {
@@ -147,6 +150,8 @@ pub(crate) struct Grant {
     pub(crate) fabric_addr: Vec<u8>,
     /// Where the connection's own doorbell is offered from, and to which process.
     pub(crate) bell_service: Option<(Arc<crate::sidechannel::fdpass::FdService>, u32)>,
+    /// The ticket the importer's connections to this controller's endpoint carry.
+    pub(crate) admission: Vec<u8>,
 }
 
 impl ExportInner {
@@ -190,9 +195,15 @@ impl ExportInner {
             generation: p.generation,
             fabric_addr: g.address,
             bell_service: g.bell_service,
+            admission: g
+                .admission
+                .as_ref()
+                .map(|a| a.ticket().to_vec())
+                .unwrap_or_default(),
         };
         let importer = Importer {
             granted,
+            _admitted: g.admission.map(Arc::new),
             ..importer
         };
         p.importers.insert(conn_id, importer);

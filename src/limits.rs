@@ -48,6 +48,13 @@ pub struct Limits {
     /// Live side-channel links per peer node; a further one is closed. Default
     /// [`Limits::LINKS_PER_PEER`].
     pub links_per_peer: usize,
+    /// Open connections (granted imports of this node's segments) of all peers together;
+    /// on a fabric each holds a registration of its own. Default [`Limits::CONNECTIONS`].
+    pub connections: usize,
+    /// Of those, of the peers of one uid on this host (the kernel's, as for
+    /// [`Limits::descriptors_per_uid`]). 0 (the default) is half of
+    /// [`Limits::connections`].
+    pub connections_per_uid: usize,
 }
 
 impl Limits {
@@ -65,6 +72,8 @@ impl Limits {
     pub const HANDSHAKES_PER_SOURCE: usize = 8;
     /// The default of [`Limits::links_per_peer`].
     pub const LINKS_PER_PEER: usize = 8;
+    /// The default of [`Limits::connections`].
+    pub const CONNECTIONS: usize = 65_536;
     /// Descriptors a node keeps for its own use out of its open-file limit, when
     /// [`Limits::descriptors`] is derived from it.
     pub const FD_RESERVE: usize = 256;
@@ -78,6 +87,37 @@ impl Limits {
     pub fn descriptors(mut self, n: usize) -> Self {
         self.descriptors = n;
         self
+    }
+
+    /// Sets [`Limits::connections`].
+    ///
+    /// ```
+    /// assert_eq!(rsm::Limits::default().connections(1000).connections, 1000);
+    /// ```
+    #[must_use]
+    pub fn connections(mut self, n: usize) -> Self {
+        self.connections = n;
+        self
+    }
+
+    /// Sets [`Limits::connections_per_uid`] (0: half of the node's).
+    ///
+    /// ```
+    /// assert_eq!(rsm::Limits::default().connections_per_uid(10).connections_per_uid, 10);
+    /// ```
+    #[must_use]
+    pub fn connections_per_uid(mut self, n: usize) -> Self {
+        self.connections_per_uid = n;
+        self
+    }
+
+    /// The connections one uid's peers may hold ([`Limits::connections_per_uid`], 0: half
+    /// of [`Limits::connections`]).
+    pub(crate) fn connections_of_a_uid(&self) -> usize {
+        match self.connections_per_uid {
+            0 => self.connections / 2,
+            n => n.min(self.connections),
+        }
     }
 
     /// Sets [`Limits::descriptors_per_uid`] (0: half of the node's).
@@ -188,6 +228,8 @@ impl Default for Limits {
             links_per_peer: Self::LINKS_PER_PEER,
             descriptors: 0,
             descriptors_per_uid: 0,
+            connections: Self::CONNECTIONS,
+            connections_per_uid: 0,
         }
     }
 }

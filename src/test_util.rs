@@ -92,6 +92,19 @@ pub fn grant_of(imp: &crate::ImportSegment) -> (u64, u64, Vec<u8>) {
     imp.grant_parts()
 }
 
+/// The ticket the exporter's endpoint admits `imp`'s transport connections with (empty
+/// where its fabric is not connected), for tests that attack with it.
+///
+/// ```no_run
+/// # fn f(imp: rsm::ImportSegment) {
+/// let ticket = rsm::test_util::ticket_of(&imp);
+/// # let _ = ticket;
+/// # }
+/// ```
+pub fn ticket_of(imp: &crate::ImportSegment) -> Vec<u8> {
+    imp.granted_ticket()
+}
+
 /// A duplicate of the segment's descriptor the grantee of a `loopback` import holds (none
 /// for caller memory or a grant of nothing), for tests that attack with it.
 ///

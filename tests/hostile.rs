@@ -65,6 +65,7 @@ fn connect_as_owner(segment: u32, controller: &str) -> Vec<u8> {
         fabric_addr: Vec::new(),
         signal_token: 1,
         doorbell: None,
+        admission: Vec::new(),
     }))
 }
 
@@ -275,6 +276,73 @@ async fn a_flood_of_links_keeps_descriptors_bounded_and_the_node_serving() {
     imp.put(0, vec![3u8; 64]).await.expect("put");
     assert!(started.elapsed() < Duration::from_secs(5));
     drop(flood);
+}
+
+/// Connections to an exporter's tcp fabric port that never ask to connect (a request
+/// without a ticket is refused at once: `rights.rs`) are hung up within the bound, the
+/// provider closes its descriptors for them, and an importer gets in meanwhile.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn silent_connections_to_the_fabric_port_are_hung_up() {
+    use std::io::Read;
+    let (exporter, importer, _) = keyed_pair().await;
+    let (_seg, segment) = owner_only(&exporter, "tcp0", importer.id().get()).await;
+    let ctrl = importer.controller("tcp0").await.expect("controller");
+    let first = ctrl
+        .import(exporter.id(), segment, Perm::RDWR)
+        .await
+        .expect("import");
+    first.put(0, vec![1u8; 64]).await.expect("put");
+    let (_, _, addr) = rsm::test_util::grant_of(&first);
+    let port = u16::from_be_bytes([addr[2], addr[3]]);
+    let fabric = std::net::SocketAddr::from(([127, 0, 0, 1], port));
+    let before = open_fds();
+    const FLOOD: usize = 300;
+    let flood: Vec<std::net::TcpStream> = (0..FLOOD)
+        .filter_map(|_| std::net::TcpStream::connect(fabric).ok())
+        .collect();
+    assert!(
+        flood.len() > FLOOD / 2,
+        "the port took {} connections",
+        flood.len()
+    );
+    // An importer gets in while they are held.
+    let second = ctrl
+        .import(exporter.id(), segment, Perm::RDWR)
+        .await
+        .expect("served during the flood");
+    second.put(64, vec![2u8; 64]).await.expect("put");
+    // Hung up within UNCLAIMED_FOR (5 s), looked at every second: a read sees the end.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    for mut s in flood {
+        s.set_nonblocking(true).expect("nonblocking");
+        loop {
+            match s.read(&mut [0u8; 8]) {
+                Ok(0) => break,
+                Err(e) if e.kind() != std::io::ErrorKind::WouldBlock => break,
+                Ok(n) => panic!("the provider sent {n} bytes to a silent connection"),
+                Err(_) if Instant::now() > deadline => panic!("a silent connection still held"),
+                Err(_) => tokio::time::sleep(Duration::from_millis(100)).await,
+            }
+        }
+    }
+    // The provider closed its ends too, and the connections of both imports work.
+    let settle = Instant::now() + Duration::from_secs(5);
+    while open_fds() > before + 16 && Instant::now() < settle {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(
+        open_fds() <= before + 16,
+        "{} descriptors more than before the flood",
+        open_fds() - before
+    );
+    first
+        .put(0, vec![3u8; 64])
+        .await
+        .expect("put after the flood");
+    second
+        .put(64, vec![4u8; 64])
+        .await
+        .expect("put after the flood");
 }
 
 /// A peer of this host that holds its name (so the node admits it) sends a flood of requests

@@ -175,9 +175,10 @@ fn role_entry() {
     }
 }
 
-/// A hostile grantee on `PROVIDER`: for each command `read ADDR BASE KEY` or
-/// `write ADDR BASE KEY BYTE` (the exporter's fabric address in hex), a fresh endpoint posts
-/// 16 bytes and says `done HEX` (what a read got), `failed WHY` or `no answer`.
+/// A hostile grantee on `PROVIDER`: for each command `read ADDR TICKET BASE KEY` or
+/// `write ADDR TICKET BASE KEY BYTE` (the exporter's fabric address and the ticket its
+/// connection carries in hex, `-` for none), a fresh endpoint posts 16 bytes and says
+/// `done HEX` (what a read got), `failed WHY` or `no answer`.
 fn raw_role() {
     let provider = common::arg("PROVIDER");
     while let Some(cmd) = common::next_command() {
@@ -187,25 +188,24 @@ fn raw_role() {
         }
         let num = |i: usize| u64::from_str_radix(words[i], 16).expect("hex");
         let mut raw = Raw::open(&provider);
-        let addr: Vec<u8> = (0..words[1].len())
-            .step_by(2)
-            .map(|i| u8::from_str_radix(&words[1][i..i + 2], 16).expect("hex address"))
-            .collect();
-        let peer = raw.ep.add_peer(&addr).expect("the exporter's address");
+        let peer = raw
+            .ep
+            .add_peer(&unhex(words[1]), &unhex(words[2]))
+            .expect("the exporter's address");
         let (outcome, got) = match words[0] {
-            "read" => raw.read(peer, num(2), num(3), 16),
+            "read" => raw.read(peer, num(3), num(4), 16),
             "write" => (
-                raw.write(peer, num(2), num(3), &[num(4) as u8; 16]),
+                raw.write(peer, num(3), num(4), &[num(5) as u8; 16]),
                 Vec::new(),
             ),
             "fastwrite" => (
-                raw.write_with(peer, num(2), num(3), &[num(4) as u8; 16], 0),
+                raw.write_with(peer, num(3), num(4), &[num(5) as u8; 16], 0),
                 Vec::new(),
             ),
             _ => break,
         };
         common::say(match outcome {
-            Outcome::Done => format!("done {}", hex(&got)),
+            Outcome::Done => format!("done {}", hex(&got).trim_start_matches('-')),
             Outcome::Failed(why) => format!("failed {why}"),
             Outcome::NoAnswer => "no answer".to_string(),
         });
@@ -226,8 +226,22 @@ fn keep_awake(node: rsm::Node, exporter: u32, ctrl: &str) -> tokio::task::JoinHa
     })
 }
 
+/// Bytes in hex, `-` for none (a command's word).
 fn hex(b: &[u8]) -> String {
+    if b.is_empty() {
+        return "-".into();
+    }
     b.iter().map(|x| format!("{x:02x}")).collect()
+}
+
+fn unhex(s: &str) -> Vec<u8> {
+    if s == "-" {
+        return Vec::new();
+    }
+    (0..s.len())
+        .step_by(2)
+        .map(|i| u8::from_str_radix(&s[i..i + 2], 16).expect("hex"))
+        .collect()
 }
 
 /// A write-only grantee reads nothing with its key, writes with it while connected, and
@@ -262,7 +276,22 @@ fn grants_hold(ctrl: &'static str) {
             .expect("import");
         let (key, base, addr) = rsm::test_util::grant_of(&imp);
         assert_ne!(key, 0, "{ctrl}: a write grant holds a key");
-        let (addr, base_key) = (hex(&addr), format!("{base:x} {key:x}"));
+        let ticket = rsm::test_util::ticket_of(&imp);
+        assert_eq!(
+            ticket.is_empty(),
+            ctrl != "tcp0",
+            "{ctrl}: a ticket where peers connect (tcp), none where they do not"
+        );
+        let (addr, base_key) = (
+            format!("{} {}", hex(&addr), hex(&ticket)),
+            format!("{base:x} {key:x}"),
+        );
+        // Another connection of the grantee, alive throughout: its ticket stays admitted.
+        let keeper = ci
+            .import(rsm::NodeId(exporter_id), id, Perm::WRITE)
+            .await
+            .expect("a second import");
+        let kept = hex(&rsm::test_util::ticket_of(&keeper));
         // The exporter's engine reads its queue, which places remote accesses on tcp and
         // shm, while a peer asks it to (`Wake`); the attacker never would.
         let awake = keep_awake(importer.clone(), exporter_id, ctrl);
@@ -282,17 +311,34 @@ fn grants_hold(ctrl: &'static str) {
             "{ctrl}: a write-only key read: {said}"
         );
 
-        // Disconnected: the key writes no more, whether the write waits for delivery or
-        // only for its transmission (whose completion says nothing of the target).
-        imp.disconnect().await.expect("disconnect");
-        for (how, byte) in [("write", 2), ("fastwrite", 3)] {
-            attacker.ask(&format!("{how} {addr} {base_key} {byte}"));
+        if ctrl == "tcp0" {
+            // Without a ticket the exporter's endpoint refuses the connection.
+            let bare = format!("{} -", hex(&rsm::test_util::grant_of(&imp).2));
+            let said = attacker.ask(&format!("write {bare} {base_key} 4"));
+            assert!(said.starts_with("failed"), "{ctrl}: no ticket: {said}");
             assert_eq!(
                 first_bytes(&seg),
                 [1u8; 16],
-                "{ctrl}: a disconnected key wrote ({how})"
+                "{ctrl}: a write without a ticket"
             );
         }
+
+        // Disconnected: the key writes no more, whether the write waits for delivery or
+        // only for its transmission (whose completion says nothing of the target), and
+        // whether the connection carries its own ticket (withdrawn) or a live one.
+        imp.disconnect().await.expect("disconnect");
+        let raw_addr = hex(&rsm::test_util::grant_of(&keeper).2);
+        for via in [addr.clone(), format!("{raw_addr} {kept}")] {
+            for (how, byte) in [("write", 2), ("fastwrite", 3)] {
+                attacker.ask(&format!("{how} {via} {base_key} {byte}"));
+                assert_eq!(
+                    first_bytes(&seg),
+                    [1u8; 16],
+                    "{ctrl}: a disconnected key wrote ({how} via {via})"
+                );
+            }
+        }
+        keeper.disconnect().await.expect("disconnect");
 
         // A grant of nothing holds no key.
         let none = ci

@@ -10,6 +10,10 @@
 //! the target acknowledged it (measured with a target stopped for 2 s), and a node's
 //! endpoints take about 5 MiB (see `docs/performance.md`, "Connected tcp endpoints").
 //!
+//! A passive endpoint accepts any request until [`Connections::admit_only_ticketed`]: from
+//! then on only one whose connection data is a ticket the node issued ([`Connections::admit`],
+//! to the peers it granted something over its side channel); the rest are rejected at once.
+//!
 //! Connections are made as rxm makes them: lazily. [`Connections::add_peer`] starts a
 //! connect and returns at once; a post to a peer whose connection is not up yet is refused
 //! with [`PostError::Connecting`], and the reactor parks it until the manager reports a
@@ -22,7 +26,7 @@ use super::{
     close_fid,
     cq::CompletionQueue,
     domain::Domain,
-    eq::{Event, EventQueue},
+    eq::{Event, EventQueue, MAX_CONN_DATA},
     error::fi_failure,
     ffi,
     info::Info,
@@ -123,7 +127,23 @@ enum Link {
 struct Peer {
     addr: Vec<u8>,
     link: Link,
+    /// The connection data of its connects: the peer's ticket for us.
+    ticket: Vec<u8>,
 }
+
+/// An endpoint a peer connected to.
+struct Accepted {
+    /// Closed when the entry drops.
+    _ep: MsgEp,
+    /// The ticket it was admitted with (empty while every request is admitted).
+    ticket: Vec<u8>,
+    /// Its socket address, as the provider reported it at the request.
+    peer: Vec<u8>,
+}
+
+/// The most endpoints accepted under one ticket at once: the peer's connection and the one
+/// replacing it after a reset; a further request under it closes the oldest.
+const ACCEPTED_PER_TICKET: usize = 2;
 
 #[derive(Default)]
 struct Links {
@@ -142,8 +162,11 @@ pub struct Connections {
     pep: *mut ffi::fid_pep,
     name: Vec<u8>,
     links: RwLock<Links>,
-    /// Endpoints peers connected to, by fid, until they shut down.
-    accepted: Mutex<HashMap<usize, MsgEp>>,
+    /// Endpoints peers connected to, by fid, until they shut down, oldest first.
+    accepted: Mutex<Vec<(usize, Accepted)>>,
+    /// The tickets a request may carry, and how many holders each has; `None` while every
+    /// request is admitted.
+    tickets: Mutex<Option<HashMap<Vec<u8>, usize>>>,
     on_change: OnceLock<OnChange>,
     /// Incremented under `links`' write lock at every change of an outgoing connection.
     epoch: AtomicU64,
@@ -185,7 +208,8 @@ impl Connections {
             pep,
             name: Vec::new(),
             links: RwLock::new(Links::default()),
-            accepted: Mutex::new(HashMap::new()),
+            accepted: Mutex::new(Vec::new()),
+            tickets: Mutex::new(None),
             on_change: OnceLock::new(),
             epoch: AtomicU64::new(0),
             stop: AtomicBool::new(false),
@@ -259,19 +283,22 @@ impl Connections {
         }
     }
 
-    /// Starts connecting to the peer listening at `addr` and returns its handle for posts.
-    /// The address comes from the network: `connect` checks it is one socket address
+    /// Starts connecting to the peer listening at `addr`, with `ticket` as the connection
+    /// data (at most [`MAX_CONN_DATA`] bytes, empty for none), and returns its handle for
+    /// posts. The address comes from the network: `connect` checks it is one socket address
     /// before the provider sees it.
-    pub fn add_peer(&self, addr: &[u8]) -> Result<ffi::fi_addr_t> {
+    pub fn add_peer(&self, addr: &[u8], ticket: &[u8]) -> Result<ffi::fi_addr_t> {
+        check_ticket(ticket)?;
         let mut links = self.links.write().unwrap_or_else(|p| p.into_inner());
         if links.closed {
             return Err(Error::bad_ctlr_hndl().detail("the controller is closed"));
         }
         // Connected under the lock: the manager's CONNECTED for it waits for the entry.
-        let link = self.connect(addr)?;
+        let link = self.connect(addr, ticket)?;
         let peer = Peer {
             addr: addr.to_vec(),
             link,
+            ticket: ticket.to_vec(),
         };
         // The manager sleeps until the earliest connect deadline: let it see this one.
         self.eq.notify();
@@ -286,6 +313,58 @@ impl Connections {
             }
         };
         Ok(index as ffi::fi_addr_t)
+    }
+
+    /// The ticket the next connects to peer `handle` carry (the connection up stays).
+    pub fn set_ticket(&self, handle: ffi::fi_addr_t, ticket: &[u8]) -> Result<()> {
+        check_ticket(ticket)?;
+        let mut links = self.links.write().unwrap_or_else(|p| p.into_inner());
+        if let Some(Some(peer)) = links.peers.get_mut(handle as usize) {
+            peer.ticket = ticket.to_vec();
+        }
+        Ok(())
+    }
+
+    /// From now on, a request is accepted only if its connection data is a ticket
+    /// [`Connections::admit`] issued and not withdrawn; others are rejected at once.
+    pub fn admit_only_ticketed(&self) {
+        let mut tickets = self.tickets.lock().unwrap_or_else(|p| p.into_inner());
+        tickets.get_or_insert_with(HashMap::new);
+    }
+
+    /// Admits requests that carry `ticket` (at most [`MAX_CONN_DATA`] bytes) until the
+    /// returned value drops; one ticket may be admitted by several holders.
+    pub fn admit(self: &Arc<Self>, ticket: Vec<u8>) -> Result<Admitted> {
+        check_ticket(ticket.as_slice())?;
+        let mut tickets = self.tickets.lock().unwrap_or_else(|p| p.into_inner());
+        *tickets
+            .get_or_insert_with(HashMap::new)
+            .entry(ticket.clone())
+            .or_default() += 1;
+        Ok(Admitted {
+            conns: Arc::downgrade(self),
+            ticket,
+        })
+    }
+
+    fn withdraw(&self, ticket: &[u8]) {
+        let mut tickets = self.tickets.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(t) = tickets.as_mut() {
+            if let Some(n) = t.get_mut(ticket) {
+                *n -= 1;
+                if *n == 0 {
+                    t.remove(ticket);
+                }
+            }
+        }
+    }
+
+    /// The socket addresses of the peers whose connections this passive endpoint accepted
+    /// and that are not shut down: the rest of its sockets belong to requests not answered
+    /// yet.
+    pub fn accepted_peers(&self) -> Vec<Vec<u8>> {
+        let accepted = self.accepted.lock().unwrap_or_else(|p| p.into_inner());
+        accepted.iter().map(|(_, a)| a.peer.clone()).collect()
     }
 
     /// Closes the connection to a peer added before; what was in flight on it fails.
@@ -316,7 +395,7 @@ impl Connections {
         closed
     }
 
-    fn connect(&self, addr: &[u8]) -> Result<Link> {
+    fn connect(&self, addr: &[u8], ticket: &[u8]) -> Result<Link> {
         check_sockaddr(addr)?;
         let mut storage: libc::sockaddr_storage =
             // SAFETY: sockaddr_storage is plain old data; all zeroes is a valid value.
@@ -332,14 +411,14 @@ impl Connections {
         };
         let ep = MsgEp::open(&self.domain, self.domain.info(), &self.cq, &self.eq)?;
         // SAFETY: the endpoint is enabled; storage holds one aligned socket address of the
-        // length its family says (check_sockaddr), which the provider copies; no
-        // connection data.
+        // length its family says (check_sockaddr), which the provider copies, as it copies
+        // the ticket's bytes (at most MAX_CONN_DATA, within the provider's limit).
         let ret = unsafe {
             ffi::fi_connect(
                 ep.fid,
                 (&storage as *const libc::sockaddr_storage).cast(),
-                ptr::null(),
-                0,
+                ticket.as_ptr().cast(),
+                ticket.len(),
             )
         };
         if ret != 0 {
@@ -404,7 +483,10 @@ impl Connections {
         call: &'static str,
     ) -> std::result::Result<(), PostError> {
         let mut links = self.links.write().unwrap_or_else(|p| p.into_inner());
-        let addr = Self::peer_of(&links, dest, call)?.addr.clone();
+        let (addr, ticket) = {
+            let peer = Self::peer_of(&links, dest, call)?;
+            (peer.addr.clone(), peer.ticket.clone())
+        };
         let Some(Some(peer)) = links.peers.get_mut(dest as usize) else {
             return Err(PostError::Failed(fi_failure(
                 call,
@@ -429,7 +511,7 @@ impl Connections {
             }
             Link::Down | Link::Refused { .. } => {}
         }
-        match self.connect(&addr) {
+        match self.connect(&addr, &ticket) {
             Ok(link) => {
                 peer.link = link;
                 self.eq.notify();
@@ -454,7 +536,7 @@ impl Connections {
         while !self.stop.load(Ordering::SeqCst) {
             let wait = self.expire_connects();
             match self.eq.wait(wait) {
-                Ok(Event::ConnReq { info }) => self.accept(&info),
+                Ok(Event::ConnReq { info, data }) => self.accept(&info, data),
                 Ok(Event::Connected { fid }) => self.outgoing(fid, |link| {
                     if let Link::Connecting { ep, .. } = std::mem::replace(link, Link::Down) {
                         *link = Link::Up(ep);
@@ -539,25 +621,69 @@ impl Connections {
 
     fn drop_accepted(&self, fid: usize) -> bool {
         let mut accepted = self.accepted.lock().unwrap_or_else(|p| p.into_inner());
-        accepted.remove(&fid).is_some()
+        match accepted.iter().position(|(f, _)| *f == fid) {
+            Some(i) => {
+                accepted.remove(i);
+                true
+            }
+            None => false,
+        }
     }
 
-    fn accept(&self, info: &Info) {
+    /// Whether a request with connection data `data` may connect.
+    fn admits(&self, data: &[u8]) -> bool {
+        let tickets = self.tickets.lock().unwrap_or_else(|p| p.into_inner());
+        match tickets.as_ref() {
+            None => true,
+            Some(t) => !data.is_empty() && t.contains_key(data),
+        }
+    }
+
+    fn reject(&self, info: &Info) {
+        // SAFETY: the passive endpoint is alive; the request's handle is in info, answered
+        // once (the provider closes its socket).
+        unsafe { ffi::fi_reject(self.pep, (*info.as_ptr()).handle, ptr::null(), 0) };
+    }
+
+    fn accept(&self, info: &Info, ticket: Vec<u8>) {
+        if !self.admits(&ticket) {
+            tracing::debug!(
+                data = ticket.len(),
+                "connection request without a ticket this node issued refused"
+            );
+            self.reject(info);
+            return;
+        }
         let ep = match MsgEp::open(&self.domain, info, &self.cq, &self.eq) {
             Ok(ep) => ep,
             Err(e) => {
                 tracing::warn!(error = %e, "could not open an endpoint for a connecting peer");
-                // SAFETY: the passive endpoint is alive; the request's handle is in info.
-                unsafe { ffi::fi_reject(self.pep, (*info.as_ptr()).handle, ptr::null(), 0) };
+                self.reject(info);
                 return;
             }
         };
         // Registered first: its CONNECTED or SHUTDOWN may be the next event.
         let fid = ep.fid;
-        self.accepted
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .insert(ep.key(), ep);
+        let peer = info.view().dest_addr().to_vec();
+        let oldest = {
+            let mut accepted = self.accepted.lock().unwrap_or_else(|p| p.into_inner());
+            let same = accepted.iter().filter(|(_, a)| a.ticket == ticket).count();
+            let oldest = (same >= ACCEPTED_PER_TICKET)
+                .then(|| accepted.iter().position(|(_, a)| a.ticket == ticket))
+                .flatten()
+                .map(|i| accepted.remove(i));
+            accepted.push((
+                ep.key(),
+                Accepted {
+                    _ep: ep,
+                    ticket,
+                    peer,
+                },
+            ));
+            oldest
+        };
+        // Closed outside the lock: the provider may report its shutdown meanwhile.
+        drop(oldest);
         // SAFETY: the endpoint was opened from the request's info and enabled.
         let ret = unsafe { ffi::fi_accept(fid, ptr::null(), 0) };
         if ret != 0 {
@@ -585,11 +711,49 @@ impl Connections {
             std::mem::take(&mut links.peers)
         };
         drop(peers);
-        self.accepted
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .clear();
+        let accepted =
+            std::mem::take(&mut *self.accepted.lock().unwrap_or_else(|p| p.into_inner()));
+        drop(accepted);
     }
+}
+
+/// Requests carrying a ticket are admitted until this drops ([`Connections::admit`]).
+pub struct Admitted {
+    conns: std::sync::Weak<Connections>,
+    ticket: Vec<u8>,
+}
+
+impl Admitted {
+    /// The ticket's bytes, which the peer sends as its connection data.
+    pub fn ticket(&self) -> &[u8] {
+        &self.ticket
+    }
+}
+
+impl Drop for Admitted {
+    fn drop(&mut self) {
+        if let Some(c) = self.conns.upgrade() {
+            c.withdraw(&self.ticket);
+        }
+    }
+}
+
+impl std::fmt::Debug for Admitted {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // The ticket is a secret of the connection.
+        f.debug_struct("Admitted").finish_non_exhaustive()
+    }
+}
+
+/// A ticket fits one request's connection data.
+fn check_ticket(ticket: &[u8]) -> Result<()> {
+    if ticket.len() > MAX_CONN_DATA {
+        return Err(Error::bad_addr().detail(format!(
+            "a ticket of {} bytes; at most {MAX_CONN_DATA}",
+            ticket.len()
+        )));
+    }
+    Ok(())
 }
 
 /// Gives up a connect that took too long: the link fails its posts with `FI_ETIMEDOUT` for

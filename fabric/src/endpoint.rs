@@ -108,11 +108,53 @@ impl Endpoint {
     }
 
     /// Makes a peer's fabric address (as its `name` gave it) postable and returns its
-    /// handle: inserted into the address vector, or a connection started to it.
-    pub fn add_peer(&self, addr: &[u8]) -> Result<ffi::fi_addr_t> {
+    /// handle: inserted into the address vector, or a connection started to it, which
+    /// carries `ticket` (the peer's admission for us; empty for none; ignored on an RDM
+    /// endpoint).
+    pub fn add_peer(&self, addr: &[u8], ticket: &[u8]) -> Result<ffi::fi_addr_t> {
         match &self.transport {
             Transport::Rdm { av, .. } => av.insert(addr),
-            Transport::Connected(c) => c.add_peer(addr),
+            Transport::Connected(c) => c.add_peer(addr, ticket),
+        }
+    }
+
+    /// The ticket later connections to peer `handle` carry (connected endpoints only).
+    pub fn set_peer_ticket(&self, handle: ffi::fi_addr_t, ticket: &[u8]) -> Result<()> {
+        match &self.transport {
+            Transport::Rdm { .. } => Ok(()),
+            Transport::Connected(c) => c.set_ticket(handle, ticket),
+        }
+    }
+
+    /// Whether peers connect to this endpoint (connected endpoints), so that admission by
+    /// ticket applies.
+    pub fn accepts_connections(&self) -> bool {
+        matches!(self.transport, Transport::Connected(_))
+    }
+
+    /// From now on, accepts only connections that carry a ticket [`Endpoint::admit`]
+    /// issued (connected endpoints; an RDM endpoint has no requests to refuse).
+    pub fn admit_only_ticketed(&self) {
+        if let Transport::Connected(c) = &self.transport {
+            c.admit_only_ticketed();
+        }
+    }
+
+    /// Admits connections carrying `ticket` until the returned value drops; `None` on an
+    /// RDM endpoint, which peers do not connect to.
+    pub fn admit(&self, ticket: Vec<u8>) -> Result<Option<super::connected::Admitted>> {
+        match &self.transport {
+            Transport::Rdm { .. } => Ok(None),
+            Transport::Connected(c) => c.admit(ticket).map(Some),
+        }
+    }
+
+    /// The socket addresses of the peers connected to this endpoint (connected endpoints;
+    /// empty otherwise).
+    pub fn accepted_peers(&self) -> Vec<Vec<u8>> {
+        match &self.transport {
+            Transport::Rdm { .. } => Vec::new(),
+            Transport::Connected(c) => c.accepted_peers(),
         }
     }
 

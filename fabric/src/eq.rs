@@ -14,6 +14,9 @@ pub enum Event {
     ConnReq {
         /// The endpoint to open for the connection.
         info: super::Info,
+        /// The connection data the peer sent with its request (at most
+        /// [`MAX_CONN_DATA`] bytes).
+        data: Vec<u8>,
     },
     /// The connection of endpoint `fid` is up.
     Connected {
@@ -52,8 +55,12 @@ unsafe impl Send for EventQueue {}
 // SAFETY: as above.
 unsafe impl Sync for EventQueue {}
 
-/// Room for a connection event and the connection data a peer may attach (none from rsm).
-const ENTRY_BYTES: usize = 256;
+/// The most connection data a request carries that rsm reads (the tcp provider's own
+/// limit is 256 bytes).
+pub const MAX_CONN_DATA: usize = 64;
+
+/// Room for a connection event and the most connection data any provider attaches.
+const ENTRY_BYTES: usize = 512;
 
 impl EventQueue {
     /// Opens an event queue on `fabric`.
@@ -126,6 +133,13 @@ impl EventQueue {
                 // SAFETY: the provider hands a request's fi_info to its reader, who frees
                 // it; it is taken once, here.
                 info: unsafe { super::Info::from_raw(entry.info) },
+                // The data follows the entry, up to the n bytes the read filled (within buf).
+                data: buf.0
+                    [std::mem::size_of::<ffi::fi_eq_cm_entry>()..(n as usize).min(ENTRY_BYTES)]
+                    .iter()
+                    .take(MAX_CONN_DATA + 1)
+                    .copied()
+                    .collect(),
             },
             ffi::FI_CONNECTED => Event::Connected { fid },
             ffi::FI_SHUTDOWN => Event::Shutdown { fid },

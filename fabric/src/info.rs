@@ -381,6 +381,18 @@ impl<'a> InfoRef<'a> {
         self.tx_attr().rma_iov_limit
     }
 
+    /// The destination address's bytes (a connection request's: the connecting peer's
+    /// socket address), empty when there is none.
+    pub fn dest_addr(&self) -> &[u8] {
+        let (p, len) = (self.raw.dest_addr, self.raw.dest_addrlen);
+        if p.is_null() || len == 0 {
+            return &[];
+        }
+        // SAFETY: dest_addr points to dest_addrlen bytes owned by the fi_info, which
+        // outlives the borrow of self.
+        unsafe { std::slice::from_raw_parts(p.cast::<u8>(), len) }
+    }
+
     /// The local source address, formatted: `ip:port` for socket formats, the provider's
     /// string for `FI_ADDR_STR`, `None` for formats rsm does not know.
     pub fn source_address(&self) -> Option<String> {

@@ -55,7 +55,7 @@ fn progress(queues: &[&Arc<CompletionQueue>]) {
 fn round_trip(provider: &str) {
     let domain = open_domain(provider);
     let (a, b) = (side(&domain), side(&domain));
-    let b_addr = a.ep.add_peer(b.ep.name()).unwrap();
+    let b_addr = a.ep.add_peer(b.ep.name(), &[]).unwrap();
 
     let target = vec![0u8; 4096].into_boxed_slice();
     let access = MrAccess::REMOTE_READ.union(MrAccess::REMOTE_WRITE);
@@ -268,7 +268,7 @@ fn connected_pair(key: u64) -> (Side, Side, Target, ffi::fi_addr_t) {
     let domain = open_domain("tcp");
     let (a, b) = (side(&domain), side(&domain));
     let t = target(&domain, key);
-    let dest = a.ep.add_peer(b.ep.name()).unwrap();
+    let dest = a.ep.add_peer(b.ep.name(), &[]).unwrap();
     (a, b, t, dest)
 }
 
@@ -340,7 +340,7 @@ fn posts_to_a_peer_that_is_gone_fail_and_do_not_hang() {
     let addr = gone.ep.name().to_vec();
     gone.ep.close();
     drop(gone);
-    let dest = a.ep.add_peer(&addr).unwrap();
+    let dest = a.ep.add_peer(&addr, &[]).unwrap();
     let src = *b"nobody..";
     let mut ctx = Box::new(ffi::fi_context2::default());
     let ctx_ptr: *mut ffi::fi_context2 = &mut *ctx;
@@ -364,11 +364,11 @@ fn connected_endpoints_bound_peer_addresses_and_fail_after_close() {
     let domain = open_domain("tcp");
     let a = side(&domain);
     assert_eq!(
-        a.ep.add_peer(&[]).unwrap_err().kind(),
+        a.ep.add_peer(&[], &[]).unwrap_err().kind(),
         crate::ErrorKind::BadAddr
     );
     assert_eq!(
-        a.ep.add_peer(&[0u8; 4096]).unwrap_err().kind(),
+        a.ep.add_peer(&[0u8; 4096], &[]).unwrap_err().kind(),
         crate::ErrorKind::BadAddr
     );
     // The provider reads as many bytes as the family says: a short IPv6 address, or a
@@ -376,23 +376,23 @@ fn connected_endpoints_bound_peer_addresses_and_fail_after_close() {
     let mut short_v6 = [0u8; 16];
     short_v6[..2].copy_from_slice(&(libc::AF_INET6 as libc::sa_family_t).to_ne_bytes());
     assert_eq!(
-        a.ep.add_peer(&short_v6).unwrap_err().kind(),
+        a.ep.add_peer(&short_v6, &[]).unwrap_err().kind(),
         crate::ErrorKind::BadAddr
     );
     let mut unix = [0u8; 16];
     unix[..2].copy_from_slice(&(libc::AF_UNIX as libc::sa_family_t).to_ne_bytes());
     assert_eq!(
-        a.ep.add_peer(&unix).unwrap_err().kind(),
+        a.ep.add_peer(&unix, &[]).unwrap_err().kind(),
         crate::ErrorKind::BadAddr
     );
     let mut long_v4 = a.ep.name().to_vec();
     long_v4.push(0);
     assert_eq!(
-        a.ep.add_peer(&long_v4).unwrap_err().kind(),
+        a.ep.add_peer(&long_v4, &[]).unwrap_err().kind(),
         crate::ErrorKind::BadAddr
     );
     let b = side(&domain);
-    let dest = a.ep.add_peer(b.ep.name()).unwrap();
+    let dest = a.ep.add_peer(b.ep.name(), &[]).unwrap();
     a.ep.close();
     let src = [0u8; 8];
     let mut ctx = Box::new(ffi::fi_context2::default());
@@ -420,7 +420,7 @@ fn own_addresses_pass_and_hostile_ones_do_not_reach_the_provider() {
             &b"\0"[..],
             &unterminated[..],
         ] {
-            let e = a.ep.add_peer(hostile);
+            let e = a.ep.add_peer(hostile, &[]);
             assert_eq!(
                 e.err().map(|e| e.kind()),
                 Some(crate::ErrorKind::BadAddr),
@@ -462,7 +462,7 @@ fn atomics(provider: &str) {
     use crate::atomic::AtomicKind;
     let domain = atomic_domain(provider);
     let (a, b) = (side(&domain), side(&domain));
-    let b_addr = a.ep.add_peer(b.ep.name()).unwrap();
+    let b_addr = a.ep.add_peer(b.ep.name(), &[]).unwrap();
     let t = target(&domain, 0xA70);
     let (u64t, sum, cswap) = (
         ffi::fi_datatype_FI_UINT64,
@@ -616,4 +616,51 @@ fn connected_tcp_endpoints_have_no_atomics() {
     let kind = crate::atomic::AtomicKind::Fetch;
     let (dt, op) = (ffi::fi_datatype_FI_UINT64, ffi::fi_op_FI_SUM);
     assert!(a.ep.atomic_valid(kind, dt, op).is_none());
+}
+
+#[test]
+fn a_ticketed_listener_accepts_only_the_tickets_it_issued() {
+    let domain = open_domain("tcp");
+    let (a, b, c) = (side(&domain), side(&domain), side(&domain));
+    let t = target(&domain, 0xAD);
+    b.ep.admit_only_ticketed();
+    let src = *b"ticketed";
+    let mut ctx = Box::new(ffi::fi_context2::default());
+    let ctx_ptr: *mut ffi::fi_context2 = &mut *ctx;
+    let queues = [&a.cq, &b.cq, &c.cq];
+
+    // No ticket, and a made-up one: rejected, the posts fail.
+    for ticket in [&b""[..], &[9u8; 16][..]] {
+        let dest = a.ep.add_peer(b.ep.name(), ticket).unwrap();
+        let e = post_write(&a, dest, t.base, t.mr.key(), &src, ctx_ptr, &queues);
+        assert!(
+            e.is_err(),
+            "a request with {} bytes of made-up ticket connected",
+            ticket.len()
+        );
+        a.ep.remove_peer(dest);
+    }
+    assert!(b.ep.accepted_peers().is_empty());
+
+    // An issued ticket connects.
+    let admitted =
+        b.ep.admit(vec![7u8; 16])
+            .unwrap()
+            .expect("a connected endpoint");
+    let dest = c.ep.add_peer(b.ep.name(), admitted.ticket()).unwrap();
+    post_write(&c, dest, t.base, t.mr.key(), &src, ctx_ptr, &queues).unwrap();
+    wait_for(ctx_ptr as usize, &queues).unwrap();
+    assert_eq!(b.ep.accepted_peers().len(), 1);
+
+    // Withdrawn, it admits no new connection.
+    drop(admitted);
+    let dest = a.ep.add_peer(b.ep.name(), &[7u8; 16]).unwrap();
+    let e = post_write(&a, dest, t.base, t.mr.key(), &src, ctx_ptr, &queues);
+    assert!(e.is_err(), "a withdrawn ticket connected");
+
+    // A ticket longer than a request carries is refused before the provider sees it.
+    assert_eq!(
+        a.ep.add_peer(b.ep.name(), &[1u8; 65]).unwrap_err().kind(),
+        crate::ErrorKind::BadAddr
+    );
 }

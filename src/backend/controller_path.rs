@@ -3,7 +3,7 @@
 //! (`backend/path.rs`); an import's own chooser is `backend/importer.rs`.
 
 use crate::backend::fabric::import::FabricImport;
-use crate::backend::fabric::{FabricBackend, Registration};
+use crate::backend::fabric::{FabricBackend, PeerAddress, Registration};
 use crate::backend::importer::Importer;
 use crate::backend::loopback::{LoopbackBackend, LoopbackImport};
 use crate::backend::path::{Admission, ExportPath, Granted, Offer, SignalReader};
@@ -33,6 +33,15 @@ impl ControllerPath {
         }
     }
 
+    /// A ticket a peer's connections to this controller's endpoint carry, admitted until
+    /// it drops; `None` where peers do not connect to it (loopback, RDM endpoints).
+    pub(crate) fn issue_ticket(&self) -> Result<Option<crate::fabric::connected::Admitted>> {
+        match self {
+            ControllerPath::Fabric(b) => b.issue_ticket(),
+            ControllerPath::Loopback(_) => Ok(None),
+        }
+    }
+
     /// The importer's path of connection `grant` (whose key for the granted mode is
     /// `key`) from exporter `peer`: the fabric's address-vector entry for the exporter, or
     /// the exporter's memory mapped (or reached in its process) and the connection's own
@@ -52,12 +61,16 @@ impl ControllerPath {
                 return attach_loopback(state, grant, key, peer, counters).await;
             }
         };
-        let dest = b.peer(&grant.fabric_addr)?;
+        let peer = PeerAddress {
+            addr: grant.fabric_addr.clone(),
+            ticket: grant.admission.clone(),
+        };
+        let dest = b.peer(&peer)?;
         let path = Importer::Fabric(Arc::new(FabricImport {
             engine: Arc::clone(b.engine()),
             backend: Arc::clone(b),
             dest,
-            peer_addr: grant.fabric_addr.clone(),
+            peer,
         }));
         Ok((path, None))
     }

@@ -35,8 +35,19 @@ pub(crate) struct FabricBackend {
     bell: std::sync::OnceLock<Option<doorbell::DoorbellMr>>,
     /// The provider is shm: memory shared with processes of this host and user only.
     shm: bool,
+    /// Who may connect to a connected endpoint (`admission.rs`); stops when dropped.
+    _gate: Option<admission::Gate>,
 }
 
+mod admission;
+
+/// A peer's fabric address, and the ticket it issued this node's holder (a connection or a
+/// signal route) for connecting to it (empty where its endpoint is not connected).
+#[derive(Debug, Clone, Default)]
+pub(crate) struct PeerAddress {
+    pub(crate) addr: Vec<u8>,
+    pub(crate) ticket: Vec<u8>,
+}
 pub(crate) mod discovery;
 mod doorbell;
 mod export;
@@ -78,6 +89,7 @@ impl FabricBackend {
         let sg_limits = sg_limits_for(kind, v.iov_limit(), v.rma_iov_limit());
         let cq_data_size = v.cq_data_size();
         let peers = peers::Peers::new(&engine, &v.provider(), virt_addr);
+        let gate = admission::Gate::start(engine.endpoint(), name)?;
         Ok(Arc::new(FabricBackend {
             virt_addr,
             domain,
@@ -94,6 +106,7 @@ impl FabricBackend {
             cq_data_size,
             bell: std::sync::OnceLock::new(),
             shm: kind == "shm",
+            _gate: gate,
         }))
     }
 
@@ -203,8 +216,14 @@ impl FabricBackend {
 
     /// The address-vector handle of a peer's fabric address, shared by every connection to
     /// it (counted; `release_peer` undoes one).
-    pub(crate) fn peer(&self, addr: &[u8]) -> Result<ffi::fi_addr_t> {
-        self.peers.get(addr)
+    pub(crate) fn peer(&self, peer: &PeerAddress) -> Result<ffi::fi_addr_t> {
+        self.peers.get(&peer.addr, &peer.ticket)
+    }
+
+    /// A ticket a peer's connections to this controller's endpoint carry to be accepted,
+    /// admitted until it drops; `None` where peers do not connect (`admission.rs`).
+    pub(crate) fn issue_ticket(&self) -> Result<Option<crate::fabric::connected::Admitted>> {
+        admission::issue(self.engine.endpoint())
     }
 
     /// Checks a peer's fabric address as `peer` would before the provider sees it (the
@@ -224,8 +243,8 @@ impl FabricBackend {
         tracing::debug!(peer = %sock, reset, closed, "connections to a lost peer reset");
     }
 
-    pub(crate) fn release_peer(&self, addr: &[u8]) {
-        self.peers.release(addr);
+    pub(crate) fn release_peer(&self, peer: &PeerAddress) {
+        self.peers.release(&peer.addr, &peer.ticket);
     }
 
     /// The side channel lost a peer node: recover what the provider keeps of peers that

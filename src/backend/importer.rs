@@ -1,8 +1,8 @@
 //! The chooser of the importer's data path: a connection's [`Importer`] is the path its
 //! controller opened, and the one place that asks which (`backend/path.rs`).
 
-use crate::backend::fabric::FabricBackend;
 use crate::backend::fabric::import::FabricImport;
+use crate::backend::fabric::{FabricBackend, PeerAddress};
 use crate::backend::loopback::LoopbackImport;
 use crate::backend::path::{AtomicRoute, Connection, ImportPath, Way};
 use crate::reactor::slot::{AtomicPost, Piece};
@@ -101,8 +101,8 @@ impl ImportPath for Importer {
         chosen!(Importer, self, p => p.release())
     }
 
-    fn peer_addr(&self) -> Option<&[u8]> {
-        chosen!(Importer, self, p => p.peer_addr())
+    fn peer(&self) -> Option<&PeerAddress> {
+        chosen!(Importer, self, p => p.peer())
     }
 
     fn reset_transport(&self) {

@@ -10,9 +10,10 @@
 //! connection is on. A new operation is one method here plus one implementation per path;
 //! a new path is one more implementation and one more arm in the chooser.
 
-use crate::backend::fabric::{FabricBackend, Registration};
+use crate::backend::fabric::{FabricBackend, PeerAddress, Registration};
 use crate::backend::loopback::LoopbackImport;
 use crate::fabric::atomic::AtomicKind;
+use crate::fabric::connected::Admitted;
 use crate::memory::Memory;
 use crate::perm::Perm;
 use crate::reactor::barrier::BarrierCore;
@@ -170,9 +171,10 @@ pub(crate) trait ImportPath {
     /// The connection's handle is gone: the path lets go of what it holds for the peer.
     fn release(&self);
 
-    /// The exporter's address on this path, where the path has transport connections to
-    /// it that [`ImportPath::reset_transport`] resets.
-    fn peer_addr(&self) -> Option<&[u8]>;
+    /// The exporter's address on this path (and the ticket its endpoint admits this
+    /// connection with), where the path has transport connections to it that
+    /// [`ImportPath::reset_transport`] resets.
+    fn peer(&self) -> Option<&PeerAddress>;
 
     /// Resets this process's transport connections to the exporter (DESIGN.md §8, "Peer
     /// loss").
@@ -257,6 +259,9 @@ pub(crate) struct Granted {
     /// A descriptor service the connection's own doorbell is offered from, and the
     /// importer process it is offered to (loopback).
     pub(crate) bell_service: Option<(Arc<FdService>, u32)>,
+    /// The ticket the importer's connections to the controller's endpoint carry, admitted
+    /// while the connection lasts (connected fabrics).
+    pub(crate) admission: Option<Admitted>,
 }
 
 /// What a wait for a segment's signals reads before its task parks.

@@ -23,6 +23,7 @@ fn request() -> ConnectRequest {
         fabric_addr: Vec::new(),
         signal_token: 0,
         doorbell: None,
+        admission: Vec::new(),
     }
 }
 
@@ -126,6 +127,36 @@ fn acknowledgements_count_only_from_the_peer_they_are_awaited_from() {
     );
     assert!(revoke.try_recv().is_ok());
     assert!(rebind.try_recv().is_ok());
+}
+
+#[test]
+fn the_node_and_each_uid_bound_connections_whatever_ids_the_peers_claim() {
+    let (_rt, ctx, _) = context();
+    ctx.set_limits(
+        crate::Limits::default()
+            .connections(6)
+            .connections_per_uid(3),
+    );
+    // Three self-made ids of uid 1000, one connection each: the uid's share.
+    for node in 10..13 {
+        ctx.open_conn(1, own(node, 1), 0, (Some(1000), 0))
+            .expect("within uid 1000's share");
+    }
+    let e = ctx
+        .open_conn(1, own(13, 1), 0, (Some(1000), 0))
+        .unwrap_err();
+    assert!(matches!(e, Error::InsufficientResources(_)), "{e}");
+    assert!(e.to_string().contains("connections_per_uid"), "{e}");
+    // Another uid, and a TCP peer (no uid), still get in, up to the node's bound.
+    ctx.open_conn(1, own(20, 1), 0, (Some(1001), 0))
+        .expect("another uid");
+    let last = ctx.open_conn(1, own(21, 1), 0, (None, 0)).expect("tcp");
+    ctx.open_conn(1, own(22, 1), 0, (None, 0)).expect("tcp");
+    let e = ctx.open_conn(1, own(23, 1), 0, (None, 0)).unwrap_err();
+    assert!(e.to_string().contains("Limits::connections)"), "{e}");
+    ctx.remove_conn(last);
+    ctx.open_conn(1, own(23, 1), 0, (None, 0))
+        .expect("room again");
 }
 
 #[test]
@@ -418,7 +449,7 @@ fn each_message_reaches_the_entry_it_names_from_its_peer_only() {
     // An atomic on a connection of the export is the export's; its reply carries its value.
     let conn = ctx.open_conn(id, owner, 0, (None, 0)).expect("open");
     ctx.signals
-        .add_importer(conn, owner.node, 0x77, None, Vec::new(), None);
+        .add_importer(conn, owner.node, 0x77, None, Default::default(), None);
     let atomic = crate::sans_io::wire::AtomicRequest {
         req: 9,
         conn_id: conn,

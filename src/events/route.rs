@@ -37,7 +37,7 @@
 
 use super::event::SignalFlags;
 use super::loopback_bell::LoopbackBell;
-use crate::backend::fabric::FabricBackend;
+use crate::backend::fabric::{FabricBackend, PeerAddress};
 use crate::entries::ImportEntry;
 use crate::fabric::endpoint::PostError;
 use crate::fabric::ffi;
@@ -105,7 +105,8 @@ pub(crate) struct ImporterBell {
     pub(crate) node: u32,
     token: u64,
     bell: Option<Doorbell>,
-    fabric_addr: Vec<u8>,
+    /// Its fabric address and the ticket it issued for connecting to it.
+    fabric: PeerAddress,
     /// None on loopback: signals to the importer ring the connection's loopback doorbell.
     backend: Option<Arc<FabricBackend>>,
     /// The importer's address-vector entry, inserted at the first signal.
@@ -122,7 +123,7 @@ impl ImporterBell {
     }
 
     pub(crate) fn dest(&self) -> Option<ffi::fi_addr_t> {
-        *self.dest.get_or_init(|| match self.backend.as_ref()?.peer(&self.fabric_addr) {
+        *self.dest.get_or_init(|| match self.backend.as_ref()?.peer(&self.fabric) {
             Ok(d) => Some(d),
             Err(e) => {
                 tracing::debug!(node = self.node, error = %e, "importer's fabric address refused: signals to it use the side channel");
@@ -135,7 +136,7 @@ impl ImporterBell {
 impl Drop for ImporterBell {
     fn drop(&mut self) {
         if let (Some(Some(_)), Some(b)) = (self.dest.get(), &self.backend) {
-            b.release_peer(&self.fabric_addr);
+            b.release_peer(&self.fabric);
         }
     }
 }
@@ -213,14 +214,14 @@ impl Routes {
         node: u32,
         token: u64,
         bell: Option<Doorbell>,
-        fabric_addr: Vec<u8>,
+        fabric: PeerAddress,
         backend: Option<Arc<FabricBackend>>,
     ) {
         let b = ImporterBell {
             node,
             token,
             bell,
-            fabric_addr,
+            fabric,
             backend,
             dest: OnceLock::new(),
         };

@@ -3,6 +3,7 @@
 //! counters' gauges and the node's shutdown.
 
 use super::{ExportInner, Importer};
+use crate::backend::fabric::PeerAddress;
 use crate::backend::path::ExportPath;
 use crate::entries::{ExportEntry, Owner};
 use crate::events::SegmentEvent;
@@ -48,6 +49,7 @@ impl ExportEntry for ExportInner {
             // admit sets it from the grant.
             granted: Perm::NONE,
             pid: admission.pid,
+            _admitted: None,
         };
         let want = Perm::from_bits(r.perm);
         let g = self
@@ -58,7 +60,10 @@ impl ExportEntry for ExportInner {
             peer.node_id,
             r.signal_token,
             r.doorbell.clone(),
-            r.fabric_addr.clone(),
+            PeerAddress {
+                addr: r.fabric_addr.clone(),
+                ticket: r.admission.clone(),
+            },
             path.ringer().cloned(),
         );
         // keys[1] is the ticket for the connection's own doorbell, where the path offers one.
@@ -85,6 +90,7 @@ impl ExportEntry for ExportInner {
             exporter_uid: g.exporter_uid,
             exporter_gid: g.exporter_gid,
             doorbell: path.doorbell(),
+            admission: g.admission,
         })
     }
 

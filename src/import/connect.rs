@@ -90,6 +90,7 @@ impl ImportSegment {
         let path = ctrl.path();
         let (uid, gid, groups) = crate::sys::creds::current();
         let token = state.signals.new_token();
+        let admitted = path.issue_ticket().map_err(ctx)?;
         let request = ConnectRequest {
             // The side channel gives the request its id.
             req: 0,
@@ -102,6 +103,10 @@ impl ImportSegment {
             fabric_addr: path.address(),
             signal_token: token,
             doorbell: path.doorbell(),
+            admission: admitted
+                .as_ref()
+                .map(|a| a.ticket().to_vec())
+                .unwrap_or_default(),
         };
         let side = Arc::clone(state.side().map_err(ctx)?);
         if path.same_host_only() {
@@ -148,6 +153,7 @@ impl ImportSegment {
             segment,
             conn_id: grant.conn_id,
             peer_incarnation: peer.incarnation,
+            _admitted: admitted,
             peer_byte_order: peer.byte_order,
             length: grant.length,
             granted: Perm::from_bits(grant.granted),

@@ -51,6 +51,9 @@ pub(crate) struct ImportInner {
     pub(super) segment: u32,
     pub(super) conn_id: u64,
     pub(super) peer_incarnation: u64,
+    /// The ticket the exporter's connections to this controller's endpoint (its signals)
+    /// carry, admitted while the import lives (connected fabrics).
+    pub(super) _admitted: Option<crate::fabric::connected::Admitted>,
     /// The exporter's byte order, from its hello: typed accesses store in it
     /// (DESIGN.md, decision 4).
     pub(super) peer_byte_order: crate::sans_io::wire::ByteOrder,
@@ -109,7 +112,7 @@ impl ImportInner {
     /// The exporter's address on the connection's path, where it has transport
     /// connections to reset.
     pub(crate) fn transport_peer_addr(&self) -> Option<&[u8]> {
-        self.path.peer_addr()
+        self.path.peer().map(|p| p.addr.as_slice())
     }
 
     /// Resets this controller's TCP connections to the exporter (DESIGN.md §8, "Peer loss").
@@ -295,8 +298,18 @@ impl ImportSegment {
         let (epoch, view) = self.inner.tracker.enter();
         self.inner.tracker.leave(epoch);
         let (key, base) = view.map_or((0, 0), |v| (v.key, v.base));
-        let addr = self.inner.path.peer_addr().unwrap_or_default().to_vec();
-        (key, base, addr)
+        let addr = self.inner.path.peer().map(|p| p.addr.clone());
+        (key, base, addr.unwrap_or_default())
+    }
+
+    /// The ticket the exporter's endpoint admits this connection's transport with (empty
+    /// where there is none).
+    pub(crate) fn granted_ticket(&self) -> Vec<u8> {
+        self.inner
+            .path
+            .peer()
+            .map(|p| p.ticket.clone())
+            .unwrap_or_default()
     }
 
     /// Operations posted and not yet completed by the provider.

@@ -28,7 +28,7 @@
 //! use rsm::test_util::wire::{Message, decode, encode};
 //!
 //! let frame = encode(&Message::Heartbeat { seq: 7 })?;
-//! assert_eq!(&frame[..], &[3, 0, 11, 7, 0, 0, 0, 0, 0, 0, 0]);
+//! assert_eq!(&frame[..], &[4, 0, 11, 7, 0, 0, 0, 0, 0, 0, 0]);
 //! assert_eq!(decode(&frame)?, Message::Heartbeat { seq: 7 });
 //! assert!(decode(&frame[..5]).is_err());
 //! # Ok::<(), rsm::test_util::wire::WireError>(())
@@ -50,7 +50,7 @@ pub use frame::{MAX_FRAME, WIRE_VERSION, WireError};
 pub use message::{
     AtomicReply, AtomicRequest, ByteOrder, ConnectGrant, ConnectReply, ConnectRequest, Doorbell,
     Hello, MAX_AUTH, MAX_CONTROLLER, MAX_DOORBELLS, MAX_FABRIC_ADDR, MAX_GROUPS, MAX_HANDSHAKE,
-    MAX_KEYS, Message,
+    MAX_KEYS, MAX_TICKET, Message,
 };
 pub use request::Request;
 

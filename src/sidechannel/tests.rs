@@ -125,6 +125,7 @@ fn grant(conn_id: u64) -> ConnectGrant {
         exporter_uid: 0,
         exporter_gid: 0,
         doorbell: None,
+        admission: vec![],
     }
 }
 
@@ -140,6 +141,7 @@ fn connect_request(segment_id: u32) -> ConnectRequest {
         fabric_addr: vec![7; 8],
         signal_token: 0,
         doorbell: None,
+        admission: vec![],
     }
 }
 

@@ -1,11 +1,17 @@
-//! Aborting this process's TCP connections to a lost peer's fabric address (DESIGN.md §8,
-//! "Peer loss"): the tcp and sockets providers own those sockets, and closing an endpoint
-//! leaves what its socket had not sent to the kernel, which sends it once the network is
-//! back, after the operations that replaced it. A disconnect (`connect` with `AF_UNSPEC`)
-//! resets the connection and discards that data, and leaves the descriptor to its owner.
+//! This process's TCP sockets that libfabric's providers own, reached through duplicates of
+//! their descriptors, which stay their owner's.
+//!
+//! Aborting the connections to a lost peer's fabric address (DESIGN.md §8, "Peer loss"):
+//! closing an endpoint leaves what its socket had not sent to the kernel, which sends it
+//! once the network is back, after the operations that replaced it. A disconnect (`connect`
+//! with `AF_UNSPEC`) resets the connection and discards that data.
+//!
+//! Watching a provider's listener and hanging up the connections it accepted that no
+//! admitted request claimed (§8, "Admission to a connected fabric").
 
+use rustix::net::SocketType;
 use std::net::{Ipv4Addr, Ipv6Addr, SocketAddr, SocketAddrV4, SocketAddrV6};
-use std::os::fd::{BorrowedFd, RawFd};
+use std::os::fd::{BorrowedFd, OwnedFd, RawFd};
 
 /// The socket address in a provider's fabric address, if it is one: a `sockaddr_in` or
 /// `sockaddr_in6`, as tcp and sockets name their endpoints. The bytes come from the peer.
@@ -38,10 +44,20 @@ pub(crate) fn sockaddr_of(addr: &[u8]) -> Option<SocketAddr> {
 /// not sent; returns how many. The sockets stay open for the provider that owns them, which
 /// sees them fail and connects again when next asked to.
 pub(crate) fn abort_connections_to(peer: SocketAddr) -> usize {
+    own_stream_sockets()
+        .into_iter()
+        .filter(|fd| peer_of(fd) == Some(peer))
+        .filter(|fd| rustix::net::connect_unspec(fd).is_ok())
+        .count()
+}
+
+/// The descriptors of this process's stream sockets, each duplicated (the number listed may
+/// be closed or reused meanwhile; everything after looks at the duplicate only).
+fn own_stream_sockets() -> Vec<OwnedFd> {
     let Ok(dir) = std::fs::read_dir("/proc/self/fd") else {
-        return 0;
+        return Vec::new();
     };
-    let mut aborted = 0;
+    let mut out = Vec::new();
     for entry in dir.flatten() {
         let Some(raw) = entry
             .file_name()
@@ -59,25 +75,123 @@ pub(crate) fn abort_connections_to(peer: SocketAddr) -> usize {
         if !is_socket {
             continue;
         }
-        // SAFETY: borrowed for the one `fcntl` below. The number may have been closed, or
-        // reused, since it was listed: the duplicate then fails with EBADF or names whatever
-        // the number names now, and everything after looks at the duplicate only.
+        // SAFETY: borrowed for the one `fcntl` below; a number closed or reused since it
+        // was listed fails with EBADF or names whatever it names now.
         let listed = unsafe { BorrowedFd::borrow_raw(raw) };
         let Ok(fd) = rustix::io::fcntl_dupfd_cloexec(listed, 0) else {
             continue;
         };
-        let stream = rustix::net::sockopt::socket_type(&fd)
-            .is_ok_and(|t| t == rustix::net::SocketType::STREAM);
-        let to_peer = rustix::net::getpeername(&fd)
-            .ok()
-            .flatten()
-            .and_then(|a| SocketAddr::try_from(a).ok())
-            == Some(peer);
-        if stream && to_peer && rustix::net::connect_unspec(&fd).is_ok() {
-            aborted += 1;
+        if rustix::net::sockopt::socket_type(&fd).is_ok_and(|t| t == SocketType::STREAM) {
+            out.push(fd);
         }
     }
-    aborted
+    out
+}
+
+fn peer_of(fd: &OwnedFd) -> Option<SocketAddr> {
+    rustix::net::getpeername(fd)
+        .ok()
+        .flatten()
+        .and_then(|a| SocketAddr::try_from(a).ok())
+}
+
+fn local_of(fd: &OwnedFd) -> Option<SocketAddr> {
+    rustix::net::getsockname(fd)
+        .ok()
+        .and_then(|a| SocketAddr::try_from(a).ok())
+}
+
+/// Whether a socket bound at `local` is one of those a listener at `listen` made (a
+/// listener on the unspecified address accepts on any of the host's).
+fn same_listener(local: SocketAddr, listen: SocketAddr) -> bool {
+    local.port() == listen.port() && (listen.ip().is_unspecified() || local.ip() == listen.ip())
+}
+
+/// The connections of this process that a listener at `listen` accepted: each peer's
+/// address and a duplicate of its descriptor.
+pub(crate) fn accepted_on(listen: SocketAddr) -> Vec<(SocketAddr, OwnedFd)> {
+    own_stream_sockets()
+        .into_iter()
+        .filter(|fd| !rustix::net::sockopt::socket_acceptconn(fd).unwrap_or(true))
+        .filter(|fd| local_of(fd).is_some_and(|l| same_listener(l, listen)))
+        .filter_map(|fd| Some((peer_of(&fd)?, fd)))
+        .collect()
+}
+
+/// Ends a connection whose descriptor another owner holds: both directions shut, so its
+/// owner reads the end of it and closes its descriptor as it would for a peer that left.
+pub(crate) fn hang_up(fd: &OwnedFd) {
+    let _ = rustix::net::shutdown(fd, rustix::net::Shutdown::Both);
+}
+
+/// Wakes a thread when a listener of this process (another owner's) gets a connection, or
+/// when told to stop. It holds no reference to the listener: once its owner closes it, the
+/// watch sees nothing more.
+pub(crate) struct ListenWatch {
+    epoll: OwnedFd,
+    stop: crate::sys::wake::Waker,
+}
+
+/// What ended a [`ListenWatch::wait`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Watched {
+    /// A connection arrived (its owner accepts it), or the timeout passed.
+    Connection,
+    /// [`ListenWatch::stop`] was called.
+    Stop,
+}
+
+impl ListenWatch {
+    /// Watches this process's listening socket bound at `listen`; `None` if there is none.
+    pub(crate) fn new(listen: SocketAddr) -> std::io::Result<Option<Self>> {
+        use rustix::event::epoll;
+        let Some(listener) = own_stream_sockets().into_iter().find(|fd| {
+            rustix::net::sockopt::socket_acceptconn(fd).unwrap_or(false)
+                && local_of(fd) == Some(listen)
+        }) else {
+            return Ok(None);
+        };
+        let stop = crate::sys::wake::Waker::new()?;
+        let ep = epoll::create(epoll::CreateFlags::CLOEXEC)?;
+        // Edge-triggered: the owner accepts, this watch is told once per arrival. Added
+        // through the duplicate, the entry lasts as long as the socket, which the owner's
+        // descriptor keeps (dropping the duplicate below leaves it).
+        epoll::add(
+            &ep,
+            &listener,
+            epoll::EventData::new_u64(1),
+            epoll::EventFlags::IN | epoll::EventFlags::ET,
+        )?;
+        epoll::add(
+            &ep,
+            stop.fd(),
+            epoll::EventData::new_u64(2),
+            epoll::EventFlags::IN,
+        )?;
+        drop(listener);
+        Ok(Some(ListenWatch { epoll: ep, stop }))
+    }
+
+    /// Sleeps until a connection arrives, `stop` is called, or `timeout` passes (`None`:
+    /// none).
+    pub(crate) fn wait(&self, timeout: Option<std::time::Duration>) -> Watched {
+        use rustix::event::epoll;
+        let ts = timeout.map(|d| rustix::event::Timespec {
+            tv_sec: d.as_secs() as i64,
+            tv_nsec: i64::from(d.subsec_nanos()),
+        });
+        let mut events = [std::mem::MaybeUninit::<epoll::Event>::uninit(); 4];
+        let _ = epoll::wait(&self.epoll, &mut events[..], ts.as_ref());
+        if self.stop.drain() {
+            return Watched::Stop;
+        }
+        Watched::Connection
+    }
+
+    /// Ends the current or next `wait` with [`Watched::Stop`].
+    pub(crate) fn stop(&self) {
+        self.stop.wake();
+    }
 }
 
 #[cfg(test)]

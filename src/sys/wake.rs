@@ -21,6 +21,11 @@ impl Waker {
         let _ = rustix::io::write(&self.fd, &1u64.to_ne_bytes());
     }
 
+    /// The eventfd, to watch beside other descriptors.
+    pub(crate) fn fd(&self) -> BorrowedFd<'_> {
+        self.fd.as_fd()
+    }
+
     /// Clears pending wake-ups; returns whether there was one.
     pub(crate) fn drain(&self) -> bool {
         let mut buf = [0u8; 8];

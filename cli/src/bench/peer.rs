@@ -291,7 +291,7 @@ fn serve(
             continue;
         }
         if let (Command::Addr(a), Some(r)) = (&cmd, raw) {
-            let answer = match r.raw.ep.add_peer(a) {
+            let answer = match r.raw.ep.add_peer(a, &[]) {
                 Ok(fi) => {
                     initiator = Some(fi);
                     "ok".to_string()
@@ -325,7 +325,7 @@ fn execute(
     match *cmd {
         Command::Addr(ref a) => {
             let r = raw(Target::Raw)?.ok_or("no endpoint")?;
-            r.raw.ep.add_peer(a).map_err(fe)?;
+            r.raw.ep.add_peer(a, &[]).map_err(fe)?;
             Ok("ok".into())
         }
         Command::Fill { seed, len, target } => {

@@ -433,7 +433,7 @@ impl Baseline {
                 chunk: max_transfer_for(v.max_msg_size()),
             }
         };
-        let addr = raw.ep.add_peer(peer_addr)?;
+        let addr = raw.ep.add_peer(peer_addr, &[])?;
         let stride = round_up(max_size.max(1), crate::sys::limits::page_size());
         let scratch_at = stride
             .checked_mul(slots)

@@ -121,6 +121,8 @@ impl ExportPath for Arc<FabricBackend> {
             base,
             address: self.address(),
             bell_service: None,
+            // Even a grant of nothing: its signals reach the exporter over a connection.
+            admission: self.issue_ticket()?,
         })
     }
 

@@ -2,7 +2,7 @@
 //! as RMA posts through the controller's engine, each started at its first poll and, in
 //! explicit barrier mode, attached to the barrier open then.
 
-use super::FabricBackend;
+use super::{FabricBackend, PeerAddress};
 use crate::Error;
 use crate::backend::loopback::LoopbackImport;
 use crate::backend::path::{AtomicRoute, Connection, FILL_CHUNK, ImportPath, Way};
@@ -26,8 +26,8 @@ pub(crate) struct FabricImport {
     pub(crate) backend: Arc<FabricBackend>,
     /// The exporter's address in the controller's address vector.
     pub(crate) dest: ffi::fi_addr_t,
-    /// The exporter's fabric address, as granted.
-    pub(crate) peer_addr: Vec<u8>,
+    /// The exporter's fabric address and ticket, as granted.
+    pub(crate) peer: PeerAddress,
 }
 
 /// An operation's plan and the buffer its pointers lie in, waiting for the first poll.
@@ -276,15 +276,15 @@ impl ImportPath for Arc<FabricImport> {
     }
 
     fn release(&self) {
-        self.backend.release_peer(&self.peer_addr);
+        self.backend.release_peer(&self.peer);
     }
 
-    fn peer_addr(&self) -> Option<&[u8]> {
-        Some(&self.peer_addr)
+    fn peer(&self) -> Option<&PeerAddress> {
+        Some(&self.peer)
     }
 
     fn reset_transport(&self) {
-        self.backend.reset_peer(&self.peer_addr);
+        self.backend.reset_peer(&self.peer.addr);
     }
 
     fn ringer(&self) -> Option<(&Arc<FabricBackend>, u64)> {

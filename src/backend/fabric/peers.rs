@@ -16,6 +16,9 @@ pub(crate) struct Peers {
     /// Address → its handle and how many hold it. On shm 1.17 an entry at 0 stays until its
     /// peer dies (`shm_peers.rs`).
     table: Mutex<HashMap<Vec<u8>, (ffi::fi_addr_t, usize)>>,
+    /// On connected endpoints, the tickets of the holders of each address: a connection
+    /// made to it carries the newest (any holder's admits it).
+    tickets: Mutex<HashMap<Vec<u8>, Vec<Vec<u8>>>>,
     /// Addresses the provider refused once: never inserted again (see `get`).
     refused: Mutex<HashSet<Vec<u8>>>,
     shm: Option<Arc<ShmPeers>>,
@@ -33,6 +36,7 @@ impl Peers {
             endpoint: Arc::clone(engine.endpoint()),
             engine: Arc::downgrade(engine),
             table: Mutex::new(HashMap::new()),
+            tickets: Mutex::new(HashMap::new()),
             refused: Mutex::new(HashSet::new()),
             fast_reads: shm.is_some() && virt_addr,
             shm,
@@ -42,10 +46,19 @@ impl Peers {
     }
 
     /// The address-vector handle of a peer's fabric address, shared by every connection to
-    /// it (counted; `release` undoes one).
-    pub(crate) fn get(&self, addr: &[u8]) -> Result<ffi::fi_addr_t> {
+    /// it (counted; `release` undoes one), with `ticket` the peer issued this holder for
+    /// its connected endpoint (empty for none).
+    pub(crate) fn get(&self, addr: &[u8], ticket: &[u8]) -> Result<ffi::fi_addr_t> {
         let mut table = self.table.lock().unwrap_or_else(|p| p.into_inner());
         if let Some((fi, n)) = table.get_mut(addr) {
+            if !ticket.is_empty() {
+                self.endpoint.set_peer_ticket(*fi, ticket)?;
+                let mut tickets = self.tickets.lock().unwrap_or_else(|p| p.into_inner());
+                tickets
+                    .entry(addr.to_vec())
+                    .or_default()
+                    .push(ticket.to_vec());
+            }
             *n += 1;
             return Ok(*fi);
         }
@@ -60,7 +73,7 @@ impl Peers {
                  as another user, and shm regions are private to their user)",
             ));
         }
-        let fi = match self.endpoint.add_peer(addr) {
+        let fi = match self.endpoint.add_peer(addr, ticket) {
             Ok(fi) => fi,
             Err(e) => {
                 refused.insert(addr.to_vec());
@@ -68,6 +81,10 @@ impl Peers {
             }
         };
         table.insert(addr.to_vec(), (fi, 1));
+        if !ticket.is_empty() {
+            let mut tickets = self.tickets.lock().unwrap_or_else(|p| p.into_inner());
+            tickets.insert(addr.to_vec(), vec![ticket.to_vec()]);
+        }
         // Inserted, the peer is mapped: whether the endpoint reaches it by cross-memory attach
         // is decided, before anything is posted to it.
         if self.fast_reads && self.shm.as_ref().is_some_and(|s| s.cma()) {
@@ -81,16 +98,33 @@ impl Peers {
     /// Gives back a handle `get` returned. The last one removes the address, except on shm
     /// 1.17, where a live peer stays (it may still post here under its index) and a dead one
     /// leaves once nothing names it.
-    pub(crate) fn release(&self, addr: &[u8]) {
+    pub(crate) fn release(&self, addr: &[u8], ticket: &[u8]) {
         let mut table = self.table.lock().unwrap_or_else(|p| p.into_inner());
         let Some((fi, n)) = table.get_mut(addr) else {
             return;
         };
         *n = n.saturating_sub(1);
+        let fi = *fi;
+        if !ticket.is_empty() {
+            let mut tickets = self.tickets.lock().unwrap_or_else(|p| p.into_inner());
+            if let Some(held) = tickets.get_mut(addr) {
+                if let Some(i) = held.iter().rposition(|t| t == ticket) {
+                    held.remove(i);
+                }
+                match held.last() {
+                    // A later connect carries a ticket still admitted.
+                    Some(t) => {
+                        let _ = self.endpoint.set_peer_ticket(fi, t);
+                    }
+                    None => {
+                        tickets.remove(addr);
+                    }
+                }
+            }
+        }
         if *n > 0 {
             return;
         }
-        let fi = *fi;
         match &self.shm {
             None => {
                 self.endpoint.remove_peer(fi);
@@ -175,7 +209,7 @@ impl Peers {
                     table.remove(&k);
                     fi
                 }
-                None => match ep.add_peer(&key) {
+                None => match ep.add_peer(&key, &[]) {
                     Ok(fi) => fi,
                     Err(e) => {
                         tracing::debug!(slot = peer.slot, error = %e, "cannot free a dead shm peer's slot");

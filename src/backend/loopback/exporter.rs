@@ -162,6 +162,7 @@ impl ExportPath for Arc<LoopbackBackend> {
                 base: 0,
                 address,
                 bell_service: bell,
+                admission: None,
             });
         }
         let (base, share) = grant(mem, access)?;
@@ -173,6 +174,7 @@ impl ExportPath for Arc<LoopbackBackend> {
                 base,
                 address: Vec::new(),
                 bell_service: None,
+                admission: None,
             });
         };
         // The key is the ticket for the memfd, the address the service's name; the
@@ -183,6 +185,7 @@ impl ExportPath for Arc<LoopbackBackend> {
             base,
             address: name,
             bell_service: self.service().ok().map(|s| (s, pid)),
+            admission: None,
         })
     }
 

@@ -8,7 +8,7 @@
 
 use super::{LoopbackImport, Toward};
 use crate::Error;
-use crate::backend::fabric::FabricBackend;
+use crate::backend::fabric::{FabricBackend, PeerAddress};
 use crate::backend::path::{AtomicRoute, Connection, FILL_CHUNK, ImportPath, Way};
 use crate::reactor::copy::{Copier, PendingCopy};
 use crate::reactor::slot::{AtomicPost, Outcome, Piece, clone_error};
@@ -286,7 +286,7 @@ impl ImportPath for Arc<LoopbackImport> {
     fn release(&self) {}
 
     /// No transport: copies reach the exporter's memory directly.
-    fn peer_addr(&self) -> Option<&[u8]> {
+    fn peer(&self) -> Option<&PeerAddress> {
         None
     }
 

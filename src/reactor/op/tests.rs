@@ -82,7 +82,7 @@ fn pair(provider: &str, tuning: Tuning, len: usize, key: u64) -> Pair {
     };
     let (initiator, target) = (endpoint(), endpoint());
     let dest = initiator
-        .add_peer(target.name())
+        .add_peer(target.name(), &[])
         .expect("the target's address");
     let memory = vec![0u8; len].into_boxed_slice();
     let access = MrAccess::REMOTE_READ.union(MrAccess::REMOTE_WRITE);
@@ -636,7 +636,10 @@ struct Parked {
 /// Adds `peer` to the pair's initiator (a connection of its own, started just now: the
 /// first poll finds it being made) and parks a put to it.
 fn parked_put(p: &Pair, peer: &[u8], offset: u64, data: &[u8; 8]) -> Parked {
-    let dest = p.initiator.add_peer(peer).expect("a well-formed address");
+    let dest = p
+        .initiator
+        .add_peer(peer, &[])
+        .expect("a well-formed address");
     let tcp = Tuning::for_kind("tcp");
     let engine = Engine::start(Arc::clone(&p.initiator), "test-initiator", tcp, 16)
         .expect("the initiator's engine");

@@ -5,7 +5,7 @@ use super::frame::{MAX_FRAME, WIRE_VERSION, WireError, check_len};
 use super::message::{
     AtomicReply, AtomicRequest, ByteOrder, ConnectGrant, ConnectReply, ConnectRequest, Doorbell,
     Hello, MAX_AUTH, MAX_CONTROLLER, MAX_DOORBELLS, MAX_FABRIC_ADDR, MAX_GROUPS, MAX_HANDSHAKE,
-    MAX_KEYS, Message,
+    MAX_KEYS, MAX_TICKET, Message,
 };
 use super::tag;
 
@@ -71,6 +71,7 @@ pub fn decode(frame: &[u8]) -> Result<Message, WireError> {
             fabric_addr: r.bytes("connect request fabric address", 0, MAX_FABRIC_ADDR)?,
             signal_token: r.u64("connect request signal token")?,
             doorbell: r.doorbell()?,
+            admission: r.bytes("connect request admission", 0, MAX_TICKET)?,
         }),
         tag::CONNECT_REPLY => {
             let req = r.u64("connect reply id")?;
@@ -86,6 +87,7 @@ pub fn decode(frame: &[u8]) -> Result<Message, WireError> {
                     exporter_uid: r.u32("grant exporter uid")?,
                     exporter_gid: r.u32("grant exporter gid")?,
                     doorbell: r.doorbell()?,
+                    admission: r.bytes("grant admission", 0, MAX_TICKET)?,
                 }),
                 1 => Err(r.u32("connect reply error code")?),
                 v => {

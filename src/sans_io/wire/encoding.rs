@@ -6,7 +6,7 @@ use bytes::{BufMut, Bytes, BytesMut};
 use super::frame::{MAX_FRAME, WIRE_VERSION, WireError, check_len};
 use super::message::{
     ByteOrder, Doorbell, MAX_AUTH, MAX_CONTROLLER, MAX_DOORBELLS, MAX_FABRIC_ADDR, MAX_GROUPS,
-    MAX_HANDSHAKE, MAX_KEYS, Message,
+    MAX_HANDSHAKE, MAX_KEYS, MAX_TICKET, Message,
 };
 
 /// Encodes a message into a frame body.
@@ -64,6 +64,7 @@ pub fn encode(msg: &Message) -> Result<Bytes, WireError> {
             )?;
             w.u64(r.signal_token);
             w.doorbell(r.doorbell.as_ref())?;
+            w.bytes("connect request admission", &r.admission, 0, MAX_TICKET)?;
         }
         Message::ConnectReply(r) => {
             w.u64(r.req);
@@ -80,6 +81,7 @@ pub fn encode(msg: &Message) -> Result<Bytes, WireError> {
                     w.u32(g.exporter_uid);
                     w.u32(g.exporter_gid);
                     w.doorbell(g.doorbell.as_ref())?;
+                    w.bytes("grant admission", &g.admission, 0, MAX_TICKET)?;
                 }
                 Err(code) => {
                     w.u8(1);

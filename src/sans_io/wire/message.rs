@@ -17,6 +17,8 @@ pub const MAX_GROUPS: usize = 64;
 pub const MAX_FABRIC_ADDR: usize = 512;
 /// The most keys in a grant or a rebind: one per access mode.
 pub const MAX_KEYS: usize = 4;
+/// The most bytes of an admission ticket (a connected fabric's connection data).
+pub const MAX_TICKET: usize = 64;
 
 /// A node's native byte order, exchanged in [`Hello`] so that typed accesses between nodes of
 /// different byte order can swap (DESIGN.md, decision 4). On the wire: 0 little, 1 big.
@@ -93,6 +95,9 @@ pub struct ConnectRequest {
     pub signal_token: u64,
     /// The importer's signal doorbell on this controller, if it has one.
     pub doorbell: Option<Doorbell>,
+    /// What the exporter's connection to the importer's fabric address carries to be
+    /// admitted (at most [`MAX_TICKET`] bytes; empty where the fabric is not connected).
+    pub admission: Vec<u8>,
 }
 
 /// What an exporter grants an importer.
@@ -120,6 +125,9 @@ pub struct ConnectGrant {
     /// The exporter's signal doorbell on this controller, if it has one; the importer's
     /// signals carry `conn_id` as their token.
     pub doorbell: Option<Doorbell>,
+    /// What the importer's connection to the exporter's fabric address carries to be
+    /// admitted (at most [`MAX_TICKET`] bytes; empty where the fabric is not connected).
+    pub admission: Vec<u8>,
 }
 
 /// The exporter's answer to a [`ConnectRequest`].

@@ -20,6 +20,7 @@ fn sample_grant() -> ConnectGrant {
             addr: 0x2000,
             key: 77,
         }),
+        admission: vec![0x5C; 16],
     }
 }
 
@@ -48,6 +49,7 @@ fn samples() -> Vec<Message> {
             fabric_addr: vec![1, 2, 3],
             signal_token: 0x55,
             doorbell: None,
+            admission: vec![3; 16],
         }),
         Message::ConnectReply(ConnectReply {
             req: 9,
@@ -131,7 +133,7 @@ fn the_layout_is_little_endian_and_stable() {
     .expect("encodes");
     assert_eq!(
         &frame[..],
-        &[3, 0, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0x0D, 0x0C, 0x0B, 0x0A]
+        &[4, 0, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0x0D, 0x0C, 0x0B, 0x0A]
     );
 }
 
@@ -144,8 +146,8 @@ fn another_version_is_refused() {
 
 #[test]
 fn an_unknown_tag_is_refused() {
-    assert_eq!(decode(&[3, 0, 0]), Err(WireError::UnknownTag(0)));
-    assert_eq!(decode(&[3, 0, 200]), Err(WireError::UnknownTag(200)));
+    assert_eq!(decode(&[4, 0, 0]), Err(WireError::UnknownTag(0)));
+    assert_eq!(decode(&[4, 0, 200]), Err(WireError::UnknownTag(200)));
 }
 
 #[test]
@@ -206,7 +208,7 @@ fn oversize_fields_are_refused_on_both_sides() {
     ));
 
     // Hand-made frame: a hello whose auth claims 257 bytes, and carries them.
-    let mut frame = vec![3, 0, tag::HELLO];
+    let mut frame = vec![4, 0, tag::HELLO];
     frame.extend_from_slice(&[0; 4 + 8 + 1 + 16]);
     frame.extend_from_slice(&257u16.to_le_bytes());
     frame.extend_from_slice(&[0; 257]);
@@ -250,7 +252,7 @@ fn oversize_fields_are_refused_on_both_sides() {
 #[test]
 fn a_length_beyond_the_frame_is_truncation_not_allocation() {
     // A connect request whose groups count is 64 but whose frame ends right after it.
-    let mut frame = vec![3, 0, tag::CONNECT_REQUEST];
+    let mut frame = vec![4, 0, tag::CONNECT_REQUEST];
     frame.extend_from_slice(&[0; 8 + 4]);
     frame.extend_from_slice(&0u16.to_le_bytes());
     frame.extend_from_slice(&[0; 12]);
@@ -314,11 +316,21 @@ fn arb_grant() -> impl Strategy<Value = ConnectGrant> {
         any::<u32>(),
         any::<u32>(),
         vec(any::<u8>(), 0..=MAX_FABRIC_ADDR),
-        any::<u32>(),
-        any::<u32>(),
+        (any::<u32>(), any::<u32>()),
+        vec(any::<u8>(), 0..=MAX_TICKET),
     )
         .prop_map(
-            |(conn_id, keys, base, length, granted, generation, fabric_addr, uid, gid)| {
+            |(
+                conn_id,
+                keys,
+                base,
+                length,
+                granted,
+                generation,
+                fabric_addr,
+                (uid, gid),
+                admission,
+            )| {
                 ConnectGrant {
                     conn_id,
                     keys,
@@ -330,6 +342,7 @@ fn arb_grant() -> impl Strategy<Value = ConnectGrant> {
                     exporter_uid: uid,
                     exporter_gid: gid,
                     doorbell: None,
+                    admission,
                 }
             },
         )
@@ -371,10 +384,13 @@ fn arb_message() -> impl Strategy<Value = Message> {
         arb_string(MAX_CONTROLLER),
         any::<(u32, u32, u32)>(),
         vec(any::<u32>(), 0..=MAX_GROUPS),
-        vec(any::<u8>(), 0..=MAX_FABRIC_ADDR),
+        (
+            vec(any::<u8>(), 0..=MAX_FABRIC_ADDR),
+            vec(any::<u8>(), 0..=MAX_TICKET),
+        ),
     )
         .prop_map(
-            |(req, segment_id, controller, (perm, uid, gid), groups, fabric_addr)| {
+            |(req, segment_id, controller, (perm, uid, gid), groups, (fabric_addr, admission))| {
                 Message::ConnectRequest(ConnectRequest {
                     req,
                     segment_id,
@@ -386,6 +402,7 @@ fn arb_message() -> impl Strategy<Value = Message> {
                     fabric_addr,
                     signal_token: req ^ 0x5A,
                     doorbell: None,
+                    admission,
                 })
             },
         );
@@ -458,7 +475,7 @@ proptest! {
         tag in 0u8..16,
         body in vec(any::<u8>(), 0..1024),
     ) {
-        let mut frame = vec![3, 0, tag];
+        let mut frame = vec![4, 0, tag];
         frame.extend_from_slice(&body);
         if let Ok(msg) = decode(&frame) {
             // Whatever decodes re-encodes to the same bytes: the format has one spelling.
@@ -515,6 +532,7 @@ proptest! {
                 fabric_addr: vec![0; MAX_FABRIC_ADDR + extra],
                 signal_token: 0,
                 doorbell: None,
+                admission: vec![],
             })
         };
         let is_length_error = matches!(encode(&msg), Err(WireError::Length { .. }));

@@ -89,7 +89,7 @@ fn a_peer_in_a_removed_peers_slot_is_written_to() {
         "the region of libfabric {} is found and checked",
         crate::fabric::library_version()
     );
-    let to_b = a.ep.add_peer(b.ep.name()).expect("b's address");
+    let to_b = a.ep.add_peer(b.ep.name(), &[]).expect("b's address");
     let b_slot = ids.as_ref().and_then(|i| i.slot_of(b.ep.name()));
     write(&a, to_b, base, mr.key(), 1, &[&a, &b]);
     match &ids {
@@ -105,7 +105,7 @@ fn a_peer_in_a_removed_peers_slot_is_written_to() {
     drop(b);
 
     let c = side();
-    let to_c = a.ep.add_peer(c.ep.name()).expect("c's address");
+    let to_c = a.ep.add_peer(c.ep.name(), &[]).expect("c's address");
     if let Some(i) = &ids {
         assert_eq!(i.slot_of(c.ep.name()), b_slot, "c takes b's slot");
     }
