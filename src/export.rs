@@ -353,7 +353,7 @@ impl ExportSegment {
     }
 
     /// The current memory (a rebind may replace it; the old one lives as long as this `Arc`).
-    fn memory(&self, op: &'static str) -> Result<Arc<Memory>> {
+    pub(crate) fn memory(&self, op: &'static str) -> Result<Arc<Memory>> {
         let st = self.inner.lock();
         if st.destroyed {
             return Err(Error::bad_seg_hndl()
