@@ -100,9 +100,8 @@ struct ExportState {
 
 pub(crate) struct Published {
     pub(crate) id: u32,
-    /// What the path made of the memory for grants (its registrations): a read-only
-    /// importer gets only the read-only key (defence in depth where the provider checks
-    /// keys).
+    /// What the path made of the memory for grants: each connection's own registration,
+    /// with exactly its grant's access (where the provider checks keys).
     pub(crate) offer: Offer,
     /// The access list (validated); republish replaces it for later connects.
     pub(crate) acl: Vec<Access>,
@@ -364,7 +363,7 @@ impl ExportSegment {
     }
 
     /// The current memory (a rebind may replace it; the old one lives as long as this `Arc`).
-    fn memory(&self, op: &'static str) -> Result<Arc<Memory>> {
+    pub(crate) fn memory(&self, op: &'static str) -> Result<Arc<Memory>> {
         let st = self.inner.lock();
         if st.destroyed {
             return Err(Error::bad_seg_hndl()

@@ -131,11 +131,13 @@ pub fn operations_in_flight(ctrl: &crate::Controller) -> usize {
     ctrl.path().fabric().map_or(0, |b| b.engine().in_flight())
 }
 
-/// The registration of owned buffers (`FI_MR_LOCAL`), for the benchmark of its paths.
+/// The registration of owned buffers (`FI_MR_LOCAL`) and of segments, for the benchmarks of
+/// what they cost.
 pub mod registration {
+    use crate::fabric::MrAccess;
     use crate::reactor::held::Held;
     use crate::reactor::slot::{Dir, Piece, Plan};
-    use crate::{Controller, Error, Result};
+    use crate::{Controller, Error, ExportSegment, Result};
 
     /// How an operation's buffer gets its descriptor.
     #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -184,5 +186,29 @@ pub mod registration {
             Plan::Batches(_) => 0,
         };
         Ok(Holding { _held: held, desc })
+    }
+
+    /// Registers the memory of `seg` (a segment of a libfabric controller) for remote read
+    /// and write, as a connection granted both gets it, and closes the registration at once:
+    /// the provider's part of a connect.
+    ///
+    /// ```no_run
+    /// # fn f(seg: rsm::ExportSegment) -> rsm::Result<()> {
+    /// rsm::test_util::registration::register_segment(&seg)?;
+    /// # Ok(()) }
+    /// ```
+    pub fn register_segment(seg: &ExportSegment) -> Result<()> {
+        const OP: &str = "register_segment";
+        let backend = seg.controller().path().fabric().ok_or_else(|| {
+            Error::bad_ctlr_hndl()
+                .op(OP)
+                .detail("not a libfabric controller")
+        })?;
+        let mem = seg.memory(OP)?;
+        let access = MrAccess::REMOTE_READ.union(MrAccess::REMOTE_WRITE);
+        // SAFETY: `mem` keeps the memory mapped, and the registration closes before it goes;
+        // its key reaches nobody.
+        drop(unsafe { backend.register(mem.as_ptr(), mem.len(), access) }?);
+        Ok(())
     }
 }

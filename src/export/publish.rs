@@ -24,10 +24,11 @@ impl ExportSegment {
     /// process that created the segment. Importers are classed against the creator's uid and gid
     /// recorded at export time, and root gets no bypass (DESIGN.md, decision 15).
     ///
-    /// The segment is registered twice with the provider, read-write and read-only, under
-    /// different keys; a read-only importer only learns the read-only key. Registering may
-    /// take long for a large segment (the provider, for some the kernel, pins and maps the
-    /// pages): it runs on a blocking thread of the node's runtime, not on the caller's.
+    /// Publish registers the segment once with the provider, to learn whether it takes the
+    /// memory, and closes that registration; each connect then registers it for that
+    /// connection alone, with exactly its grant's access, under a key of its own. Registering
+    /// may take long for a large segment (the provider, for some the kernel, pins and maps
+    /// the pages): it runs on a blocking thread of the node's runtime, not on the caller's.
     ///
     /// Errors: `RSMERR_NOT_CREATOR` from a forked child, `RSMERR_RESERVED_SEGID` for an id
     /// outside the allowed ranges, `RSMERR_SEG_ALREADY_PUBLISHED`, `RSMERR_BAD_ACL` (before

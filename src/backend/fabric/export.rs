@@ -1,6 +1,6 @@
-//! The fabric path's exporter half ([`ExportPath`]): memory registered twice (read-write,
-//! and read-only under its own key), keys handed to importers, signals rung with
-//! completion data on the controller's doorbell.
+//! The fabric path's exporter half ([`ExportPath`]): memory registered for each connection
+//! with exactly its grant's access, keys and admission tickets handed to importers, signals
+//! rung with completion data on the controller's doorbell.
 
 use super::FabricBackend;
 use crate::Result;
