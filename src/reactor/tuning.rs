@@ -161,7 +161,8 @@ pub(crate) fn longest_idle_window() -> Duration {
 /// a side-channel message and wakes threads on both nodes: kicking every millisecond cost
 /// an 8-byte shm get about 0.1 µs on average.
 pub(crate) const KICK_EVERY: Duration = Duration::from_millis(5);
-/// Targets posted to within this long count as having work in flight from here.
+/// Targets posted to within this long of the last post count as having work in flight
+/// from here.
 pub(crate) const KICK_RECENT: Duration = Duration::from_secs(2);
 
 #[cfg(test)]

@@ -3,6 +3,7 @@
 
 use super::Engine;
 use crate::reactor::tuning::{KICK_EVERY, KICK_RECENT};
+use std::collections::HashMap;
 use std::sync::atomic::Ordering;
 use std::time::Instant;
 
@@ -53,25 +54,63 @@ impl Engine {
         }
     }
 
-    /// Operations are in flight and nothing completed for a while: wake the targets posted
-    /// to recently (rate-limited per target).
+    /// Operations are in flight and nothing completed for a while: wake their targets
+    /// ([`stalled_targets`]).
     pub(super) fn kick_stalled(&self) {
-        let now = Instant::now();
-        let due: Vec<u32> = {
+        let due = {
             let mut t = self.targets.lock().unwrap_or_else(|p| p.into_inner());
-            t.retain(|_, (posted, _)| now.duration_since(*posted) < KICK_RECENT);
-            t.iter_mut()
-                .filter(|(_, (_, kicked))| {
-                    kicked.is_none_or(|k| now.duration_since(k) >= KICK_EVERY)
-                })
-                .map(|(n, e)| {
-                    e.1 = Some(now);
-                    *n
-                })
-                .collect()
+            stalled_targets(&mut t, Instant::now())
         };
         for n in due {
             self.kick_node(n);
         }
+    }
+}
+
+/// The targets to wake now, of `targets` (node → last post, last kick): those posted to
+/// within [`KICK_RECENT`] of the last post, not of `now` (operations stalled longer than
+/// that, behind a lossy network's retransmissions, still need their sleeping target's
+/// progress), and not kicked within [`KICK_EVERY`]. The others are forgotten.
+fn stalled_targets(
+    targets: &mut HashMap<u32, (Instant, Option<Instant>)>,
+    now: Instant,
+) -> Vec<u32> {
+    if let Some(newest) = targets.values().map(|(posted, _)| *posted).max() {
+        targets.retain(|_, (posted, _)| newest.duration_since(*posted) < KICK_RECENT);
+    }
+    targets
+        .iter_mut()
+        .filter(|(_, (_, kicked))| kicked.is_none_or(|k| now.duration_since(k) >= KICK_EVERY))
+        .map(|(n, e)| {
+            e.1 = Some(now);
+            *n
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    #[test]
+    fn targets_of_operations_stalled_for_long_are_still_woken() {
+        let start = Instant::now();
+        let mut t = HashMap::from([
+            (1, (start, None)),
+            (2, (start + Duration::from_millis(500), None)),
+            // Posted to long before the others: its operations are done.
+            (3, (start, None)),
+        ]);
+        t.insert(4, (start + KICK_RECENT + Duration::from_millis(100), None));
+        // Ten seconds after the last post, nothing completed: 2 and 4 (within KICK_RECENT
+        // of the last post) are woken; 1 and 3 are forgotten.
+        let now = start + Duration::from_secs(10);
+        let mut due = stalled_targets(&mut t, now);
+        due.sort_unstable();
+        assert_eq!(due, [2, 4]);
+        // Not again within KICK_EVERY, then again.
+        assert!(stalled_targets(&mut t, now + KICK_EVERY / 2).is_empty());
+        assert_eq!(stalled_targets(&mut t, now + KICK_EVERY).len(), 2);
     }
 }
