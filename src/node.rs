@@ -542,6 +542,12 @@ impl NodeBuilder {
             ))
         })?;
         let auth = identity::auth(&config)?;
+        if !self.unix_side_channel && auth.credentials().is_none() {
+            return Err(Error::bad_conf().op("start").detail(
+                "unix_side_channel(false) leaves TCP only, which needs keys (a node without \
+                 them reaches its peers only on their Unix sockets); configure a key",
+            ));
+        }
         let public_key = auth.credentials().map(|c| c.key.public());
         let incarnation = rand::rng().random_range(1..=u64::MAX);
         let state = NodeContext::new(handle.clone());
@@ -572,6 +578,7 @@ impl NodeBuilder {
                 max_handshakes_per_source: self.limits.handshakes_per_source,
                 max_links_per_peer: self.limits.links_per_peer,
                 fds,
+                unix: self.unix_side_channel,
                 ..SideChannelConfig::default()
             },
         )

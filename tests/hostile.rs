@@ -162,6 +162,54 @@ async fn keyed_pair() -> (Node, Node, NodeKey) {
     (exporter, importer, e_key)
 }
 
+/// `unix_side_channel(false)`: two keyed nodes of this host talk over TCP alone, as nodes
+/// of two hosts would (neither listens on its Unix name); a node without keys is refused.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn nodes_without_the_unix_side_channel_talk_over_tcp() {
+    let refused = Node::builder()
+        .ignore_environment()
+        .id(common::fresh_node_id())
+        .unix_side_channel(false)
+        .start()
+        .await
+        .expect_err("no keys, no Unix sockets: nobody to reach");
+    assert!(matches!(refused, rsm::Error::BadConf(_)), "{refused}");
+    assert!(refused.to_string().contains("needs keys"), "{refused}");
+
+    let (e_id, i_id) = (common::fresh_node_id(), common::fresh_node_id());
+    let (e_key, i_key) = (NodeKey::generate(), NodeKey::generate());
+    let exporter = Node::builder()
+        .ignore_environment()
+        .id(e_id)
+        .key(e_key.clone())
+        .peer_key(i_id, i_key.public())
+        .unix_side_channel(false)
+        .start()
+        .await
+        .expect("exporter");
+    let importer = Node::builder()
+        .ignore_environment()
+        .id(i_id)
+        .key(i_key)
+        .peer_key(e_id, e_key.public())
+        .peer(e_id, exporter.listen_addr())
+        .unix_side_channel(false)
+        .start()
+        .await
+        .expect("importer");
+    let unix = tokio::net::UnixStream::connect(format!("\0rsm-node-{e_id}")).await;
+    assert!(unix.is_err(), "the exporter listens on its Unix name");
+    let (_seg, segment) = owner_only(&exporter, "tcp0", i_id).await;
+    let imp = importer
+        .controller("tcp0")
+        .await
+        .expect("controller")
+        .import(exporter.id(), segment, Perm::RDWR)
+        .await
+        .expect("import over the TCP side channel");
+    imp.put(0, vec![5u8; 64]).await.expect("put");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn with_keys_nodes_work_and_a_wrong_key_gets_nothing() {
     let (exporter, importer, e_key) = keyed_pair().await;

@@ -49,6 +49,8 @@ pub struct NodeBuilder {
     pub(super) byte_order: ByteOrder,
     /// Signals go over the side channel even where the fabric could carry them.
     pub(super) signals_over_side_channel: bool,
+    /// Whether the side channel listens on and dials the abstract Unix sockets.
+    pub(super) unix_side_channel: bool,
     /// The spin budgets set here (`None`: unset, the environment's or the tuned figures).
     pub(super) spin_budgets: SpinBudgets,
     /// What the node grants one peer at most.
@@ -63,6 +65,7 @@ impl Default for NodeBuilder {
             ignore_environment: false,
             byte_order: ByteOrder::native(),
             signals_over_side_channel: false,
+            unix_side_channel: true,
             spin_budgets: SpinBudgets::default(),
             limits: Limits::default(),
         }
@@ -249,6 +252,23 @@ impl NodeBuilder {
     /// ```
     pub fn signals_over_side_channel(mut self, on: bool) -> Self {
         self.signals_over_side_channel = on;
+        self
+    }
+
+    /// Whether the side channel also uses the abstract Unix sockets (the default), which
+    /// nodes of one host reach each other on. `false` leaves TCP only: the node neither
+    /// listens on its Unix name nor dials its peers' names, so nodes of one host talk as
+    /// nodes of different hosts do (to rehearse a cluster on one machine). TCP needs keys
+    /// ([`NodeBuilder::key`]): `start` refuses a node without them (`RSMERR_BAD_CONF`).
+    /// Peers still learn that they share a host (from its boot id), so `shm0` and
+    /// `loopback` connect them as before.
+    ///
+    /// ```
+    /// let builder = rsm::Node::builder().unix_side_channel(false);
+    /// # let _ = builder;
+    /// ```
+    pub fn unix_side_channel(mut self, on: bool) -> Self {
+        self.unix_side_channel = on;
         self
     }
 
