@@ -116,7 +116,6 @@ macro_rules! rsm_errors {
         /// An RSMAPI error: one variant per `RSMERR_*` code of docs/rsmapi.md §3.1, each carrying
         /// [`Context`]. Construct with the lowercase constructors (`Error::bad_offset()`) and
         /// add context with the builder methods.
-        #[derive(Debug)]
         #[non_exhaustive]
         pub enum Error {
             $(
@@ -172,6 +171,12 @@ macro_rules! rsm_errors {
             fn context_mut(&mut self) -> &mut Context {
                 match self {
                     $( Error::$variant(c) => c, )*
+                }
+            }
+
+            fn variant(&self) -> &'static str {
+                match self {
+                    $( Error::$variant(_) => stringify!($variant), )*
                 }
             }
         }
@@ -232,6 +237,32 @@ rsm_errors! {
 impl fmt::Display for Error {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "{}{}", self.text(), self.context())
+    }
+}
+
+/// `{:?}` is the RSMAPI name and number, then the [`Display`](fmt::Display) text: what
+/// `main` prints when it returns the error. `{:#?}` shows the variant and its [`Context`]
+/// field by field.
+///
+/// ```
+/// let e = rsm::Error::perm_denied().op("import").node(2);
+/// assert_eq!(
+///     format!("{e:?}"),
+///     "RSMERR_PERM_DENIED (code 27): permission denied (import, node 2)"
+/// );
+/// assert!(format!("{e:#?}").contains("node: Some("));
+/// ```
+impl fmt::Debug for Error {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if f.alternate() {
+            return f
+                .debug_struct(self.variant())
+                .field("name", &self.name())
+                .field("code", &self.code())
+                .field("context", self.context())
+                .finish();
+        }
+        write!(f, "{} (code {}): {self}", self.name(), self.code())
     }
 }
 
@@ -481,6 +512,47 @@ mod tests {
             "{s}"
         );
         assert_eq!(e.fabric_failure().map(|f| f.errno), Some(12));
+    }
+
+    #[test]
+    fn debug_is_the_name_and_code_then_display() {
+        let e = Error::bad_offset()
+            .op("put")
+            .segment(0x400001)
+            .offset(4096)
+            .detail("past the end");
+        let display = e.to_string();
+        assert_eq!(
+            format!("{e:?}"),
+            format!("RSMERR_BAD_OFFSET (code 18): {display}")
+        );
+        assert_eq!(
+            format!("{:?}", Error::timeout()),
+            "RSMERR_TIMEOUT (code 42): timed out"
+        );
+        let pretty = format!("{e:#?}");
+        assert!(pretty.starts_with("BadOffset {"), "{pretty}");
+        assert!(pretty.contains("code: 18"), "{pretty}");
+        assert!(pretty.contains("segment: Some("), "{pretty}");
+    }
+
+    #[test]
+    fn main_returning_a_boxed_error_prints_the_name_code_and_display() {
+        // What `fn main() -> Result<(), Box<dyn Error>>` prints after "Error: ".
+        fn run() -> std::result::Result<(), Box<dyn std::error::Error>> {
+            Err(Error::perm_denied().op("import").node(2))?;
+            Ok(())
+        }
+        let e = run().unwrap_err();
+        assert_eq!(
+            format!("{e:?}"),
+            "RSMERR_PERM_DENIED (code 27): permission denied (import, node 2)"
+        );
+        let e: Box<dyn std::error::Error + Send + Sync> = Error::conn_aborted().into();
+        assert_eq!(
+            format!("{e:?}"),
+            "RSMERR_CONN_ABORTED (code 40): connection aborted"
+        );
     }
 
     #[test]

@@ -71,7 +71,38 @@ impl ExportFlags {
     pub const ALLOW_REBIND: ExportFlags = ExportFlags(0x01);
     /// `RSM_CREATE_SEG_DONTWAIT`: publish fails instead of waiting for resources.
     pub const CREATE_SEG_DONTWAIT: ExportFlags = ExportFlags(0x02);
-    /// `RSM_LOCK_OPS`: atomic operations on the segment (DESIGN.md, decision 7).
+    /// `RSM_LOCK_OPS`: accepted and kept, and changes nothing (DESIGN.md, decision 7).
+    ///
+    /// RSMAPI reserved this flag for lock operations and never defined them. `rsm`'s remote
+    /// atomics ([`ImportSegment::fetch_add`](crate::ImportSegment::fetch_add) and the rest,
+    /// DESIGN.md §13) work on every segment with or without it: what they need is an
+    /// import with a read-write grant (`RSMERR_PERM_DENIED` otherwise). The flag does not
+    /// gate them because an importer holding the read-write key could post them anyway;
+    /// so it registers nothing differently, the exporter's own atomics ignore it too, and
+    /// `RSMERR_LOCKS_NOT_ENABLED` is never returned. Set it, if you like, to mark a segment
+    /// meant for atomics: [`contains`](Self::contains) and [`bits`](Self::bits) report it,
+    /// and the C library accepts it as `RSM_LOCK_OPS` (0x04).
+    ///
+    /// ```no_run
+    /// # async fn f(exporter: rsm::Controller, importer: rsm::Controller) -> rsm::Result<()> {
+    /// use rsm::{Access, ExportFlags, NodeId, Perm};
+    ///
+    /// // No LOCK_OPS: node 1, granted read and write, adds to the counter all the same.
+    /// let seg = exporter.export(4096, ExportFlags::empty())?;
+    /// let id = seg.publish(None, &[Access::new(NodeId(1), 0o666)]).await?;
+    /// let imp = importer.import(NodeId(2), id, Perm::RDWR).await?; // on node 1
+    /// let before: u64 = imp.fetch_add(0, 1u64).await?;
+    /// assert_eq!(seg.atomic_load::<u64>(0)?, before + 1);
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// ```
+    /// use rsm::ExportFlags;
+    ///
+    /// let f = ExportFlags::ALLOW_REBIND | ExportFlags::LOCK_OPS;
+    /// assert!(f.contains(ExportFlags::LOCK_OPS));
+    /// assert_eq!(f.bits(), 0x05);
+    /// ```
     pub const LOCK_OPS: ExportFlags = ExportFlags(0x04);
 
     /// No flag.
