@@ -10,6 +10,10 @@
 //!    `RSM_KEY_FILE` and `RSM_TRUST_FILE`;
 //! 3. the builder's own settings.
 //!
+//! The file's or `RSM_PEERS`' entry for the node's own id is ignored, so that one
+//! cluster-wide peer list serves every node; a builder's [`NodeBuilder::peer`] for the own id
+//! is refused.
+//!
 //! Without a key the node reaches only nodes of its host, whose kernel vouches for them;
 //! with one ([`NodeBuilder::key_file`], `rsm keygen`) every link proves both nodes' keys
 //! (DESIGN.md §8, SECURITY.md).

@@ -16,11 +16,10 @@ use std::process::ExitCode;
 const AFTER_HELP: &str = "\
 Exit status:
   0  success
-  1  an error (the message names the RSMAPI error, e.g. [RSMERR_BAD_CONF]); bench and
-     bench-memory: a byte was wrong; demo: a step did not behave as expected; info with
-     --provider or --controller: no controller matches
-  2  the command line is wrong; bench, bench-memory, bench-scale and demo: the run could
-     not go on
+  1  an error (the message names the RSMAPI error, e.g. [RSMERR_BAD_CONF]); bench: a byte
+     was wrong; demo: a step did not behave as expected; info with --provider or
+     --controller: no controller matches
+  2  the command line is wrong; bench, bench-scale and demo: the run could not go on
 
 Environment:
   RSM_LOG             log filter, tracing's EnvFilter syntax (\"rsm=debug,warn\"); overrides
@@ -30,7 +29,7 @@ Environment:
   RSM_NODE_ID         the node id (over the file's node_id)
   RSM_LISTEN          the side channel's listen address, ip:port
   RSM_PEERS           the peer table, id=ip:port,id=ip:port,...
-  RSM_KEY_FILE        this node's key file (rsm keygen --out FILE writes one)
+  RSM_KEY_FILE        this node's key file (rsm keygen writes it, or --out FILE)
   RSM_TRUST_FILE      the trusted nodes' public keys, one \"id key\" line each
   RSM_SPIN_BUDGET_US  how long an awaiting task busy-polls in one poll, in microseconds
   RSM_SEGMENTID_FILE  the segment-id ranges file (default /etc/rsm/rsm.segmentid)
@@ -117,11 +116,13 @@ enum Command {
         #[arg(long, short, value_name = "NAME")]
         controller: Option<String>,
     },
-    /// Make a node key: write the key file (mode 0600) and print its public key, the line
-    /// the other nodes' trust files list for this node.
+    /// Make a node key: write the key file (mode 0600, never over an existing one without
+    /// --force) and print its public key, the line the other nodes' trust files list for
+    /// this node. Without --out it writes the configured key file (RSM_KEY_FILE, or key_file
+    /// in the configuration file), else /etc/rsm/node.key, and says where on standard error.
     Keygen {
-        /// The key file to write (the configuration's `key_file`).
-        #[arg(long, short, required_unless_present = "show", conflicts_with = "show")]
+        /// The key file to write [default: the configured key_file, else /etc/rsm/node.key].
+        #[arg(long, short, conflicts_with = "show", value_name = "FILE")]
         out: Option<std::path::PathBuf>,
         /// Replace an existing file.
         #[arg(long)]
@@ -242,9 +243,11 @@ async fn run(command: Command, config: Option<&std::path::Path>) -> rsm::Result<
                 (_, Some(path)) => keyfile::show(&path)?,
                 (Some(path), None) => keyfile::write(&path, force)?,
                 (None, None) => {
-                    return Err(
-                        rsm::Error::bad_conf().detail("keygen: give --out FILE or --show FILE")
-                    );
+                    let (path, why) = keyfile::default_path(&builder(config))?;
+                    let public = keyfile::write(&path, force)?;
+                    // Standard output carries the public line only; where the secret went, here.
+                    eprintln!("rsm keygen: wrote {} (mode 0600), {why}", path.display());
+                    public
                 }
             };
             match node {

@@ -12,6 +12,8 @@ fn rsm(args: &[&str], env: &[(&str, &str)]) -> (bool, String, String) {
         "RSM_NODE_ID",
         "RSM_LISTEN",
         "RSM_PEERS",
+        "RSM_KEY_FILE",
+        "RSM_TRUST_FILE",
         "FI_TCP_IFACE",
         "FI_SOCKETS_IFACE",
     ] {
@@ -234,6 +236,91 @@ fn help_lists_exit_statuses_and_variables() {
     let (ok, out, _) = rsm(&["info", "--help"], &[]);
     assert!(
         ok && out.contains("--provider") && out.contains("--quiet"),
+        "{out}"
+    );
+}
+
+/// The commands `rsm` runs for itself, which `rsm --help` does not list.
+const HIDDEN: [&str; 5] = [
+    "bench-peer",
+    "bench-memory",
+    "bench-memory-importer",
+    "bench-scale-node",
+    "demo-exporter",
+];
+
+#[test]
+fn help_names_no_hidden_command() {
+    let (ok, out, err) = rsm(&["--help"], &[]);
+    assert!(ok, "{err}");
+    // Whole words, so that the listed bench-scale does not count as bench-scale-node.
+    let words: Vec<&str> = out
+        .split(|c: char| !(c.is_ascii_alphanumeric() || c == '-'))
+        .collect();
+    for hidden in HIDDEN {
+        assert!(!words.contains(&hidden), "{hidden} named:\n{out}");
+        // The list above stays true: each still exists.
+        let (ok, _, err) = rsm(&[hidden, "--help"], &[]);
+        assert!(ok, "{hidden}: {err}");
+    }
+    for listed in ["info", "keygen", "topology", "bench", "bench-scale", "demo"] {
+        assert!(words.contains(&listed), "{listed} missing:\n{out}");
+    }
+}
+
+fn mode(path: &std::path::Path) -> u32 {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::metadata(path)
+        .expect("key file")
+        .permissions()
+        .mode()
+        & 0o777
+}
+
+#[test]
+fn keygen_alone_writes_the_configured_key_file_privately() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let key = dir.path().join("node.key");
+    let key_var = key.to_str().expect("utf-8 path");
+    let (ok, out, err) = rsm(&["keygen", "--node", "4"], &[("RSM_KEY_FILE", key_var)]);
+    assert!(ok, "{err}");
+    assert_eq!(mode(&key), 0o600);
+    // Standard output is the trust file's line, never the secret; stderr says where it went.
+    let secret = std::fs::read_to_string(&key).expect("key file");
+    assert!(!out.contains(secret.trim()), "{out}");
+    let public = out.trim().strip_prefix("4 ").expect("\"4 <public key>\"");
+    assert!(err.contains(key_var) && err.contains("0600"), "{err}");
+    let (ok, shown, err) = rsm(&["keygen", "--show", key_var], &[]);
+    assert!(ok, "{err}");
+    assert_eq!(shown.trim(), public);
+    // A second run keeps the key, unless --force.
+    let (ok, _, err) = rsm(&["keygen"], &[("RSM_KEY_FILE", key_var)]);
+    assert!(!ok && err.contains("--force"), "{err}");
+    assert_eq!(std::fs::read_to_string(&key).expect("key file"), secret);
+    let (ok, out, err) = rsm(&["keygen", "--force"], &[("RSM_KEY_FILE", key_var)]);
+    assert!(ok, "{err}");
+    assert_ne!(out.trim(), public);
+    assert_eq!(mode(&key), 0o600);
+    // The configuration file's key_file, through --config.
+    let conf = dir.path().join("rsm.toml");
+    let other = dir.path().join("other.key");
+    std::fs::write(
+        &conf,
+        format!("key_file = {:?}\n", other.to_str().expect("utf-8")),
+    )
+    .expect("config");
+    let conf = conf.to_str().expect("utf-8 path");
+    let (ok, _, err) = rsm(&["--config", conf, "keygen"], &[]);
+    assert!(ok, "{err}");
+    assert_eq!(mode(&other), 0o600);
+}
+
+#[test]
+fn keygen_help_says_where_it_writes() {
+    let (ok, out, err) = rsm(&["keygen", "--help"], &[]);
+    assert!(ok, "{err}");
+    assert!(
+        out.contains("/etc/rsm/node.key") && out.contains("RSM_KEY_FILE"),
         "{out}"
     );
 }

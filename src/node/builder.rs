@@ -104,6 +104,9 @@ impl NodeBuilder {
 
     /// Adds a peer, or replaces the address the file or the variables give for `id`.
     ///
+    /// `start` refuses a peer with the node's own id given here, though it ignores the
+    /// file's or `RSM_PEERS`' entry for it (one list shared by the cluster names every node).
+    ///
     /// ```
     /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
     /// let builder = rsm::Node::builder()

@@ -12,7 +12,8 @@
 //! 3. the builder's explicit settings ([`PartialConfig::new`] with [`Origin::Builder`]).
 //!
 //! Peers merge entry by entry: a later source overrides the address of a node id it names and
-//! adds the ids it alone names. [`resolve`] merges the layers and validates the result. Every
+//! adds the ids it alone names. The file's or `RSM_PEERS`' entry for the node's own id is
+//! ignored, so that one cluster-wide peer list serves every node. [`resolve`] merges the layers and validates the result. Every
 //! error is `RSMERR_BAD_CONF` whose detail names the source and the field, such as
 //! `RSM_PEERS: entry "2=foo": invalid address "foo"`.
 //!
@@ -57,8 +58,14 @@ use crate::Result;
 /// - a listen address outside 127.0.0.0/8 and other than `::1` without a key: a node
 ///   without keys cannot prove who it is beyond its host (DESIGN.md §8);
 /// - peers' keys or a trust file without a key of this node;
-/// - a peer with the node's own id;
-/// - more than [`MAX_PEERS`] peers in all.
+/// - a peer with the node's own id given by the builder ([`PartialConfig::insert_peer`] on
+///   an [`Origin::Builder`] layer): a program that names itself has made a mistake;
+/// - more than [`MAX_PEERS`] peers in all (the node's own entry aside).
+///
+/// An entry for the node's own id in a file's `[peers]` or in `RSM_PEERS` is ignored, so that
+/// every node of a cluster can share one peer list: a node never dials itself, and the
+/// entry's address does not become the listen address (`listen` or `RSM_LISTEN` sets that,
+/// whether or not it matches).
 ///
 /// ```
 /// use rsm::test_util::config::{from_toml, resolve, KeySource, Origin, PartialConfig};
@@ -71,6 +78,11 @@ use crate::Result;
 /// let mut builder = PartialConfig::new(Origin::Builder);
 /// builder.set_key(KeySource::Inline(rsm::NodeKey::generate()));
 /// assert!(resolve(&[file, builder])?.key.is_some());
+///
+/// // One list for the whole cluster: node 2 skips its own entry.
+/// let shared = from_toml("node_id = 2\n[peers]\n1 = \"127.0.0.1:7401\"\n2 = \"127.0.0.1:7402\"", "f")?;
+/// let config = resolve(&[shared])?;
+/// assert_eq!(config.peers.keys().collect::<Vec<_>>(), [&1]);
 /// # Ok::<(), rsm::Error>(())
 /// ```
 pub fn resolve(layers: &[PartialConfig]) -> Result<NodeConfig> {
@@ -102,15 +114,18 @@ pub fn resolve(layers: &[PartialConfig]) -> Result<NodeConfig> {
             )));
         }
     }
+    if let Some(own) = merged.peers.remove(&node_id) {
+        // One cluster-wide list names every node; only a program naming itself is a mistake.
+        if own.origin == Origin::Builder {
+            return Err(bad_conf(format!(
+                "{}: this is the node's own id; remove the peer or change the id",
+                own.origin.peer_label(node_id)
+            ))
+            .node(node_id));
+        }
+    }
     if merged.peers.len() > MAX_PEERS {
         return Err(too_many_peers("peers (all sources)", merged.peers.len()));
-    }
-    if let Some(own) = merged.peers.get(&node_id) {
-        return Err(bad_conf(format!(
-            "{}: this is the node's own id; remove the peer or change node_id",
-            own.origin.peer_label(node_id)
-        ))
-        .node(node_id));
     }
     Ok(NodeConfig {
         node_id,

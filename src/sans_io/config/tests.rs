@@ -386,27 +386,66 @@ fn a_key_lets_a_non_loopback_address_through() {
 }
 
 #[test]
-fn a_peer_with_the_own_id_is_refused() {
-    // The default id 1.
-    assert_bad_conf(
-        resolve(&[env(&[("RSM_PEERS", "1=127.0.0.1:7401")]).expect("env")]),
-        "RSM_PEERS: peer 1: this is the node's own id",
-    );
-    // An id from one source, the peer from another.
-    let file = from_toml("[peers]\n7 = \"127.0.0.1:7407\"", "rsm.toml").expect("file");
+fn the_own_entry_of_a_shared_peer_list_is_ignored() {
+    // The default id 1, in RSM_PEERS: no peer, and the listen address stays the default.
+    let c = resolve(&[env(&[("RSM_PEERS", "1=127.0.0.1:7401,2=127.0.0.1:7402")]).expect("env")])
+        .expect("own entry ignored");
+    assert_eq!(c.peers, BTreeMap::from([(2, addr("127.0.0.1:7402"))]));
+    assert_eq!(c.listen, NodeConfig::default().listen);
+    // Only the own entry: no peers at all.
+    let c =
+        resolve(&[env(&[("RSM_NODE_ID", "3"), ("RSM_PEERS", "3=127.0.0.1:7403")]).expect("env")])
+            .expect("own entry ignored");
+    assert!(c.peers.is_empty());
+    // A listen address that differs from the own entry's is kept.
+    let layer = env(&[
+        ("RSM_NODE_ID", "2"),
+        ("RSM_LISTEN", "127.0.0.1:9002"),
+        ("RSM_PEERS", "1=127.0.0.1:7401,2=127.0.0.1:7402"),
+    ])
+    .expect("env");
+    let c = resolve(&[layer]).expect("own entry ignored");
+    assert_eq!(c.listen, addr("127.0.0.1:9002"));
+    assert_eq!(c.peers.keys().copied().collect::<Vec<_>>(), [1]);
+    // An id from the builder, the entry from the file.
+    let file = from_toml(
+        "[peers]\n7 = \"127.0.0.1:7407\"\n8 = \"127.0.0.1:7408\"",
+        "rsm.toml",
+    )
+    .expect("file");
     let mut b = builder();
     b.set_node_id(7);
-    let err = resolve(&[file, b]).expect_err("own id");
-    assert_eq!(err.context().node, Some(7));
-    assert!(
-        err.to_string()
-            .contains("rsm.toml: peers.7: this is the node's own id"),
-        "{err}"
-    );
-    // A builder peer.
+    let c = resolve(&[file, b]).expect("own entry ignored");
+    assert_eq!(c.peers.keys().copied().collect::<Vec<_>>(), [8]);
+}
+
+#[test]
+fn the_own_entry_does_not_count_toward_max_peers() {
+    let mut b = builder();
+    for id in 2..=MAX_PEERS as u32 + 1 {
+        b.insert_peer(id, addr("127.0.0.1:1"));
+    }
+    let own = env(&[("RSM_PEERS", "1=127.0.0.1:7401")]).expect("env");
+    let c = resolve(&[own, b]).expect("own entry aside");
+    assert_eq!(c.peers.len(), MAX_PEERS);
+}
+
+#[test]
+fn a_builder_peer_with_the_own_id_is_refused() {
     let mut b = builder();
     b.set_node_id(3).insert_peer(3, addr("127.0.0.1:1"));
-    assert_bad_conf(resolve(&[b]), "builder: peer 3");
+    let err = resolve(&[b]).expect_err("own id");
+    assert_eq!(err.context().node, Some(3));
+    assert!(
+        err.to_string()
+            .contains("builder: peer 3: this is the node's own id"),
+        "{err}"
+    );
+    // The builder's entry overrides a shared list's, and is refused as the builder's.
+    let shared = env(&[("RSM_PEERS", "1=127.0.0.1:7401")]).expect("env");
+    let mut b = builder();
+    b.insert_peer(1, addr("127.0.0.1:1"));
+    assert_bad_conf(resolve(&[shared, b]), "builder: peer 1");
 }
 
 #[test]
