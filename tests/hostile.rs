@@ -143,6 +143,12 @@ async fn without_keys_a_unix_peer_must_hold_the_name_it_claims() {
 
 /// Two nodes that trust each other's keys, and the exporter's key.
 async fn keyed_pair() -> (Node, Node, NodeKey) {
+    keyed_pair_on(true).await
+}
+
+/// Two nodes with keys that trust each other; without the Unix side channel (`unix`
+/// false) the importer also knows the exporter's TCP address.
+async fn keyed_pair_on(unix: bool) -> (Node, Node, NodeKey) {
     let (e_id, i_id) = (common::fresh_node_id(), common::fresh_node_id());
     let (e_key, i_key) = (NodeKey::generate(), NodeKey::generate());
     let start = |id: u32, key: NodeKey, peer: u32, peer_key: rsm::PublicKey| {
@@ -151,12 +157,15 @@ async fn keyed_pair() -> (Node, Node, NodeKey) {
             .id(id)
             .key(key)
             .peer_key(peer, peer_key)
-            .start()
+            .unix_side_channel(unix)
     };
     let exporter = start(e_id, e_key.clone(), i_id, i_key.public())
+        .start()
         .await
         .expect("exporter");
     let importer = start(i_id, i_key, e_id, e_key.public())
+        .peer(e_id, exporter.listen_addr())
+        .start()
         .await
         .expect("importer");
     (exporter, importer, e_key)
@@ -176,27 +185,8 @@ async fn nodes_without_the_unix_side_channel_talk_over_tcp() {
     assert!(matches!(refused, rsm::Error::BadConf(_)), "{refused}");
     assert!(refused.to_string().contains("needs keys"), "{refused}");
 
-    let (e_id, i_id) = (common::fresh_node_id(), common::fresh_node_id());
-    let (e_key, i_key) = (NodeKey::generate(), NodeKey::generate());
-    let exporter = Node::builder()
-        .ignore_environment()
-        .id(e_id)
-        .key(e_key.clone())
-        .peer_key(i_id, i_key.public())
-        .unix_side_channel(false)
-        .start()
-        .await
-        .expect("exporter");
-    let importer = Node::builder()
-        .ignore_environment()
-        .id(i_id)
-        .key(i_key)
-        .peer_key(e_id, e_key.public())
-        .peer(e_id, exporter.listen_addr())
-        .unix_side_channel(false)
-        .start()
-        .await
-        .expect("importer");
+    let (exporter, importer, _) = keyed_pair_on(false).await;
+    let (e_id, i_id) = (exporter.id().get(), importer.id().get());
     let unix = tokio::net::UnixStream::connect(format!("\0rsm-node-{e_id}")).await;
     assert!(unix.is_err(), "the exporter listens on its Unix name");
     let (_seg, segment) = owner_only(&exporter, "tcp0", i_id).await;
