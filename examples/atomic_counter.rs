@@ -7,11 +7,15 @@
 //! counter, then the ticket lock (take a ticket with `fetch_add`, wait with `atomic_load`
 //! until it is served), a plain `get` and `put` of the protected value inside it, and the
 //! release (`fetch_add` on the ticket being served). The lock is fair: tickets are served in
-//! the order they were taken, whichever process and task took them. When every client left,
-//! the server checks that the counter and the protected value both hold the total.
+//! the order they were taken, whichever process and task took them. With `--tasks`, the
+//! server takes part too, through an import of its own segment (a self-import, DESIGN.md §13:
+//! on `shm0` the exporter's CPU atomics and the provider's are not atomic with each other, so
+//! an exporter that races its importers uses the same remote atomics they do). When every
+//! client left, the server checks that the counter and the protected value both hold the
+//! total.
 //!
 //! ```text
-//! RSM_NODE_ID=30 cargo run --example atomic_counter -- --role server --clients 2 --expect 400
+//! RSM_NODE_ID=30 cargo run --example atomic_counter -- --role server --clients 2 --tasks 2 --iters 50 --expect 500
 //! RSM_NODE_ID=31 cargo run --example atomic_counter -- --role client --server 30 --name a --tasks 4 --iters 50
 //! RSM_NODE_ID=32 cargo run --example atomic_counter -- --role client --server 30 --name b --tasks 4 --iters 50
 //! ```
@@ -21,10 +25,11 @@ mod common;
 
 use common::{AnyError, Args};
 use futures::StreamExt;
-use rsm::{ExportFlags, ImportSegment, Perm, SegmentEvent};
+use rsm::{ExportFlags, ImportSegment, NodeId, Perm, SegmentEvent};
 use std::time::Duration;
 
-const USAGE: &str = "atomic_counter --role server [--clients N] [--expect TOTAL] | \
+const USAGE: &str = "atomic_counter --role server [--clients N] [--expect TOTAL] [--tasks T] \
+                     [--iters I] | \
                      --role client --server ID [--name NAME] [--tasks T] [--iters I] \
                      [--controller C] [--config FILE] [--segment ID]";
 
@@ -41,7 +46,7 @@ async fn main() -> Result<(), AnyError> {
     let node = args.start_node().await?;
     let ctrl = node.controller(&args.controller).await?;
     match args.role.as_deref() {
-        Some("server") => server(&args, &ctrl).await?,
+        Some("server") => server(&args, &ctrl, node.id()).await?,
         Some("client") => client(&args, &ctrl).await?,
         _ => return Err(USAGE.into()),
     }
@@ -50,23 +55,40 @@ async fn main() -> Result<(), AnyError> {
     Ok(())
 }
 
-async fn server(args: &Args, ctrl: &rsm::Controller) -> Result<(), AnyError> {
+async fn server(args: &Args, ctrl: &rsm::Controller, me: NodeId) -> Result<(), AnyError> {
     let clients: usize = args.get("clients", 2);
     let expect: u64 = args.get("expect", 0);
+    let (tasks, iters): (usize, u64) = (args.get("tasks", 0), args.get("iters", 50));
     let seg = ctrl.export(4096, ExportFlags::LOCK_OPS)?;
     // Subscribed first: a fast client may come and go before a slow one connects.
     let mut events = seg.events();
-    seg.publish(Some(args.segment(DEFAULT_SEGMENT)), &[])
+    let id = seg
+        .publish(Some(args.segment(DEFAULT_SEGMENT)), &[])
         .await?;
     println!("counter server: ready");
+    // The server's own tasks work through an import of its own segment, as clients do.
+    let own = if tasks > 0 {
+        let imp = ctrl.import(me, id, Perm::RDWR).await?;
+        Some(tokio::spawn(work(imp, tasks, iters)))
+    } else {
+        None
+    };
     let deadline = tokio::time::Instant::now() + Duration::from_secs(120);
     let mut left = 0;
     while left < clients {
         match tokio::time::timeout_at(deadline, events.next()).await {
-            Ok(Some(Ok(SegmentEvent::ImporterDisconnected { .. }))) => left += 1,
+            Ok(Some(Ok(SegmentEvent::ImporterDisconnected { node }))) if node != me => left += 1,
             Ok(Some(_)) => {}
             Ok(None) | Err(_) => return Err(format!("{left} of {clients} clients left").into()),
         }
+    }
+    if let Some(own) = own {
+        let imp = own.await??;
+        imp.disconnect().await?;
+        println!(
+            "counter server: {} increments and critical sections of its own",
+            tasks as u64 * iters
+        );
     }
     // Atomic reads: coherent with the clients' atomics on the controllers whose atomics go
     // through the CPU, and the last atomic was performed before its client left anyway.
@@ -100,14 +122,8 @@ async fn unlock(imp: &ImportSegment) -> rsm::Result<()> {
     Ok(())
 }
 
-async fn client(args: &Args, ctrl: &rsm::Controller) -> Result<(), AnyError> {
-    let name = args.get_str("name").unwrap_or("client").to_string();
-    let tasks: usize = args.get("tasks", 4);
-    let iters: u64 = args.get("iters", 50);
-    let imp = args
-        .import_server(ctrl, DEFAULT_SEGMENT, Perm::RDWR)
-        .await?;
-    println!("counter {name}: connected to node {}", imp.node());
+/// Runs `tasks` tasks of `iters` rounds each on `imp`, and hands it back when all are done.
+async fn work(imp: ImportSegment, tasks: usize, iters: u64) -> Result<ImportSegment, AnyError> {
     let mut handles = Vec::new();
     for _ in 0..tasks {
         let imp = imp.clone();
@@ -127,6 +143,18 @@ async fn client(args: &Args, ctrl: &rsm::Controller) -> Result<(), AnyError> {
     for h in handles {
         h.await??;
     }
+    Ok(imp)
+}
+
+async fn client(args: &Args, ctrl: &rsm::Controller) -> Result<(), AnyError> {
+    let name = args.get_str("name").unwrap_or("client").to_string();
+    let tasks: usize = args.get("tasks", 4);
+    let iters: u64 = args.get("iters", 50);
+    let imp = args
+        .import_server(ctrl, DEFAULT_SEGMENT, Perm::RDWR)
+        .await?;
+    println!("counter {name}: connected to node {}", imp.node());
+    let imp = work(imp, tasks, iters).await?;
     println!(
         "counter {name}: {} increments and critical sections",
         tasks as u64 * iters

@@ -27,7 +27,8 @@
 //! sees it, and whom the side channel reports to), `shared` (what the tasks share, and
 //! requests), `accept` (listeners), `dial` and `dial_locks` (outgoing links), `link` (hello,
 //! reader and writer tasks), `pulse` and `idle` (liveness), `peers` (the peer table and waiting requests), `creds` and
-//! `host` (what the kernel says about a peer and this host). This file holds the handle.
+//! `host` (what the kernel says about a peer and this host), `self_link` (the node's link
+//! to itself, for self-imports). This file holds the handle.
 
 mod accept;
 mod config;
@@ -43,6 +44,7 @@ mod idle;
 mod link;
 mod peers;
 mod pulse;
+mod self_link;
 mod shared;
 #[cfg(test)]
 mod tests;

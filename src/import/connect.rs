@@ -20,6 +20,9 @@ impl Controller {
     /// group or other bits of this process's class ([`crate::sans_io::access`]; on one host it
     /// takes this process's ids from the kernel, and root gets no bypass).
     ///
+    /// `node` may be this node itself (a self-import, DESIGN.md §8): the same checks apply,
+    /// and this node must be on the segment's access list like any importer.
+    ///
     /// Errors: `RSMERR_REMOTE_NODE_UNREACHABLE` when the node does not answer,
     /// `RSMERR_SEG_NOT_PUBLISHED` when it has no such segment,
     /// `RSMERR_SEG_NOT_PUBLISHED_TO_NODE` when its access list leaves this node out,

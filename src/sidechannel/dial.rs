@@ -13,6 +13,7 @@ use super::accept::tune_tcp;
 use super::config::Auth;
 use super::dial_locks::DialSlot;
 use super::peers::LinkHandle;
+use super::self_link;
 use super::shared::Shared;
 use super::unix_name::unix_name;
 use super::{creds, link};
@@ -58,7 +59,7 @@ impl Shared {
     /// # Errors
     /// `RSMERR_REMOTE_NODE_UNREACHABLE` when neither the Unix socket nor the TCP address
     /// answers with a hello of `node` within the connect timeout (the detail lists what was
-    /// tried), for this node's own id, and after shutdown; `RSMERR_INSUFFICIENT_RESOURCES`
+    /// tried) and after shutdown; `RSMERR_INSUFFICIENT_RESOURCES`
     /// when this process has no file descriptor left for the socket.
     pub(super) async fn ensure_link(self: &Arc<Self>, node: u32) -> Result<LinkHandle> {
         if let Some(link) = self.peers.newest(node) {
@@ -66,12 +67,6 @@ impl Shared {
         }
         if self.closed.is_cancelled() {
             return Err(unreachable(node, "the side channel is shut down"));
-        }
-        if node == self.me.node_id {
-            return Err(unreachable(
-                node,
-                "this is the local node; it has no side-channel link to itself",
-            ));
         }
         let timeout = self.cfg.connect_timeout;
         let deadline = Instant::now() + timeout;
@@ -84,6 +79,14 @@ impl Shared {
         };
         if let Some(link) = self.peers.newest(node) {
             return Ok(link);
+        }
+        if node == self.me.node_id {
+            return self_link::open(self).map_err(|why| {
+                unreachable(
+                    node,
+                    format!("cannot open this node's link to itself: {why}"),
+                )
+            });
         }
         let mut tried = Vec::with_capacity(2);
         let keys = matches!(self.me.auth, Auth::Keys(_));

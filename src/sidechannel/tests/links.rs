@@ -73,9 +73,35 @@ async fn unknown_nodes_are_unreachable_within_the_connect_timeout() {
         assert!(text.contains(&expect), "{text}");
         assert!(!a.sc.probe(node).await);
     }
-    // Not to itself either.
-    assert_eq!(a.sc.send(a.id, wake()).await.expect_err("self").code(), 39);
     drop(mute);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_reaches_itself_through_its_own_link() {
+    for cfg in [SideChannelConfig::default(), tcp_only()] {
+        let a = start(&[], cfg);
+        let (peer, reply) =
+            a.sc.request(a.id, connect_request(5))
+                .await
+                .expect("a request to itself is answered");
+        assert!(matches!(reply.result, Ok(ref g) if g.conn_id == 5));
+        assert_eq!((peer.node_id, peer.incarnation), (a.id, a.incarnation));
+        assert!(peer.same_host);
+        let creds = peer.creds.expect("its own process's ids");
+        assert_eq!(creds.pid, Some(crate::sys::creds::pid()));
+        // The handler saw the request as from this node, on the same link.
+        let seen = a.rec.messages();
+        assert_eq!(seen.len(), 1);
+        assert_eq!(seen[0].0.link_id, peer.link_id);
+        a.sc.send(a.id, wake()).await.expect("a notice to itself");
+        a.sc.shutdown();
+        // Its loss is reported once, as any peer's.
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while a.rec.lost(a.id).is_empty() && Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        assert_eq!(a.rec.lost(a.id), vec![a.incarnation]);
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
