@@ -69,7 +69,9 @@ pub struct ExportFlags(u32);
 impl ExportFlags {
     /// `RSM_ALLOW_REBIND`: the segment's memory may be replaced later.
     pub const ALLOW_REBIND: ExportFlags = ExportFlags(0x01);
-    /// `RSM_CREATE_SEG_DONTWAIT`: publish fails instead of waiting for resources.
+    /// `RSM_CREATE_SEG_DONTWAIT`: publish fails instead of waiting for resources. Accepted
+    /// and kept; `rsm`'s publish never waits for resources, so with or without it a publish
+    /// short of them fails at once with `RSMERR_INSUFFICIENT_RESOURCES`.
     pub const CREATE_SEG_DONTWAIT: ExportFlags = ExportFlags(0x02);
     /// `RSM_LOCK_OPS`: accepted and kept, and changes nothing (DESIGN.md, decision 7).
     ///
