@@ -361,9 +361,9 @@ impl NodeContext {
         by_id.retain(|_, w| w.strong_count() > 0);
         names.retain(|_, id| by_id.contains_key(id));
         if let Some(holder) = name.and_then(|n| names.get(n)) {
-            return Err(Error::segid_in_use()
-                .op("publish")
-                .detail(format!("the name is taken by segment {holder:#x} of this node")));
+            return Err(Error::segid_in_use().op("publish").detail(format!(
+                "the name is taken by segment {holder:#x} of this node"
+            )));
         }
         let id = if id != 0 {
             if by_id.contains_key(&id) {

@@ -135,7 +135,9 @@ impl Controller {
                 .op("import_named")
                 .controller(self.name())
                 .node(node)
-                .detail(format!("node {node} publishes no segment named {name:?} to this node")));
+                .detail(format!(
+                    "node {node} publishes no segment named {name:?} to this node"
+                )));
         };
         self.import(node, seg.id, perm).await
     }
@@ -220,7 +222,9 @@ async fn list(ctx: &NodeContext, node: u32, controller: &str) -> Result<Vec<Segm
             return Err(Error::insufficient_resources()
                 .op(OP)
                 .node(node)
-                .detail(format!("node {node} lists more than {MAX_SEGMENTS} segments")));
+                .detail(format!(
+                    "node {node} lists more than {MAX_SEGMENTS} segments"
+                )));
         }
         if !page.more {
             return Ok(out);

@@ -157,7 +157,11 @@ fn segments_lists_what_a_node_publishes_to_the_observer() {
     assert_eq!(v["observer"], u64::from(observer.get()));
     let segs = v["segments"].as_array().expect("an array");
     let ids: Vec<u64> = segs.iter().map(|s| s["id"].as_u64().unwrap()).collect();
-    assert_eq!(ids, [u64::from(named.get()), u64::from(public.get())], "{out}");
+    assert_eq!(
+        ids,
+        [u64::from(named.get()), u64::from(public.get())],
+        "{out}"
+    );
     assert_eq!(segs[0]["perm"], "0400");
     assert_eq!(segs[0]["name"], "features");
     assert_eq!(segs[0]["controller"], "loopback");
@@ -171,14 +175,23 @@ fn segments_lists_what_a_node_publishes_to_the_observer() {
     let first: Vec<&str> = lines[0].split_whitespace().collect();
     assert_eq!(
         first,
-        [named.to_string().as_str(), "65536", "r-", "loopback", "features"]
+        [
+            named.to_string().as_str(),
+            "65536",
+            "r-",
+            "loopback",
+            "features"
+        ]
     );
     assert!(lines[1].ends_with(" -"), "{out}");
 
     // A node that does not answer fails, naming the error.
     let absent = (live_id + 1).to_string();
     let (ok, _, err) = rsm(&["segments", &absent], &env);
-    assert!(!ok && err.contains("RSMERR_REMOTE_NODE_UNREACHABLE"), "{err}");
+    assert!(
+        !ok && err.contains("RSMERR_REMOTE_NODE_UNREACHABLE"),
+        "{err}"
+    );
     rt.block_on(live.shutdown());
 }
 

@@ -681,14 +681,20 @@ fn a_listing_names_only_what_the_peer_may_import_in_full_pages() {
             groups: Vec::new(),
         };
         let reply = handler.on_message(&link(own(node, 1)), Message::SegmentsRequest(r));
-        let Some(Message::SegmentsReply(SegmentsReply { req: 5, result: Ok(page) })) = reply
+        let Some(Message::SegmentsReply(SegmentsReply {
+            req: 5,
+            result: Ok(page),
+        })) = reply
         else {
             panic!("no listing: {reply:?}");
         };
         page
     };
     let ids = |p: &SegmentsPage| p.segments.iter().map(|s| s.id).collect::<Vec<u32>>();
-    let seven: Vec<u32> = (0..400u32).filter(|i| i % 3 != 0).map(|i| 0x400000 + i).collect();
+    let seven: Vec<u32> = (0..400u32)
+        .filter(|i| i % 3 != 0)
+        .map(|i| 0x400000 + i)
+        .collect();
 
     let first = ask(7, 0, "");
     assert!(first.more);
@@ -703,7 +709,13 @@ fn a_listing_names_only_what_the_peer_may_import_in_full_pages() {
     assert!(ids(&eight).iter().all(|id| (id - 0x400000) % 3 == 0));
 
     // A node no entry lists to, another controller type, the end of the ids: nothing.
-    assert_eq!(ask(9, 0, ""), SegmentsPage { segments: Vec::new(), more: false });
+    assert_eq!(
+        ask(9, 0, ""),
+        SegmentsPage {
+            segments: Vec::new(),
+            more: false
+        }
+    );
     assert!(ask(7, 0, "shm").segments.is_empty());
     assert!(ask(7, u32::MAX, "").segments.is_empty());
 

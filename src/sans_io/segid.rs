@@ -309,7 +309,10 @@ pub fn check_segment_name(name: &str) -> Result<()> {
     let why = if name.is_empty() {
         "a segment name is not empty".to_string()
     } else if name.len() > max {
-        format!("a segment name is at most {max} bytes, this one {}", name.len())
+        format!(
+            "a segment name is at most {max} bytes, this one {}",
+            name.len()
+        )
     } else if name.chars().any(char::is_control) {
         "a segment name holds no control character".to_string()
     } else {

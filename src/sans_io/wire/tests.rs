@@ -611,7 +611,9 @@ fn arb_listed() -> impl Strategy<Value = ListedSegment> {
         any::<(u32, u64)>(),
         prop_oneof![Just(0o400u32), Just(0o200), Just(0o600)],
         arb_string(MAX_CONTROLLER),
-        proptest::option::of(arb_string(MAX_SEGMENT_NAME).prop_filter("names are not empty", |n| !n.is_empty())),
+        proptest::option::of(
+            arb_string(MAX_SEGMENT_NAME).prop_filter("names are not empty", |n| !n.is_empty()),
+        ),
     )
         .prop_map(|((id, size), perm, controller, name)| ListedSegment {
             id,
