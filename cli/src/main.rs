@@ -376,6 +376,15 @@ fn segments_table(list: &[rsm::SegmentInfo]) -> String {
         let w = if p.allows(rsm::Perm::WRITE) { 'w' } else { '-' };
         format!("{r}{w}")
     };
+    // The strings are the peer's: control characters are shown escaped, never sent to the
+    // terminal.
+    let shown = |s: &str| -> String {
+        if s.chars().any(char::is_control) {
+            s.escape_debug().to_string()
+        } else {
+            s.to_string()
+        }
+    };
     let width = list.iter().map(|s| s.controller.len()).max().unwrap_or(0);
     list.iter()
         .map(|s| {
@@ -384,8 +393,8 @@ fn segments_table(list: &[rsm::SegmentInfo]) -> String {
                 s.id.to_string(),
                 s.size,
                 access(s.perm),
-                s.controller,
-                s.name.as_deref().unwrap_or("-")
+                shown(&s.controller),
+                s.name.as_deref().map_or("-".into(), shown)
             )
         })
         .collect()
@@ -529,4 +538,28 @@ fn info_table(list: &[ControllerInfo]) -> String {
         }
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn segment_lines_escape_what_a_peer_could_send_to_the_terminal() {
+        let seg = |name: Option<&str>| rsm::SegmentInfo {
+            id: rsm::SegmentId(0x400001),
+            size: 4096,
+            perm: rsm::Perm::READ,
+            controller: "tcp0".into(),
+            name: name.map(str::to_string),
+        };
+        let out = segments_table(&[seg(Some("a\u{1b}[2Jb")), seg(None)]);
+        assert!(!out.contains('\u{1b}'), "{out:?}");
+        let lines: Vec<&str> = out.lines().collect();
+        assert_eq!(
+            lines[0].split_whitespace().collect::<Vec<_>>(),
+            ["0x400001", "4096", "r-", "tcp0", "a\\u{1b}[2Jb"]
+        );
+        assert!(lines[1].ends_with(" -"), "{out}");
+    }
 }
