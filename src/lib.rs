@@ -3,7 +3,8 @@
 //! `rsm` brings the Solaris RSMAPI (Remote Shared Memory API) model to async Rust on Linux:
 //! interconnect controllers and topology, exported and imported memory segments (and the
 //! discovery of those a node publishes to you), put/get, barriers and signals, with the data
-//! path on libfabric and an authenticated side channel for everything else. Its futures need no runtime: any executor will do, tokio's too.
+//! path on libfabric and an authenticated side channel for everything else. Its futures need
+//! no runtime: any executor will do, tokio's too.
 //!
 //! ## Quick start
 //!
