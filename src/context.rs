@@ -19,7 +19,7 @@ use crate::sans_io::wire::Message;
 use crate::sidechannel::SideChannel;
 use crate::{Error, Result};
 use futures::future::{BoxFuture, Shared};
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::future::Future;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock, Weak};
@@ -147,7 +147,10 @@ struct Losses {
 }
 
 struct Exports {
-    by_id: HashMap<u32, Weak<dyn ExportEntry>>,
+    /// In id order: a listing pages through it (`dispatch/segments.rs`).
+    by_id: BTreeMap<u32, Weak<dyn ExportEntry>>,
+    /// The names segments were published under, unique per node, and their ids.
+    names: HashMap<String, u32>,
     next_auto: u64,
 }
 
@@ -162,7 +165,8 @@ impl NodeContext {
             side: OnceLock::new(),
             inbound: OnceLock::new(),
             exports: Mutex::new(Exports {
-                by_id: HashMap::new(),
+                by_id: BTreeMap::new(),
+                names: HashMap::new(),
                 next_auto: u64::from(segid::AUTO_ID_BASE),
             }),
             conns: Mutex::new(HashMap::new()),
@@ -343,33 +347,64 @@ impl NodeContext {
     }
 
     /// Reserves a segment id for `export` (DESIGN.md, decision 8): the caller's, or the next
-    /// free one from `0x80000000`.
-    pub(crate) fn claim_segment_id<T: ExportEntry>(&self, id: u32, export: &Arc<T>) -> Result<u32> {
+    /// free one from `0x80000000`; and `name`, when given, which no other segment of the node
+    /// holds (`RSMERR_SEGID_IN_USE` otherwise).
+    pub(crate) fn claim_segment_id<T: ExportEntry>(
+        &self,
+        id: u32,
+        name: Option<&str>,
+        export: &Arc<T>,
+    ) -> Result<u32> {
         let export: Weak<dyn ExportEntry> = Arc::downgrade(export) as Weak<dyn ExportEntry>;
         let mut ex = lock(&self.exports);
-        ex.by_id.retain(|_, w| w.strong_count() > 0);
-        if id != 0 {
-            if ex.by_id.contains_key(&id) {
+        let Exports { by_id, names, .. } = &mut *ex;
+        by_id.retain(|_, w| w.strong_count() > 0);
+        names.retain(|_, id| by_id.contains_key(id));
+        if let Some(holder) = name.and_then(|n| names.get(n)) {
+            return Err(Error::segid_in_use().op("publish").detail(format!(
+                "the name is taken by segment {holder:#x} of this node"
+            )));
+        }
+        let id = if id != 0 {
+            if by_id.contains_key(&id) {
                 return Err(Error::segid_in_use().op("publish").segment(id));
             }
-            ex.by_id.insert(id, export);
-            return Ok(id);
+            id
+        } else {
+            let free = (ex.next_auto..=u64::from(u32::MAX))
+                .map(|c| c as u32)
+                .find(|c| !ex.by_id.contains_key(c));
+            let Some(free) = free else {
+                return Err(Error::insufficient_resources()
+                    .op("publish")
+                    .detail("the node's automatic segment ids are used up"));
+            };
+            ex.next_auto = u64::from(free) + 1;
+            free
+        };
+        ex.by_id.insert(id, export);
+        if let Some(n) = name {
+            ex.names.insert(n.to_string(), id);
         }
-        while ex.next_auto <= u64::from(u32::MAX) {
-            let candidate = ex.next_auto as u32;
-            ex.next_auto += 1;
-            if let std::collections::hash_map::Entry::Vacant(e) = ex.by_id.entry(candidate) {
-                e.insert(export);
-                return Ok(candidate);
-            }
-        }
-        Err(Error::insufficient_resources()
-            .op("publish")
-            .detail("the node's automatic segment ids are used up"))
+        Ok(id)
     }
 
     pub(crate) fn release_segment_id(&self, id: u32) {
-        lock(&self.exports).by_id.remove(&id);
+        let mut ex = lock(&self.exports);
+        ex.by_id.remove(&id);
+        ex.names.retain(|_, v| *v != id);
+    }
+
+    /// The exports published under ids above `after`, in id order, for a listing.
+    pub(crate) fn exports_after(&self, after: u32) -> Vec<(u32, Weak<dyn ExportEntry>)> {
+        let Some(from) = after.checked_add(1) else {
+            return Vec::new();
+        };
+        lock(&self.exports)
+            .by_id
+            .range(from..)
+            .map(|(id, w)| (*id, Weak::clone(w)))
+            .collect()
     }
 
     /// The export published as `id`, if it lives.

@@ -6,7 +6,8 @@
 //!
 //! Here the messages are routed, and a lost peer's imports and connections end; the
 //! exporter's side of a connection is in `dispatch/connect.rs`, the importer's side of a
-//! revoke or rebind in `dispatch/notices.rs`, signals in `dispatch/signals.rs`.
+//! revoke or rebind in `dispatch/notices.rs`, signals in `dispatch/signals.rs`, listings of
+//! the segments a peer may import in `dispatch/segments.rs`.
 //!
 //! The tables it looks in are the node context's (`context.rs`); the exporter's half of a
 //! revoke or a rebind (notify, await the acknowledgements, hold the memory) is the
@@ -23,12 +24,14 @@ mod action;
 mod connect;
 mod entries;
 mod notices;
+mod segments;
 mod signals;
 
 use action::Action;
 use connect::{handle_connect, on_atomic, on_disconnect};
 use entries::owner;
 use notices::{on_rebind, on_revoke};
+use segments::on_segments;
 use signals::{on_doorbell, on_loopback_bell, on_side_signal};
 
 /// The side channel's view of a node: a weak reference, so the channel does not keep the
@@ -127,6 +130,7 @@ pub(crate) fn decide(ctx: &Arc<NodeContext>, peer: &PeerInfo, msg: Message) -> O
         }
         Message::Wake { controller } => Some(Action::Wake(controller)),
         Message::AtomicRequest(r) => Some(Action::Reply(on_atomic(ctx, from, &r))),
+        Message::SegmentsRequest(r) => Some(Action::Reply(on_segments(ctx, peer, &r))),
         other => {
             tracing::debug!(node = peer.node_id, message = ?other, "side-channel message not handled yet");
             None

@@ -10,7 +10,9 @@
 
 use crate::Result;
 use crate::error::Error;
-use crate::sans_io::wire::{AtomicRequest, ConnectGrant, ConnectRequest};
+use crate::sans_io::wire::{
+    AtomicRequest, ConnectGrant, ConnectRequest, ListedSegment, SegmentsRequest,
+};
 use crate::sidechannel::PeerInfo;
 use futures::future::BoxFuture;
 use std::sync::Arc;
@@ -27,6 +29,11 @@ pub(crate) trait ExportEntry: Send + Sync + 'static {
     /// A connect request of `peer`: the access check, the path's grant, and the connection
     /// recorded; the error's code answers the request otherwise.
     fn connect(&self, peer: &PeerInfo, r: &ConnectRequest) -> Result<ConnectGrant>;
+
+    /// What `peer` sees of this export in a listing it asked for (`r`): `None` unless the
+    /// export is published on the controller type asked (any, when empty) and a connect of
+    /// `peer` would pass its checks (host, user, access list) for some access.
+    fn listing(&self, peer: &PeerInfo, r: &SegmentsRequest) -> Option<ListedSegment>;
 
     /// Connection `conn_id`'s owner disconnected it.
     fn disconnect(&self, conn_id: u64);

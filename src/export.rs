@@ -105,6 +105,8 @@ pub(crate) struct Published {
     pub(crate) offer: Offer,
     /// The access list (validated); republish replaces it for later connects.
     pub(crate) acl: Vec<Access>,
+    /// The name it was published under (unique in the node), for listings.
+    pub(crate) name: Option<String>,
     pub(crate) generation: u32,
     pub(crate) importers: HashMap<u64, Importer>,
     /// The memory the registrations cover; after them, so it is freed after they closed.
@@ -287,6 +289,12 @@ impl ExportSegment {
             .published
             .as_ref()
             .map(|p| SegmentId(p.id))
+    }
+
+    /// The name the segment is published under, if it was published with
+    /// [`ExportSegment::publish_named`].
+    pub fn name(&self) -> Option<String> {
+        self.inner.lock().published.as_ref()?.name.clone()
     }
 
     /// The controller the segment was exported on.

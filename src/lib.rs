@@ -1,9 +1,10 @@
 //! # rsm: remote shared memory for async Rust
 //!
 //! `rsm` brings the Solaris RSMAPI (Remote Shared Memory API) model to async Rust on Linux:
-//! interconnect controllers and topology, exported and imported memory segments, put/get,
-//! barriers and signals, with the data path on libfabric and an authenticated side channel
-//! for everything else. Its futures need no runtime: any executor will do, tokio's too.
+//! interconnect controllers and topology, exported and imported memory segments (and the
+//! discovery of those a node publishes to you), put/get, barriers and signals, with the data
+//! path on libfabric and an authenticated side channel for everything else. Its futures need
+//! no runtime: any executor will do, tokio's too.
 //!
 //! ## Quick start
 //!
@@ -70,7 +71,7 @@
 //! - `serde`: `serde::Serialize` on the controller and topology descriptions
 //!   ([`ControllerInfo`], [`ControllerAttr`], [`controller::ProviderAttr`], [`Topology`],
 //!   [`topology::ControllerConnections`], [`topology::RemoteController`],
-//!   [`topology::ConnectionState`]), `Serialize` and `Deserialize` on [`NodeId`] and
+//!   [`topology::ConnectionState`]), [`SegmentInfo`], `Serialize` and `Deserialize` on [`NodeId`] and
 //!   [`SegmentId`]. The impls are derived, so their pages do not carry the feature's badge.
 //! - `test-util`: `rsm::test_util`, internals for the workspace's own tests, benchmarks and
 //!   command; not a stable API.
@@ -107,6 +108,7 @@ pub mod import;
 pub mod local;
 pub mod node;
 pub mod perm;
+pub mod segments;
 pub mod shared_memory;
 pub mod stats;
 pub mod topology;
@@ -156,6 +158,7 @@ pub use local::LocalMemory;
 pub use node::{KeySource, Node, NodeBuilder, NodeConfig};
 pub use perm::{Access, ExportFlags, Perm};
 pub use reactor::{BufError, BufResult, IoBuf, IoBufMut, Op};
+pub use segments::SegmentInfo;
 pub use shared_memory::SharedMemory;
 pub use stats::{ControllerStats, NodeStats, OpStats};
 pub use topology::Topology;

@@ -1,4 +1,5 @@
-//! The `rsm` command: `info` lists the controllers, `topology` prints the topology, `bench`
+//! The `rsm` command: `info` lists the controllers, `topology` prints the topology, `segments`
+//! lists what a node publishes to this one, `bench`
 //! measures put and get against a peer process it starts, `demo` walks through export, import
 //! and access control with a second process.
 
@@ -143,6 +144,22 @@ enum Command {
         json: bool,
         /// The observer's node id (default: the configured id + 2^31); with keys, the
         /// peers' trust files list the host's public key under it too.
+        #[arg(long, value_name = "ID")]
+        id: Option<u32>,
+    },
+    /// List the segments a node publishes to this one: one line each with its id (hex), size,
+    /// the access this node would get, the controller and the name. It asks as an observer,
+    /// as topology does: the listing is what the node publishes to the observer's id (--id)
+    /// and this user, on one host as the kernel says.
+    Segments {
+        /// The node to ask.
+        #[arg(value_name = "NODE")]
+        node: u32,
+        /// JSON instead of text.
+        #[arg(long)]
+        json: bool,
+        /// The observer's node id (default: the configured id + 2^31); give the configured
+        /// id when the host's node is not running, to see what is published to it.
         #[arg(long, value_name = "ID")]
         id: Option<u32>,
     },
@@ -315,6 +332,28 @@ async fn run(command: Command, config: Option<&std::path::Path>) -> rsm::Result<
             }
             node.shutdown().await;
         }
+        Command::Segments { node, json, id } => {
+            let resolved = builder(config).resolve()?;
+            let observer = id.unwrap_or_else(|| observer_id(resolved.node_id));
+            let me = builder(config)
+                .id(observer)
+                .listen(std::net::SocketAddr::new(resolved.listen.ip(), 0))
+                .start()
+                .await?;
+            let listed = me.segments(rsm::NodeId(node)).await;
+            me.shutdown().await;
+            let listed = listed?;
+            if json {
+                let v = serde_json::json!({
+                    "node": node,
+                    "observer": observer,
+                    "segments": listed,
+                });
+                println!("{}", serde_json::to_string_pretty(&v).unwrap_or_default());
+            } else {
+                print!("{}", segments_table(&listed));
+            }
+        }
         Command::Bench(_)
         | Command::BenchPeer(_)
         | Command::BenchMemory(_)
@@ -327,6 +366,38 @@ async fn run(command: Command, config: Option<&std::path::Path>) -> rsm::Result<
         }
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// `rsm segments`' lines: id in hex, size in bytes, access (`rw`, `r-`, `-w`), controller,
+/// name (`-` for none), in columns.
+fn segments_table(list: &[rsm::SegmentInfo]) -> String {
+    let access = |p: rsm::Perm| {
+        let r = if p.allows(rsm::Perm::READ) { 'r' } else { '-' };
+        let w = if p.allows(rsm::Perm::WRITE) { 'w' } else { '-' };
+        format!("{r}{w}")
+    };
+    // The strings are the peer's: control characters are shown escaped, never sent to the
+    // terminal.
+    let shown = |s: &str| -> String {
+        if s.chars().any(char::is_control) {
+            s.escape_debug().to_string()
+        } else {
+            s.to_string()
+        }
+    };
+    let width = list.iter().map(|s| s.controller.len()).max().unwrap_or(0);
+    list.iter()
+        .map(|s| {
+            format!(
+                "{:<10} {:>12} {} {:<width$} {}\n",
+                s.id.to_string(),
+                s.size,
+                access(s.perm),
+                shown(&s.controller),
+                s.name.as_deref().map_or("-".into(), shown)
+            )
+        })
+        .collect()
 }
 
 /// Whether `c` passes `rsm info`'s filters: the provider named as a whole or as one layer of
@@ -467,4 +538,28 @@ fn info_table(list: &[ControllerInfo]) -> String {
         }
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn segment_lines_escape_what_a_peer_could_send_to_the_terminal() {
+        let seg = |name: Option<&str>| rsm::SegmentInfo {
+            id: rsm::SegmentId(0x400001),
+            size: 4096,
+            perm: rsm::Perm::READ,
+            controller: "tcp0".into(),
+            name: name.map(str::to_string),
+        };
+        let out = segments_table(&[seg(Some("a\u{1b}[2Jb")), seg(None)]);
+        assert!(!out.contains('\u{1b}'), "{out:?}");
+        let lines: Vec<&str> = out.lines().collect();
+        assert_eq!(
+            lines[0].split_whitespace().collect::<Vec<_>>(),
+            ["0x400001", "4096", "r-", "tcp0", "a\\u{1b}[2Jb"]
+        );
+        assert!(lines[1].ends_with(" -"), "{out}");
+    }
 }

@@ -121,6 +121,81 @@ fn topology_reports_the_peers_that_answer() {
 }
 
 #[test]
+fn segments_lists_what_a_node_publishes_to_the_observer() {
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let live_id = 3_100_000 + std::process::id() % 100_000;
+    // `rsm segments` asks as the observer of node 4.
+    let observer = rsm::NodeId(4 | 0x8000_0000);
+    let (live, _segs, named, public) = rt.block_on(async {
+        let live = rsm::Node::builder()
+            .ignore_environment()
+            .id(live_id)
+            .start()
+            .await
+            .unwrap();
+        let ctrl = live.controller("loopback").await.unwrap();
+        let seg = || ctrl.export(1 << 16, rsm::ExportFlags::empty()).unwrap();
+        let (a, b, c) = (seg(), seg(), seg());
+        let named = a
+            .publish_named(None, "features", &[rsm::Access::new(observer, 0o444)])
+            .await
+            .unwrap();
+        b.publish(None, &[rsm::Access::new(rsm::NodeId(5), 0o666)])
+            .await
+            .unwrap();
+        let public = c.publish(None, &[]).await.unwrap();
+        (live, (a, b, c), named, public)
+    });
+    let node = live_id.to_string();
+    let env = [("RSM_NODE_ID", "4")];
+    let (ok, out, err) = rsm(&["segments", &node, "--json"], &env);
+    assert!(ok, "{err}");
+    let v: serde_json::Value = serde_json::from_str(&out).expect("segments --json parses");
+    assert_eq!(v["observer"], u64::from(observer.get()));
+    let segs = v["segments"].as_array().expect("an array");
+    let ids: Vec<u64> = segs.iter().map(|s| s["id"].as_u64().unwrap()).collect();
+    assert_eq!(
+        ids,
+        [u64::from(named.get()), u64::from(public.get())],
+        "{out}"
+    );
+    assert_eq!(segs[0]["perm"], "0400");
+    assert_eq!(segs[0]["name"], "features");
+    assert_eq!(segs[0]["controller"], "loopback");
+    assert_eq!(segs[0]["size"], 1 << 16);
+    assert!(segs[1]["name"].is_null());
+
+    let (ok, out, err) = rsm(&["segments", &node], &env);
+    assert!(ok, "{err}");
+    let lines: Vec<&str> = out.lines().collect();
+    assert_eq!(lines.len(), 2, "{out}");
+    let first: Vec<&str> = lines[0].split_whitespace().collect();
+    assert_eq!(
+        first,
+        [
+            named.to_string().as_str(),
+            "65536",
+            "r-",
+            "loopback",
+            "features"
+        ]
+    );
+    assert!(lines[1].ends_with(" -"), "{out}");
+
+    // A node that does not answer fails, naming the error.
+    let absent = (live_id + 1).to_string();
+    let (ok, _, err) = rsm(&["segments", &absent], &env);
+    assert!(
+        !ok && err.contains("RSMERR_REMOTE_NODE_UNREACHABLE"),
+        "{err}"
+    );
+    rt.block_on(live.shutdown());
+}
+
+#[test]
 fn a_bad_configuration_fails_with_its_source_named() {
     let (ok, _, err) = rsm(&["topology"], &[("RSM_NODE_ID", "two")]);
     assert!(!ok);
@@ -263,7 +338,15 @@ fn help_names_no_hidden_command() {
         let (ok, _, err) = rsm(&[hidden, "--help"], &[]);
         assert!(ok, "{hidden}: {err}");
     }
-    for listed in ["info", "keygen", "topology", "bench", "bench-scale", "demo"] {
+    for listed in [
+        "info",
+        "keygen",
+        "topology",
+        "segments",
+        "bench",
+        "bench-scale",
+        "demo",
+    ] {
         assert!(words.contains(&listed), "{listed} missing:\n{out}");
     }
 }

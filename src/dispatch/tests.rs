@@ -377,6 +377,8 @@ fn claimed_ids_count_without_kernel_credentials() {
 #[derive(Default)]
 struct FakeExport {
     calls: std::sync::Mutex<Vec<String>>,
+    /// Its id, and the one node it is listed to (the access check, faked).
+    listed_to: Option<(u32, u32)>,
 }
 
 impl FakeExport {
@@ -397,6 +399,22 @@ impl crate::entries::ExportEntry for FakeExport {
     ) -> crate::Result<crate::sans_io::wire::ConnectGrant> {
         self.note(format!("connect {} {:#o}", peer.node_id, r.perm));
         Err(crate::Error::perm_denied())
+    }
+    fn listing(
+        &self,
+        peer: &PeerInfo,
+        r: &crate::sans_io::wire::SegmentsRequest,
+    ) -> Option<crate::sans_io::wire::ListedSegment> {
+        let (id, node) = self.listed_to?;
+        (peer.node_id == node && (r.controller.is_empty() || r.controller == "tcp")).then(|| {
+            crate::sans_io::wire::ListedSegment {
+                id,
+                size: 4096,
+                perm: 0o400,
+                controller: "tcp0".into(),
+                name: None,
+            }
+        })
     }
     fn disconnect(&self, conn_id: u64) {
         self.note(format!("disconnect {conn_id:#x}"));
@@ -430,7 +448,7 @@ impl crate::entries::ExportEntry for FakeExport {
 fn each_message_reaches_the_entry_it_names_from_its_peer_only() {
     let (_rt, ctx, handler) = context();
     let export = Arc::new(FakeExport::default());
-    let id = ctx.claim_segment_id(0x400000, &export).expect("id");
+    let id = ctx.claim_segment_id(0x400000, None, &export).expect("id");
     let owner = own(7, 1);
 
     // A connect goes to the export; its refusal answers the request with the error's code.
@@ -631,4 +649,77 @@ fn notices_decide_their_acknowledgements_from_the_granting_exporter_only() {
         matches!(action, Some(Action::Wake(ref c)) if c == "shm0"),
         "{action:?}"
     );
+}
+
+/// A listing decided with fake exports: each peer gets exactly the segments whose entry
+/// lists them to it, in id order, in pages of at most `MAX_LISTED` with `more` only when
+/// another follows; an export gone, or another controller type, is not listed.
+#[test]
+fn a_listing_names_only_what_the_peer_may_import_in_full_pages() {
+    use crate::sans_io::wire::{MAX_LISTED, SegmentsPage, SegmentsReply, SegmentsRequest};
+    let (_rt, ctx, handler) = context();
+    // 400 exports: those with i % 3 == 0 listed to node 8, the others (266) to node 7.
+    let exports: Vec<Arc<FakeExport>> = (0..400u32)
+        .map(|i| {
+            let id = 0x400000 + i;
+            let node = if i % 3 == 0 { 8 } else { 7 };
+            let e = Arc::new(FakeExport {
+                listed_to: Some((id, node)),
+                ..FakeExport::default()
+            });
+            ctx.claim_segment_id(id, None, &e).expect("id");
+            e
+        })
+        .collect();
+    let ask = |node: u32, after: u32, controller: &str| -> SegmentsPage {
+        let r = SegmentsRequest {
+            req: 5,
+            controller: controller.into(),
+            after,
+            uid: 0,
+            gid: 0,
+            groups: Vec::new(),
+        };
+        let reply = handler.on_message(&link(own(node, 1)), Message::SegmentsRequest(r));
+        let Some(Message::SegmentsReply(SegmentsReply {
+            req: 5,
+            result: Ok(page),
+        })) = reply
+        else {
+            panic!("no listing: {reply:?}");
+        };
+        page
+    };
+    let ids = |p: &SegmentsPage| p.segments.iter().map(|s| s.id).collect::<Vec<u32>>();
+    let seven: Vec<u32> = (0..400u32)
+        .filter(|i| i % 3 != 0)
+        .map(|i| 0x400000 + i)
+        .collect();
+
+    let first = ask(7, 0, "");
+    assert!(first.more);
+    assert_eq!(ids(&first), seven[..MAX_LISTED]);
+    let second = ask(7, seven[MAX_LISTED - 1], "tcp");
+    assert!(!second.more);
+    assert_eq!(ids(&second), seven[MAX_LISTED..]);
+
+    let eight = ask(8, 0, "");
+    assert!(!eight.more);
+    assert_eq!(eight.segments.len(), 134);
+    assert!(ids(&eight).iter().all(|id| (id - 0x400000) % 3 == 0));
+
+    // A node no entry lists to, another controller type, the end of the ids: nothing.
+    assert_eq!(
+        ask(9, 0, ""),
+        SegmentsPage {
+            segments: Vec::new(),
+            more: false
+        }
+    );
+    assert!(ask(7, 0, "shm").segments.is_empty());
+    assert!(ask(7, u32::MAX, "").segments.is_empty());
+
+    // An export whose last handle went is not listed.
+    drop(exports);
+    assert!(ask(7, 0, "").segments.is_empty());
 }

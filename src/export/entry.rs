@@ -1,6 +1,6 @@
 //! An export as the control plane sees it ([`ExportEntry`]): a connect request checked and
-//! granted, disconnects, atomics for importers, lost importers, signals and doorbells, the
-//! counters' gauges and the node's shutdown.
+//! granted, what a listing says of it, disconnects, atomics for importers, lost importers,
+//! signals and doorbells, the counters' gauges and the node's shutdown.
 
 use super::{ExportInner, Importer};
 use crate::backend::fabric::PeerAddress;
@@ -9,8 +9,10 @@ use crate::entries::{ExportEntry, Owner};
 use crate::events::SegmentEvent;
 use crate::events::loopback_bell;
 use crate::perm::Perm;
-use crate::sans_io::access::Requester;
-use crate::sans_io::wire::{AtomicRequest, ConnectGrant, ConnectRequest};
+use crate::sans_io::access::{self, Requester};
+use crate::sans_io::wire::{
+    AtomicRequest, ConnectGrant, ConnectRequest, ListedSegment, SegmentsRequest,
+};
 use crate::sidechannel::PeerInfo;
 use crate::{Error, Result};
 use std::sync::Arc;
@@ -94,6 +96,33 @@ impl ExportEntry for ExportInner {
         })
     }
 
+    /// The checks of a connect, without its grant: the same host rule, user and access list
+    /// (`access::grantable`), so nothing about a segment the peer may not import is said.
+    fn listing(&self, peer: &PeerInfo, r: &SegmentsRequest) -> Option<ListedSegment> {
+        let ctrl = &self.ctrl;
+        if !r.controller.is_empty() && ctrl.kind_name() != r.controller {
+            return None;
+        }
+        let path = ctrl.path();
+        if path.same_host_only() && !peer.same_host {
+            return None;
+        }
+        let who = requester_of(peer, (r.uid, r.gid, &r.groups));
+        if path.refuses_user(who.uid).is_some() {
+            return None;
+        }
+        let st = self.lock();
+        let p = st.published.as_ref()?;
+        let perm = access::grantable(&p.acl, &self.owner, &who).ok()?;
+        Some(ListedSegment {
+            id: p.id,
+            size: self.size as u64,
+            perm: perm.bits(),
+            controller: ctrl.name().to_string(),
+            name: p.name.clone(),
+        })
+    }
+
     fn disconnect(&self, conn_id: u64) {
         self.forget(conn_id, false);
     }
@@ -152,6 +181,12 @@ impl ExportEntry for ExportInner {
 /// the kernel's credentials of the peer process replace whatever the request claims; between
 /// hosts the claimed uid, gid and supplementary groups (at most 64, bounded by the wire).
 pub(crate) fn requester<'a>(peer: &'a PeerInfo, r: &'a ConnectRequest) -> Requester<'a> {
+    requester_of(peer, (r.uid, r.gid, &r.groups))
+}
+
+/// Who asks, from the uid, gid and groups a request claims, as [`requester`].
+fn requester_of<'a>(peer: &'a PeerInfo, claimed: (u32, u32, &'a [u32])) -> Requester<'a> {
+    let (uid, gid, groups) = claimed;
     match &peer.creds {
         Some(c) => Requester {
             node: peer.node_id,
@@ -161,9 +196,9 @@ pub(crate) fn requester<'a>(peer: &'a PeerInfo, r: &'a ConnectRequest) -> Reques
         },
         None => Requester {
             node: peer.node_id,
-            uid: r.uid,
-            gid: r.gid,
-            groups: &r.groups,
+            uid,
+            gid,
+            groups,
         },
     }
 }

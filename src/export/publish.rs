@@ -65,13 +65,59 @@ impl ExportSegment {
         acl: &[Access],
     ) -> Result<SegmentId> {
         let id = id.into().map_or(0, SegmentId::get);
-        self.publish_raw(id, acl).await.map(SegmentId)
+        self.publish_raw(id, None, acl).await.map(SegmentId)
     }
 
-    async fn publish_raw(&self, id: u32, acl: &[Access]) -> Result<u32> {
+    /// Publishes the segment as [`ExportSegment::publish`] does, under `name` too: peers see
+    /// the name when they list this node's segments ([`Controller::segments`],
+    /// [`Node::segments`](crate::Node::segments)) and may import by it
+    /// ([`Controller::import_named`]). A name is 1 to 128 bytes of UTF-8 without control
+    /// characters, and unique in the node while its segment is published (until an unpublish
+    /// completes); only the peers the access list admits see it.
+    ///
+    /// Errors: those of [`ExportSegment::publish`], `RSMERR_BAD_SEGID` for a name out of the
+    /// rules, `RSMERR_SEGID_IN_USE` for a name another segment of the node holds.
+    ///
+    /// ```
+    /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// # let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+    /// # rt.block_on(async {
+    /// let node = rsm::Node::builder().ignore_environment().id(9336).start().await?;
+    /// let ctrl = node.controller("loopback").await?;
+    /// let seg = ctrl.export(1 << 16, rsm::ExportFlags::empty())?;
+    /// seg.publish_named(None, "features", &[]).await?;
+    /// assert_eq!(seg.name().as_deref(), Some("features"));
+    /// let other = ctrl.export(1 << 16, rsm::ExportFlags::empty())?;
+    /// let e = other.publish_named(None, "features", &[]).await.unwrap_err();
+    /// assert!(matches!(e, rsm::Error::SegidInUse(_)));
+    /// node.shutdown().await;
+    /// # Ok::<_, rsm::Error>(())
+    /// # })?;
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// # Cancel safety
+    /// As [`ExportSegment::publish`]: published under the name once this returns `Ok`.
+    ///
+    /// [`Controller::segments`]: crate::Controller::segments
+    /// [`Controller::import_named`]: crate::Controller::import_named
+    pub async fn publish_named(
+        &self,
+        id: impl Into<Option<SegmentId>>,
+        name: &str,
+        acl: &[Access],
+    ) -> Result<SegmentId> {
+        let id = id.into().map_or(0, SegmentId::get);
+        self.publish_raw(id, Some(name), acl).await.map(SegmentId)
+    }
+
+    async fn publish_raw(&self, id: u32, name: Option<&str>, acl: &[Access]) -> Result<u32> {
         const OP: &str = "publish";
         self.check_creator(OP)?;
         segid::check_publish_id(id)?;
+        if let Some(name) = name {
+            segid::check_segment_name(name)?;
+        }
         let node = self.node(OP)?;
         {
             let st = self.inner.lock();
@@ -89,7 +135,9 @@ impl ExportSegment {
         let offer = offer_off_thread(&node, &self.inner.ctrl, &mem)
             .await
             .map_err(|e| e.op(OP))?;
-        let id = node.claim_segment_id(id, &self.inner)?;
+        let id = node
+            .claim_segment_id(id, name, &self.inner)
+            .map_err(|e| e.op(OP))?;
         let mut st = self.inner.lock();
         if st.published.is_some() {
             node.release_segment_id(id);
@@ -108,6 +156,7 @@ impl ExportSegment {
             id,
             offer,
             acl: acl.to_vec(),
+            name: name.map(str::to_string),
             generation: 1,
             importers: HashMap::new(),
             mem,

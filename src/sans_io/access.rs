@@ -280,6 +280,32 @@ pub fn check(acl: &[Access], creator: &Creator, who: &Requester<'_>, want: Perm)
     Ok(want)
 }
 
+/// The most a connect of `who` would be granted, for a listing of the segments it may
+/// import: its class's bits of the mode, of which [`check`] grants any request. The error
+/// [`check`] gives every request when the list leaves `who` out or its class has no bit.
+///
+/// ```
+/// use rsm::test_util::access::{Creator, Requester, grantable};
+/// use rsm::{Access, Perm};
+///
+/// let creator = Creator { uid: 1000, gid: 100, umask: 0o022 };
+/// let reader = Requester { node: 1, uid: 1001, gid: 100, groups: &[] };
+/// assert_eq!(grantable(&[Access::new(rsm::NodeId(1), 0o640)], &creator, &reader)?, Perm::READ);
+/// assert!(grantable(&[Access::new(rsm::NodeId(1), 0o600)], &creator, &reader).is_err());
+/// assert!(grantable(&[Access::new(rsm::NodeId(2), 0o666)], &creator, &reader).is_err());
+/// # Ok::<(), rsm::Error>(())
+/// ```
+pub fn grantable(acl: &[Access], creator: &Creator, who: &Requester<'_>) -> Result<Perm> {
+    let mode = mode_for(acl, creator, who.node)?;
+    match Class::of(creator, who).bits(mode) {
+        0 => Err(Error::perm_denied().node(who.node).detail(format!(
+            "uid {} gid {}: mode {mode:04o} gives its class no access",
+            who.uid, who.gid
+        ))),
+        allowed => Ok(Perm::from_bits(allowed)),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -691,6 +717,23 @@ mod tests {
                 && (!want.allows(Perm::READ) || digit & 4 != 0)
                 && (!want.allows(Perm::WRITE) || digit & 2 != 0);
             prop_assert_eq!(check(&[Access::new(crate::NodeId(5), mode)], &c, &w, want).is_ok(), ok);
+        }
+
+        #[test]
+        fn grantable_is_what_check_grants(
+            acl in proptest::collection::vec(access(), 0..6),
+            cuid in 0u32..3, cgid in 0u32..3, umask in 0u32..0o777,
+            node in 0u32..8, uid in 0u32..3, gid in 0u32..3,
+            groups in proptest::collection::vec(0u32..3, 0..3),
+        ) {
+            let acl: Vec<Access> = acl.into_iter().filter(|a| a.perm & !0o666 == 0).collect();
+            let c = Creator { uid: cuid, gid: cgid, umask };
+            let w = Requester { node, uid, gid, groups: &groups };
+            let most = grantable(&acl, &c, &w);
+            for want in [Perm::NONE, Perm::READ, Perm::WRITE, Perm::RDWR] {
+                let granted = check(&acl, &c, &w, want).is_ok();
+                prop_assert_eq!(granted, most.as_ref().is_ok_and(|m| m.allows(want)));
+            }
         }
 
         #[test]

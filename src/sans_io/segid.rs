@@ -288,6 +288,39 @@ pub fn check_publish_id(id: u32) -> Result<()> {
         .detail(why))
 }
 
+/// Checks the name a segment is published under (DESIGN.md §8, "Discovery"): 1 to
+/// [`MAX_SEGMENT_NAME`](super::wire::MAX_SEGMENT_NAME) bytes of UTF-8 without control
+/// characters, so that a listing prints it on one line as it is.
+///
+/// # Errors
+///
+/// `RSMERR_BAD_SEGID` saying what is wrong with it.
+///
+/// ```
+/// use rsm::test_util::segid::check_segment_name;
+///
+/// assert!(check_segment_name("features").is_ok() && check_segment_name("état/2").is_ok());
+/// for bad in ["", "a\nb", &"n".repeat(129)] {
+///     assert_eq!(check_segment_name(bad).unwrap_err().code(), 22);
+/// }
+/// ```
+pub fn check_segment_name(name: &str) -> Result<()> {
+    let max = super::wire::MAX_SEGMENT_NAME;
+    let why = if name.is_empty() {
+        "a segment name is not empty".to_string()
+    } else if name.len() > max {
+        format!(
+            "a segment name is at most {max} bytes, this one {}",
+            name.len()
+        )
+    } else if name.chars().any(char::is_control) {
+        "a segment name holds no control character".to_string()
+    } else {
+        return Ok(());
+    };
+    Err(Error::bad_segid().op("publish").detail(why))
+}
+
 /// One line: `Ok(None)` for a blank or comment line, `Err` with what is wrong with it.
 fn parse_line(line: &str) -> std::result::Result<Option<SegmentIdRange>, String> {
     if line.len() > MAX_LINE_BYTES {

@@ -13,7 +13,8 @@
 //!
 //! Integers are fixed-width; `bool`-like choices and enums are one `u8`; byte strings, UTF-8
 //! strings and lists carry a `u16` length (bytes, or entries) before their content. A
-//! `Result` is `u8` 0 followed by the value, or `u8` 1 followed by the `u32` error code.
+//! `Result` is `u8` 0 followed by the value, or `u8` 1 followed by the `u32` error code; an
+//! `Option` is `u8` 0, or `u8` 1 followed by the value.
 //!
 //! # Bounds
 //! Every variable-length field has a limit (the `MAX_*` constants). [`decode`] checks each
@@ -28,7 +29,7 @@
 //! use rsm::test_util::wire::{Message, decode, encode};
 //!
 //! let frame = encode(&Message::Heartbeat { seq: 7 })?;
-//! assert_eq!(&frame[..], &[4, 0, 11, 7, 0, 0, 0, 0, 0, 0, 0]);
+//! assert_eq!(&frame[..], &[5, 0, 11, 7, 0, 0, 0, 0, 0, 0, 0]);
 //! assert_eq!(decode(&frame)?, Message::Heartbeat { seq: 7 });
 //! assert!(decode(&frame[..5]).is_err());
 //! # Ok::<(), rsm::test_util::wire::WireError>(())
@@ -49,8 +50,9 @@ pub use frame::{MAX_FRAME, WIRE_VERSION, WireError};
 #[cfg_attr(not(any(test, feature = "test-util")), allow(unused_imports))]
 pub use message::{
     AtomicReply, AtomicRequest, ByteOrder, ConnectGrant, ConnectReply, ConnectRequest, Doorbell,
-    Hello, MAX_AUTH, MAX_CONTROLLER, MAX_DOORBELLS, MAX_FABRIC_ADDR, MAX_GROUPS, MAX_HANDSHAKE,
-    MAX_KEYS, MAX_TICKET, Message,
+    Hello, ListedSegment, MAX_AUTH, MAX_CONTROLLER, MAX_DOORBELLS, MAX_FABRIC_ADDR, MAX_GROUPS,
+    MAX_HANDSHAKE, MAX_KEYS, MAX_LISTED, MAX_SEGMENT_NAME, MAX_TICKET, Message, SegmentsPage,
+    SegmentsReply, SegmentsRequest,
 };
 pub use request::Request;
 

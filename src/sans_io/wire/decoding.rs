@@ -4,8 +4,9 @@
 use super::frame::{MAX_FRAME, WIRE_VERSION, WireError, check_len};
 use super::message::{
     AtomicReply, AtomicRequest, ByteOrder, ConnectGrant, ConnectReply, ConnectRequest, Doorbell,
-    Hello, MAX_AUTH, MAX_CONTROLLER, MAX_DOORBELLS, MAX_FABRIC_ADDR, MAX_GROUPS, MAX_HANDSHAKE,
-    MAX_KEYS, MAX_TICKET, Message,
+    Hello, ListedSegment, MAX_AUTH, MAX_CONTROLLER, MAX_DOORBELLS, MAX_FABRIC_ADDR, MAX_GROUPS,
+    MAX_HANDSHAKE, MAX_KEYS, MAX_LISTED, MAX_SEGMENT_NAME, MAX_TICKET, Message, PERM_BITS,
+    SegmentsPage, SegmentsReply, SegmentsRequest,
 };
 use super::tag;
 
@@ -158,6 +159,37 @@ pub fn decode(frame: &[u8]) -> Result<Message, WireError> {
             };
             Message::AtomicReply(AtomicReply { req, result })
         }
+        tag::SEGMENTS_REQUEST => Message::SegmentsRequest(SegmentsRequest {
+            req: r.u64("segments request id")?,
+            controller: r.string("segments request controller", MAX_CONTROLLER)?,
+            after: r.u32("segments request after")?,
+            uid: r.u32("segments request uid")?,
+            gid: r.u32("segments request gid")?,
+            groups: r.u32s("segments request groups", 0, MAX_GROUPS)?,
+        }),
+        tag::SEGMENTS_REPLY => {
+            let req = r.u64("segments reply id")?;
+            let result = match r.u8("segments reply result")? {
+                0 => {
+                    let n = r.count("segments listed", 0, MAX_LISTED)?;
+                    // Each entry takes at least 19 bytes: no allocation beyond the frame.
+                    let mut segments = Vec::with_capacity(n.min(r.buf.len() / 19));
+                    for _ in 0..n {
+                        segments.push(r.listed()?);
+                    }
+                    let more = r.flag("segments reply more")?;
+                    Ok(SegmentsPage { segments, more })
+                }
+                1 => Err(r.u32("segments reply error code")?),
+                v => {
+                    return Err(WireError::BadValue {
+                        field: "segments reply result",
+                        value: u64::from(v),
+                    });
+                }
+            };
+            Message::SegmentsReply(SegmentsReply { req, result })
+        }
         other => return Err(WireError::UnknownTag(other)),
     };
     if !r.buf.is_empty() {
@@ -240,6 +272,48 @@ impl<'a> Reader<'a> {
                 value: u64::from(v),
             }),
         }
+    }
+
+    /// A `u8` that must be 0 or 1.
+    fn flag(&mut self, field: &'static str) -> Result<bool, WireError> {
+        match self.u8(field)? {
+            0 => Ok(false),
+            1 => Ok(true),
+            v => Err(WireError::BadValue {
+                field,
+                value: u64::from(v),
+            }),
+        }
+    }
+
+    fn listed(&mut self) -> Result<ListedSegment, WireError> {
+        let id = self.u32("listed segment id")?;
+        let size = self.u64("listed segment size")?;
+        let perm = self.u32("listed segment perm")?;
+        if perm == 0 || perm & !PERM_BITS != 0 {
+            return Err(WireError::BadValue {
+                field: "listed segment perm",
+                value: u64::from(perm),
+            });
+        }
+        let controller = self.string("listed segment controller", MAX_CONTROLLER)?;
+        let name = if self.flag("listed segment name present")? {
+            let len = self.count("listed segment name", 1, MAX_SEGMENT_NAME)?;
+            let raw = self.take("listed segment name", len)?;
+            let name = std::str::from_utf8(raw).map_err(|_| WireError::BadUtf8 {
+                field: "listed segment name",
+            })?;
+            Some(name.to_owned())
+        } else {
+            None
+        };
+        Ok(ListedSegment {
+            id,
+            size,
+            perm,
+            controller,
+            name,
+        })
     }
 
     fn u32s(&mut self, field: &'static str, min: usize, max: usize) -> Result<Vec<u32>, WireError> {

@@ -5,8 +5,9 @@ use bytes::{BufMut, Bytes, BytesMut};
 
 use super::frame::{MAX_FRAME, WIRE_VERSION, WireError, check_len};
 use super::message::{
-    ByteOrder, Doorbell, MAX_AUTH, MAX_CONTROLLER, MAX_DOORBELLS, MAX_FABRIC_ADDR, MAX_GROUPS,
-    MAX_HANDSHAKE, MAX_KEYS, MAX_TICKET, Message,
+    ByteOrder, Doorbell, ListedSegment, MAX_AUTH, MAX_CONTROLLER, MAX_DOORBELLS, MAX_FABRIC_ADDR,
+    MAX_GROUPS, MAX_HANDSHAKE, MAX_KEYS, MAX_LISTED, MAX_SEGMENT_NAME, MAX_TICKET, Message,
+    PERM_BITS,
 };
 
 /// Encodes a message into a frame body.
@@ -151,6 +152,39 @@ pub fn encode(msg: &Message) -> Result<Bytes, WireError> {
                 }
             }
         }
+        Message::SegmentsRequest(r) => {
+            w.u64(r.req);
+            w.bytes(
+                "segments request controller",
+                r.controller.as_bytes(),
+                0,
+                MAX_CONTROLLER,
+            )?;
+            w.u32(r.after);
+            w.u32(r.uid);
+            w.u32(r.gid);
+            w.count("segments request groups", r.groups.len(), 0, MAX_GROUPS)?;
+            for g in &r.groups {
+                w.u32(*g);
+            }
+        }
+        Message::SegmentsReply(r) => {
+            w.u64(r.req);
+            match &r.result {
+                Ok(page) => {
+                    w.u8(0);
+                    w.count("segments listed", page.segments.len(), 0, MAX_LISTED)?;
+                    for s in &page.segments {
+                        w.listed(s)?;
+                    }
+                    w.u8(u8::from(page.more));
+                }
+                Err(code) => {
+                    w.u8(1);
+                    w.u32(*code);
+                }
+            }
+        }
     }
     let frame = w.finish();
     if frame.len() > MAX_FRAME {
@@ -255,6 +289,34 @@ impl Writer {
                 )?;
                 self.u64(d.addr);
                 self.u64(d.key);
+            }
+        }
+        Ok(())
+    }
+
+    /// A listed segment: id, size, perm (some of read and write, never none), controller,
+    /// and an optional name of 1 to [`MAX_SEGMENT_NAME`] bytes.
+    fn listed(&mut self, s: &ListedSegment) -> Result<(), WireError> {
+        self.u32(s.id);
+        self.u64(s.size);
+        if s.perm == 0 || s.perm & !PERM_BITS != 0 {
+            return Err(WireError::BadValue {
+                field: "listed segment perm",
+                value: u64::from(s.perm),
+            });
+        }
+        self.u32(s.perm);
+        self.bytes(
+            "listed segment controller",
+            s.controller.as_bytes(),
+            0,
+            MAX_CONTROLLER,
+        )?;
+        match &s.name {
+            None => self.u8(0),
+            Some(name) => {
+                self.u8(1);
+                self.bytes("listed segment name", name.as_bytes(), 1, MAX_SEGMENT_NAME)?;
             }
         }
         Ok(())

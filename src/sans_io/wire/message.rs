@@ -19,6 +19,12 @@ pub const MAX_FABRIC_ADDR: usize = 512;
 pub const MAX_KEYS: usize = 4;
 /// The most bytes of an admission ticket (a connected fabric's connection data).
 pub const MAX_TICKET: usize = 64;
+/// The most segments one [`SegmentsPage`] lists; a node with more answers in pages.
+pub const MAX_LISTED: usize = 256;
+/// The longest segment name, in bytes of UTF-8 (at least one).
+pub const MAX_SEGMENT_NAME: usize = 128;
+/// The bits a listed segment's perm may hold: read (0400) and write (0200).
+pub(super) const PERM_BITS: u32 = 0o600;
 
 /// A node's native byte order, exchanged in [`Hello`] so that typed accesses between nodes of
 /// different byte order can swap (DESIGN.md, decision 4). On the wire: 0 little, 1 big.
@@ -171,6 +177,58 @@ pub struct AtomicReply {
     pub result: Result<u64, u32>,
 }
 
+/// A node asks a peer which of its published segments it may import: one page of them, in
+/// increasing id order, starting after `after` (DESIGN.md §8, "Discovery").
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct SegmentsRequest {
+    /// The request id the reply carries back.
+    pub req: u64,
+    /// The controller type a connect would name (`tcp`, `shm`, `loopback`; at most
+    /// [`MAX_CONTROLLER`] bytes), or empty for the segments of every controller.
+    pub controller: String,
+    /// List only ids above this one (0 for the first page, then the last id listed).
+    pub after: u32,
+    /// The asker's claimed uid (replaced by the kernel's on one host, DESIGN.md, decision 15).
+    pub uid: u32,
+    /// The asker's claimed gid.
+    pub gid: u32,
+    /// The asker's supplementary groups (at most [`MAX_GROUPS`]).
+    pub groups: Vec<u32>,
+}
+
+/// One segment the asker may import, as a [`SegmentsPage`] lists it.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct ListedSegment {
+    /// The segment id.
+    pub id: u32,
+    /// Its size in bytes.
+    pub size: u64,
+    /// The most the asker would be granted: read (0400), write (0200) or both, never none.
+    pub perm: u32,
+    /// The exporter's controller it is published on (at most [`MAX_CONTROLLER`] bytes).
+    pub controller: String,
+    /// The name it was published under, 1 to [`MAX_SEGMENT_NAME`] bytes.
+    pub name: Option<String>,
+}
+
+/// One page of a listing.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct SegmentsPage {
+    /// At most [`MAX_LISTED`] segments, in increasing id order.
+    pub segments: Vec<ListedSegment>,
+    /// More follow: ask again with `after` the last id of this page (which is then full).
+    pub more: bool,
+}
+
+/// The exporter's answer to a [`SegmentsRequest`].
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct SegmentsReply {
+    /// The id of the request this answers.
+    pub req: u64,
+    /// The page, or the RSMERR code of the refusal.
+    pub result: Result<SegmentsPage, u32>,
+}
+
 /// A side-channel message.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub enum Message {
@@ -248,6 +306,10 @@ pub enum Message {
     AtomicRequest(AtomicRequest),
     /// Its result.
     AtomicReply(AtomicReply),
+    /// Which segments may the sender import?
+    SegmentsRequest(SegmentsRequest),
+    /// One page of them.
+    SegmentsReply(SegmentsReply),
 }
 
 impl Message {
@@ -269,6 +331,8 @@ impl Message {
             Message::Handshake { .. } => "handshake",
             Message::AtomicRequest(_) => "atomic request",
             Message::AtomicReply(_) => "atomic reply",
+            Message::SegmentsRequest(_) => "segments request",
+            Message::SegmentsReply(_) => "segments reply",
         }
     }
 
@@ -289,6 +353,8 @@ impl Message {
             Message::Handshake { .. } => tag::HANDSHAKE,
             Message::AtomicRequest(_) => tag::ATOMIC_REQUEST,
             Message::AtomicReply(_) => tag::ATOMIC_REPLY,
+            Message::SegmentsRequest(_) => tag::SEGMENTS_REQUEST,
+            Message::SegmentsReply(_) => tag::SEGMENTS_REPLY,
         }
     }
 }

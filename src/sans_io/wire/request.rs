@@ -2,7 +2,10 @@
 //! one generic path back to the request waiting for it ([`Message::reply_to`]), and a
 //! request without a reply type, or a reply the routing does not know, does not compile.
 
-use super::message::{AtomicReply, AtomicRequest, ConnectReply, ConnectRequest, Message};
+use super::message::{
+    AtomicReply, AtomicRequest, ConnectReply, ConnectRequest, Message, SegmentsReply,
+    SegmentsRequest,
+};
 
 /// A message that expects a reply from its peer.
 ///
@@ -60,6 +63,22 @@ impl Request for AtomicRequest {
     }
 }
 
+impl Request for SegmentsRequest {
+    type Reply = SegmentsReply;
+
+    fn into_message(mut self, req: u64) -> Message {
+        self.req = req;
+        Message::SegmentsRequest(self)
+    }
+
+    fn reply_of(msg: Message) -> Option<SegmentsReply> {
+        match msg {
+            Message::SegmentsReply(r) => Some(r),
+            _ => None,
+        }
+    }
+}
+
 impl Message {
     /// The request id a reply answers; `None` for every message that is not a reply. Every
     /// kind is named, so a new message must say whether it is one.
@@ -67,6 +86,7 @@ impl Message {
         match self {
             Message::ConnectReply(r) => Some(r.req),
             Message::AtomicReply(r) => Some(r.req),
+            Message::SegmentsReply(r) => Some(r.req),
             Message::Hello(_)
             | Message::ConnectRequest(_)
             | Message::Disconnect { .. }
@@ -79,7 +99,8 @@ impl Message {
             | Message::Heartbeat { .. }
             | Message::Goodbye
             | Message::Handshake { .. }
-            | Message::AtomicRequest(_) => None,
+            | Message::AtomicRequest(_)
+            | Message::SegmentsRequest(_) => None,
         }
     }
 }

@@ -15,3 +15,5 @@ pub(super) const GOODBYE: u8 = 12;
 pub(super) const HANDSHAKE: u8 = 13;
 pub(super) const ATOMIC_REQUEST: u8 = 14;
 pub(super) const ATOMIC_REPLY: u8 = 15;
+pub(super) const SEGMENTS_REQUEST: u8 = 16;
+pub(super) const SEGMENTS_REPLY: u8 = 17;

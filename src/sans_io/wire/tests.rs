@@ -108,7 +108,129 @@ fn samples() -> Vec<Message> {
             req: 1,
             result: Err(10),
         }),
+        Message::SegmentsRequest(SegmentsRequest {
+            req: 3,
+            controller: "tcp".into(),
+            after: 0x40_0001,
+            uid: 1000,
+            gid: 100,
+            groups: vec![4, 27],
+        }),
+        Message::SegmentsReply(SegmentsReply {
+            req: 3,
+            result: Ok(sample_page()),
+        }),
+        Message::SegmentsReply(SegmentsReply {
+            req: 4,
+            result: Err(12),
+        }),
     ]
+}
+
+fn sample_page() -> SegmentsPage {
+    SegmentsPage {
+        segments: vec![
+            ListedSegment {
+                id: 0x40_0002,
+                size: 1 << 16,
+                perm: 0o600,
+                controller: "tcp0".into(),
+                name: Some("features".into()),
+            },
+            ListedSegment {
+                id: 0x8000_0000,
+                size: 4096,
+                perm: 0o400,
+                controller: "tcp0".into(),
+                name: None,
+            },
+        ],
+        more: true,
+    }
+}
+
+/// A page of the most segments, each with the longest controller and name, fits a frame.
+#[test]
+fn the_fullest_page_fits_a_frame() {
+    let full = ListedSegment {
+        id: u32::MAX,
+        size: u64::MAX,
+        perm: 0o600,
+        controller: "c".repeat(MAX_CONTROLLER),
+        name: Some("\u{10FFFF}".repeat(MAX_SEGMENT_NAME / 4)),
+    };
+    let msg = Message::SegmentsReply(SegmentsReply {
+        req: u64::MAX,
+        result: Ok(SegmentsPage {
+            segments: vec![full; MAX_LISTED],
+            more: true,
+        }),
+    });
+    let frame = encode(&msg).expect("the fullest page encodes");
+    assert!(frame.len() <= MAX_FRAME);
+    assert_eq!(decode(&frame), Ok(msg));
+}
+
+/// What a hostile exporter might answer a listing with: refused on both sides, and a
+/// count beyond the frame is truncation, not an allocation.
+#[test]
+fn hostile_listings_are_refused() {
+    let reply = |page: SegmentsPage| {
+        Message::SegmentsReply(SegmentsReply {
+            req: 1,
+            result: Ok(page),
+        })
+    };
+    // Too many segments, a perm of nothing or of other bits, an empty or long name.
+    let mut over = sample_page();
+    over.segments = vec![over.segments[0].clone(); MAX_LISTED + 1];
+    assert!(matches!(
+        encode(&reply(over)),
+        Err(WireError::Length { len: 257, .. })
+    ));
+    for perm in [0, 0o700, 0o644, 0o1] {
+        let mut p = sample_page();
+        p.segments[0].perm = perm;
+        assert!(encode(&reply(p)).is_err(), "{perm:o}");
+    }
+    for name in [String::new(), "n".repeat(MAX_SEGMENT_NAME + 1)] {
+        let mut p = sample_page();
+        p.segments[0].name = Some(name);
+        assert!(encode(&reply(p)).is_err());
+    }
+
+    let good = encode(&reply(sample_page())).expect("encodes").to_vec();
+    // version 2, tag 1, req 8, result 1, count 2: the first entry at 14; its perm at 26.
+    let mut bad_perm = good.clone();
+    bad_perm[26..30].copy_from_slice(&0o700u32.to_le_bytes());
+    assert!(matches!(
+        decode(&bad_perm),
+        Err(WireError::BadValue {
+            field: "listed segment perm",
+            ..
+        })
+    ));
+    // controller length at 30, "tcp0" at 32, the name flag at 36, its length at 37.
+    let mut bad_flag = good.clone();
+    bad_flag[36] = 2;
+    assert!(matches!(decode(&bad_flag), Err(WireError::BadValue { .. })));
+    let mut empty_name = good.clone();
+    empty_name[37..39].copy_from_slice(&0u16.to_le_bytes());
+    assert!(matches!(decode(&empty_name), Err(WireError::Length { .. })));
+    let mut bad_utf8 = good.clone();
+    bad_utf8[39] = 0xFF;
+    assert!(matches!(decode(&bad_utf8), Err(WireError::BadUtf8 { .. })));
+    let mut bad_more = good.clone();
+    *bad_more.last_mut().expect("the more flag") = 2;
+    assert!(matches!(decode(&bad_more), Err(WireError::BadValue { .. })));
+    // A count of 256 entries in a frame that ends after it.
+    let mut frame = vec![5, 0, tag::SEGMENTS_REPLY];
+    frame.extend_from_slice(&[0; 8]);
+    frame.push(0);
+    frame.extend_from_slice(&256u16.to_le_bytes());
+    assert!(matches!(decode(&frame), Err(WireError::Truncated { .. })));
+    frame[12..14].copy_from_slice(&257u16.to_le_bytes());
+    assert!(matches!(decode(&frame), Err(WireError::Length { .. })));
 }
 
 #[test]
@@ -116,7 +238,7 @@ fn every_message_round_trips() {
     let all = samples();
     let mut tags: Vec<u8> = all.iter().map(Message::tag).collect();
     tags.dedup();
-    assert_eq!(tags.len(), 15, "every message kind is covered");
+    assert_eq!(tags.len(), 17, "every message kind is covered");
     for msg in all {
         let frame = encode(&msg).expect("encodes");
         assert_eq!(&frame[..2], &WIRE_VERSION.to_le_bytes());
@@ -133,7 +255,7 @@ fn the_layout_is_little_endian_and_stable() {
     .expect("encodes");
     assert_eq!(
         &frame[..],
-        &[4, 0, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0x0D, 0x0C, 0x0B, 0x0A]
+        &[5, 0, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0x0D, 0x0C, 0x0B, 0x0A]
     );
 }
 
@@ -146,8 +268,8 @@ fn another_version_is_refused() {
 
 #[test]
 fn an_unknown_tag_is_refused() {
-    assert_eq!(decode(&[4, 0, 0]), Err(WireError::UnknownTag(0)));
-    assert_eq!(decode(&[4, 0, 200]), Err(WireError::UnknownTag(200)));
+    assert_eq!(decode(&[5, 0, 0]), Err(WireError::UnknownTag(0)));
+    assert_eq!(decode(&[5, 0, 200]), Err(WireError::UnknownTag(200)));
 }
 
 #[test]
@@ -208,7 +330,7 @@ fn oversize_fields_are_refused_on_both_sides() {
     ));
 
     // Hand-made frame: a hello whose auth claims 257 bytes, and carries them.
-    let mut frame = vec![4, 0, tag::HELLO];
+    let mut frame = vec![5, 0, tag::HELLO];
     frame.extend_from_slice(&[0; 4 + 8 + 1 + 16]);
     frame.extend_from_slice(&257u16.to_le_bytes());
     frame.extend_from_slice(&[0; 257]);
@@ -252,7 +374,7 @@ fn oversize_fields_are_refused_on_both_sides() {
 #[test]
 fn a_length_beyond_the_frame_is_truncation_not_allocation() {
     // A connect request whose groups count is 64 but whose frame ends right after it.
-    let mut frame = vec![4, 0, tag::CONNECT_REQUEST];
+    let mut frame = vec![5, 0, tag::CONNECT_REQUEST];
     frame.extend_from_slice(&[0; 8 + 4]);
     frame.extend_from_slice(&0u16.to_le_bytes());
     frame.extend_from_slice(&[0; 12]);
@@ -457,7 +579,49 @@ fn arb_message() -> impl Strategy<Value = Message> {
         ),
         any::<(u64, Result<u64, u32>)>()
             .prop_map(|(req, result)| Message::AtomicReply(AtomicReply { req, result })),
+        (
+            any::<(u64, u32, u32, u32)>(),
+            arb_string(MAX_CONTROLLER),
+            vec(any::<u32>(), 0..=MAX_GROUPS)
+        )
+            .prop_map(|((req, after, uid, gid), controller, groups)| {
+                Message::SegmentsRequest(SegmentsRequest {
+                    req,
+                    controller,
+                    after,
+                    uid,
+                    gid,
+                    groups,
+                })
+            }),
+        (
+            any::<u64>(),
+            prop_oneof![
+                (vec(arb_listed(), 0..=16), any::<bool>())
+                    .prop_map(|(segments, more)| Ok(SegmentsPage { segments, more })),
+                any::<u32>().prop_map(Err)
+            ]
+        )
+            .prop_map(|(req, result)| Message::SegmentsReply(SegmentsReply { req, result })),
     ]
+}
+
+fn arb_listed() -> impl Strategy<Value = ListedSegment> {
+    (
+        any::<(u32, u64)>(),
+        prop_oneof![Just(0o400u32), Just(0o200), Just(0o600)],
+        arb_string(MAX_CONTROLLER),
+        proptest::option::of(
+            arb_string(MAX_SEGMENT_NAME).prop_filter("names are not empty", |n| !n.is_empty()),
+        ),
+    )
+        .prop_map(|((id, size), perm, controller, name)| ListedSegment {
+            id,
+            size,
+            perm,
+            controller,
+            name,
+        })
 }
 
 // The fuzz targets of the frame decoder: `cargo xtask test` runs them again with
@@ -472,10 +636,10 @@ proptest! {
 
     #[test]
     fn fuzz_bodies_after_a_valid_header(
-        tag in 0u8..16,
+        tag in 0u8..19,
         body in vec(any::<u8>(), 0..1024),
     ) {
-        let mut frame = vec![4, 0, tag];
+        let mut frame = vec![5, 0, tag];
         frame.extend_from_slice(&body);
         if let Ok(msg) = decode(&frame) {
             // Whatever decodes re-encodes to the same bytes: the format has one spelling.
