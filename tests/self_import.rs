@@ -178,3 +178,38 @@ fn unpublish_revokes_a_self_import_and_shutdown_ends_the_rest() {
         }
     });
 }
+
+#[test]
+fn a_node_lists_and_imports_its_own_segments_by_name() {
+    let rt = runtime();
+    rt.block_on(async {
+        let me = fresh_node_id();
+        let node = node(me).await;
+        for name in ["loopback", "shm0", "tcp0"] {
+            let ctrl = node.controller(name).await.unwrap();
+            let seg = ctrl.export(4096, ExportFlags::empty()).unwrap();
+            let id = seg
+                .publish_named(None, "mine", &[Access::new(NodeId(me), 0o400)])
+                .await
+                .unwrap();
+            let listed = bounded("segments", ctrl.segments(NodeId(me)))
+                .await
+                .unwrap();
+            assert_eq!(listed.len(), 1, "{name}: {listed:?}");
+            assert_eq!(
+                (listed[0].id, listed[0].perm, listed[0].name.as_deref()),
+                (id, Perm::READ, Some("mine")),
+                "{name}"
+            );
+            let imp = bounded(
+                "import_named",
+                ctrl.import_named(NodeId(me), "mine", Perm::READ),
+            )
+            .await
+            .unwrap();
+            assert_eq!(imp.segment_id(), id);
+            bounded("destroy", seg.destroy()).await.unwrap();
+        }
+        bounded("shutdown", node.shutdown()).await;
+    });
+}
