@@ -3,7 +3,8 @@
 //! and a new incarnation of it publishing again give a third that says the exporter
 //! restarted; no tight loop while the exporter is absent; dropping the subscription while it
 //! retries ends its work; the importer's own shutdown ends the stream; a final refusal ends
-//! it with an error. Two nodes of this process, on loopback, tcp0 and shm0.
+//! it with an error; it needs no runtime in the caller. Two nodes of this process, on
+//! loopback, tcp0 and shm0.
 
 mod common;
 
@@ -215,8 +216,21 @@ fn revoke_and_shutdown_shm() {
     revoke_and_restart("shm0", false);
 }
 
+/// Whether `cond` holds within 3 s.
+async fn until(cond: impl Fn() -> bool) -> bool {
+    let deadline = Instant::now() + Duration::from_secs(3);
+    while !cond() {
+        if Instant::now() >= deadline {
+            return false;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    true
+}
+
 /// Dropped while it waits for an absent exporter, the subscription connects no more: an
-/// exporter that comes afterwards never sees it.
+/// exporter that comes afterwards never sees it. Dropped mid-connect, it leaves the exporter
+/// no connection.
 fn drop_mid_retry(ctrl: &'static str) {
     common::logs();
     let rt = common::runtime();
@@ -246,6 +260,22 @@ fn drop_mid_retry(ctrl: &'static str) {
             .expect("an import");
         assert_eq!(exp.importers().len(), 1);
         drop((subs, s));
+        assert!(
+            until(|| exp.importers().is_empty()).await,
+            "{ctrl}: disconnected"
+        );
+        // Dropped mid-connect: the connect finishes, and its import is dropped, so the
+        // exporter keeps no grant.
+        for k in 0..5 {
+            let subs = cb.subscribe_with(NodeId(a_id), SEGMENT, Perm::RDWR, opts());
+            tokio::time::sleep(Duration::from_micros(300 * k)).await;
+            drop(subs);
+        }
+        assert!(
+            until(|| exp.importers().is_empty()).await,
+            "{ctrl}: grants left: {:?}",
+            exp.importers()
+        );
         b.shutdown().await;
         a.shutdown().await;
     });
@@ -323,6 +353,32 @@ fn a_final_refusal_ends_the_stream_with_an_error() {
             Some(Err(rsm::Error::PermDenied(_)))
         ));
         assert!(subs.next().await.is_none());
+        b.shutdown().await;
+        a.shutdown().await;
+    });
+}
+
+/// No tokio runtime in the caller: the subscription's work runs on the node's.
+#[test]
+fn works_without_a_runtime() {
+    futures::executor::block_on(async {
+        let a_id = common::fresh_node_id();
+        let (a, exp) = exporter(a_id, "loopback").await;
+        let b = common::node(a_id + 1).await;
+        let cb = b.controller("loopback").await.expect("controller");
+        let mut subs = cb.subscribe(NodeId(a_id), SEGMENT, Perm::RDWR);
+        let s = subs
+            .next_connected()
+            .await
+            .expect("an event")
+            .expect("an import");
+        s.segment.put64(0, &[9]).await.expect("put");
+        exp.unpublish().await.expect("unpublish");
+        let SubscriptionEvent::Ended(e) = subs.next().await.expect("an event").expect("ok") else {
+            panic!("the end of the import")
+        };
+        assert_eq!(e.reason, EndReason::Revoked);
+        drop((subs, s));
         b.shutdown().await;
         a.shutdown().await;
     });

@@ -142,7 +142,11 @@ impl ImportSegment {
 }
 
 /// A reconnecting import ([`Controller::subscribe`]): a [`futures::Stream`] of
-/// [`SubscriptionEvent`]s, fused (once ended it stays ended).
+/// [`SubscriptionEvent`]s, fused (once ended it stays ended), usable from any executor.
+///
+/// # Cancel safety
+/// Its `next()` is cancel safe (a channel's receive): an event is taken only when it is
+/// returned, so it may sit in a `select!` loop beside the work on the current import.
 ///
 /// ```no_run
 /// # async fn f(ctrl: rsm::Controller) -> rsm::Result<()> {

@@ -104,6 +104,16 @@ pub enum SubscriptionEvent {
 }
 
 /// A fresh import, as [`SubscriptionEvent::Connected`] reports it.
+///
+/// ```no_run
+/// # fn f(s: rsm::Subscribed) {
+/// match &s.previous {
+///     None => println!("connected"),
+///     Some(p) if s.restarted => println!("the exporter restarted ({:?})", p.reason),
+///     Some(p) => println!("connected again after {:?}, {} failed tries", p.reason, p.attempts),
+/// }
+/// # }
+/// ```
 #[derive(Debug, Clone)]
 #[non_exhaustive]
 pub struct Subscribed {
