@@ -4,12 +4,12 @@
 //!   restarted server (same node id, new incarnation) offers the same segment again. It
 //!   writes its incarnation into the segment's second word, and serves until its standard
 //!   input says `quit` or closes (or the process is killed).
-//! - The **client** imports the segment and counts: each round it writes the round number
-//!   (`put64`) and reads it back (`get64`). When the server goes away its operations fail
-//!   with `RSMERR_CONN_ABORTED` or `RSMERR_REMOTE_NODE_UNREACHABLE` (`Error::is_unreachable`):
-//!   the handle is done for, so the client drops it and connects again, waiting between
-//!   attempts with exponential backoff (doubling from 50 ms, capped at `--max-backoff-ms`).
-//!   It prints each transition, and the incarnation of each server it reached.
+//! - The **client** subscribes to the segment (`Controller::subscribe_with`) and counts:
+//!   each round it writes the round number (`put64`) and reads it back (`get64`). The
+//!   subscription hands it a fresh import for each server it reaches, tells it when the
+//!   import ended (revoked, or the server unreachable) without waiting for an operation to
+//!   fail, and connects again in between with exponential backoff (from 50 ms, capped at
+//!   `--max-backoff-ms`). It prints each transition, and the incarnation of each server.
 //!
 //! ```text
 //! RSM_NODE_ID=31 cargo run --example reconnecting_client -- --role server --controller tcp0
@@ -24,9 +24,10 @@
 //! Each process ends with a line `ok`. On every controller the server may be killed at any
 //! moment, also on `shm0` mid-operation (DESIGN.md §3, "Peer death on shm").
 
-use rsm::{ExportFlags, NodeId, Perm, SegmentId};
+use futures::StreamExt;
+use rsm::{ExportFlags, NodeId, Perm, SegmentId, SubscribeOptions, SubscriptionEvent};
 use std::io::BufRead;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 #[path = "data_args/mod.rs"]
 mod data_args;
@@ -114,130 +115,63 @@ struct ClientOpts {
     max_backoff: Duration,
 }
 
-/// Exponential backoff: 50 ms, doubling, capped.
-struct Backoff {
-    next: Duration,
-    cap: Duration,
-}
-
-impl Backoff {
-    const FIRST: Duration = Duration::from_millis(50);
-
-    fn new(cap: Duration) -> Backoff {
-        Backoff {
-            next: Self::FIRST,
-            cap,
-        }
-    }
-
-    /// The wait before the next attempt.
-    fn step(&mut self) -> Duration {
-        let wait = self.next.min(self.cap);
-        self.next = (self.next * 2).min(self.cap);
-        wait
-    }
-
-    fn reset(&mut self) {
-        self.next = Self::FIRST;
-    }
-}
-
-/// Whether connecting again may help: the server is gone (or not yet back), or it is back
-/// but has not published the segment yet.
-fn transient(e: &rsm::Error) -> bool {
-    e.is_unreachable() || matches!(e, rsm::Error::SegNotPublished(_))
-}
-
 async fn client(ctrl: &rsm::Controller, o: &ClientOpts) -> Res<()> {
-    let mut backoff = Backoff::new(o.max_backoff);
+    let opts = SubscribeOptions::default().max_backoff(o.max_backoff);
+    let mut subs = ctrl.subscribe_with(o.server, o.segment, Perm::RDWR, opts);
     let (mut round, mut reconnects, mut rounds_since) = (0u64, 0u64, 0u64);
     let mut incarnations = Vec::new();
-    let mut lost_at: Option<Instant> = None;
-    let give_up = Duration::from_secs(60);
-    loop {
-        // Connect (again).
-        let imp = match ctrl.import(o.server, o.segment, Perm::RDWR).await {
-            Ok(imp) => imp,
-            Err(e) if transient(&e) => {
-                if lost_at.is_some_and(|t| t.elapsed() > give_up) {
-                    return Err(format!("the server stayed away for {give_up:?}").into());
-                }
-                let wait = backoff.step();
-                println!(
-                    "client: connect failed ({}), next try in {wait:?}",
-                    e.name()
-                );
-                lost_at.get_or_insert_with(Instant::now);
-                tokio::time::sleep(wait).await;
-                continue;
-            }
-            Err(e) => return Err(e.into()),
-        };
-        backoff.reset();
-        let incarnation = match imp.get64(INCARNATION_AT, 1).await {
-            Ok(words) => words[0],
-            Err(e) if e.is_unreachable() => {
-                println!(
-                    "client: lost the server at once: {} ({})",
-                    e.name(),
-                    e.code()
-                );
-                lost_at.get_or_insert_with(Instant::now);
-                let _ = imp.disconnect().await;
-                continue;
-            }
-            Err(e) => return Err(e.into()),
-        };
-        // The first server reached is a connection; any later one a reconnection.
-        if let Some(t) = lost_at.take().filter(|_| !incarnations.is_empty()) {
-            reconnects += 1;
-            rounds_since = 0;
-            println!(
-                "client: reconnected (#{reconnects}) after {:?}, server incarnation {incarnation:#018x}",
-                t.elapsed()
-            );
-        } else {
-            println!("client: connected, server incarnation {incarnation:#018x}");
-        }
-        if incarnations.contains(&incarnation) {
-            return Err("a restarted server should have a new incarnation".into());
-        }
-        incarnations.push(incarnation);
-
-        // Work until done or the connection is lost.
-        let lost = loop {
-            if reconnects >= o.reconnects && rounds_since >= ROUNDS_AFTER {
-                break None;
-            }
-            round += 1;
-            let step = async {
-                imp.put64(ROUND_AT, &[round]).await?;
-                imp.get64(ROUND_AT, 1).await
+    let mut current: Option<rsm::ImportSegment> = None;
+    while reconnects < o.reconnects || rounds_since < ROUNDS_AFTER {
+        // A round on the current import, unless the subscription has news first.
+        let next = round + 1;
+        let work = async {
+            let Some(imp) = &current else {
+                return std::future::pending().await;
             };
-            match step.await {
-                Ok(back) if back == [round] => rounds_since += 1,
-                Ok(back) => return Err(format!("round {round}: read back {back:?}").into()),
-                Err(e) if e.is_unreachable() => break Some(e),
-                Err(e) => return Err(e.into()),
-            }
             tokio::time::sleep(o.interval).await;
+            imp.put64(ROUND_AT, &[next]).await?;
+            imp.get64(ROUND_AT, 1).await
         };
-        match lost {
-            None => {
-                imp.disconnect().await?;
-                break;
-            }
-            Some(e) => {
-                println!(
-                    "client: lost the server in round {round}: {} ({})",
-                    e.name(),
-                    e.code()
-                );
-                lost_at = Some(Instant::now());
-                // The handle is done for; disconnecting it only tidies up here.
-                let _ = imp.disconnect().await;
-            }
+        tokio::select! {
+            event = subs.next() => match event.ok_or("the subscription ended")?? {
+                SubscriptionEvent::Retrying { error, retry_in, .. } => {
+                    println!("client: connect failed ({}), next try in {retry_in:?}", error.name());
+                }
+                SubscriptionEvent::Ended(e) => {
+                    let e = e.error();
+                    println!("client: lost the server in round {round}: {} ({})", e.name(), e.code());
+                    current = None;
+                }
+                SubscriptionEvent::Connected(s) => {
+                    let incarnation = s.segment.exporter_incarnation();
+                    if let Some(lost) = s.previous {
+                        (reconnects, rounds_since) = (reconnects + 1, 0);
+                        println!(
+                            "client: reconnected (#{reconnects}) after {:?}, server incarnation {incarnation:#018x}",
+                            lost.at.elapsed()
+                        );
+                    } else {
+                        println!("client: connected, server incarnation {incarnation:#018x}");
+                    }
+                    if incarnations.contains(&incarnation) {
+                        return Err("a restarted server should have a new incarnation".into());
+                    }
+                    incarnations.push(incarnation);
+                    current = Some(s.segment);
+                }
+                _ => {}
+            },
+            back = work => match back {
+                Ok(back) if back == [next] => (round, rounds_since) = (next, rounds_since + 1),
+                Ok(back) => return Err(format!("round {next}: read back {back:?}").into()),
+                // The subscription says so when the import has ended; else the next round.
+                Err(e) if e.is_unreachable() => {}
+                Err(e) => return Err(e.into()),
+            },
         }
+    }
+    if let Some(imp) = current {
+        imp.disconnect().await?;
     }
     println!(
         "client: {round} rounds, {reconnects} reconnections, {} server incarnations",

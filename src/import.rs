@@ -32,6 +32,8 @@ mod map;
 mod signal;
 // What an operation counts and traces.
 mod observe;
+// A reconnecting import: `Controller::subscribe` and its `Subscription` stream.
+mod subscribe;
 
 pub use atomic_vec::MAX_ATOMIC_VALUES;
 pub use barrier::{Barrier, BarrierMode};
@@ -40,3 +42,6 @@ pub use map::{ImportMapping, MapAt};
 pub(crate) use segment::ImportInner;
 pub use segment::ImportSegment;
 pub use sg::{MAX_SGIOREQS, SgEntry, SgFlags, SgLocal, SgOp, SgOutcome};
+pub use subscribe::{
+    EndReason, Ended, SubscribeOptions, Subscribed, Subscription, SubscriptionEvent,
+};

@@ -153,6 +153,7 @@ pub use import::{
     Barrier, BarrierMode, ImportMapping, ImportSegment, MAX_ATOMIC_VALUES, MAX_SGIOREQS, MapAt,
     SgEntry, SgFlags, SgLocal, SgOp, SgOutcome,
 };
+pub use import::{EndReason, Ended, SubscribeOptions, Subscribed, Subscription, SubscriptionEvent};
 pub use limits::Limits;
 pub use local::LocalMemory;
 pub use node::{KeySource, Node, NodeBuilder, NodeConfig};
