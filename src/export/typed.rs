@@ -3,8 +3,8 @@
 //! `versioned.rs`, with the bounds checks of `read_at`/`write_at`.
 
 use super::ExportSegment;
-use crate::versioned::{self, Versioned};
 use crate::Result;
+use crate::versioned::{self, Versioned};
 use std::mem::size_of;
 use zerocopy::{FromBytes, Immutable, IntoBytes};
 
@@ -176,4 +176,3 @@ impl ExportSegment {
         unsafe { versioned::write_record(OP, offset, p, value) }
     }
 }
-

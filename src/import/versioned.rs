@@ -4,10 +4,9 @@
 //! is a compare-and-swap from even to odd), the value with a put or a get.
 
 use super::ImportSegment;
-use super::value::decode;
 use super::barrier::BarrierMode;
+use super::value::decode;
 use crate::perm::Perm;
-use crate::sans_io::atomic::AtomicOp;
 use crate::versioned::{Patience, Versioned, check_aligned};
 use crate::{Error, Result};
 use std::future::Future;
@@ -17,7 +16,8 @@ use zerocopy::{FromBytes, Immutable, IntoBytes};
 impl ImportSegment {
     /// The record's checks: 8-aligned, then a put's for its bytes with `need`.
     fn check_record<T>(&self, op: &'static str, offset: u64, need: Perm) -> Result<()> {
-        check_aligned(op, offset).map_err(|e| e.segment(self.inner.segment).node(self.inner.node))?;
+        check_aligned(op, offset)
+            .map_err(|e| e.segment(self.inner.segment).node(self.inner.node))?;
         self.check(op, need, offset, Versioned::<T>::LEN)
     }
 
@@ -108,7 +108,7 @@ impl ImportSegment {
     /// and returns its new version: claims the record with
     /// [`compare_swap`](ImportSegment::compare_swap) of its sequence word from even to odd
     /// (waiting, for at most [`VERSIONED_TIMEOUT`](crate::VERSIONED_TIMEOUT), while another
-    /// writer holds it), puts the value, then stores the word 2 above where it was; each
+    /// writer holds it), puts the value, then swaps the word to 2 above where it was; each
     /// step resolves, visible at the target, before the next is made. Writers on any
     /// number of nodes exclude each other.
     ///
@@ -182,9 +182,18 @@ impl ImportSegment {
                 .await
                 .map_err(|e| e.into_error().op(OP))?;
             let version = claimed.wrapping_add(2);
-            imp.atomic(offset, AtomicOp::Write, version)
-                .await
-                .map_err(|e| e.op(OP))?;
+            // A fetching swap, not a plain atomic write: on libfabric 1.17's shm a
+            // non-fetching write beside another task's compare-and-swap let the word go back.
+            let held = imp.swap(offset, version).await.map_err(|e| e.op(OP))?;
+            if held != claimed.wrapping_add(1) {
+                tracing::warn!(
+                    offset,
+                    held,
+                    version,
+                    "a versioned record's word changed while this writer held it: something \
+                     wrote it outside the protocol"
+                );
+            }
             Ok(version)
         }
     }
