@@ -51,8 +51,9 @@ pub const VERSIONED_TIMEOUT: Duration = Duration::from_secs(1);
 /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
 /// # let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
 /// # rt.block_on(async {
-/// use rsm::zerocopy::{FromBytes, Immutable, IntoBytes, KnownLayout};
+/// // zerocopy = { version = "0.8", features = ["derive"] } in the program's Cargo.toml.
 /// use rsm::{Perm, Versioned};
+/// use zerocopy::{FromBytes, Immutable, IntoBytes, KnownLayout};
 ///
 /// #[derive(FromBytes, IntoBytes, Immutable, KnownLayout, Clone, Copy, Debug, PartialEq)]
 /// #[repr(C)]
