@@ -185,66 +185,76 @@ pub(crate) unsafe fn store<T: IntoBytes + Immutable>(dst: *mut u8, value: &T) {
     unsafe { atomic_mem::store_bytes(dst, value.as_bytes()) }
 }
 
-/// Reads the record at `rec` (8-aligned) as a seqlock's reader.
+/// Runs `attempt` until it succeeds, fails, or [`VERSIONED_TIMEOUT`] passes; a miss
+/// (`Err(word)`, the sequence word it saw) spins, then yields the thread, and tries again.
+/// Each attempt may take and drop what holds the memory (a mapping's entry), so nothing
+/// waits on a retrying reader for longer than one attempt.
+pub(crate) fn retrying<R>(
+    op: &'static str,
+    offset: u64,
+    mut attempt: impl FnMut() -> Result<std::result::Result<R, u64>>,
+) -> Result<R> {
+    let mut patience = Patience::new();
+    loop {
+        match attempt()? {
+            Ok(r) => return Ok(r),
+            Err(seen) => {
+                patience.retry(op, offset, seen)?;
+                patience.pause();
+            }
+        }
+    }
+}
+
+/// One seqlock read of the record at `rec`: the value and its version, or the word seen
+/// (odd, or changed under the read).
 ///
 /// # Safety
 /// `rec` is 8-aligned and valid for reads of `Versioned::<T>::LEN` bytes, shared memory
 /// whose sequence word every party accesses atomically.
-pub(crate) unsafe fn read_record<T: FromBytes>(
-    op: &'static str,
-    offset: u64,
+pub(crate) unsafe fn try_read<T: FromBytes>(
     rec: *mut u8,
-) -> Result<Versioned<T>> {
+) -> std::result::Result<Versioned<T>, u64> {
     // SAFETY: aligned and valid (the caller's contract).
     let seq = unsafe { AtomicU64::from_ptr(rec.cast()) };
-    let mut patience = Patience::new();
-    loop {
-        let s1 = seq.load(Ordering::Acquire);
-        if s1 % 2 == 0 {
-            // SAFETY: the value's bytes follow the word inside the caller's range.
-            let value = unsafe { load::<T>(rec.add(8)) };
-            // The value's loads before the second look at the word (the writer's release
-            // fence pairs with it: a loaded byte of a later write means a changed word).
-            fence(Ordering::Acquire);
-            if seq.load(Ordering::Relaxed) == s1 {
-                return Ok(Versioned { version: s1, value });
-            }
-        }
-        patience.retry(op, offset, seq.load(Ordering::Relaxed))?;
-        patience.pause();
+    let s1 = seq.load(Ordering::Acquire);
+    if s1 % 2 == 1 {
+        return Err(s1);
+    }
+    // SAFETY: the value's bytes follow the word inside the caller's range.
+    let value = unsafe { load::<T>(rec.add(8)) };
+    // The value's loads before the second look at the word (the writer's release fence
+    // pairs with it: a loaded byte of a later write means a changed word).
+    fence(Ordering::Acquire);
+    match seq.load(Ordering::Relaxed) {
+        s2 if s2 == s1 => Ok(Versioned { version: s1, value }),
+        s2 => Err(s2),
     }
 }
 
-/// Writes `value` into the record at `rec` as a seqlock's writer; returns the new version.
+/// One seqlock write of `value` into the record at `rec`: claims it (the word from even to
+/// odd), writes the value and releases it 2 higher, returning that version; or the word
+/// seen when another writer holds it (odd) or claimed it first.
 ///
 /// # Safety
-/// As for [`read_record`], valid for writes too.
-pub(crate) unsafe fn write_record<T: IntoBytes + Immutable>(
-    op: &'static str,
-    offset: u64,
+/// As for [`try_read`], valid for writes too.
+pub(crate) unsafe fn try_write<T: IntoBytes + Immutable>(
     rec: *mut u8,
     value: &T,
-) -> Result<u64> {
+) -> std::result::Result<u64, u64> {
     // SAFETY: aligned and valid (the caller's contract).
     let seq = unsafe { AtomicU64::from_ptr(rec.cast()) };
-    let mut patience = Patience::new();
-    let claimed = loop {
-        let s = seq.load(Ordering::Relaxed);
-        if s % 2 == 0
-            && seq
-                .compare_exchange(s, s.wrapping_add(1), Ordering::Acquire, Ordering::Relaxed)
-                .is_ok()
-        {
-            break s;
-        }
-        patience.retry(op, offset, s)?;
-        patience.pause();
-    };
+    let s = seq.load(Ordering::Relaxed);
+    if s % 2 == 1 {
+        return Err(s);
+    }
+    let claim = seq.compare_exchange(s, s.wrapping_add(1), Ordering::Acquire, Ordering::Relaxed);
+    claim?;
     // The odd word before any byte of the value (the readers' acquire fence pairs with it).
     fence(Ordering::Release);
     // SAFETY: the value's bytes follow the word inside the caller's range.
     unsafe { store(rec.add(8), value) };
-    let version = claimed.wrapping_add(2);
+    let version = s.wrapping_add(2);
     seq.store(version, Ordering::Release);
     Ok(version)
 }
@@ -281,16 +291,18 @@ mod tests {
                     while !stop.load(Ordering::Relaxed) {
                         i += 1;
                         let v = [w << 32 | i; 8];
+                        let p = rec(&mem);
                         // SAFETY: 80 aligned bytes, every access atomic.
-                        unsafe { write_record("t", 0, rec(&mem), &v) }.unwrap();
+                        retrying("t", 0, || Ok(unsafe { try_write(p, &v) })).unwrap();
                     }
                 })
             })
             .collect();
         let mut last = 0;
         for _ in 0..20_000 {
+            let p = rec(&mem);
             // SAFETY: as above.
-            let r: Versioned<[u64; 8]> = unsafe { read_record("t", 0, rec(&mem)) }.unwrap();
+            let r: Versioned<[u64; 8]> = retrying("t", 0, || Ok(unsafe { try_read(p) })).unwrap();
             assert!(r.value.iter().all(|&x| x == r.value[0]), "torn: {r:?}");
             assert!(r.version >= last && r.version % 2 == 0);
             last = r.version;
@@ -306,11 +318,13 @@ mod tests {
         let word = AtomicU64::new(5);
         let rec = word.as_ptr().cast::<u8>();
         // SAFETY: 8 aligned bytes: a record of a zero-sized value.
-        let err = unsafe { read_record::<()>("read_versioned", 64, rec) }.unwrap_err();
+        let read = || Ok(unsafe { try_read::<()>(rec) });
+        let err = retrying("read_versioned", 64, read).unwrap_err();
         assert_eq!(err.code(), 42);
         assert!(err.to_string().contains("stayed odd"), "{err}");
         // SAFETY: as above.
-        let err = unsafe { write_record("write_versioned", 64, rec, &()) }.unwrap_err();
+        let err = retrying("write_versioned", 64, || Ok(unsafe { try_write(rec, &()) }));
+        let err = err.unwrap_err();
         assert_eq!(err.code(), 42);
     }
 }

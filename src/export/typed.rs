@@ -148,8 +148,8 @@ impl ExportSegment {
         const OP: &str = "export_read_versioned";
         let (_mem, p) = self.record::<T>(OP, offset)?;
         // SAFETY: 8-aligned (the memory is page-aligned, the offset checked) and the whole
-        // record inside the live memory; everyone reaches the word atomically.
-        unsafe { versioned::read_record(OP, offset, p) }
+        // record inside the memory `_mem` keeps alive; everyone reaches the word atomically.
+        versioned::retrying(OP, offset, || Ok(unsafe { versioned::try_read(p) }))
     }
 
     /// Writes `value` into the versioned record at `offset` and returns its new version
@@ -173,6 +173,6 @@ impl ExportSegment {
         const OP: &str = "export_write_versioned";
         let (_mem, p) = self.record::<T>(OP, offset)?;
         // SAFETY: as in read_versioned.
-        unsafe { versioned::write_record(OP, offset, p, value) }
+        versioned::retrying(OP, offset, || Ok(unsafe { versioned::try_write(p, value) }))
     }
 }

@@ -76,10 +76,13 @@ impl ImportMapping {
     pub fn read_versioned<T: FromBytes>(&self, at: usize) -> Result<Versioned<T>> {
         const OP: &str = "map_read_versioned";
         let p = self.record::<T>(OP, at, Perm::READ)?;
-        let _busy = self.lo.enter_map(self.id)?;
-        // SAFETY: 8-aligned (a page-aligned mapping, `at` checked), in bounds of the live
-        // mapping; every party reaches the word atomically.
-        unsafe { versioned::read_record(OP, at as u64, p) }
+        // Each attempt in an entry of its own: a revoke or unmap waits for one attempt.
+        versioned::retrying(OP, at as u64, || {
+            let _busy = self.lo.enter_map(self.id)?;
+            // SAFETY: 8-aligned (a page-aligned mapping, `at` checked), in bounds of the
+            // live mapping; every party reaches the word atomically.
+            Ok(unsafe { versioned::try_read(p) })
+        })
     }
 
     /// Writes `value` into the versioned record at byte `at` of the mapping and returns its
@@ -99,8 +102,10 @@ impl ImportMapping {
     pub fn write_versioned<T: IntoBytes + Immutable>(&self, at: usize, value: &T) -> Result<u64> {
         const OP: &str = "map_write_versioned";
         let p = self.record::<T>(OP, at, Perm::RDWR)?;
-        let _busy = self.lo.enter_map(self.id)?;
-        // SAFETY: as in read_versioned.
-        unsafe { versioned::write_record(OP, at as u64, p, value) }
+        versioned::retrying(OP, at as u64, || {
+            let _busy = self.lo.enter_map(self.id)?;
+            // SAFETY: as in read_versioned; a claim, write and release in one entry.
+            Ok(unsafe { versioned::try_write(p, value) })
+        })
     }
 }
