@@ -449,6 +449,8 @@ mod settle;
 mod register;
 // Atomics the exporter performs, for peers and its own, in export/atomic.rs.
 mod atomic;
+// Typed values and versioned records on the local memory, in export/typed.rs.
+mod typed;
 // Signals, waits, the pollable descriptor and event streams, in export/signal.rs.
 mod signal;
 // Publish and republish, in export/publish.rs.

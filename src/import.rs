@@ -18,6 +18,9 @@ mod atomic_vec;
 
 // Typed put/get (8/16/32/64 bits, byte order), an `impl ImportSegment`.
 mod typed;
+// Values of zerocopy types, and versioned records (a seqlock), each an `impl ImportSegment`.
+mod value;
+mod versioned;
 // Barriers and barrier mode (docs/rsmapi.md §4.6).
 pub(crate) mod barrier;
 // Scatter/gather (docs/rsmapi.md §4.5).

@@ -99,6 +99,7 @@ pub(crate) mod context;
 pub(crate) mod dispatch;
 pub(crate) mod entries;
 pub(crate) mod memory;
+pub(crate) mod versioned;
 
 pub mod controller;
 pub mod events;
@@ -163,3 +164,8 @@ pub use segments::SegmentInfo;
 pub use shared_memory::SharedMemory;
 pub use stats::{ControllerStats, NodeStats, OpStats};
 pub use topology::Topology;
+pub use versioned::{VERSIONED_TIMEOUT, Versioned};
+/// The zerocopy this crate's typed values are bound by (`FromBytes` to read,
+/// `IntoBytes + Immutable` to write), so that a program derives the traits of the same
+/// version (with zerocopy's `derive` feature in its own dependency).
+pub use zerocopy;

@@ -212,6 +212,46 @@ fn atomics(ctrl: &'static str, mode: BarrierMode) {
     );
 }
 
+/// Typed values (DESIGN.md §14) are their bytes at any offset, as put and get move them; a
+/// versioned record written through the import is the exporter's, and in explicit barrier
+/// mode its write is refused (`RSMERR_BAD_MODE`) while its read works.
+fn values(ctrl: &'static str, mode: BarrierMode) {
+    let p = pair(ctrl, mode);
+    let name = p.name();
+    let words = [0x0102_0304_0506_0708u64, 9, u64::MAX];
+    p.covered(async |imp| imp.put_values(4093, &words).await)
+        .unwrap_or_else(|e| panic!("{name}: put_values: {e}"));
+    let bytes: Vec<u8> = words.iter().flat_map(|w| w.to_ne_bytes()).collect();
+    assert!(p.landed(4093, 24) == bytes, "{name}: put_values landed");
+    p.exp.write_value(8191, &[7u16, 8, 9]).expect("write_value");
+    let got = p.covered(async |imp| imp.get_value::<[u16; 3]>(8191).await);
+    assert_eq!(got.expect("get_value"), [7, 8, 9], "{name}");
+    let got = p.covered(async |imp| imp.get_values::<u64>(4093, 3).await);
+    assert_eq!(got.expect("get_values"), words, "{name}");
+    p.rt.block_on(async {
+        let wrote = p.imp.write_versioned(12_288, &words).await;
+        match mode {
+            BarrierMode::Implicit => assert_eq!(wrote.expect("write_versioned"), 2, "{name}"),
+            BarrierMode::Explicit => {
+                assert_eq!(wrote.unwrap_err().name(), "RSMERR_BAD_MODE", "{name}");
+                p.exp
+                    .write_versioned(12_288, &words)
+                    .expect("the exporter writes");
+            }
+        }
+        let rec = p.imp.read_versioned::<[u64; 3]>(12_288).await;
+        let rec = rec.unwrap_or_else(|e| panic!("{name}: read_versioned: {e}"));
+        assert_eq!((rec.version, rec.value), (2, words), "{name}");
+    });
+    assert_eq!(
+        p.exp
+            .read_versioned::<[u64; 3]>(12_288)
+            .expect("read")
+            .value,
+        words
+    );
+}
+
 /// What an access may not do is refused before anything moves, with its RSMERR code.
 fn refusals(ctrl: &'static str, mode: BarrierMode) {
     let p = pair(ctrl, mode);
@@ -281,6 +321,10 @@ macro_rules! conformance {
                 fn atomics_implicit() { atomics($name, BarrierMode::Implicit) }
                 #[test]
                 fn atomics_explicit() { atomics($name, BarrierMode::Explicit) }
+                #[test]
+                fn values_implicit() { values($name, BarrierMode::Implicit) }
+                #[test]
+                fn values_explicit() { values($name, BarrierMode::Explicit) }
                 #[test]
                 fn refusals_implicit() { refusals($name, BarrierMode::Implicit) }
                 #[test]

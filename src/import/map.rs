@@ -374,3 +374,6 @@ impl Drop for ImportMapping {
         let _ = self.lo.unmap(Some(self.id));
     }
 }
+
+// Typed values and versioned records through the mapping, in import/map/typed.rs.
+mod typed;

@@ -4,7 +4,10 @@
 //! respect to every other such access from any process that maps the same pages.
 
 use crate::sans_io::atomic::{Call, Class, Datatype, apply};
-use std::sync::atomic::{AtomicU8, AtomicU16, AtomicU32, AtomicU64, Ordering::SeqCst};
+use std::sync::atomic::{
+    AtomicU8, AtomicU16, AtomicU32, AtomicU64,
+    Ordering::{Relaxed, SeqCst},
+};
 
 macro_rules! width {
     ($atomic:ty, $uint:ty, $ptr:expr, $call:expr, $x:expr, $c:expr) => {{
@@ -57,6 +60,56 @@ pub(crate) unsafe fn perform(ptr: *mut u8, call: Call, operand: u64, compare: u6
 pub(crate) fn fits(offset: u64, dt: Datatype, len: u64) -> bool {
     let size = dt.size() as u64;
     offset % size == 0 && offset.checked_add(size).is_some_and(|end| end <= len)
+}
+
+/// Copies `len` bytes of shared memory at `src` into local memory at `dst` with relaxed
+/// atomic loads (8 bytes at a time where `src` is 8-aligned), so a copy that races a writer
+/// is a data race on no byte: what a seqlock's reader needs (the record's fences order it).
+///
+/// # Safety
+/// `src` is valid for reads and `dst` for writes of `len` bytes; the ranges do not overlap;
+/// every concurrent access to the `src` bytes from this process is atomic (or, from another
+/// process, whatever it is).
+pub(crate) unsafe fn load_bytes(src: *const u8, dst: *mut u8, len: usize) {
+    let mut i = 0;
+    while i < len {
+        // SAFETY: i < len: in bounds of both ranges; the wide loads are 8-aligned (checked).
+        unsafe {
+            let s = src.add(i);
+            if len - i >= 8 && s as usize % 8 == 0 {
+                let w = AtomicU64::from_ptr(s.cast_mut().cast()).load(Relaxed);
+                dst.add(i).cast::<u64>().write_unaligned(w);
+                i += 8;
+            } else {
+                *dst.add(i) = AtomicU8::from_ptr(s.cast_mut()).load(Relaxed);
+                i += 1;
+            }
+        }
+    }
+}
+
+/// Copies `src` into shared memory at `dst` with relaxed atomic stores (8 bytes at a time
+/// where `dst` is 8-aligned); the other direction of [`load_bytes`].
+///
+/// # Safety
+/// `dst` is valid for writes of `src.len()` bytes and does not overlap `src`; every
+/// concurrent access to them from this process is atomic.
+pub(crate) unsafe fn store_bytes(dst: *mut u8, src: &[u8]) {
+    let mut i = 0;
+    while i < src.len() {
+        // SAFETY: i < len: in bounds; the wide stores are 8-aligned (checked).
+        unsafe {
+            let d = dst.add(i);
+            if src.len() - i >= 8 && d as usize % 8 == 0 {
+                let w = src.as_ptr().add(i).cast::<u64>().read_unaligned();
+                AtomicU64::from_ptr(d.cast()).store(w, Relaxed);
+                i += 8;
+            } else {
+                AtomicU8::from_ptr(d).store(src[i], Relaxed);
+                i += 1;
+            }
+        }
+    }
 }
 
 #[cfg(test)]
@@ -117,5 +170,24 @@ mod tests {
         }
         assert!(fits(8, Datatype::U64, 16) && !fits(4, Datatype::U64, 16));
         assert!(!fits(16, Datatype::U64, 16) && !fits(u64::MAX - 1, Datatype::U16, u64::MAX));
+    }
+
+    #[test]
+    fn byte_copies_round_trip_at_every_alignment() {
+        let src: Vec<u8> = (0..64u8).collect();
+        let mut shared = vec![0u64; 10];
+        let base = shared.as_mut_ptr().cast::<u8>();
+        for skew in 0..8 {
+            for len in [0, 1, 7, 8, 9, 17, 40] {
+                // SAFETY: skew + len <= 80 bytes of `shared`; nothing else touches it.
+                let back = unsafe {
+                    store_bytes(base.add(skew), &src[..len]);
+                    let mut back = vec![0u8; len];
+                    load_bytes(base.add(skew), back.as_mut_ptr(), len);
+                    back
+                };
+                assert_eq!(back, &src[..len], "skew {skew}, {len} bytes");
+            }
+        }
     }
 }
