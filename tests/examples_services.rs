@@ -1,5 +1,6 @@
 //! The service examples (`examples/kv_store.rs`, `pubsub_ring.rs`, `pollfd_select.rs`,
-//! `graceful_shutdown.rs`, `atomic_counter.rs`, `signal_service.rs`; `metrics.rs`, two nodes
+//! `graceful_shutdown.rs`, `atomic_counter.rs`, `signal_service.rs`, `work_queue.rs`,
+//! `feature_cache.rs`; `metrics.rs`, two nodes
 //! in one process) run as real processes, one per node, and say what they did.
 //!
 //! This file builds nothing: `cargo test` builds the examples into `target/<profile>/examples/`,
@@ -561,4 +562,158 @@ fn signal_service_tcp0() {
 #[test]
 fn signal_service_shm0() {
     signal_service("shm0");
+}
+
+/// A coordinator and three workers; with `kill`, the slow third worker is killed while it
+/// holds tasks, and its claims go back to the others.
+fn work_queue(controller: &str, kill: bool) {
+    let [coord_id, a, b, c] = ids();
+    let tasks = "300";
+    let mut coord = Example::start(
+        "work_queue",
+        coord_id,
+        &[
+            "--role",
+            "coordinator",
+            "--tasks",
+            tasks,
+            "--workers",
+            "3",
+            "--controller",
+            controller,
+        ],
+    );
+    coord.expect("coordinator: ready");
+    let server = coord_id.to_string();
+    let start = |name: &str, id: u32, work_ms: &str| {
+        Example::start(
+            "work_queue",
+            id,
+            &[
+                "--role",
+                "worker",
+                "--server",
+                &server,
+                "--name",
+                name,
+                "--work-ms",
+                work_ms,
+                "--controller",
+                controller,
+            ],
+        )
+    };
+    let mut workers = vec![start("a", a, "0"), start("b", b, "0")];
+    // Killed, the slow worker holds the task it works on for 2 s.
+    let mut slow = start("c", c, if kill { "2000" } else { "0" });
+    if kill {
+        slow.expect("worker c: working on task");
+        let _ = slow.child.kill();
+        coord.expect(&format!("coordinator: worker node {c} left"));
+    } else {
+        workers.push(slow);
+    }
+    let line = coord.expect("coordinator: 300 tasks, each result taken once");
+    let requeued = if kill { "1 requeued" } else { "0 requeued" };
+    assert!(
+        line.contains("(0 done twice") && line.contains(requeued),
+        "{line}"
+    );
+    for (w, name) in workers.iter_mut().zip(["a", "b", "c"]) {
+        w.expect(&format!("worker {name}: ok"));
+        w.succeeds();
+    }
+    coord.expect("coordinator: ok");
+    coord.succeeds();
+}
+
+#[test]
+fn work_queue_loopback() {
+    work_queue("loopback", false);
+}
+
+#[test]
+fn work_queue_shm0_survives_a_killed_worker() {
+    work_queue("shm0", true);
+}
+
+#[test]
+fn work_queue_tcp0_survives_a_killed_worker() {
+    work_queue("tcp0", true);
+}
+
+/// A writer and two readers, one reading through a mapping; with `restart`, the writer is
+/// killed mid-way and started again under the same node id, and the readers follow it.
+fn feature_cache(controller: &str, restart: bool) {
+    let [writer_id, a, b, _] = ids();
+    let writer_args = [
+        "--role",
+        "writer",
+        "--readers",
+        "2",
+        "--rounds",
+        "40",
+        "--controller",
+        controller,
+    ];
+    let mut writer = Example::start("feature_cache", writer_id, &writer_args);
+    writer.expect("writer: ready");
+    let server = writer_id.to_string();
+    let reader = |name: &str, id: u32, map: bool| {
+        let mut args = vec![
+            "--role",
+            "reader",
+            "--server",
+            &server,
+            "--name",
+            name,
+            "--controller",
+            controller,
+        ];
+        if map {
+            args.push("--map");
+        }
+        Example::start("feature_cache", id, &args)
+    };
+    let mut readers = [reader("a", a, false), reader("b", b, true)];
+    if restart {
+        writer.expect("writer: round 10");
+        let _ = writer.child.kill();
+        let _ = writer.child.wait();
+        common::remove_shm_files(writer.child.id());
+        writer = Example::start("feature_cache", writer_id, &writer_args);
+        writer.expect("writer: ready");
+        for (r, name) in readers.iter_mut().zip(["a", "b"]) {
+            r.expect(&format!("reader {name}: the table ended"));
+        }
+    }
+    writer.expect("writer: 40 rounds written");
+    for (r, name) in readers.iter_mut().zip(["a", "b"]) {
+        let line = r.expect(&format!("reader {name}: 40 rounds"));
+        let expect = if restart {
+            "2 incarnation(s)"
+        } else {
+            "1 incarnation(s)"
+        };
+        assert!(line.contains(expect), "{line}");
+        r.expect(&format!("reader {name}: ok"));
+        r.succeeds();
+    }
+    writer.expect("writer: ok");
+    writer.succeeds();
+}
+
+#[test]
+fn feature_cache_loopback() {
+    feature_cache("loopback", false);
+}
+
+#[test]
+fn feature_cache_shm0_follows_a_restarted_writer() {
+    feature_cache("shm0", true);
+}
+
+#[test]
+fn feature_cache_tcp0_follows_a_restarted_writer() {
+    feature_cache("tcp0", true);
 }
