@@ -124,13 +124,9 @@ impl ImportSegment {
                 Error::bad_seg_hndl().detail("the segment was disconnected")
             ));
         }
-        let Some(lo) = inner.mapper() else {
-            return Err(ctx(Error::map_failed().detail(format!(
-                "only the loopback controller can map: on {} the segment's memory lies in \
-                 another process and is reached through the provider; use put and get",
-                inner.ctrl.name()
-            ))));
-        };
+        let lo = inner.mapper_or_why().map_err(|why| {
+            ctx(Error::map_failed().detail(format!("{} cannot map here: {why}", inner.ctrl.name())))
+        })?;
         if lo.is_remote() {
             return Err(ctx(Error::map_failed().detail(
                 "the segment is the exporter's caller memory, not a memfd: it is reached \
