@@ -150,7 +150,7 @@ async fn pair(
 #[test]
 fn a_mapping_and_put_get_share_the_memory_in_one_process() {
     let rt = runtime();
-    for ctrl in CTRLS {
+    for ctrl in ["shm0", "tcp0", "sockets0"] {
         bounded(&rt, async {
             let (a, b, seg, imp) = pair(ctrl, 1 << 16, ExportFlags::empty(), Perm::RDWR).await;
             assert!(
@@ -337,6 +337,54 @@ fn rebind_remaps() {
             assert_eq!(g, b"mapped", "{ctrl}: get reads the new memory");
             drop(map);
             imp.disconnect().await.unwrap();
+            seg.destroy().await.unwrap();
+            b.shutdown().await;
+            a.shutdown().await;
+        });
+    }
+}
+
+/// A rebind onto memory that is not a memfd cuts the mapping off (its accesses fail with
+/// `RSMERR_CONN_ABORTED`) while puts and gets reach the new memory; a rebind back onto a
+/// memfd lets a new import map it.
+#[test]
+fn rebind_between_kinds_of_memory() {
+    let rt = runtime();
+    for ctrl in CTRLS {
+        bounded(&rt, async {
+            let (a, b, seg, imp) = pair(ctrl, 1 << 16, ExportFlags::ALLOW_REBIND, Perm::RDWR).await;
+            let map = imp.map(0, 1 << 16, Perm::RDWR, MapAt::Anywhere).unwrap();
+            seg.rebind(Pages::new(1 << 16, 0)).await.unwrap();
+            let mut buf = [0u8; 4];
+            assert_eq!(
+                map.read(0, &mut buf).unwrap_err().code(),
+                rsm::Error::conn_aborted().code(),
+                "{ctrl}: cut off by the rebind"
+            );
+            imp.put(0, b"caller".to_vec()).await.unwrap();
+            let mut got = [0u8; 6];
+            seg.read_at(0, &mut got).unwrap();
+            assert_eq!(&got, b"caller", "{ctrl}: puts reach the new memory");
+            drop(map);
+            imp.disconnect().await.unwrap();
+
+            seg.rebind(SharedMemory::new(1 << 16).unwrap())
+                .await
+                .unwrap();
+            let again = b
+                .controller(ctrl)
+                .await
+                .unwrap()
+                .import(a.id(), seg.id().unwrap(), Perm::RDWR)
+                .await
+                .unwrap();
+            let map = again.map(0, 4096, Perm::RDWR, MapAt::Anywhere).unwrap();
+            map.write(0, b"memfd again").unwrap();
+            let mut back = [0u8; 11];
+            seg.read_at(0, &mut back).unwrap();
+            assert_eq!(&back, b"memfd again", "{ctrl}");
+            drop(map);
+            again.disconnect().await.unwrap();
             seg.destroy().await.unwrap();
             b.shutdown().await;
             a.shutdown().await;

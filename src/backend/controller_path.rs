@@ -147,10 +147,16 @@ impl ExportPath for ControllerPath {
 
     fn admission(&self, peer: &PeerInfo, address: &[u8]) -> Result<Admission> {
         match self {
-            ControllerPath::Fabric(b, _) => Ok(Admission {
-                handed_to: same_host::importer_process(peer),
-                ..b.admission(peer, address)?
-            }),
+            ControllerPath::Fabric(b, _) => {
+                let admission = b.admission(peer, address)?;
+                let handed_to = same_host::importer_process(peer);
+                let offered = handed_to.map_or(0, |_| same_host::DESCRIPTORS);
+                Ok(Admission {
+                    handed_to,
+                    descriptors: admission.descriptors + offered,
+                    ..admission
+                })
+            }
             ControllerPath::Loopback(p) => p.admission(peer, address),
         }
     }
@@ -193,7 +199,7 @@ impl ExportPath for ControllerPath {
 
     fn rebound(&self, old: &Memory, new: &Memory, generation: u32) {
         if let ControllerPath::Fabric(_, memfds) = self {
-            memfds.rebound(old, new, generation);
+            same_host::rebound(memfds, old, new, generation);
         }
         chosen!(ControllerPath, self, p => p.rebound(old, new, generation))
     }

@@ -6,6 +6,7 @@
 //! through the provider; the mapping reaches the same pages.
 
 use crate::backend::loopback::{LoopbackBackend, LoopbackImport, share};
+use crate::backend::path::ExportPath;
 use crate::context::NodeContext;
 use crate::memory::Memory;
 use crate::perm::Perm;
@@ -17,6 +18,10 @@ use std::sync::Arc;
 /// What maps a fabric connection's segment into this process, or why nothing does (the
 /// detail of `RSMERR_MAP_FAILED`).
 pub(crate) type FabricMap = std::result::Result<Arc<LoopbackImport>, Arc<str>>;
+
+/// The descriptors an exporter holds for a connection it offers a memfd to (the memfd and
+/// its generation word's, until claimed), counted against the importer's limits.
+pub(crate) const DESCRIPTORS: usize = 2;
 
 /// The importer process an exporter may hand a memfd to: one on this host whose process
 /// the kernel credentials of the Unix side channel name.
@@ -55,6 +60,22 @@ pub(crate) fn reoffer(memfds: &LoopbackBackend, new: &Memory, conn_id: u64, acce
         .ok()
         .and_then(|fds| memfds.reoffer(conn_id, fds))
         .unwrap_or(0)
+}
+
+/// The exporter's rebind from `old` to `new` at `generation`, before any importer is told:
+/// a memfd after a memfd carries the publication's epoch (as on loopback); a memfd after
+/// other memory a fresh one (so later importers can claim it); other memory after a memfd
+/// withdraws the old word, so a mapping of it fails at once.
+pub(crate) fn rebound(memfds: &Arc<LoopbackBackend>, old: &Memory, new: &Memory, generation: u32) {
+    match (
+        matches!(old, Memory::Shared(_)),
+        matches!(new, Memory::Shared(_)),
+    ) {
+        (true, true) => memfds.rebound(old, new, generation),
+        (false, true) => memfds.published(new, generation),
+        (true, false) => memfds.revoked(old),
+        (false, false) => {}
+    }
 }
 
 /// The importer's side: claims and maps the memfd that `grant` (from exporter `peer`)
