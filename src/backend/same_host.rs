@@ -138,6 +138,9 @@ pub(crate) async fn attach(
 /// maps it over the old ranges; without a ticket (memory that is not a memfd) the mapping
 /// is cut off the segment, as a revoke cuts it.
 pub(crate) async fn remap(lo: Arc<LoopbackImport>, ticket: Option<u64>, generation: u32) {
+    if !lo.reaches() {
+        return;
+    }
     let res = match ticket {
         Some(t) if t != 0 => lo.rebind(t, 0, generation).await,
         _ => Err(Error::map_failed().detail("the rebound memory is not a memfd")),
