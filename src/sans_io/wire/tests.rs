@@ -134,7 +134,7 @@ fn the_layout_is_little_endian_and_stable() {
     .expect("encodes");
     assert_eq!(
         &frame[..],
-        &[4, 0, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0x0D, 0x0C, 0x0B, 0x0A]
+        &[5, 0, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0x0D, 0x0C, 0x0B, 0x0A]
     );
 }
 
@@ -147,8 +147,8 @@ fn another_version_is_refused() {
 
 #[test]
 fn an_unknown_tag_is_refused() {
-    assert_eq!(decode(&[4, 0, 0]), Err(WireError::UnknownTag(0)));
-    assert_eq!(decode(&[4, 0, 200]), Err(WireError::UnknownTag(200)));
+    assert_eq!(decode(&[5, 0, 0]), Err(WireError::UnknownTag(0)));
+    assert_eq!(decode(&[5, 0, 200]), Err(WireError::UnknownTag(200)));
 }
 
 #[test]
@@ -209,7 +209,7 @@ fn oversize_fields_are_refused_on_both_sides() {
     ));
 
     // Hand-made frame: a hello whose auth claims 257 bytes, and carries them.
-    let mut frame = vec![4, 0, tag::HELLO];
+    let mut frame = vec![5, 0, tag::HELLO];
     frame.extend_from_slice(&[0; 4 + 8 + 1 + 16]);
     frame.extend_from_slice(&257u16.to_le_bytes());
     frame.extend_from_slice(&[0; 257]);
@@ -253,7 +253,7 @@ fn oversize_fields_are_refused_on_both_sides() {
 #[test]
 fn a_length_beyond_the_frame_is_truncation_not_allocation() {
     // A connect request whose groups count is 64 but whose frame ends right after it.
-    let mut frame = vec![4, 0, tag::CONNECT_REQUEST];
+    let mut frame = vec![5, 0, tag::CONNECT_REQUEST];
     frame.extend_from_slice(&[0; 8 + 4]);
     frame.extend_from_slice(&0u16.to_le_bytes());
     frame.extend_from_slice(&[0; 12]);
@@ -480,7 +480,7 @@ proptest! {
         tag in 0u8..16,
         body in vec(any::<u8>(), 0..1024),
     ) {
-        let mut frame = vec![4, 0, tag];
+        let mut frame = vec![5, 0, tag];
         frame.extend_from_slice(&body);
         if let Ok(msg) = decode(&frame) {
             // Whatever decodes re-encodes to the same bytes: the format has one spelling.
