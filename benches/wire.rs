@@ -69,6 +69,7 @@ fn messages() -> Vec<(&'static str, Message)> {
                         key: 78,
                     }),
                     admission: vec![0x5d; 16],
+                    map_service: Vec::new(),
                 }),
             }),
         ),

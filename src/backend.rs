@@ -6,7 +6,7 @@
 macro_rules! chosen {
     ($chooser:ident, $self:expr, $p:ident => $call:expr) => {
         match $self {
-            $chooser::Fabric($p) => $call,
+            $chooser::Fabric($p, ..) => $call,
             $chooser::Loopback($p) => $call,
         }
     };
@@ -17,4 +17,5 @@ pub(crate) mod fabric;
 pub(crate) mod importer;
 pub(crate) mod loopback;
 pub(crate) mod path;
+pub(crate) mod same_host;
 pub(crate) mod stale_shm;

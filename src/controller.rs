@@ -167,7 +167,7 @@ impl Controller {
     /// ```
     pub fn spin_budget(&self) -> Duration {
         match &self.inner.path {
-            ControllerPath::Fabric(b) => b.engine().spin_budget(),
+            ControllerPath::Fabric(b, _) => b.engine().spin_budget(),
             ControllerPath::Loopback(_) => self
                 .inner
                 .node
@@ -495,7 +495,7 @@ fn open_fabric(
         info,
         kind: c.kind.clone(),
         serial: SERIAL.fetch_add(1, Ordering::Relaxed),
-        path: ControllerPath::Fabric(backend),
+        path: ControllerPath::Fabric(backend, LoopbackBackend::new(node.clone())),
         node,
         stats,
         span,

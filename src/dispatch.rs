@@ -104,7 +104,7 @@ pub(crate) fn decide(ctx: &Arc<NodeContext>, peer: &PeerInfo, msg: Message) -> O
             generation,
             keys,
             base,
-        } => on_rebind(ctx, from, conn_id, generation, keys.first().copied(), base),
+        } => on_rebind(ctx, from, conn_id, generation, &keys, base),
         Message::RebindAck {
             conn_id,
             generation,

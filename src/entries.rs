@@ -84,9 +84,15 @@ pub(crate) trait ImportEntry: Send + Sync + 'static {
     /// memory (its acknowledgement follows).
     fn revoked(self: Arc<Self>) -> BoxFuture<'static, ()>;
 
-    /// The exporter rebound the connection to `key` at `base`, `generation`: what finishes
-    /// once the import moved over.
-    fn rebound(self: Arc<Self>, base: u64, key: u64, generation: u32) -> BoxFuture<'static, ()>;
+    /// The exporter rebound the connection to `key` at `base`, `generation` (and offered
+    /// the new memfd with the ticket `map`): what finishes once the import moved over.
+    fn rebound(
+        self: Arc<Self>,
+        base: u64,
+        key: u64,
+        map: Option<u64>,
+        generation: u32,
+    ) -> BoxFuture<'static, ()>;
 
     /// A signal from the exporter, which the dispatcher checked comes from it.
     fn signal(&self, no_accumulate: bool);

@@ -153,6 +153,9 @@ pub(crate) struct Grant {
     pub(crate) bell_service: Option<(Arc<crate::sidechannel::fdpass::FdService>, u32)>,
     /// The ticket the importer's connections to this controller's endpoint carry.
     pub(crate) admission: Vec<u8>,
+    /// The ticket for the segment's memfd and the service it is claimed from (a fabric
+    /// controller's importer of this host, which maps it).
+    pub(crate) map: Option<(u64, Vec<u8>)>,
 }
 
 impl ExportInner {
@@ -201,6 +204,7 @@ impl ExportInner {
                 .as_ref()
                 .map(|a| a.ticket().to_vec())
                 .unwrap_or_default(),
+            map: g.map,
         };
         let importer = Importer {
             granted,

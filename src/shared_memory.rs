@@ -1,7 +1,7 @@
-//! Segment memory the `loopback` controller can share by mapping: a sealed memfd
-//! (DESIGN.md §7). Segments `rsm` allocates on `loopback` are made of it; a caller hands one to
+//! Segment memory importers of this host can share by mapping: a sealed memfd (DESIGN.md
+//! §7). Segments `rsm` allocates are made of it, on every controller; a caller hands one to
 //! [`crate::Controller::export_memory`] or [`crate::ExportSegment::rebind`] to keep a
-//! loopback segment mappable.
+//! segment mappable.
 
 use crate::sys::shm::{self, SharedMap};
 use crate::{Error, Result};
@@ -10,8 +10,9 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 /// Page-aligned memory in a sealed memfd (`F_SEAL_SHRINK|F_SEAL_GROW|F_SEAL_SEAL`), mapped
-/// shared in this process. A same-host importer of a `loopback` segment gets the descriptor
-/// over the side channel and maps the very same pages. A memfd backs one segment only and
+/// shared in this process. A same-host importer of the segment gets the descriptor over the
+/// side channel (on `loopback`, and on any controller over the host's Unix link) and maps
+/// the very same pages. A memfd backs one segment only and
 /// is never reused.
 ///
 /// The segment's generation word lives in a memfd of its own, which importers get read-only

@@ -55,7 +55,7 @@ fn create(
     // SAFETY: out is non-null and points at the caller's handle variable.
     unsafe { out.write(std::ptr::null_mut()) };
     let flags = rsm::ExportFlags::from_bits(flags);
-    let (backing, placed) = segmem::place(ctrl.is_loopback(), vaddr.cast(), size)?;
+    let (backing, placed) = segmem::place(vaddr.cast(), size)?;
     let seg = match take(&ctrl, backing, flags) {
         Ok(seg) => seg,
         Err(e) => {
@@ -102,8 +102,7 @@ fn rebind(h: *const c_void, vaddr: *mut c_void, size: usize) -> Ret {
     if placed.addr == vaddr.addr() {
         return Ok(());
     }
-    let ctrl = obj.seg.controller().clone();
-    let (backing, new) = segmem::place(ctrl.is_loopback(), vaddr.cast(), size)?;
+    let (backing, new) = segmem::place(vaddr.cast(), size)?;
     let res = match backing {
         Backing::Shared(m) => block(obj.seg.rebind(m)),
         Backing::Caller(m) => block(obj.seg.rebind(m)),
@@ -153,7 +152,7 @@ fn publish(h: *const c_void, id: *mut u32, list: *const AccessEntry, len: c_uint
 }
 
 /// `rsm_memseg_export_create`: an export segment over the caller's page-aligned `vaddr`
-/// of `size` bytes. On `loopback` the range becomes shared memory importers can map; the
+/// of `size` bytes. The range becomes shared memory importers of this host can map; the
 /// caller keeps using it as before (DESIGN.md §12).
 ///
 /// # Safety

@@ -1,5 +1,5 @@
-//! `rsm_memseg_import_map` and `rsm_memseg_import_unmap` (docs/rsmapi.md §4.10): on
-//! `loopback` a real pointer to the exporter's pages (DESIGN.md, decision 13).
+//! `rsm_memseg_import_map` and `rsm_memseg_import_unmap` (docs/rsmapi.md §4.10): where the
+//! exporter runs on this host, a real pointer to its pages (DESIGN.md, decision 13).
 
 use crate::codes::{self, Ret};
 use crate::ctypes::MAP_FIXED;
@@ -55,8 +55,9 @@ fn map(
 
 /// `rsm_memseg_import_map`: maps `length` bytes from `offset` (page-aligned) with `perm`,
 /// wherever the system chooses (`RSM_MAP_NONE`) or at `*address` (`RSM_MAP_FIXED`, never
-/// replacing a mapping); the address is stored in `*address`. `loopback` only; other
-/// controllers return `RSMERR_MAP_FAILED`.
+/// replacing a mapping); the address is stored in `*address`. The exporter must run on
+/// this host (on `loopback`, or any controller over the Unix side channel); otherwise
+/// `RSMERR_MAP_FAILED`.
 ///
 /// # Safety
 /// `address` is NULL or readable and writable.

@@ -1,6 +1,6 @@
-//! The memory behind a C export segment: the caller's own range (docs/rsmapi.md §4.2). On
-//! `loopback` the range is made a view of a sealed memfd so importers can map it
-//! (`rsm_memseg_import_map`); elsewhere `rsm` reaches the caller's pages as they are
+//! The memory behind a C export segment: the caller's own range (docs/rsmapi.md §4.2), made
+//! a view of a sealed memfd so importers of this host can map it (`rsm_memseg_import_map`,
+//! on every controller); where that fails `rsm` reaches the caller's pages as they are
 //! (DESIGN.md §12).
 
 use crate::codes;
@@ -60,12 +60,8 @@ pub(crate) enum Backing {
 }
 
 /// Checks the caller's range (non-null, page-aligned, non-empty, mapped) and prepares its
-/// backing; on `loopback` moves its contents into a memfd and maps that over the range.
-pub(crate) fn place(
-    loopback: bool,
-    vaddr: *mut u8,
-    len: usize,
-) -> Result<(Backing, Placed), c_int> {
+/// backing: moves its contents into a memfd and maps that over the range.
+pub(crate) fn place(vaddr: *mut u8, len: usize) -> Result<(Backing, Placed), c_int> {
     if vaddr.is_null() {
         return Err(codes::BAD_ADDR);
     }
@@ -84,14 +80,12 @@ pub(crate) fn place(
         len,
         aliased: false,
     };
-    if loopback {
-        match alias(vaddr, len) {
-            Ok(shm) => {
-                placed.aliased = true;
-                return Ok((Backing::Shared(shm), placed));
-            }
-            Err(e) => tracing::debug!(error = %e, "loopback export stays unmappable"),
+    match alias(vaddr, len) {
+        Ok(shm) => {
+            placed.aliased = true;
+            return Ok((Backing::Shared(shm), placed));
         }
+        Err(e) => tracing::debug!(error = %e, "the export stays unmappable"),
     }
     Ok((Backing::Caller(CallerPages::new(vaddr, len)), placed))
 }

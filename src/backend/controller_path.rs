@@ -7,6 +7,7 @@ use crate::backend::fabric::{FabricBackend, PeerAddress, Registration};
 use crate::backend::importer::Importer;
 use crate::backend::loopback::{LoopbackBackend, LoopbackImport};
 use crate::backend::path::{Admission, ExportPath, Granted, Offer, SignalReader};
+use crate::backend::same_host;
 use crate::context::NodeContext;
 use crate::events::loopback_bell::Claimed;
 use crate::memory::Memory;
@@ -16,10 +17,11 @@ use crate::sidechannel::PeerInfo;
 use crate::{Error, Result};
 use std::sync::Arc;
 
-/// The data path a controller opened: libfabric RMA on a provider, or same-host shared
-/// memory.
+/// The data path a controller opened: libfabric RMA on a provider (with the descriptor
+/// service that hands a memfd segment to importers of this host, which map it,
+/// `backend/same_host.rs`), or same-host shared memory.
 pub(crate) enum ControllerPath {
-    Fabric(Arc<FabricBackend>),
+    Fabric(Arc<FabricBackend>, Arc<LoopbackBackend>),
     Loopback(Arc<LoopbackBackend>),
 }
 
@@ -28,7 +30,7 @@ impl ControllerPath {
     /// for the node's bookkeeping, never a choice of path.
     pub(crate) fn fabric(&self) -> Option<&Arc<FabricBackend>> {
         match self {
-            ControllerPath::Fabric(b) => Some(b),
+            ControllerPath::Fabric(b, _) => Some(b),
             ControllerPath::Loopback(_) => None,
         }
     }
@@ -37,7 +39,7 @@ impl ControllerPath {
     /// it drops; `None` where peers do not connect to it (loopback, RDM endpoints).
     pub(crate) fn issue_ticket(&self) -> Result<Option<crate::fabric::connected::Admitted>> {
         match self {
-            ControllerPath::Fabric(b) => b.issue_ticket(),
+            ControllerPath::Fabric(b, _) => b.issue_ticket(),
             ControllerPath::Loopback(_) => Ok(None),
         }
     }
@@ -45,20 +47,21 @@ impl ControllerPath {
     /// The importer's path of connection `grant` (whose key for the granted mode is
     /// `key`) from exporter `peer`: the fabric's address-vector entry for the exporter, or
     /// the exporter's memory mapped (or reached in its process) and the connection's own
-    /// loopback doorbell claimed. Its operations count into the controller's counters
-    /// `counters`.
+    /// loopback doorbell claimed; on a fabric, also the exporter's memfd mapped where the
+    /// grant offers it (`backend/same_host.rs`). Its operations count into the controller's
+    /// counters `counters`.
     pub(crate) async fn attach(
         &self,
         state: &NodeContext,
         grant: &ConnectGrant,
         key: u64,
-        peer: &PeerInfo,
+        from: &PeerInfo,
         counters: u64,
     ) -> Result<(Importer, Option<Claimed>)> {
         let b = match self {
-            ControllerPath::Fabric(b) => b,
+            ControllerPath::Fabric(b, _) => b,
             ControllerPath::Loopback(_) => {
-                return attach_loopback(state, grant, key, peer, counters).await;
+                return attach_loopback(state, grant, key, from, counters).await;
             }
         };
         let peer = PeerAddress {
@@ -66,13 +69,14 @@ impl ControllerPath {
             ticket: grant.admission.clone(),
         };
         let dest = b.peer(&peer)?;
-        let path = Importer::Fabric(Arc::new(FabricImport {
+        let fabric = Arc::new(FabricImport {
             engine: Arc::clone(b.engine()),
             backend: Arc::clone(b),
             dest,
             peer,
-        }));
-        Ok((path, None))
+        });
+        let map = same_host::attach(state, grant, from).await;
+        Ok((Importer::Fabric(fabric, map), None))
     }
 }
 
@@ -115,7 +119,11 @@ async fn attach_loopback(
 
 impl ExportPath for ControllerPath {
     fn segment_memory(&self, size: usize) -> Result<Memory> {
-        chosen!(ControllerPath, self, p => p.segment_memory(size))
+        match self {
+            // A memfd on every controller, so that importers of this host can map it.
+            ControllerPath::Fabric(_, memfds) => memfds.segment_memory(size),
+            ControllerPath::Loopback(p) => p.segment_memory(size),
+        }
     }
 
     fn check_rebind(&self, old: &Memory, new: &Memory) -> Result<()> {
@@ -131,11 +139,26 @@ impl ExportPath for ControllerPath {
     }
 
     fn published(&self, mem: &Memory, generation: u32) {
+        if let ControllerPath::Fabric(_, memfds) = self {
+            memfds.published(mem, generation);
+        }
         chosen!(ControllerPath, self, p => p.published(mem, generation))
     }
 
     fn admission(&self, peer: &PeerInfo, address: &[u8]) -> Result<Admission> {
-        chosen!(ControllerPath, self, p => p.admission(peer, address))
+        match self {
+            ControllerPath::Fabric(b, _) => {
+                let admission = b.admission(peer, address)?;
+                let handed_to = same_host::importer_process(peer);
+                let offered = handed_to.map_or(0, |_| same_host::DESCRIPTORS);
+                Ok(Admission {
+                    handed_to,
+                    descriptors: admission.descriptors + offered,
+                    ..admission
+                })
+            }
+            ControllerPath::Loopback(p) => p.admission(peer, address),
+        }
     }
 
     fn refuses_user(&self, uid: u32) -> Option<String> {
@@ -150,26 +173,55 @@ impl ExportPath for ControllerPath {
         access: Perm,
         admission: &Admission,
     ) -> Result<Granted> {
-        chosen!(ControllerPath, self, p => p.grant(offer, mem, conn_id, access, admission))
+        match self {
+            ControllerPath::Fabric(b, memfds) => {
+                let pid = admission.handed_to;
+                let map = same_host::offer(memfds, mem, conn_id, access, pid)?;
+                Ok(Granted {
+                    map,
+                    ..b.grant(offer, mem, conn_id, access, admission)?
+                })
+            }
+            ControllerPath::Loopback(p) => p.grant(offer, mem, conn_id, access, admission),
+        }
     }
 
     fn reoffer(&self, offer: &Offer, new: &Memory, conn_id: u64, access: Perm) -> (u64, u64) {
         chosen!(ControllerPath, self, p => p.reoffer(offer, new, conn_id, access))
     }
 
+    fn reoffer_map(&self, new: &Memory, conn_id: u64, access: Perm) -> u64 {
+        match self {
+            ControllerPath::Fabric(_, memfds) => same_host::reoffer(memfds, new, conn_id, access),
+            ControllerPath::Loopback(_) => 0,
+        }
+    }
+
     fn rebound(&self, old: &Memory, new: &Memory, generation: u32) {
+        if let ControllerPath::Fabric(_, memfds) = self {
+            same_host::rebound(memfds, old, new, generation);
+        }
         chosen!(ControllerPath, self, p => p.rebound(old, new, generation))
     }
 
     fn revoked(&self, mem: &Memory) {
+        if let ControllerPath::Fabric(_, memfds) = self {
+            memfds.revoked(mem);
+        }
         chosen!(ControllerPath, self, p => p.revoked(mem))
     }
 
     fn destroyed(&self, mem: &Memory) {
+        if let ControllerPath::Fabric(_, memfds) = self {
+            memfds.destroyed(mem);
+        }
         chosen!(ControllerPath, self, p => p.destroyed(mem))
     }
 
     fn forget(&self, offer: Option<&Offer>, conn_id: u64) -> Option<Registration> {
+        if let ControllerPath::Fabric(_, memfds) = self {
+            ExportPath::forget(memfds, None, conn_id);
+        }
         chosen!(ControllerPath, self, p => ExportPath::forget(p, offer, conn_id))
     }
 

@@ -5,6 +5,7 @@ use crate::backend::fabric::import::FabricImport;
 use crate::backend::fabric::{FabricBackend, PeerAddress};
 use crate::backend::loopback::LoopbackImport;
 use crate::backend::path::{AtomicRoute, Connection, ImportPath, Way};
+use crate::backend::same_host::{self, FabricMap};
 use crate::reactor::slot::{AtomicPost, Piece};
 use crate::reactor::{IoBuf, IoBufMut, Op};
 use crate::sans_io::atomic::{Call, Class};
@@ -12,9 +13,11 @@ use crate::{Error, Result};
 use futures::future::BoxFuture;
 use std::sync::Arc;
 
-/// The data path a connection was made on: the one place that asks which.
+/// The data path a connection was made on: the one place that asks which. A fabric
+/// connection also holds its mapping of the exporter's memfd where it has one
+/// (`backend/same_host.rs`), or why it has none.
 pub(crate) enum Importer {
-    Fabric(Arc<FabricImport>),
+    Fabric(Arc<FabricImport>, FabricMap),
     Loopback(Arc<LoopbackImport>),
 }
 
@@ -76,11 +79,20 @@ impl ImportPath for Importer {
         chosen!(Importer, self, p => p.fence(conn, op))
     }
 
+    // A fabric connection's mapping follows the loopback mapper's life: aborted, revoked,
+    // remapped and closed with the connection.
+
     fn abort(&self, err: &Error) {
+        if let Importer::Fabric(_, Ok(lo)) = self {
+            ImportPath::abort(lo, err);
+        }
         chosen!(Importer, self, p => ImportPath::abort(p, err))
     }
 
     fn revoke(&self) {
+        if let Importer::Fabric(_, Ok(lo)) = self {
+            ImportPath::revoke(lo);
+        }
         chosen!(Importer, self, p => ImportPath::revoke(p))
     }
 
@@ -88,12 +100,27 @@ impl ImportPath for Importer {
         &self,
         key: u64,
         base: u64,
+        map: Option<u64>,
         generation: u32,
     ) -> Option<BoxFuture<'static, Result<()>>> {
-        chosen!(Importer, self, p => p.remap(key, base, generation))
+        if let Importer::Fabric(_, Ok(lo)) = self {
+            let lo = Arc::clone(lo);
+            return Some(Box::pin(async move {
+                same_host::remap(lo, map, generation).await;
+                Ok(())
+            }));
+        }
+        chosen!(Importer, self, p => p.remap(key, base, map, generation))
+    }
+
+    fn rebinds_view(&self) -> bool {
+        chosen!(Importer, self, p => p.rebinds_view())
     }
 
     fn closer(&self) -> Option<Box<dyn FnOnce() + Send>> {
+        if let Importer::Fabric(_, Ok(lo)) = self {
+            return lo.closer();
+        }
         chosen!(Importer, self, p => p.closer())
     }
 
@@ -113,7 +140,10 @@ impl ImportPath for Importer {
         chosen!(Importer, self, p => p.ringer())
     }
 
-    fn mapper(&self) -> Option<&Arc<LoopbackImport>> {
-        chosen!(Importer, self, p => ImportPath::mapper(p))
+    fn mapper(&self) -> std::result::Result<&Arc<LoopbackImport>, &str> {
+        match self {
+            Importer::Fabric(_, map) => map.as_ref().map_err(|why| &**why),
+            Importer::Loopback(p) => ImportPath::mapper(p),
+        }
     }
 }

@@ -28,5 +28,5 @@ mod importer;
 mod tests;
 mod transfers;
 
-pub(crate) use exporter::{LoopbackBackend, hold};
+pub(crate) use exporter::{LoopbackBackend, hold, share};
 pub(crate) use importer::{LoopbackImport, Toward, copy};

@@ -158,11 +158,20 @@ pub(crate) trait ImportPath {
     /// once the copies in progress are done.
     fn revoke(&self);
 
-    /// The exporter rebound the segment to `key` at `base`: a path that reaches it through
-    /// a mapping returns its remapping, to await; `None` for a path whose posts take the
-    /// new registration from the connection's tracker, which the import then updates.
-    fn remap(&self, key: u64, base: u64, generation: u32)
-    -> Option<BoxFuture<'static, Result<()>>>;
+    /// The exporter rebound the segment to `key` at `base` (and offered its new memfd with
+    /// the ticket `map`, to a fabric importer of its host): a path that reaches it through
+    /// a mapping returns its remapping, to await; `None` where nothing is mapped.
+    fn remap(
+        &self,
+        key: u64,
+        base: u64,
+        map: Option<u64>,
+        generation: u32,
+    ) -> Option<BoxFuture<'static, Result<()>>>;
+
+    /// Whether posts take the exporter's registration from the connection's tracker, which
+    /// a rebind then updates (after the remap).
+    fn rebinds_view(&self) -> bool;
 
     /// What the path still has to let go of once the connection ended and its operations
     /// are done, a blocking call for the node's blocking threads (`None`: nothing).
@@ -185,8 +194,8 @@ pub(crate) trait ImportPath {
     fn ringer(&self) -> Option<(&Arc<FabricBackend>, u64)>;
 
     /// What maps the exporter's memory into this process, on a path that reaches it
-    /// through memory this process can map (`None`: the memory lies behind the provider).
-    fn mapper(&self) -> Option<&Arc<LoopbackImport>>;
+    /// through memory this process can map; else why it cannot be mapped here.
+    fn mapper(&self) -> std::result::Result<&Arc<LoopbackImport>, &str>;
 }
 
 /// What a path made of a segment's memory (published, or rebound) for its importers: each
@@ -262,6 +271,9 @@ pub(crate) struct Granted {
     /// The ticket the importer's connections to the controller's endpoint carry, admitted
     /// while the connection lasts (connected fabrics).
     pub(crate) admission: Option<Admitted>,
+    /// The ticket for the segment's memfd and the descriptor service it is claimed from,
+    /// offered to an importer of this host on a fabric controller, to map it.
+    pub(crate) map: Option<(u64, Vec<u8>)>,
 }
 
 /// What a wait for a segment's signals reads before its task parks.
@@ -318,6 +330,12 @@ pub(crate) trait ExportPath {
     /// `conn_id`, granted `access` (0 where the path cannot offer it; the importer then
     /// keeps the old memory until the exporter retires it).
     fn reoffer(&self, offer: &Offer, new: &Memory, conn_id: u64, access: Perm) -> (u64, u64);
+
+    /// Rebind to `new`: the ticket for its memfd, offered to connection `conn_id`'s
+    /// importer of this host on a fabric controller, which maps it (0: none).
+    fn reoffer_map(&self, _new: &Memory, _conn_id: u64, _access: Perm) -> u64 {
+        0
+    }
 
     /// Rebind from `old` to `new` at `generation`, before any importer is told.
     fn rebound(&self, old: &Memory, new: &Memory, generation: u32);

@@ -30,7 +30,9 @@ pub struct ControllerAttr {
     pub tot_export_segment_size: u64,
     /// How many export segments the controller can hold.
     pub max_export_segments: u64,
-    /// The largest single import mapping, in bytes (0: the controller cannot map).
+    /// The largest single import mapping, in bytes (0: the controller cannot map). Every
+    /// controller maps a memfd segment whose exporter runs on this host (on a libfabric
+    /// controller, over the Unix side channel); none maps another host's memory.
     pub max_import_map_size: u64,
     /// All import mappings together, in bytes (0: the controller cannot map).
     pub tot_import_map_size: u64,

@@ -52,29 +52,35 @@ fn ack_once_gone(
     }
 }
 
-/// Importer side: the exporter rebound connection `conn_id` to `key` at `base`
-/// (DESIGN.md §4); acknowledged as a revoke is.
+/// Importer side: the exporter rebound connection `conn_id` to `keys[0]` at `base`
+/// (DESIGN.md §4; `keys[1]`, where sent, the ticket for the new memfd of a fabric segment
+/// mapped on one host); acknowledged as a revoke is.
 pub(super) fn on_rebind(
     ctx: &Arc<NodeContext>,
     from: Owner,
     conn_id: u64,
     generation: u32,
-    key: Option<u64>,
+    keys: &[u64],
     base: u64,
 ) -> Option<Action> {
     let ack = Message::RebindAck {
         conn_id,
         generation,
     };
-    match (import_from(ctx, from, conn_id), key) {
-        (Some(imp), Some(key)) => {
-            return Some(ack_later(from, ack, imp.rebound(base, key, generation)));
+    match (import_from(ctx, from, conn_id), keys.first()) {
+        (Some(imp), Some(&key)) => {
+            let map = keys.get(1).copied();
+            return Some(ack_later(
+                from,
+                ack,
+                imp.rebound(base, key, map, generation),
+            ));
         }
         (Some(_), None) => return Some(Action::Reply(ack)),
         (None, _) => {}
     }
     ack_once_gone(ctx, from, conn_id, ack, || {
-        on_rebind(ctx, from, conn_id, generation, key, base)
+        on_rebind(ctx, from, conn_id, generation, keys, base)
     })
 }
 

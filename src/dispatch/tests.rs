@@ -557,9 +557,10 @@ impl crate::entries::ImportEntry for FakeImport {
         self: Arc<Self>,
         base: u64,
         key: u64,
+        map: Option<u64>,
         generation: u32,
     ) -> futures::future::BoxFuture<'static, ()> {
-        self.note(format!("rebound {base:#x} {key:#x} {generation}"));
+        self.note(format!("rebound {base:#x} {key:#x} {map:?} {generation}"));
         Box::pin(async {})
     }
     fn signal(&self, no_accumulate: bool) {
@@ -622,7 +623,7 @@ fn notices_decide_their_acknowledgements_from_the_granting_exporter_only() {
         matches!(action, Some(Action::NotifyAfter { .. })),
         "{action:?}"
     );
-    assert_eq!(imp.calls(), ["rebound 0x1000 0x77 2"]);
+    assert_eq!(imp.calls(), ["rebound 0x1000 0x77 None 2"]);
     let action = decide(&ctx, &link(exporter), rebind(Vec::new()));
     assert!(
         matches!(action, Some(Action::Reply(Message::RebindAck { .. }))),

@@ -68,7 +68,8 @@ impl ExportEntry for ExportInner {
             },
             path.ringer().cloned(),
         );
-        // keys[1] is the ticket for the connection's own doorbell, where the path offers one.
+        // keys[1] is the ticket for the connection's own doorbell, where the path offers one,
+        // or for the segment's memfd, on a fabric controller that offers it.
         let bell = g.bell_service.and_then(|(service, pid)| {
             let (rt, on_ring) = (ctx.runtime(), ctx.on_ring());
             let (ticket, bell) =
@@ -80,10 +81,14 @@ impl ExportEntry for ExportInner {
         self.events.emit(SegmentEvent::ImporterConnected {
             node: crate::NodeId(peer.node_id),
         });
+        let (map_ticket, map_service) = g.map.unzip();
         Ok(ConnectGrant {
             conn_id,
             // keys[0] is the key for the granted mode (read-only for a grant without write).
-            keys: std::iter::once(g.key).chain(bell).collect(),
+            keys: std::iter::once(g.key)
+                .chain(bell)
+                .chain(map_ticket)
+                .collect(),
             base: g.base,
             length: g.length,
             granted: g.granted.bits(),
@@ -93,6 +98,7 @@ impl ExportEntry for ExportInner {
             exporter_gid: g.exporter_gid,
             doorbell: path.doorbell(),
             admission: g.admission,
+            map_service: map_service.unwrap_or_default(),
         })
     }
 

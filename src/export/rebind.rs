@@ -28,6 +28,9 @@ pub(crate) struct RebindNote {
     pub(crate) owner: Owner,
     pub(crate) key: u64,
     pub(crate) base: u64,
+    /// The ticket for the new memfd, for an importer of this host that maps it on a
+    /// fabric controller (0: none).
+    pub(crate) map: u64,
     /// The importer's process, where the path names it (for [`crate::backend::loopback::hold`]).
     pub(crate) pid: Option<u32>,
 }
@@ -160,6 +163,7 @@ impl ExportSegment {
                                 owner: i.owner(),
                                 key,
                                 base,
+                                map: path.reoffer_map(&mem, conn_id, i.granted),
                                 pid: i.pid,
                             }
                         })
@@ -202,7 +206,9 @@ async fn finish_rebind(ctx: &Arc<NodeContext>, r: Rebound) {
             msg: Message::Rebind {
                 conn_id: n.conn_id,
                 generation: r.generation,
-                keys: vec![n.key],
+                keys: std::iter::once(n.key)
+                    .chain((n.map != 0).then_some(n.map))
+                    .collect(),
                 base: n.base,
             },
         })

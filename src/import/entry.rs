@@ -38,8 +38,14 @@ impl ImportEntry for ImportInner {
         async move { ImportInner::revoked(&self).await }.boxed()
     }
 
-    fn rebound(self: Arc<Self>, base: u64, key: u64, generation: u32) -> BoxFuture<'static, ()> {
-        async move { ImportInner::rebound(&self, base, key, generation).await }.boxed()
+    fn rebound(
+        self: Arc<Self>,
+        base: u64,
+        key: u64,
+        map: Option<u64>,
+        generation: u32,
+    ) -> BoxFuture<'static, ()> {
+        async move { ImportInner::rebound(&self, base, key, map, generation).await }.boxed()
     }
 
     fn signal(&self, no_accumulate: bool) {

@@ -1,6 +1,8 @@
-//! Mapping an import segment into the process (docs/rsmapi.md §4.10, DESIGN.md, decision 13): on the `loopback`
-//! controller the importer maps the exporter's memfd itself, so plain loads and stores reach
-//! the segment. Other controllers cannot map (`RSMERR_MAP_FAILED`, saying why).
+//! Mapping an import segment into the process (docs/rsmapi.md §4.10, DESIGN.md, decision 13):
+//! where the exporter runs on this host, the importer maps the exporter's memfd itself, on
+//! `loopback` and on any other controller over the Unix side channel, so plain loads and
+//! stores reach the segment. Elsewhere `RSMERR_MAP_FAILED` says why. Which path maps, and
+//! why one cannot, is the backend's to say (`backend/importer.rs`).
 //!
 //! While a window is mapped, put and get still reach the whole segment: the original's rule
 //! that their offsets must then lie inside the mapped window (`RSMERR_BAD_OFFSET`, spec
@@ -101,10 +103,17 @@ impl ImportSegment {
     /// (`rsm_memseg_import_map`), readable and, with [`Perm::WRITE`], writable. One mapping
     /// per import segment at a time.
     ///
-    /// Errors, in this order: `RSMERR_BAD_SEG_HNDL` after disconnect; `RSMERR_MAP_FAILED`
-    /// on a controller other than `loopback` (its memory lies in another process, reached
-    /// through the provider), or when the segment's memory is not a memfd;
-    /// `RSMERR_SEG_ALREADY_MAPPED`; `RSMERR_BAD_PERMS` for bits other than read and write,
+    /// The segment maps where its exporter runs on this host and its memory is a memfd
+    /// (what [`Controller::export`](crate::Controller::export) allocates, or a
+    /// [`SharedMemory`](crate::SharedMemory)): on `loopback`, and on `shm0`, `tcp0`,
+    /// `sockets0` or any other controller when the side channel to the exporter is the
+    /// host's Unix link. The mapping reaches the very pages puts and gets reach.
+    ///
+    /// Errors, in this order: `RSMERR_BAD_SEG_HNDL` after disconnect; `RSMERR_MAP_FAILED`,
+    /// with a detail saying which case, when the exporter runs on another host, the side
+    /// channel to it is TCP only (no kernel credentials), the segment's memory is not a
+    /// memfd (caller memory: export `rsm::SharedMemory` to map it), or its memfd could
+    /// not be claimed at connect; `RSMERR_SEG_ALREADY_MAPPED`; `RSMERR_BAD_PERMS` for bits other than read and write,
     /// none, or more than the connection grants; `RSMERR_BAD_LENGTH` for 0 bytes or a range
     /// past the end; `RSMERR_BAD_MEM_ALIGNMENT` for an offset or a fixed address that is not
     /// page-aligned; `RSMERR_BAD_ADDR` when the fixed range is taken;
@@ -124,13 +133,9 @@ impl ImportSegment {
                 Error::bad_seg_hndl().detail("the segment was disconnected")
             ));
         }
-        let Some(lo) = inner.mapper() else {
-            return Err(ctx(Error::map_failed().detail(format!(
-                "only the loopback controller can map: on {} the segment's memory lies in \
-                 another process and is reached through the provider; use put and get",
-                inner.ctrl.name()
-            ))));
-        };
+        let lo = inner.mapper_or_why().map_err(|why| {
+            ctx(Error::map_failed().detail(format!("{} cannot map here: {why}", inner.ctrl.name())))
+        })?;
         if lo.is_remote() {
             return Err(ctx(Error::map_failed().detail(
                 "the segment is the exporter's caller memory, not a memfd: it is reached \

@@ -89,6 +89,12 @@ impl ImportInner {
     /// What maps the exporter's memory into this process, where the path can
     /// ([`ImportPath::mapper`]).
     pub(crate) fn mapper(&self) -> Option<&Arc<LoopbackImport>> {
+        self.path.mapper().ok()
+    }
+
+    /// What maps the exporter's memory here, or why nothing can (`RSMERR_MAP_FAILED`'s
+    /// detail).
+    pub(crate) fn mapper_or_why(&self) -> std::result::Result<&Arc<LoopbackImport>, &str> {
         self.path.mapper()
     }
 
@@ -141,14 +147,17 @@ impl ImportInner {
         until_gone(&self.gone, self.tracker.drained()).await;
     }
 
-    /// The importer's half of a rebind: operations posted from now on use the new
-    /// registration; waits (at most 5 s) for those in flight on the old one, which complete
-    /// normally. A stale or repeated generation changes nothing.
-    pub(crate) async fn rebound(&self, base: u64, key: u64, generation: u32) {
-        if let Some(remap) = self.path.remap(key, base, generation) {
+    /// The importer's half of a rebind: what is mapped maps the new memory (`map`: the
+    /// ticket for its memfd on a fabric controller); operations posted from now on use the
+    /// new registration; waits (at most 5 s) for those in flight on the old one, which
+    /// complete normally. A stale or repeated generation changes nothing.
+    pub(crate) async fn rebound(&self, base: u64, key: u64, map: Option<u64>, generation: u32) {
+        if let Some(remap) = self.path.remap(key, base, map, generation) {
             if let Err(e) = remap.await {
                 tracing::warn!(segment = format_args!("{:#x}", self.segment), error = %e, "cannot remap the rebound segment");
             }
+        }
+        if !self.path.rebinds_view() {
             return;
         }
         let view = View {

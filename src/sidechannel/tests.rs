@@ -126,6 +126,7 @@ fn grant(conn_id: u64) -> ConnectGrant {
         exporter_gid: 0,
         doorbell: None,
         admission: vec![],
+        map_service: vec![],
     }
 }
 

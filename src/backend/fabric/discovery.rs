@@ -287,9 +287,10 @@ pub(crate) fn describe(c: &Candidate, local_ip: IpAddr) -> Result<(ControllerInf
             tot_export_segment_size: tot_export,
             // One registration per segment; a provider that states no limit has none.
             max_export_segments: if mr_cnt == 0 { u64::MAX } else { mr_cnt },
-            // libfabric controllers cannot map remote memory (DESIGN.md, decision 13).
-            max_import_map_size: 0,
-            tot_import_map_size: 0,
+            // An importer of the exporter's host maps a memfd segment (DESIGN.md §7,
+            // "Mapping"); another host's memory is out of reach (decision 13).
+            max_import_map_size: (v.max_msg_size() as u64).min(tot_export),
+            tot_import_map_size: tot_export,
             // An import takes no provider resource of its own: its peer's address is shared.
             max_import_segments: u64::MAX,
         },

@@ -123,6 +123,7 @@ impl ExportPath for Arc<FabricBackend> {
             bell_service: None,
             // Even a grant of nothing: its signals reach the exporter over a connection.
             admission: self.issue_ticket()?,
+            map: None,
         })
     }
 

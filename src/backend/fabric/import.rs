@@ -267,8 +267,18 @@ impl ImportPath for Arc<FabricImport> {
     /// Posts fail on the connection's tracker, which the import aborts.
     fn revoke(&self) {}
 
-    fn remap(&self, _: u64, _: u64, _: u32) -> Option<BoxFuture<'static, crate::Result<()>>> {
+    fn remap(
+        &self,
+        _: u64,
+        _: u64,
+        _: Option<u64>,
+        _: u32,
+    ) -> Option<BoxFuture<'static, crate::Result<()>>> {
         None
+    }
+
+    fn rebinds_view(&self) -> bool {
+        true
     }
 
     fn closer(&self) -> Option<Box<dyn FnOnce() + Send>> {
@@ -291,7 +301,7 @@ impl ImportPath for Arc<FabricImport> {
         Some((&self.backend, self.dest))
     }
 
-    fn mapper(&self) -> Option<&Arc<LoopbackImport>> {
-        None
+    fn mapper(&self) -> Result<&Arc<LoopbackImport>, &str> {
+        Err("the segment's memory lies in another process and is reached through the provider")
     }
 }

@@ -163,6 +163,7 @@ impl ExportPath for Arc<LoopbackBackend> {
                 address,
                 bell_service: bell,
                 admission: None,
+                map: None,
             });
         }
         let (base, share) = grant(mem, access)?;
@@ -175,6 +176,7 @@ impl ExportPath for Arc<LoopbackBackend> {
                 address: Vec::new(),
                 bell_service: None,
                 admission: None,
+                map: None,
             });
         };
         // The key is the ticket for the memfd, the address the service's name; the
@@ -186,6 +188,7 @@ impl ExportPath for Arc<LoopbackBackend> {
             address: name,
             bell_service: self.service().ok().map(|s| (s, pid)),
             admission: None,
+            map: None,
         })
     }
 
@@ -242,7 +245,7 @@ impl ExportPath for Arc<LoopbackBackend> {
 /// exactly that access (the memfd itself for a reader and writer, a read-only reopen for a
 /// reader, whose mapping can never be made writable, a write-only one for a writer, which
 /// cannot read or map it), then the generation word's memfd, read-only.
-pub(super) fn share(mem: &Memory, access: Perm) -> Result<Vec<Arc<OwnedFd>>> {
+pub(crate) fn share(mem: &Memory, access: Perm) -> Result<Vec<Arc<OwnedFd>>> {
     let Memory::Shared(m) = mem else {
         return Err(Error::map_failed().detail("the segment's memory is not a memfd"));
     };

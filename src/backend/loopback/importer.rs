@@ -250,6 +250,11 @@ impl LoopbackImport {
         lock(&self.fd).as_ref().and_then(|fd| fd.try_clone().ok())
     }
 
+    /// Whether the connection reaches memory at all (a grant of nothing does not).
+    pub(crate) fn reaches(&self) -> bool {
+        !matches!(self.implicit, Reach::Nothing)
+    }
+
     /// Whether the segment is mapped here (puts, gets and CPU atomics on it).
     pub(crate) fn maps(&self) -> bool {
         matches!(self.implicit, Reach::Mapped { .. })

@@ -269,12 +269,18 @@ impl ImportPath for Arc<LoopbackImport> {
         &self,
         key: u64,
         base: u64,
+        _map: Option<u64>,
         generation: u32,
     ) -> Option<BoxFuture<'static, crate::Result<()>>> {
         let lo = Arc::clone(self);
         Some(Box::pin(
             async move { lo.rebind(key, base, generation).await },
         ))
+    }
+
+    /// Copies reach the memory mapped, which the remap replaced.
+    fn rebinds_view(&self) -> bool {
+        false
     }
 
     /// A copy in progress ends before the exporter hears (a short wait).
@@ -296,7 +302,7 @@ impl ImportPath for Arc<LoopbackImport> {
         None
     }
 
-    fn mapper(&self) -> Option<&Arc<LoopbackImport>> {
-        Some(self)
+    fn mapper(&self) -> Result<&Arc<LoopbackImport>, &str> {
+        Ok(self)
     }
 }

@@ -134,6 +134,10 @@ pub struct ConnectGrant {
     /// What the importer's connection to the exporter's fabric address carries to be
     /// admitted (at most [`MAX_TICKET`] bytes; empty where the fabric is not connected).
     pub admission: Vec<u8>,
+    /// On a fabric controller, the exporter's descriptor service where an importer of its
+    /// host claims the segment's memfd with the ticket in `keys[1]`, to map it (at most
+    /// [`MAX_FABRIC_ADDR`] bytes; empty when the grant offers no memfd).
+    pub map_service: Vec<u8>,
 }
 
 /// The exporter's answer to a [`ConnectRequest`].

@@ -21,6 +21,7 @@ fn sample_grant() -> ConnectGrant {
             key: 77,
         }),
         admission: vec![0x5C; 16],
+        map_service: b"rsm-fd-1-0123456789abcdef".to_vec(),
     }
 }
 
@@ -439,7 +440,10 @@ fn arb_grant() -> impl Strategy<Value = ConnectGrant> {
         any::<u32>(),
         vec(any::<u8>(), 0..=MAX_FABRIC_ADDR),
         (any::<u32>(), any::<u32>()),
-        vec(any::<u8>(), 0..=MAX_TICKET),
+        (
+            vec(any::<u8>(), 0..=MAX_TICKET),
+            vec(any::<u8>(), 0..=MAX_FABRIC_ADDR),
+        ),
     )
         .prop_map(
             |(
@@ -451,7 +455,7 @@ fn arb_grant() -> impl Strategy<Value = ConnectGrant> {
                 generation,
                 fabric_addr,
                 (uid, gid),
-                admission,
+                (admission, map_service),
             )| {
                 ConnectGrant {
                     conn_id,
@@ -465,6 +469,7 @@ fn arb_grant() -> impl Strategy<Value = ConnectGrant> {
                     exporter_gid: gid,
                     doorbell: None,
                     admission,
+                    map_service,
                 }
             },
         )

@@ -26,7 +26,7 @@ async fn a_garbage_frame_closes_only_its_link() {
     let fake = random_id();
     let (mut raw, mut seal) = raw_peer(b.addr, fake, b.id, 5).await;
     assert!(wait_until(Duration::from_secs(2), || b.sc.peer(fake).is_some()).await);
-    let garbage = seal.seal(&[4, 0, 250, 1, 2, 3]).expect("seals");
+    let garbage = seal.seal(&[5, 0, 250, 1, 2, 3]).expect("seals");
     write_frame(&mut raw, &garbage).await.expect("write");
     assert!(closed_within(&mut raw, Duration::from_secs(2)).await);
     assert!(wait_until(Duration::from_secs(2), || b.rec.lost(fake) == [5]).await);
