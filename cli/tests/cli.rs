@@ -128,7 +128,7 @@ fn segments_lists_what_a_node_publishes_to_the_observer() {
         .unwrap();
     let live_id = 3_100_000 + std::process::id() % 100_000;
     // `rsm segments` asks as the observer of node 4.
-    let observer = rsm::NodeId(4 | 0x8000_0000);
+    let observer = rsm::NodeId(7 | 0x8000_0000);
     let (live, _segs, named, public) = rt.block_on(async {
         let live = rsm::Node::builder()
             .ignore_environment()
@@ -150,7 +150,8 @@ fn segments_lists_what_a_node_publishes_to_the_observer() {
         (live, (a, b, c), named, public)
     });
     let node = live_id.to_string();
-    let env = [("RSM_NODE_ID", "4")];
+    // Not 4, which the topology test observes as at the same time: one observer id per host.
+    let env = [("RSM_NODE_ID", "7")];
     let (ok, out, err) = rsm(&["segments", &node, "--json"], &env);
     assert!(ok, "{err}");
     let v: serde_json::Value = serde_json::from_str(&out).expect("segments --json parses");
