@@ -127,7 +127,7 @@ fn segments_lists_what_a_node_publishes_to_the_observer() {
         .build()
         .unwrap();
     let live_id = 3_100_000 + std::process::id() % 100_000;
-    // `rsm segments` asks as the observer of node 4.
+    // `rsm segments` asks as the observer of node 7.
     let observer = rsm::NodeId(7 | 0x8000_0000);
     let (live, _segs, named, public) = rt.block_on(async {
         let live = rsm::Node::builder()
