@@ -110,6 +110,12 @@ impl FabricBackend {
         }))
     }
 
+    /// Whether a non-fetching atomic is posted fetching: shm 1.17 performs a plain update
+    /// out of order with a compare-and-swap on the same word in flight (DESIGN.md §13).
+    pub(crate) fn updates_fetch(&self) -> bool {
+        self.shm || self.visibility == Visibility::FencedRead
+    }
+
     /// How puts on this controller make their data visible before they resolve.
     pub(crate) fn visibility(&self) -> Visibility {
         self.visibility

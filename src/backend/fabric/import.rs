@@ -193,12 +193,12 @@ impl ImportPath for Arc<FabricImport> {
     }
 
     /// Natively where the provider performs it, else by the exporter. Without delivery
-    /// completion an update is posted fetching: its result comes back only once it was
-    /// performed.
+    /// completion, and on shm, an update is posted fetching: its result comes back only once
+    /// it was performed.
     #[inline]
     fn atomic_route(&self, call: Call, native: impl Fn(Class) -> bool) -> AtomicRoute {
         let class = match call.class {
-            Class::Update if self.backend.visibility() == Visibility::FencedRead => Class::Fetch,
+            Class::Update if self.backend.updates_fetch() => Class::Fetch,
             c => c,
         };
         if !native(class) {
