@@ -51,8 +51,11 @@ fn main() {
 }
 
 fn copy_pregenerated(manifest: &Path, out: &Path) {
-    std::fs::copy(manifest.join("src/pregenerated.rs"), out.join("bindings.rs"))
-        .expect("copying src/pregenerated.rs into OUT_DIR");
+    std::fs::copy(
+        manifest.join("src/pregenerated.rs"),
+        out.join("bindings.rs"),
+    )
+    .expect("copying src/pregenerated.rs into OUT_DIR");
 }
 
 /// Writes `$OUT_DIR/bindings.rs` and returns the shim's C source.
