@@ -38,7 +38,7 @@ const REQUIREMENTS: &[Requirement] = &[
         package: "pkg-config",
         otherwise: Probe::Command("pkg-config"),
     },
-    // Headers for bindgen, libfabric.so to link against.
+    // Headers for the shim (and bindgen), libfabric.so to link against.
     Requirement {
         package: "libfabric-dev",
         otherwise: Probe::PkgConfigModule("libfabric"),
@@ -58,7 +58,8 @@ const REQUIREMENTS: &[Requirement] = &[
         package: "nftables",
         otherwise: Probe::Command("nft"),
     },
-    // bindgen parses the libfabric headers with libclang.
+    // The `bindgen` feature, which the test builds' `--all-features` turn on, parses the
+    // libfabric headers with libclang.
     Requirement {
         package: "libclang-dev",
         otherwise: Probe::EnvVar("LIBCLANG_PATH"),

@@ -21,6 +21,10 @@ pub struct Step {
     pub busy: bool,
     /// When not empty, `cargo_args` only builds (`--no-run`) and these run side by side.
     pub suites: &'static [Suite],
+    /// When not empty, the arguments of one more cargo invocation, run beside the suites from
+    /// the build's end at idle priority (`nice -n 19`), in its own target dir: it takes the
+    /// CPU their waits leave. The step fails if it fails.
+    pub beside: &'static [&'static str],
 }
 
 /// Test binaries to run with the same arguments and environment.
@@ -57,6 +61,11 @@ const SLOWEST: &[&str] = &[
     "bench_peer_memory",
 ];
 
+/// The workspace's `[profile.dev]` (Cargo.toml), given to `cargo package`: a verification
+/// build whose root is not `rsm` would otherwise build every dependency with cargo's default
+/// dev profile (full debug info, the cryptography unoptimised), again for each such crate.
+const PACKAGE_PROFILE: &str = "xtask/package-profile.toml";
+
 /// libfabric's tcp and sockets providers otherwise pick the first non-loopback
 /// interface (eth0 in a container), while every endpoint these runs create is
 /// on this host.
@@ -76,6 +85,7 @@ pub const TEST: &[Step] = &[
         env: &[],
         busy: false,
         suites: &[],
+        beside: &[],
     },
     Step {
         name: "clippy",
@@ -91,6 +101,7 @@ pub const TEST: &[Step] = &[
         env: &[],
         busy: false,
         suites: &[],
+        beside: &[],
     },
     // `cargo test` links the C library's tests against its rlib only: the C programs need
     // librsm_capi.so built beside them, with the features the tests build rsm with.
@@ -100,6 +111,7 @@ pub const TEST: &[Step] = &[
         env: &[],
         busy: false,
         suites: &[],
+        beside: &[],
     },
     // The suites below run side by side (lanes.rs) once this one cargo invocation built them.
     Step {
@@ -159,7 +171,23 @@ pub const TEST: &[Step] = &[
                 label: "fuzz",
             },
         ],
+        beside: PACKAGE,
     },
+];
+
+/// Every crate meant for crates.io (all but xtask, `publish = false`) packaged as it would be
+/// uploaded, and each built alone from its `.crate` with default features (`cargo package`
+/// verifies): a file left out, a path dependency without a version, a build script reaching
+/// outside its crate fail here, and the default build (pregenerated bindings) is built once.
+/// Beside the quiet suites, which mostly wait, it costs CI little of its wall time.
+const PACKAGE: &[&str] = &[
+    "package",
+    "--workspace",
+    "--exclude",
+    "xtask",
+    "--allow-dirty",
+    "--config",
+    PACKAGE_PROFILE,
 ];
 
 /// `cargo xtask test --busy` adds this to [`TEST`]: the suites whose waits a busy host
@@ -187,6 +215,7 @@ pub const BUSY: &[Step] = &[Step {
             label: "two spinners",
         },
     ],
+    beside: &[],
 }];
 
 /// The busy run's long loops at a tenth of their length (`tests/common`, `scaled`): it
@@ -218,6 +247,7 @@ pub const DEMO: &[Step] = &[
         env: &[LOOPBACK_FABRIC],
         busy: false,
         suites: &[],
+        beside: &[],
     },
     Step {
         name: "rsm demo",
@@ -234,6 +264,7 @@ pub const DEMO: &[Step] = &[
         env: &[LOOPBACK_FABRIC],
         busy: false,
         suites: &[],
+        beside: &[],
     },
 ];
 
@@ -360,7 +391,39 @@ fn run_suites(step: &Step, cargo: &OsString, root: &Path) -> Result<(), Failure>
         }
     }
     let target = env::var_os("CARGO_TARGET_DIR").map_or_else(|| root.join("target"), PathBuf::from);
-    lanes::run(jobs, lanes::lanes(), &target.join("xtask-lanes"))
+    let logs = target.join("xtask-lanes");
+    let beside = beside_job(step, cargo, root, &target).map(|job| {
+        let logs = logs.join("beside");
+        std::thread::spawn(move || lanes::run(vec![job], 1, &logs))
+    });
+    let suites = lanes::run(jobs, lanes::lanes(), &logs);
+    let beside = beside.map_or(Ok(()), |run| {
+        run.join()
+            .unwrap_or_else(|_| Err(Failure::new("the run beside the suites panicked")))
+    });
+    suites.and(beside)
+}
+
+/// `step.beside` as a job: at idle priority, so the suites' processes get the CPU whenever
+/// they want it, and in a target dir of its own, so it never waits for a lock that a suite's
+/// cargo (the doc tests) holds, nor makes one wait.
+fn beside_job(step: &Step, cargo: &OsString, root: &Path, target: &Path) -> Option<Job> {
+    if step.beside.is_empty() {
+        return None;
+    }
+    let mut args: Vec<String> = ["-n", "19"].map(String::from).into();
+    args.push(cargo.to_string_lossy().into_owned());
+    args.extend(step.beside.iter().map(|a| (*a).to_string()));
+    args.push("--target-dir".into());
+    args.push(target.join("beside").display().to_string());
+    Some(Job {
+        label: format!("cargo {}", step.beside.join(" ")),
+        program: "nice".into(),
+        args,
+        env: Vec::new(),
+        dir: root.to_path_buf(),
+        weight: 0,
+    })
 }
 
 /// [`BUSY_SPINNERS`] spinners when `step` runs beside them.
@@ -454,6 +517,85 @@ mod tests {
     fn test_steps_run_cheapest_first() {
         let names: Vec<_> = TEST.iter().map(|step| step.name).collect();
         assert_eq!(names, ["fmt", "clippy", "capi", "test"]);
+    }
+
+    /// The `[profile.dev...]` headers and settings of a TOML text, comments left out.
+    fn dev_profile(text: &str) -> Vec<&str> {
+        let mut in_dev = false;
+        let mut lines = Vec::new();
+        for line in text.lines().map(str::trim) {
+            if line.starts_with('[') {
+                in_dev = line.starts_with("[profile.dev]") || line.starts_with("[profile.dev.");
+            }
+            if in_dev && !line.is_empty() && !line.starts_with('#') {
+                lines.push(line);
+            }
+        }
+        lines
+    }
+
+    #[test]
+    fn the_package_profile_is_the_workspace_dev_profile() {
+        let root = workspace_root();
+        let read = |path: &str| std::fs::read_to_string(root.join(path)).expect(path);
+        let manifest = read("Cargo.toml");
+        let given = read(PACKAGE_PROFILE);
+        assert!(!dev_profile(&manifest).is_empty());
+        assert_eq!(dev_profile(&given), dev_profile(&manifest));
+    }
+
+    #[test]
+    fn the_package_step_packages_every_crate_meant_for_crates_io() {
+        let cargo = env::var_os("CARGO").unwrap_or_else(|| OsString::from("cargo"));
+        let out = Command::new(cargo)
+            .args(["metadata", "--no-deps", "--format-version", "1"])
+            .current_dir(workspace_root())
+            .output()
+            .expect("cargo metadata");
+        assert!(out.status.success());
+        let meta: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
+        // `publish = false` reads as an empty list of registries.
+        let mut unpublished: Vec<&str> = meta["packages"]
+            .as_array()
+            .expect("packages")
+            .iter()
+            .filter(|p| p["publish"].as_array().is_some_and(Vec::is_empty))
+            .filter_map(|p| p["name"].as_str())
+            .collect();
+        unpublished.sort_unstable();
+        let step = TEST
+            .iter()
+            .find(|step| step.name == "test")
+            .expect("a test step");
+        let args = step.beside;
+        assert_eq!(args[..2], ["package", "--workspace"]);
+        let mut excluded: Vec<&str> = args
+            .windows(2)
+            .filter(|pair| pair[0] == "--exclude")
+            .map(|pair| pair[1])
+            .collect();
+        excluded.sort_unstable();
+        assert_eq!(excluded, unpublished);
+        assert!(!args.contains(&"--no-verify"));
+    }
+
+    #[test]
+    fn packaging_runs_beside_the_quiet_suites_at_idle_priority_in_its_own_target_dir() {
+        let test = TEST.iter().find(|s| s.name == "test").expect("a test step");
+        let target = Path::new("/t");
+        let job = beside_job(test, &OsString::from("cargo"), Path::new("/w"), target)
+            .expect("a job beside the suites");
+        assert_eq!(job.program, PathBuf::from("nice"));
+        assert_eq!(job.args[..4], ["-n", "19", "cargo", "package"]);
+        assert!(
+            job.args
+                .ends_with(&["--target-dir".into(), "/t/beside".into()])
+        );
+        assert_eq!(job.dir, PathBuf::from("/w"));
+        let others = TEST.iter().chain(BUSY).filter(|s| s.name != "test");
+        for step in others {
+            assert!(beside_job(step, &OsString::new(), target, target).is_none());
+        }
     }
 
     #[test]
