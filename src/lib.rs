@@ -11,7 +11,7 @@
 //! ```sh
 //! cargo add rsm
 //! cargo add futures          # for the example's block_on
-//! apt-get install libfabric-dev pkg-config libclang-dev   # Debian, Ubuntu: what the build needs
+//! apt-get install libfabric-dev pkg-config   # Debian, Ubuntu: what the build needs
 //! ```
 //!
 //! ```

@@ -126,21 +126,8 @@ async fn pair(
     flags: ExportFlags,
     perm: Perm,
 ) -> (rsm::Node, rsm::Node, rsm::ExportSegment, rsm::ImportSegment) {
-    let (a, b, a_id) = two_nodes().await;
-    let seg = a
-        .controller(ctrl)
-        .await
-        .unwrap()
-        .export(size, flags)
-        .unwrap();
-    let id = seg.publish(None, &[]).await.unwrap();
-    let imp = b
-        .controller(ctrl)
-        .await
-        .unwrap()
-        .import(rsm::NodeId(a_id), id, perm)
-        .await
-        .unwrap();
+    let (a, b, _) = two_nodes().await;
+    let (seg, imp) = export_and_import_as(&a, &b, ctrl, size, flags, perm).await;
     (a, b, seg, imp)
 }
 

@@ -674,6 +674,18 @@ pub async fn export_and_import(
     size: usize,
     flags: rsm::ExportFlags,
 ) -> (rsm::ExportSegment, rsm::ImportSegment) {
+    export_and_import_as(a, b, ctrl, size, flags, rsm::Perm::RDWR).await
+}
+
+/// As [`export_and_import`], imported with `perm`.
+pub async fn export_and_import_as(
+    a: &rsm::Node,
+    b: &rsm::Node,
+    ctrl: &str,
+    size: usize,
+    flags: rsm::ExportFlags,
+    perm: rsm::Perm,
+) -> (rsm::ExportSegment, rsm::ImportSegment) {
     let seg = a
         .controller(ctrl)
         .await
@@ -685,7 +697,7 @@ pub async fn export_and_import(
         .controller(ctrl)
         .await
         .unwrap()
-        .import(a.id(), id, rsm::Perm::RDWR)
+        .import(a.id(), id, perm)
         .await
         .unwrap();
     (seg, imp)
