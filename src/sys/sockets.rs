@@ -118,6 +118,24 @@ pub(crate) fn accepted_on(listen: SocketAddr) -> Vec<(SocketAddr, OwnedFd)> {
         .collect()
 }
 
+/// A duplicate of this process's listening socket bound at `listen`, if there is one.
+fn listener_at(listen: SocketAddr) -> Option<OwnedFd> {
+    own_stream_sockets().into_iter().find(|fd| {
+        rustix::net::sockopt::socket_acceptconn(fd).unwrap_or(false) && local_of(fd) == Some(listen)
+    })
+}
+
+/// Whether connections wait in the accept queue of this process's listener at `listen`: its
+/// owner has not accepted them yet.
+pub(crate) fn backlog_at(listen: SocketAddr) -> bool {
+    use rustix::event::{PollFd, PollFlags, poll};
+    let Some(listener) = listener_at(listen) else {
+        return false;
+    };
+    let mut fds = [PollFd::new(&listener, PollFlags::IN)];
+    poll(&mut fds, Some(&rustix::event::Timespec::default())).is_ok_and(|n| n > 0)
+}
+
 /// Ends a connection whose descriptor another owner holds: both directions shut, so its
 /// owner reads the end of it and closes its descriptor as it would for a peer that left.
 pub(crate) fn hang_up(fd: &OwnedFd) {
@@ -145,10 +163,7 @@ impl ListenWatch {
     /// Watches this process's listening socket bound at `listen`; `None` if there is none.
     pub(crate) fn new(listen: SocketAddr) -> std::io::Result<Option<Self>> {
         use rustix::event::epoll;
-        let Some(listener) = own_stream_sockets().into_iter().find(|fd| {
-            rustix::net::sockopt::socket_acceptconn(fd).unwrap_or(false)
-                && local_of(fd) == Some(listen)
-        }) else {
+        let Some(listener) = listener_at(listen) else {
             return Ok(None);
         };
         let stop = crate::sys::wake::Waker::new()?;
@@ -198,6 +213,19 @@ impl ListenWatch {
 mod tests {
     use super::*;
     use std::io::{Read, Write};
+
+    #[test]
+    fn a_backlog_is_seen_until_its_owner_accepts() {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let at = listener.local_addr().unwrap();
+        assert!(!backlog_at(at));
+        let _client = std::net::TcpStream::connect(at).unwrap();
+        assert!(backlog_at(at), "a connection waits to be accepted");
+        let _accepted = listener.accept().unwrap();
+        assert!(!backlog_at(at));
+        drop(listener);
+        assert!(!backlog_at(at), "no listener, no backlog");
+    }
 
     #[test]
     fn sockaddr_of_reads_ipv4_and_refuses_other_bytes() {

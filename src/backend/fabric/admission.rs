@@ -6,7 +6,7 @@
 //! and limits").
 
 use crate::fabric::{Endpoint, connected::Admitted};
-use crate::sys::sockets::{ListenWatch, Watched, accepted_on, hang_up, sockaddr_of};
+use crate::sys::sockets::{ListenWatch, Watched, accepted_on, backlog_at, hang_up, sockaddr_of};
 use crate::{Error, Result};
 use std::collections::{HashMap, HashSet};
 use std::net::SocketAddr;
@@ -146,6 +146,11 @@ fn look(
         }
     }
     first_seen.retain(|p, _| present.contains(p));
+    // Arrivals the provider has not accepted yet (a busy host) are looked at once it has:
+    // no new arrival would wake this thread for them.
+    if next.is_none() && backlog_at(listen) {
+        next = Some(LOOK_EVERY);
+    }
     if hung > 0 {
         tracing::debug!(
             hung,
