@@ -21,10 +21,10 @@ pub struct Step {
     pub busy: bool,
     /// When not empty, `cargo_args` only builds (`--no-run`) and these run side by side.
     pub suites: &'static [Suite],
-    /// Cargo invocations (their arguments) run one after another beside the suites from the
-    /// build's end, at idle priority (`nice -n 19`), in a target dir of their own: they take
-    /// the CPU the suites' waits leave. The step fails if one fails.
-    pub beside: &'static [&'static [&'static str]],
+    /// When not empty, the arguments of one more cargo invocation, run beside the suites from
+    /// the build's end at idle priority (`nice -n 19`), in its own target dir: it takes the
+    /// CPU their waits leave. The step fails if it fails.
+    pub beside: &'static [&'static str],
 }
 
 /// Test binaries to run with the same arguments and environment.
@@ -82,6 +82,22 @@ pub const TEST: &[Step] = &[
     Step {
         name: "fmt",
         cargo_args: &["fmt", "--all", "--", "--check"],
+        env: &[],
+        busy: false,
+        suites: &[],
+        beside: &[],
+    },
+    Step {
+        name: "clippy",
+        cargo_args: &[
+            "clippy",
+            "--workspace",
+            "--all-targets",
+            "--all-features",
+            "--",
+            "-D",
+            "warnings",
+        ],
         env: &[],
         busy: false,
         suites: &[],
@@ -155,20 +171,8 @@ pub const TEST: &[Step] = &[
                 label: "fuzz",
             },
         ],
-        beside: &[CLIPPY, PACKAGE],
+        beside: PACKAGE,
     },
-];
-
-/// Lints, beside the quiet suites: a step of its own before them, it held the suites back by
-/// its whole time on 2 cores.
-const CLIPPY: &[&str] = &[
-    "clippy",
-    "--workspace",
-    "--all-targets",
-    "--all-features",
-    "--",
-    "-D",
-    "warnings",
 ];
 
 /// Every crate meant for crates.io (all but xtask, `publish = false`) packaged as it would be
@@ -388,10 +392,9 @@ fn run_suites(step: &Step, cargo: &OsString, root: &Path) -> Result<(), Failure>
     }
     let target = env::var_os("CARGO_TARGET_DIR").map_or_else(|| root.join("target"), PathBuf::from);
     let logs = target.join("xtask-lanes");
-    let beside = beside_jobs(step, cargo, root, &target);
-    let beside = (!beside.is_empty()).then(|| {
+    let beside = beside_job(step, cargo, root, &target).map(|job| {
         let logs = logs.join("beside");
-        std::thread::spawn(move || lanes::run(beside, 1, &logs))
+        std::thread::spawn(move || lanes::run(vec![job], 1, &logs))
     });
     let suites = lanes::run(jobs, lanes::lanes(), &logs);
     let beside = beside.map_or(Ok(()), |run| {
@@ -401,33 +404,26 @@ fn run_suites(step: &Step, cargo: &OsString, root: &Path) -> Result<(), Failure>
     suites.and(beside)
 }
 
-/// `step.beside` as jobs, in their order: at idle priority, so the suites' processes get the
-/// CPU whenever they want it, and in a target dir of their own, so they never wait for a lock
-/// that a suite's cargo (the doc tests) holds, nor make one wait.
-fn beside_jobs(step: &Step, cargo: &OsString, root: &Path, target: &Path) -> Vec<Job> {
-    let dir = target.join("beside").display().to_string();
-    step.beside
-        .iter()
-        .map(|invocation| {
-            let mut args: Vec<String> = ["-n", "19"].map(String::from).into();
-            args.push(cargo.to_string_lossy().into_owned());
-            // Cargo's own options go before a `--` that starts the tool's.
-            let cut = invocation.iter().position(|a| *a == "--");
-            let (own, tool) = invocation.split_at(cut.unwrap_or(invocation.len()));
-            args.extend(own.iter().map(|a| (*a).to_string()));
-            args.push("--target-dir".into());
-            args.push(dir.clone());
-            args.extend(tool.iter().map(|a| (*a).to_string()));
-            Job {
-                label: format!("cargo {}", invocation.join(" ")),
-                program: "nice".into(),
-                args,
-                env: Vec::new(),
-                dir: root.to_path_buf(),
-                weight: 0,
-            }
-        })
-        .collect()
+/// `step.beside` as a job: at idle priority, so the suites' processes get the CPU whenever
+/// they want it, and in a target dir of its own, so it never waits for a lock that a suite's
+/// cargo (the doc tests) holds, nor makes one wait.
+fn beside_job(step: &Step, cargo: &OsString, root: &Path, target: &Path) -> Option<Job> {
+    if step.beside.is_empty() {
+        return None;
+    }
+    let mut args: Vec<String> = ["-n", "19"].map(String::from).into();
+    args.push(cargo.to_string_lossy().into_owned());
+    args.extend(step.beside.iter().map(|a| (*a).to_string()));
+    args.push("--target-dir".into());
+    args.push(target.join("beside").display().to_string());
+    Some(Job {
+        label: format!("cargo {}", step.beside.join(" ")),
+        program: "nice".into(),
+        args,
+        env: Vec::new(),
+        dir: root.to_path_buf(),
+        weight: 0,
+    })
 }
 
 /// [`BUSY_SPINNERS`] spinners when `step` runs beside them.
@@ -520,7 +516,7 @@ mod tests {
     #[test]
     fn test_steps_run_cheapest_first() {
         let names: Vec<_> = TEST.iter().map(|step| step.name).collect();
-        assert_eq!(names, ["fmt", "capi", "test"]);
+        assert_eq!(names, ["fmt", "clippy", "capi", "test"]);
     }
 
     /// The `[profile.dev...]` headers and settings of a TOML text, comments left out.
@@ -571,11 +567,7 @@ mod tests {
             .iter()
             .find(|step| step.name == "test")
             .expect("a test step");
-        let args = step
-            .beside
-            .iter()
-            .find(|args| args[0] == "package")
-            .expect("packaging beside the suites");
+        let args = step.beside;
         assert_eq!(args[..2], ["package", "--workspace"]);
         let mut excluded: Vec<&str> = args
             .windows(2)
@@ -588,42 +580,21 @@ mod tests {
     }
 
     #[test]
-    fn lints_then_packaging_run_beside_the_quiet_suites_at_idle_priority_in_their_own_target_dir() {
+    fn packaging_runs_beside_the_quiet_suites_at_idle_priority_in_its_own_target_dir() {
         let test = TEST.iter().find(|s| s.name == "test").expect("a test step");
         let target = Path::new("/t");
-        let jobs = beside_jobs(test, &OsString::from("cargo"), Path::new("/w"), target);
-        let [clippy, package] = &jobs[..] else {
-            panic!("two jobs beside the suites")
-        };
-        for job in [clippy, package] {
-            assert_eq!(job.program, PathBuf::from("nice"));
-            assert_eq!(job.args[..3], ["-n", "19", "cargo"]);
-            assert_eq!(job.dir, PathBuf::from("/w"));
-        }
-        // The target dir is cargo's option: before the `--` that starts clippy's.
-        assert_eq!(
-            clippy.args[3..],
-            [
-                "clippy",
-                "--workspace",
-                "--all-targets",
-                "--all-features",
-                "--target-dir",
-                "/t/beside",
-                "--",
-                "-D",
-                "warnings"
-            ]
-        );
-        assert_eq!(package.args[3], "package");
+        let job = beside_job(test, &OsString::from("cargo"), Path::new("/w"), target)
+            .expect("a job beside the suites");
+        assert_eq!(job.program, PathBuf::from("nice"));
+        assert_eq!(job.args[..4], ["-n", "19", "cargo", "package"]);
         assert!(
-            package
-                .args
+            job.args
                 .ends_with(&["--target-dir".into(), "/t/beside".into()])
         );
+        assert_eq!(job.dir, PathBuf::from("/w"));
         let others = TEST.iter().chain(BUSY).filter(|s| s.name != "test");
         for step in others {
-            assert!(beside_jobs(step, &OsString::new(), target, target).is_empty());
+            assert!(beside_job(step, &OsString::new(), target, target).is_none());
         }
     }
 
