@@ -47,7 +47,7 @@ const HEADER: u64 = 0;
 const TABLE: u64 = 64;
 
 /// One feature vector: 64 bytes.
-#[derive(FromBytes, IntoBytes, Immutable, KnownLayout, Clone, Copy, Debug)]
+#[derive(FromBytes, IntoBytes, Immutable, KnownLayout, Clone, Copy, Debug, PartialEq)]
 #[repr(C)]
 struct Feature {
     slot: u32,
@@ -84,12 +84,6 @@ fn feature(slot: u64, round: u64) -> Feature {
 
 fn whole(f: &Feature, slot: u64) -> bool {
     *f == feature(slot, u64::from(f.round))
-}
-
-impl PartialEq for Feature {
-    fn eq(&self, other: &Feature) -> bool {
-        self.as_bytes() == other.as_bytes()
-    }
 }
 
 /// The rounds' slots: round `r` rewrites `PER_ROUND` slots from `r * PER_ROUND`.

@@ -197,7 +197,11 @@ async fn worker(args: &Args, ctrl: &rsm::Controller, me: NodeId) -> Result<(), A
     let name = args.get_str("name").unwrap_or("worker").to_string();
     let pause = Duration::from_millis(args.get("work-ms", 0));
     let server = args.server()?;
-    let ring = find_ring(ctrl, server).await?;
+    // By name, once the coordinator published it (it may start after the workers).
+    let ring = common::when_published(Duration::from_secs(10), || {
+        ctrl.import_named(server, NAME, Perm::RDWR)
+    })
+    .await?;
     println!("worker {name}: found {NAME:?} on node {server}");
     let mut done = 0u64;
     let mut idle = 0u32;
@@ -241,21 +245,4 @@ async fn worker(args: &Args, ctrl: &rsm::Controller, me: NodeId) -> Result<(), A
     ring.disconnect().await?;
     println!("worker {name}: ok");
     Ok(())
-}
-
-/// The ring, by name, once the coordinator published it (it may start after the workers).
-async fn find_ring(ctrl: &rsm::Controller, server: NodeId) -> Result<ImportSegment, AnyError> {
-    let deadline = Instant::now() + Duration::from_secs(10);
-    loop {
-        match ctrl.import_named(server, NAME, Perm::RDWR).await {
-            Ok(ring) => return Ok(ring),
-            Err(e)
-                if Instant::now() < deadline
-                    && (matches!(e, rsm::Error::SegNotPublished(_)) || e.is_unreachable()) =>
-            {
-                tokio::time::sleep(Duration::from_millis(100)).await;
-            }
-            Err(e) => return Err(e.into()),
-        }
-    }
 }

@@ -131,14 +131,24 @@ async fn without_keys_a_unix_peer_must_hold_the_name_it_claims() {
     // The real node of that id, once it runs, gets in.
     let real = common::node(victim).await;
     let (_seg, segment) = owner_only(&exporter, "loopback", victim).await;
-    let imp = real
-        .controller("loopback")
-        .await
-        .expect("controller")
-        .import(exporter.id(), segment, Perm::RDWR)
+    let imp = import_rdwr(&real, "loopback", &exporter, segment)
         .await
         .expect("the name's holder is the node");
     imp.put(0, vec![7u8; 8]).await.expect("put");
+}
+
+/// `importer`'s read-write import, on `ctrl`, of `segment` of `exporter`.
+async fn import_rdwr(
+    importer: &Node,
+    ctrl: &str,
+    exporter: &Node,
+    segment: SegmentId,
+) -> rsm::Result<rsm::ImportSegment> {
+    importer
+        .controller(ctrl)
+        .await?
+        .import(exporter.id(), segment, Perm::RDWR)
+        .await
 }
 
 /// Two nodes that trust each other's keys, and the exporter's key.
@@ -190,11 +200,7 @@ async fn nodes_without_the_unix_side_channel_talk_over_tcp() {
     let unix = tokio::net::UnixStream::connect(format!("\0rsm-node-{e_id}")).await;
     assert!(unix.is_err(), "the exporter listens on its Unix name");
     let (_seg, segment) = owner_only(&exporter, "tcp0", i_id).await;
-    let imp = importer
-        .controller("tcp0")
-        .await
-        .expect("controller")
-        .import(exporter.id(), segment, Perm::RDWR)
+    let imp = import_rdwr(&importer, "tcp0", &exporter, segment)
         .await
         .expect("import over the TCP side channel");
     imp.put(0, vec![5u8; 64]).await.expect("put");
@@ -206,11 +212,7 @@ async fn with_keys_nodes_work_and_a_wrong_key_gets_nothing() {
     for ctrl in CONTROLLERS {
         let (seg, segment) = owner_only(&exporter, ctrl, importer.id().get()).await;
         // The real importer: connect, put, get.
-        let imp = importer
-            .controller(ctrl)
-            .await
-            .expect("controller")
-            .import(exporter.id(), segment, Perm::RDWR)
+        let imp = import_rdwr(&importer, ctrl, &exporter, segment)
             .await
             .expect("trusted import");
         imp.put(8, b"keyed!!!".to_vec()).await.expect("put");
@@ -268,11 +270,7 @@ async fn nodes_with_and_without_keys_do_not_talk() {
     let (exporter, _importer, _) = keyed_pair().await;
     let (_seg, segment) = owner_only(&exporter, "tcp0", 0).await;
     let keyless = common::node(common::fresh_node_id()).await;
-    let err = keyless
-        .controller("tcp0")
-        .await
-        .expect("controller")
-        .import(exporter.id(), segment, Perm::RDWR)
+    let err = import_rdwr(&keyless, "tcp0", &exporter, segment)
         .await
         .expect_err("no common ground");
     assert!(matches!(err, rsm::Error::RemoteNodeUnreachable(_)), "{err}");
@@ -304,11 +302,7 @@ async fn a_flood_of_links_keeps_descriptors_bounded_and_the_node_serving() {
     );
     // The real importer still gets in, while the flood holds on.
     let started = Instant::now();
-    let imp = importer
-        .controller("tcp0")
-        .await
-        .expect("controller")
-        .import(exporter.id(), segment, Perm::RDWR)
+    let imp = import_rdwr(&importer, "tcp0", &exporter, segment)
         .await
         .expect("served during the flood");
     imp.put(0, vec![3u8; 64]).await.expect("put");
@@ -418,11 +412,7 @@ async fn a_peer_that_reads_no_answers_is_slowed_then_closed() {
     assert!(sent > 1024, "the flood got {sent} requests in");
     // Meanwhile, and after, the node serves its real peers.
     let (_seg, segment) = owner_only(&exporter, "loopback", real.id().get()).await;
-    let imp = real
-        .controller("loopback")
-        .await
-        .expect("controller")
-        .import(exporter.id(), segment, Perm::RDWR)
+    let imp = import_rdwr(&real, "loopback", &exporter, segment)
         .await
         .expect("served during the flood");
     imp.put(0, vec![5u8; 8]).await.expect("put");

@@ -188,9 +188,18 @@ pub async fn import_when_published(
     perm: rsm::Perm,
     limit: Duration,
 ) -> rsm::Result<rsm::ImportSegment> {
+    when_published(limit, || ctrl.import(server, segment, perm)).await
+}
+
+/// `connect()`, again every 100 ms for up to `limit` while what it imports is not published
+/// yet or its node not up.
+pub async fn when_published<T, F: Future<Output = rsm::Result<T>>>(
+    limit: Duration,
+    mut connect: impl FnMut() -> F,
+) -> rsm::Result<T> {
     let deadline = Instant::now() + limit;
     loop {
-        match ctrl.import(server, segment, perm).await {
+        match connect().await {
             Ok(seg) => return Ok(seg),
             Err(e) if Instant::now() < deadline && is_not_there_yet(&e) => {
                 tokio::time::sleep(Duration::from_millis(100)).await;
