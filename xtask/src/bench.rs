@@ -26,10 +26,11 @@ use std::time::{Duration, Instant};
 use crate::child::{Output, run_child};
 use crate::command::{run_echoed, stdout_of};
 use crate::failure::Failure;
-use crate::plan::{self, Job};
+use crate::iceoryx2::{self, Tails};
+use crate::plan::{self, Job, Selection};
 use crate::quartiles;
-use crate::report::{self, Memory};
-use crate::row::{Figure, Row, Shape, Status, UcxColumn};
+use crate::report::{self, Anchor, Memory};
+use crate::row::{Figure, Reading, Row, Shape, Status, UcxColumn};
 use crate::ucx::{self, Final, UcxRun};
 use serde::Deserialize;
 use serde_json::Value;
@@ -84,7 +85,8 @@ impl Abilities {
     }
 }
 
-pub fn run() -> Result<(), Failure> {
+pub fn run(args: &[String]) -> Result<(), Failure> {
+    let sel = Selection::parse(args).map_err(Failure::new)?;
     let root = crate::steps::workspace_root();
     let cargo = env::var_os("CARGO").unwrap_or_else(|| OsString::from("cargo"));
     let started = Instant::now();
@@ -94,11 +96,17 @@ pub fn run() -> Result<(), Failure> {
         .args(["build", "--release", "-p", "rsm-cli", "--bin", "rsm"])
         .current_dir(&root);
     run_echoed(&mut build, "building rsm")?;
-    let build_s = started.elapsed().as_secs_f64();
-    let ucx = ucx_here();
-
     let target_dir =
         env::var_os("CARGO_TARGET_DIR").map_or_else(|| root.join("target"), PathBuf::from);
+    // The anchor goes without iceoryx2's figures when it cannot build, as UCX does.
+    let iox = run_echoed(
+        &mut iceoryx2::build_command(&cargo, &root, &target_dir),
+        "building the iceoryx2 anchor",
+    )
+    .map(|()| iceoryx2::binary(&target_dir))
+    .map_err(|f| f.message);
+    let build_s = started.elapsed().as_secs_f64();
+    let ucx = ucx_here();
     let rsm = target_dir.join("release").join("rsm");
     let can = Abilities::of(&rsm);
     eprintln!(
@@ -112,18 +120,27 @@ pub fn run() -> Result<(), Failure> {
     let bench_start = Instant::now();
     eprintln!("xtask: == memory ==");
     let mut memory = Vec::new();
-    for &(controller, extra) in MEMORY_RUNS {
+    for &(controller, extra) in MEMORY_RUNS.iter().filter(|_| !sel.small_only) {
         memory.push(run_memory(&rsm, controller, extra, &can.controllers));
     }
 
     eprintln!("xtask: == small rows, alternating pairs ==");
-    let small = plan::small_rows();
+    let small: Vec<Job> = plan::small_rows()
+        .into_iter()
+        .filter(|j| sel.wants(j))
+        .map(|j| sel.shape(j))
+        .collect();
     let runnable: Vec<Job> = small
         .iter()
         .filter(|j| can.missing(j).is_none())
         .cloned()
         .collect();
-    let mut measured = run_small_pairs(&rsm, &runnable, ucx.is_ok(), bench_start).into_iter();
+    let anchors_here = Anchors {
+        ucx: ucx.is_ok(),
+        iceoryx2: iox.as_ref().ok().map(PathBuf::as_path),
+    };
+    let (small_rows, anchors) = run_small_pairs(&rsm, &runnable, anchors_here, bench_start);
+    let mut measured = small_rows.into_iter();
     let mut rows = Vec::new();
     for job in &small {
         match can.missing(job) {
@@ -131,9 +148,14 @@ pub fn run() -> Result<(), Failure> {
             None => rows.extend(measured.next()),
         }
     }
+    rows.extend(versus_iceoryx2(&rows, iox.as_ref().err()));
 
     eprintln!("xtask: == larger rows ==");
-    for job in plan::plan() {
+    let larger = plan::plan()
+        .into_iter()
+        .filter(|j| !sel.small_only && sel.wants(j));
+    for job in larger {
+        let job = sel.shape(job);
         if let Some(why) = can.missing(&job) {
             rows.extend(job_rows(&job, Status::NotAvailable(why)));
         } else if bench_start.elapsed() > BUDGET {
@@ -171,10 +193,12 @@ pub fn run() -> Result<(), Failure> {
         build_s,
         elapsed_s,
         rounds: plan::ROUNDS,
-        pairs: plan::PAIRS,
+        pairs: sel.pairs.map_or(plan::PAIRS, |n| n.min(plan::PAIRS)),
         small_rounds: plan::SMALL_ROUNDS,
-        small_pairs: plan::SMALL_PAIRS,
+        small_pairs: sel.small_pairs(),
         ucx,
+        iceoryx2: iox.map(|p| p.display().to_string()),
+        anchors,
         unix_time: std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(0, |d| d.as_secs()),
@@ -186,6 +210,18 @@ pub fn run() -> Result<(), Failure> {
         let path = out_dir.join(name);
         std::fs::write(&path, text)
             .map_err(|e| Failure::new(format!("cannot write {}: {e}", path.display())))?;
+    }
+    let plots = crate::plots::write(&out_dir, &rows, &meta.anchors)?;
+    if sel.publish {
+        let docs = root.join("docs").join("bench");
+        std::fs::create_dir_all(&docs)
+            .map_err(|e| Failure::new(format!("cannot create {}: {e}", docs.display())))?;
+        for plot in &plots {
+            let to = docs.join(plot.file_name().unwrap_or_default());
+            std::fs::copy(plot, &to)
+                .map_err(|e| Failure::new(format!("cannot copy to {}: {e}", to.display())))?;
+            eprintln!("xtask: published {}", to.display());
+        }
     }
     eprintln!(
         "xtask: wrote {} and report.json in {:.0} s (build {:.0} s)",
@@ -219,21 +255,42 @@ fn ucx_runs(jobs: &[Job]) -> Vec<UcxRun> {
     runs
 }
 
-fn ucx_mapping(job: &Job) -> Option<(UcxRun, crate::row::Reading)> {
+fn ucx_mapping(job: &Job) -> Option<(UcxRun, Reading)> {
     if job.tasks.is_some() {
         return None;
     }
     ucx::mapping(job.controller, job.op, job.mode, job.sizes[0], job.window)
 }
 
-/// The small rows, each measured by up to [`plan::SMALL_PAIRS`] fresh process pairs in
-/// alternating order, with every UCX run (when `with_ucx`) once every [`UCX_EVERY`] pairs:
-/// one row per job, in the order of `jobs`.
-fn run_small_pairs(rsm: &Path, jobs: &[Job], with_ucx: bool, bench_start: Instant) -> Vec<Row> {
-    let runs = if with_ucx { ucx_runs(jobs) } else { Vec::new() };
+/// The anchors the small rows run beside.
+#[derive(Clone, Copy)]
+struct Anchors<'a> {
+    ucx: bool,
+    /// The iceoryx2 anchor's binary, if it built.
+    iceoryx2: Option<&'a Path>,
+}
+
+/// The small rows, each measured by up to its [`Job::pairs`] fresh process pairs in
+/// alternating order, with every UCX run and iceoryx2 test (where they are here) once every
+/// [`UCX_EVERY`] pairs: one row per job, in the order of `jobs`, and the anchors' own
+/// figures.
+fn run_small_pairs(
+    rsm: &Path,
+    jobs: &[Job],
+    here: Anchors<'_>,
+    bench_start: Instant,
+) -> (Vec<Row>, Vec<Anchor>) {
+    let runs = if here.ucx { ucx_runs(jobs) } else { Vec::new() };
+    let tests: &[iceoryx2::Test] = if here.iceoryx2.is_some() && !jobs.is_empty() {
+        &iceoryx2::Test::ALL
+    } else {
+        &[]
+    };
     let mut pairs: Vec<Vec<Row>> = vec![Vec::new(); jobs.len()];
     let mut ucx_results: Vec<Vec<Result<Final, String>>> = vec![Vec::new(); runs.len()];
-    for pair in 0..plan::SMALL_PAIRS {
+    let mut iox_results: Vec<Vec<Result<Tails, String>>> = vec![Vec::new(); tests.len()];
+    let most = jobs.iter().map(|j| j.pairs).max().unwrap_or(0);
+    for pair in 0..most {
         if pair > 0 && bench_start.elapsed() > SMALL_BUDGET {
             eprintln!(
                 "xtask: time budget of {} s for the small rows spent after {pair} pairs",
@@ -241,11 +298,13 @@ fn run_small_pairs(rsm: &Path, jobs: &[Job], with_ucx: bool, bench_start: Instan
             );
             break;
         }
-        eprintln!("xtask: -- pair {} of {} --", pair + 1, plan::SMALL_PAIRS);
+        eprintln!("xtask: -- pair {} of {most} --", pair + 1);
         for i in plan::pair_order(pair, jobs.len()) {
-            pairs[i].extend(run_job(rsm, &jobs[i]));
+            if pair < jobs[i].pairs {
+                pairs[i].extend(run_job(rsm, &jobs[i]));
+            }
         }
-        if pair % UCX_EVERY == UCX_EVERY - 1 {
+        if pair % UCX_EVERY == UCX_EVERY - 1 || (most < UCX_EVERY && pair + 1 == most) {
             for k in plan::pair_order(pair / UCX_EVERY, runs.len()) {
                 let result = ucx::measure(&runs[k]);
                 match &result {
@@ -259,31 +318,120 @@ fn run_small_pairs(rsm: &Path, jobs: &[Job], with_ucx: bool, bench_start: Instan
                 }
                 ucx_results[k].push(result);
             }
+            for (k, &test) in tests.iter().enumerate() {
+                let result = iceoryx2::measure(here.iceoryx2.unwrap_or(Path::new("")), test);
+                match &result {
+                    Ok(t) => eprintln!(
+                        "xtask: {}: p50 {:.3} µs, p99 {:.3}, p99.9 {:.3}",
+                        test.label(),
+                        t.median_us,
+                        t.p99_us,
+                        t.p999_us
+                    ),
+                    Err(e) => eprintln!("xtask: {}: {e}", test.label()),
+                }
+                iox_results[k].push(result);
+            }
         }
     }
-    jobs.iter()
+    let rows = jobs
+        .iter()
         .zip(pairs)
         .map(|(job, measured)| {
             let ucx = ucx_mapping(job).map(|(run, reading)| {
                 let k = runs.iter().position(|r| *r == run);
                 let results = k.map_or(&[][..], |k| &ucx_results[k][..]);
-                ucx_column(run, reading, results, &measured, with_ucx)
+                ucx_column(run, reading, results, &measured, here.ucx)
             });
+            let iox =
+                iceoryx2::Test::mapping(job.controller, job.op, job.mode).map(|(test, reading)| {
+                    let k = tests.iter().position(|t| *t == test);
+                    let values: Vec<Result<f64, String>> = k
+                        .map_or(&[][..], |k| &iox_results[k][..])
+                        .iter()
+                        .map(|r| r.as_ref().map(|t| t.median_us).map_err(Clone::clone))
+                        .collect();
+                    let label = format!("{} p50", test.label());
+                    match here.iceoryx2 {
+                        Some(_) => anchor_column(label, reading, &values, &measured),
+                        None => UcxColumn::missing(label, reading, "no iceoryx2 anchor here"),
+                    }
+                });
             let first_failure = measured.first().cloned();
             let mut row = Row::combine(measured)
                 .or(first_failure)
                 .unwrap_or_else(|| job_rows(job, Status::Failed("no pair ran".into())).remove(0));
             row.ucx = ucx;
+            row.iceoryx2 = iox;
             row
         })
-        .collect()
+        .collect();
+    let mut anchors: Vec<Anchor> = runs
+        .iter()
+        .zip(&ucx_results)
+        .map(|(run, results)| {
+            let ok: Vec<f64> = results.iter().flatten().map(|f| f.median_us).collect();
+            Anchor {
+                label: format!("UCX {}", run.label()),
+                runs: ok.len(),
+                median_us: quartiles::median(&ok),
+                p99_us: None,
+                p999_us: None,
+                error: results.iter().rev().find_map(|r| r.as_ref().err()).cloned(),
+            }
+        })
+        .collect();
+    anchors.extend(tests.iter().zip(&iox_results).map(|(test, results)| {
+        let of = |get: fn(&Tails) -> f64| {
+            let v: Vec<f64> = results.iter().flatten().map(get).collect();
+            quartiles::median(&v)
+        };
+        Anchor {
+            label: test.label().into(),
+            runs: results.iter().flatten().count(),
+            median_us: of(|t| t.median_us),
+            p99_us: of(|t| t.p99_us),
+            p999_us: of(|t| t.p999_us),
+            error: results.iter().rev().find_map(|r| r.as_ref().err()).cloned(),
+        }
+    }));
+    (rows, anchors)
+}
+
+/// The loopback signal round trip's second row, judged against iceoryx2's publish-subscribe
+/// round trip (`iceoryx2_missing`: why the anchor is not here, if it is not).
+fn versus_iceoryx2(rows: &[Row], iceoryx2_missing: Option<&String>) -> Option<Row> {
+    let signal = rows.iter().find(|r| {
+        r.controller == "loopback"
+            && r.op == "signal"
+            && r.mode == "latency"
+            && r.shape.anchor.is_none()
+    })?;
+    let shape = Shape {
+        anchor: Some("iceoryx2"),
+        ..signal.shape
+    };
+    let mut row = Row::new(
+        &signal.controller,
+        &signal.op,
+        &signal.mode,
+        signal.size,
+        shape,
+        signal.status.clone(),
+    );
+    row.provider = signal.provider.clone();
+    row.window = signal.window;
+    row.iceoryx2 = signal.iceoryx2.clone().or_else(|| {
+        iceoryx2_missing.map(|why| UcxColumn::missing("iceoryx2".into(), Reading::RoundTrip, why))
+    });
+    Some(row)
 }
 
 /// A row's UCX side: the median over UCX's runs, and each pair's ratio against the run
 /// after it (the last run for pairs after the last).
 fn ucx_column(
     run: UcxRun,
-    reading: crate::row::Reading,
+    reading: Reading,
     results: &[Result<Final, String>],
     pairs: &[Row],
     with_ucx: bool,
@@ -291,10 +439,22 @@ fn ucx_column(
     if !with_ucx {
         return UcxColumn::missing(run.label(), reading, "no UCX here");
     }
-    let values: Vec<Option<f64>> = results
+    let values: Vec<Result<f64, String>> = results
         .iter()
-        .map(|r| r.as_ref().ok().map(|f| f.value(reading)))
+        .map(|r| r.as_ref().map(|f| f.value(reading)).map_err(Clone::clone))
         .collect();
+    anchor_column(run.label(), reading, &values, pairs)
+}
+
+/// An anchor's side of a row (UCX or iceoryx2): the median over its runs, and each pair's
+/// ratio against the run after it (the last run for pairs after the last).
+fn anchor_column(
+    label: String,
+    reading: Reading,
+    results: &[Result<f64, String>],
+    pairs: &[Row],
+) -> UcxColumn {
+    let values: Vec<Option<f64>> = results.iter().map(|r| r.as_ref().ok().copied()).collect();
     let ok: Vec<f64> = values.iter().flatten().copied().collect();
     let pair_ratios = pairs
         .iter()
@@ -305,7 +465,7 @@ fn ucx_column(
         })
         .collect();
     UcxColumn {
-        label: run.label(),
+        label,
         reading,
         value: quartiles::median(&ok),
         runs: ok.len(),
@@ -346,6 +506,7 @@ fn shape(job: &Job) -> Shape {
     Shape {
         window: job.window,
         tasks: job.tasks,
+        anchor: None,
     }
 }
 
@@ -383,7 +544,7 @@ fn run_pairs(rsm: &Path, job: &Job, bench_start: Instant) -> Vec<Row> {
             sizes: again,
             ..job.clone()
         };
-        for _ in 1..plan::PAIRS {
+        for _ in 1..job.pairs {
             if bench_start.elapsed() > BUDGET {
                 break;
             }
@@ -518,10 +679,12 @@ struct BenchRow {
     round_ratios: Vec<Option<f64>>,
     median_us: Option<f64>,
     p99_us: Option<f64>,
+    p999_us: Option<f64>,
     mb_per_s: Option<f64>,
     ops_per_s: Option<f64>,
     baseline_median_us: Option<f64>,
     baseline_p99_us: Option<f64>,
+    baseline_p999_us: Option<f64>,
     baseline_mb_per_s: Option<f64>,
     baseline_ops_per_s: Option<f64>,
 }
@@ -560,6 +723,7 @@ impl BenchRow {
         Figure {
             median_us: self.median_us,
             p99_us: self.p99_us,
+            p999_us: self.p999_us,
             mb_per_s: self.mb_per_s,
             ops_per_s: self.ops_per_s,
         }
@@ -571,6 +735,7 @@ impl BenchRow {
         Figure {
             median_us: self.baseline_median_us,
             p99_us: self.baseline_p99_us,
+            p999_us: self.baseline_p999_us,
             mb_per_s: self.baseline_mb_per_s,
             ops_per_s: self.baseline_ops_per_s,
         }
@@ -656,7 +821,7 @@ mod tests {
         assert!(!a.contains(&"--tasks".to_string()));
         let tasks = plan::small_rows()
             .into_iter()
-            .find(|j| j.tasks.is_some())
+            .find(|j| j.tasks == Some(64))
             .unwrap();
         let a = args(&bench_command(Path::new("rsm"), &tasks, true));
         for (flag, value) in [
@@ -743,7 +908,7 @@ mod tests {
         // put, get, rate with the default window, each for sm and tcp, and sm's window 64.
         assert_eq!(runs.len(), 7, "{runs:?}");
         let run = runs[0];
-        let reading = crate::row::Reading::HalfRoundTrip;
+        let reading = Reading::HalfRoundTrip;
         let f = |us| Final {
             iters: 1.0,
             median_us: us,

@@ -18,8 +18,10 @@ mod command;
 mod deps;
 mod dpkg;
 mod failure;
+mod iceoryx2;
 mod lanes;
 mod plan;
+mod plots;
 mod profile;
 mod quartiles;
 mod report;
@@ -46,9 +48,14 @@ commands:
           the signal, progress, data-path and atomics suites again beside two CPU-bound
           spinner processes (CI runs this)
   demo    setup, then build and run the rsm binary's demo commands
-  bench   setup, then build rsm in release mode, run the standard benchmark set (and
-          UCX's ucx_perftest beside it, installing ucx-utils if missing) and write
-          target/bench/report.md and report.json
+  bench [--quick] [--pairs N] [--rows A,B] [--publish]
+          setup, then build rsm and the iceoryx2 anchor (xtask/anchors/iceoryx2) in
+          release mode, run the standard benchmark set (and UCX's ucx_perftest and the
+          anchor beside it, installing ucx-utils if missing) and write
+          target/bench/report.md, report.json and the plots (*.svg); --quick: 2 pairs of
+          the small rows only; --pairs N: at most N pairs a row; --rows: only rows whose
+          `controller op mode [tasks]` contains one of the words; --publish: copy the
+          plots to docs/bench/
   bench --busy
           setup, then build rsm in release mode and measure the 8-byte signal round trip
           and put on every controller, 100,000 each, quiet and beside two spinners
@@ -94,6 +101,13 @@ fn main() -> ExitCode {
         [command, flag] if command == "bench" && flag == "--busy" => {
             return finish(deps::ensure().and_then(|()| busy_bench::run()));
         }
+        [command, rest @ ..] if command == "bench" => {
+            let rest: Vec<String> = rest
+                .iter()
+                .map(|a| a.to_string_lossy().into_owned())
+                .collect();
+            return finish(deps::ensure().and_then(|()| bench::run(&rest)));
+        }
         [command, rest @ ..] if command == "profile" => {
             return finish(deps::ensure().and_then(|()| profile::run(rest)));
         }
@@ -109,7 +123,7 @@ fn main() -> ExitCode {
         Some("setup") => deps::ensure(),
         Some("test") => deps::ensure().and_then(|()| steps::run_all(steps::TEST)),
         Some("demo") => deps::ensure().and_then(|()| steps::run_all(steps::DEMO)),
-        Some("bench") => deps::ensure().and_then(|()| bench::run()),
+        Some("bench") => deps::ensure().and_then(|()| bench::run(&[])),
         Some("profile") => deps::ensure().and_then(|()| profile::run(&[])),
         Some("capi") => deps::ensure().and_then(|()| capi::run(&[])),
         Some("soak") => deps::ensure().and_then(|()| soak::run(&[])),

@@ -48,10 +48,14 @@ pub const PAIRS: usize = 5;
 /// Process pairs per small row: their median and quartiles decide a row near its target.
 pub const SMALL_PAIRS: usize = 12;
 
-/// The window of the rate rows compared with UCX and of the tasks row.
+/// The window of the rate rows compared with UCX.
 pub const WIDE_WINDOW: usize = 64;
-/// Tokio tasks of the tasks row, each awaiting its own puts.
-pub const TASKS: usize = 64;
+/// Tokio tasks of the tasks rows, each awaiting its own 8-byte puts, against the baseline's
+/// window of the same depth: the rate against the number of tasks. The counts with a target
+/// (`row::CROWDS`) run in every pair, the others in [`SWEEP_PAIRS`].
+pub const TASKS: &[usize] = &[1, 4, 16, 64, 256, 1024];
+/// Pairs of the tasks rows without a target: they draw the curve, they decide nothing.
+pub const SWEEP_PAIRS: usize = 3;
 
 /// Latency rows up to this size take [`SMALL_LATENCY_ITERS`] samples, as OSU's latency
 /// benchmarks do (10 000 iterations up to 8 KiB, 1 000 above).
@@ -80,6 +84,9 @@ pub struct Job {
     /// `--tasks`: that many tasks each awaiting its own operations.
     pub tasks: Option<usize>,
     pub rounds: u32,
+    /// The most process pairs the row runs in (small rows; the larger rows' runs take
+    /// [`PAIRS`] where they have a target).
+    pub pairs: usize,
 }
 
 /// Operations measured once, in latency mode (a signal and a round are round trips; an
@@ -132,6 +139,7 @@ pub fn plan() -> Vec<Job> {
                         window: None,
                         tasks: None,
                         rounds: ROUNDS,
+                        pairs: PAIRS,
                     });
                 }
             }
@@ -142,7 +150,7 @@ pub fn plan() -> Vec<Job> {
 
 /// The 8-byte rows of the paired controllers, each its own run, in the order a pair runs
 /// them: per controller the standard set's, then the wide-window put rate (loopback, to
-/// compare with UCX) and the tasks row.
+/// compare with UCX) and the tasks rows (each count of [`TASKS`] against a window as deep).
 pub fn small_rows() -> Vec<Job> {
     let small = |controller, op, mode, window, tasks| Job {
         controller,
@@ -153,6 +161,7 @@ pub fn small_rows() -> Vec<Job> {
         window,
         tasks,
         rounds: SMALL_ROUNDS,
+        pairs: SMALL_PAIRS,
     };
     let mut jobs = Vec::new();
     for &controller in PAIRED_CONTROLLERS {
@@ -170,15 +179,93 @@ pub fn small_rows() -> Vec<Job> {
                 None,
             ));
         }
-        jobs.push(small(
-            controller,
-            "put",
-            "bandwidth",
-            Some(WIDE_WINDOW),
-            Some(TASKS),
-        ));
+        for &tasks in TASKS {
+            let mut job = small(controller, "put", "bandwidth", Some(tasks), Some(tasks));
+            if !crate::row::CROWDS.contains(&tasks) {
+                job.pairs = SWEEP_PAIRS;
+            }
+            jobs.push(job);
+        }
     }
     jobs
+}
+
+/// What `cargo xtask bench` runs: the whole plan, or part of it (`--quick`, `--rows`,
+/// `--pairs`).
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct Selection {
+    /// At most this many pairs per small row (and larger rows in one pair each).
+    pub pairs: Option<usize>,
+    /// Only the rows whose `controller op mode` text contains one of these.
+    pub rows: Vec<String>,
+    /// No memory runs, no larger rows.
+    pub small_only: bool,
+    /// Copy the final SVGs to docs/bench/.
+    pub publish: bool,
+}
+
+impl Selection {
+    /// From `cargo xtask bench`'s arguments: `--quick` (2 pairs, the small rows only),
+    /// `--pairs N`, `--rows a,b` (substrings of `controller op mode`, or `tasks`),
+    /// `--publish`.
+    pub fn parse(args: &[String]) -> Result<Selection, String> {
+        let mut sel = Selection::default();
+        let mut it = args.iter();
+        while let Some(a) = it.next() {
+            match a.as_str() {
+                "--quick" => {
+                    sel.pairs = Some(2);
+                    sel.small_only = true;
+                }
+                "--publish" => sel.publish = true,
+                "--pairs" => {
+                    let n = it.next().ok_or("--pairs needs a number")?;
+                    let n: usize = n
+                        .parse()
+                        .map_err(|_| format!("--pairs {n}: not a number"))?;
+                    if n == 0 {
+                        return Err("--pairs is at least 1".into());
+                    }
+                    sel.pairs = Some(n);
+                }
+                "--rows" => {
+                    let list = it.next().ok_or("--rows needs a list")?;
+                    sel.rows.extend(
+                        list.split(',')
+                            .map(|w| w.trim().to_string())
+                            .filter(|w| !w.is_empty()),
+                    );
+                }
+                other => return Err(format!("unexpected argument `{other}`")),
+            }
+        }
+        Ok(sel)
+    }
+
+    /// Whether `job` is selected.
+    pub fn wants(&self, job: &Job) -> bool {
+        let text = format!(
+            "{} {} {}{}",
+            job.controller,
+            job.op,
+            job.mode,
+            if job.tasks.is_some() { " tasks" } else { "" }
+        );
+        self.rows.is_empty() || self.rows.iter().any(|w| text.contains(w.as_str()))
+    }
+
+    /// `job` as selected: fewer pairs where asked.
+    pub fn shape(&self, mut job: Job) -> Job {
+        if let Some(n) = self.pairs {
+            job.pairs = job.pairs.min(n);
+        }
+        job
+    }
+
+    /// The most pairs any small row runs in.
+    pub fn small_pairs(&self) -> usize {
+        self.pairs.map_or(SMALL_PAIRS, |n| n.min(SMALL_PAIRS))
+    }
 }
 
 /// The order of pair `pair`'s runs over `n` rows: as listed in even pairs, reversed in odd
@@ -255,7 +342,10 @@ mod tests {
                 .iter()
                 .any(|j| latency_only(j.op) && j.mode != "latency")
         );
-        assert!(jobs.iter().all(|j| j.rounds == ROUNDS && j.tasks.is_none()));
+        assert!(
+            jobs.iter()
+                .all(|j| j.rounds == ROUNDS && j.tasks.is_none() && j.pairs == PAIRS)
+        );
         let put: Vec<&Job> = jobs
             .iter()
             .filter(|j| j.controller == "tcp0" && j.op == "put")
@@ -306,8 +396,8 @@ mod tests {
             for op in ["get", "fetch-add", "cswap"] {
                 assert_eq!(of(op, "bandwidth"), 1, "{c} {op}");
             }
-            // The default window, the tasks row, and on loopback the wide window.
-            let puts = if *c == "loopback" { 3 } else { 2 };
+            // The default window, the tasks rows, and on loopback the wide window.
+            let puts = if *c == "loopback" { 2 } else { 1 } + TASKS.len();
             assert_eq!(of("put", "bandwidth"), puts, "{c}");
             for op in ["signal", "add", "round"] {
                 assert_eq!((of(op, "latency"), of(op, "bandwidth")), (1, 0), "{c} {op}");
@@ -316,11 +406,19 @@ mod tests {
                 .iter()
                 .filter(|j| j.controller == *c && j.tasks.is_some())
                 .collect();
-            assert_eq!(tasks.len(), 1);
-            assert_eq!(
-                (tasks[0].op, tasks[0].mode, tasks[0].window, tasks[0].tasks),
-                ("put", "bandwidth", Some(64), Some(64))
-            );
+            assert_eq!(tasks.len(), TASKS.len());
+            for (j, &n) in tasks.iter().zip(TASKS) {
+                assert_eq!(
+                    (j.op, j.mode, j.window, j.tasks),
+                    ("put", "bandwidth", Some(n), Some(n))
+                );
+                let pairs = if [64, 1024].contains(&n) {
+                    SMALL_PAIRS
+                } else {
+                    SWEEP_PAIRS
+                };
+                assert_eq!(j.pairs, pairs, "{c} {n} tasks");
+            }
         }
         let wide: Vec<&Job> = rows
             .iter()
@@ -328,9 +426,37 @@ mod tests {
             .collect();
         assert_eq!(wide.len(), 1);
         assert_eq!(wide[0].controller, "loopback");
-        // 11 rows of the standard set, the tasks row, and loopback's wide window.
-        assert_eq!(rows.len(), 3 * 12 + 1);
+        // 11 rows of the standard set, the tasks rows, and loopback's wide window.
+        assert_eq!(rows.len(), 3 * (11 + TASKS.len()) + 1);
         assert!(rows.iter().all(|j| j.iters == Some(10_000)));
+    }
+
+    #[test]
+    fn selections_pick_rows_and_pairs() {
+        let args =
+            |a: &[&str]| Selection::parse(&a.iter().map(|s| s.to_string()).collect::<Vec<_>>());
+        let all = args(&[]).unwrap();
+        assert!(small_rows().iter().all(|j| all.wants(j)));
+        assert_eq!(all.small_pairs(), SMALL_PAIRS);
+        let quick = args(&["--quick", "--rows", "loopback signal, tasks"]).unwrap();
+        assert!(quick.small_only && quick.pairs == Some(2) && !quick.publish);
+        let picked: Vec<Job> = small_rows()
+            .into_iter()
+            .filter(|j| quick.wants(j))
+            .collect();
+        assert_eq!(picked.len(), 1 + 3 * TASKS.len());
+        assert!(picked.iter().all(|j| quick.shape(j.clone()).pairs == 2));
+        assert_eq!(quick.small_pairs(), 2);
+        let sel = args(&["--pairs", "3", "--publish"]).unwrap();
+        assert!(sel.publish && !sel.small_only);
+        let sweep = small_rows()
+            .into_iter()
+            .find(|j| j.tasks == Some(4))
+            .unwrap();
+        assert_eq!(sel.shape(sweep).pairs, 3);
+        assert!(args(&["--pairs", "0"]).is_err());
+        assert!(args(&["--pairs"]).is_err());
+        assert!(args(&["--fast"]).is_err());
     }
 
     #[test]

@@ -17,6 +17,8 @@ pub struct Spread {
     pub q3: f64,
     /// How many ratios.
     pub n: usize,
+    /// The lowest of them (a crowd row's worst pair).
+    pub lo: f64,
 }
 
 /// The spread of `values`, `None` when there are none.
@@ -31,6 +33,7 @@ pub fn spread(values: &[f64]) -> Option<Spread> {
         q1: quartile_sorted(&v, 1),
         q3: quartile_sorted(&v, 3),
         n: v.len(),
+        lo: v[0],
     })
 }
 
@@ -82,6 +85,16 @@ pub fn verdict(s: &Spread, min: f64) -> Verdict {
     }
 }
 
+/// The verdict of ratios whose target is `min` and whose every value must reach `floor`:
+/// a value under the floor misses, whatever the median; otherwise as [`verdict`].
+pub fn verdict_with_floor(s: &Spread, min: f64, floor: f64) -> Verdict {
+    if s.lo < floor {
+        Verdict::Missed
+    } else {
+        verdict(s, min)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -126,6 +139,7 @@ mod tests {
             q1,
             q3,
             n: 12,
+            lo: q1,
         };
         assert_eq!(verdict(&s(0.85, 0.9, 0.95), 0.9), Verdict::Met);
         assert_eq!(verdict(&s(0.85, 0.88, 0.95), 0.9), Verdict::WithinNoise);
@@ -137,5 +151,21 @@ mod tests {
             serde_json::to_value(Verdict::WithinNoise).unwrap(),
             "within_noise"
         );
+    }
+
+    #[test]
+    fn a_pair_under_the_floor_misses_the_row() {
+        let ratios = [0.95, 0.97, 0.92, 0.49, 0.99];
+        let s = spread(&ratios).unwrap();
+        assert_eq!(s.lo, 0.49);
+        assert_eq!(verdict(&s, 0.9), Verdict::Met);
+        assert_eq!(verdict_with_floor(&s, 0.9, 0.5), Verdict::Missed);
+        let s = spread(&[0.95, 0.97, 0.92, 0.5, 0.99]).unwrap();
+        assert_eq!(verdict_with_floor(&s, 0.9, 0.5), Verdict::Met);
+        // Above the floor, the quartiles decide as for any target.
+        let s = spread(&[0.6, 0.8, 0.85, 0.95, 0.97]).unwrap();
+        assert_eq!(verdict_with_floor(&s, 0.9, 0.5), Verdict::WithinNoise);
+        let s = spread(&[0.6, 0.7, 0.72, 0.75, 0.8]).unwrap();
+        assert_eq!(verdict_with_floor(&s, 0.9, 0.5), Verdict::Missed);
     }
 }

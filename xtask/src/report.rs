@@ -35,8 +35,35 @@ pub struct Meta {
     pub small_pairs: usize,
     /// The `ucx_perftest` the UCX figures come from, or why there are none.
     pub ucx: Result<String, String>,
+    /// The iceoryx2 anchor's binary, or why there is none.
+    pub iceoryx2: Result<String, String>,
+    /// The anchors' own figures: UCX's tests and iceoryx2's, medians over their runs.
+    pub anchors: Vec<Anchor>,
     pub unix_time: u64,
 }
+
+/// One anchor test (a UCX test or an iceoryx2 one) over its runs between the pairs.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Anchor {
+    pub label: String,
+    /// The runs that gave a figure.
+    pub runs: usize,
+    /// The medians over the runs of each run's percentiles, in µs (UCX reports no tails).
+    pub median_us: Option<f64>,
+    pub p99_us: Option<f64>,
+    pub p999_us: Option<f64>,
+    /// The last failure, if a run failed.
+    pub error: Option<String>,
+}
+
+/// The SVG plots `cargo xtask bench` writes beside the report.
+pub const PLOTS: &[(&str, &str)] = &[
+    (
+        "latency.svg",
+        "p50, p99 and p99.9 of the small latency rows",
+    ),
+    ("tasks.svg", "8-byte put rate against the number of tasks"),
+];
 
 /// `8 B`, `4 KiB`, `1 MiB`.
 pub fn human_size(n: usize) -> String {
@@ -51,9 +78,10 @@ pub fn human_size(n: usize) -> String {
 fn fig_text(f: Option<Figure>, mode: &str) -> String {
     let Some(f) = f else { return "-".into() };
     match (mode, f.headline(mode)) {
-        ("latency", Some(us)) => match f.p99_us {
-            Some(p) => format!("{us:.2} µs (p99 {p:.1})"),
-            None => format!("{us:.2} µs"),
+        ("latency", Some(us)) => match (f.p99_us, f.p999_us) {
+            (Some(p), Some(q)) => format!("{us:.2} µs (p99 {p:.1}, p99.9 {q:.1})"),
+            (Some(p), None) => format!("{us:.2} µs (p99 {p:.1})"),
+            _ => format!("{us:.2} µs"),
         },
         (_, Some(mbs)) => match f.median_us {
             Some(us) => format!("{mbs:.1} MB/s ({us:.3} µs/op)"),
@@ -64,11 +92,11 @@ fn fig_text(f: Option<Figure>, mode: &str) -> String {
 }
 
 fn verdict_text(r: &Row) -> String {
-    match (r.verdict(), &r.ucx) {
+    match (r.verdict(), r.target_against()) {
         (Some(Verdict::Met), _) => "met".into(),
         (Some(Verdict::WithinNoise), _) => "**within noise**".into(),
         (Some(Verdict::Missed), _) => "**MISSED**".into(),
-        (None, Some(u)) if r.against_ucx() && u.value.is_none() => "no UCX here".into(),
+        (None, Some(anchor @ ("UCX" | "iceoryx2"))) => format!("no {anchor} here"),
         (None, _) => "-".into(),
     }
 }
@@ -97,10 +125,9 @@ fn row_line(r: &Row, with_controller: bool) -> String {
     }
     let ratio = spread.map_or("-".into(), |x| {
         let text = ratio_text(x.median, r.target.map(Target::min_ratio));
-        if r.against_ucx() {
-            format!("{text} vs UCX")
-        } else {
-            text
+        match r.target_against() {
+            Some(anchor @ ("UCX" | "iceoryx2")) => format!("{text} vs {anchor}"),
+            _ => text,
         }
     });
     let _ = write!(
@@ -111,7 +138,7 @@ fn row_line(r: &Row, with_controller: bool) -> String {
         human_size(r.size),
         fig_text(rsm, &r.mode),
         fig_text(base, &r.mode),
-        r.ucx.as_ref().map_or("-".into(), |u| u.text(r.size)),
+        anchors_text(r),
         quartiles_text(spread),
         spread.map_or("-".into(), |x| x.n.to_string()),
         r.target.map_or("-".into(), Target::text),
@@ -119,6 +146,93 @@ fn row_line(r: &Row, with_controller: bool) -> String {
         r.status_text()
     );
     s
+}
+
+/// The row's UCX figure and, beside the shared-memory signal rows, iceoryx2's.
+fn anchors_text(r: &Row) -> String {
+    let ucx = r.ucx.as_ref().map(|u| u.text(r.size));
+    let iox = r
+        .iceoryx2
+        .as_ref()
+        .map(|u| format!("iceoryx2: {}", u.text(r.size)));
+    match (ucx, iox) {
+        (Some(u), Some(i)) => format!("{u}; {i}"),
+        (Some(t), None) | (None, Some(t)) => t,
+        (None, None) => "-".into(),
+    }
+}
+
+/// p50 / p99 / p99.9 in µs, `-` where a figure is missing.
+fn tails_text(median: Option<f64>, p99: Option<f64>, p999: Option<f64>) -> String {
+    let t = |x: Option<f64>| x.map_or("-".into(), |v| format!("{v:.2}"));
+    format!("{} / {} / {}", t(median), t(p99), t(p999))
+}
+
+/// The small latency rows' tails beside the anchors', then the anchors themselves.
+fn tails_section(md: &mut String, meta: &Meta, rows: &[Row]) {
+    let _ = writeln!(md, "\n## Tails\n");
+    let _ = writeln!(
+        md,
+        "The 8-byte latency rows' p50 / p99 / p99.9 in µs: every round of a child records \
+         each operation's time (`Instant` around the awaited operation, into an array made \
+         before the round) and takes nearest-rank percentiles; a child's figure is the \
+         median over its rounds, a row's the median over its pairs (not pooled samples). \
+         Window and tasks rows report rates only. UCX's `ucx_perftest` reports its median \
+         alone.\n"
+    );
+    let _ = writeln!(
+        md,
+        "| controller | op | rsm p50 / p99 / p99.9 | baseline p50 / p99 / p99.9 | UCX p50 | iceoryx2 p50 |"
+    );
+    let _ = writeln!(md, "|---|---|---|---|---|---|");
+    for r in rows.iter().filter(|r| {
+        r.mode == "latency" && r.size == 8 && r.shape.anchor.is_none() && r.figures().0.is_some()
+    }) {
+        let (rsm, base, _) = r.figures();
+        let side = |f: Option<Figure>| {
+            f.map_or("-".into(), |f| tails_text(f.median_us, f.p99_us, f.p999_us))
+        };
+        let _ = writeln!(
+            md,
+            "| {} | {} | {} | {} | {} | {} |",
+            r.controller,
+            r.op_text(),
+            side(rsm),
+            side(base),
+            r.ucx.as_ref().map_or("-".into(), |u| u.text(r.size)),
+            r.iceoryx2.as_ref().map_or("-".into(), |u| u.text(r.size)),
+        );
+    }
+    let _ = writeln!(md, "\n### Anchors\n");
+    if let Err(why) = &meta.iceoryx2 {
+        let _ = writeln!(md, "No iceoryx2 anchor: {why}\n");
+    }
+    let _ = writeln!(
+        md,
+        "Each run between the pairs; the figures are the medians over the runs of each \
+         run's percentiles. iceoryx2 (`{}`, the `iceoryx2` crate): two processes, 8 bytes, \
+         100,000 publish-subscribe round trips or 10,000 event round trips a run, every \
+         run with its own file prefix and service names.\n",
+        crate::iceoryx2::DIR
+    );
+    let _ = writeln!(md, "| anchor | runs | p50 / p99 / p99.9 µs | note |");
+    let _ = writeln!(md, "|---|---|---|---|");
+    for a in &meta.anchors {
+        let _ = writeln!(
+            md,
+            "| {} | {} | {} | {} |",
+            a.label,
+            a.runs,
+            tails_text(a.median_us, a.p99_us, a.p999_us),
+            a.error
+                .as_deref()
+                .map_or(String::new(), |e| format!("last failure: {e}"))
+        );
+    }
+    let _ = writeln!(md, "\n### Plots\n");
+    for (file, what) in PLOTS {
+        let _ = writeln!(md, "- [{file}]({file}): {what}");
+    }
 }
 
 fn mem_env(m: &Memory) -> String {
@@ -159,6 +273,7 @@ pub fn markdown(meta: &Meta, rows: &[Row], memory: &[Memory]) -> String {
     );
     method_section(&mut md, meta);
     targets_section(&mut md, rows);
+    tails_section(&mut md, meta, rows);
 
     let _ = writeln!(md, "\n## Memory\n");
     let _ = writeln!(
@@ -384,7 +499,7 @@ fn table_header(md: &mut String, with_controller: bool) {
     };
     let _ = writeln!(
         md,
-        "{c}| op | mode | size | rsm | libfabric | UCX | ratio | q1–q3 | pairs | target | verdict | note |"
+        "{c}| op | mode | size | rsm | libfabric | UCX, iceoryx2 | ratio | q1–q3 | pairs | target | verdict | note |"
     );
     let _ = writeln!(
         md,
@@ -404,9 +519,13 @@ pub struct Report<'a> {
     small_pairs: usize,
     /// The `ucx_perftest` the UCX figures come from; null without them.
     ucx: Option<&'a str>,
+    /// The iceoryx2 anchor's binary; null without it.
+    iceoryx2: Option<&'a str>,
     unix_time: u64,
     build_s: f64,
     elapsed_s: f64,
+    /// The anchors' own figures (UCX's tests, iceoryx2's round trips).
+    anchors: &'a [Anchor],
     rows: Vec<ReportRow<'a>>,
     memory: Vec<ReportMemory<'a>>,
 }
@@ -437,10 +556,14 @@ struct ReportRow<'a> {
     ucx_runs: Option<usize>,
     /// Against UCX per pair, for the rows with a UCX figure.
     ucx_pair_ratios: Option<&'a [f64]>,
+    /// iceoryx2's publish-subscribe round trip (µs, median over its runs) and rsm against
+    /// it per pair, beside the loopback and shm0 signal rows.
+    iceoryx2: Option<f64>,
+    iceoryx2_pair_ratios: Option<&'a [f64]>,
     target: Option<String>,
-    /// "libfabric" (the baseline) or "UCX": what the target's ratios are against.
+    /// "libfabric" (the baseline), "UCX" or "iceoryx2": what the target's ratios are against.
     target_against: Option<&'static str>,
-    /// The median and quartiles of the ratios the verdict takes.
+    /// The median, quartiles and lowest of the ratios the verdict takes.
     target_ratio: Option<Spread>,
     verdict: Option<Verdict>,
     met: Option<bool>,
@@ -505,10 +628,10 @@ pub fn json<'a>(meta: &'a Meta, rows: &'a [Row], memory: &'a [Memory]) -> Report
                 ucx_test: ucx.map(|u| &u.label[..]),
                 ucx_runs: ucx.map(|u| u.runs),
                 ucx_pair_ratios: ucx.map(|u| &u.pair_ratios[..]),
+                iceoryx2: r.iceoryx2.as_ref().and_then(|u| u.value),
+                iceoryx2_pair_ratios: r.iceoryx2.as_ref().map(|u| &u.pair_ratios[..]),
                 target: r.target.map(|t| t.text()),
-                target_against: r
-                    .target
-                    .map(|_| if r.against_ucx() { "UCX" } else { "libfabric" }),
+                target_against: r.target_against(),
                 target_ratio: r.target.and(r.spread()),
                 verdict: r.verdict(),
                 met: r.met(),
@@ -537,9 +660,11 @@ pub fn json<'a>(meta: &'a Meta, rows: &'a [Row], memory: &'a [Memory]) -> Report
         small_rounds: meta.small_rounds,
         small_pairs: meta.small_pairs,
         ucx: meta.ucx.as_deref().ok(),
+        iceoryx2: meta.iceoryx2.as_deref().ok(),
         unix_time: meta.unix_time,
         build_s: (meta.build_s * 10.0).round() / 10.0,
         elapsed_s: (meta.elapsed_s * 10.0).round() / 10.0,
+        anchors: &meta.anchors,
         rows,
         memory,
     }
@@ -554,6 +679,7 @@ mod tests {
         let f = Figure {
             median_us: Some(us),
             p99_us: None,
+            p999_us: None,
             mb_per_s: Some(100.0),
             ops_per_s: Some(1e6 / us),
         };
@@ -586,6 +712,15 @@ mod tests {
             small_rounds: 2,
             small_pairs: 12,
             ucx,
+            iceoryx2: Err("not built".into()),
+            anchors: vec![Anchor {
+                label: "iceoryx2 event round trip (listeners asleep)".into(),
+                runs: 6,
+                median_us: Some(70.0),
+                p99_us: Some(90.0),
+                p999_us: Some(300.0),
+                error: None,
+            }],
             unix_time: 3,
         }
     }

@@ -9,8 +9,15 @@ pub(crate) fn nearest_rank(sorted: &[u64], p: f64) -> u64 {
     assert!(!sorted.is_empty(), "percentile of no samples");
     assert!(p > 0.0 && p <= 100.0, "percentile {p} out of (0, 100]");
     let n = sorted.len();
-    let rank = ((p / 100.0) * n as f64).ceil() as usize;
-    sorted[rank.clamp(1, n) - 1]
+    sorted[rank(p, n) - 1]
+}
+
+/// ⌈p/100 · n⌉ in 1..=n, not moved up a rank by the rounding of p/100 · n (0.999 · 1000
+/// is 999.0000000000001 in floating point, whose ceiling is 1000).
+pub(crate) fn rank(p: f64, n: usize) -> usize {
+    let exact = (p / 100.0) * n as f64;
+    let r = (exact - exact * 1e-12).ceil() as usize;
+    r.clamp(1, n)
 }
 
 /// What one side (rsm or the baseline) measured for one row.
@@ -145,6 +152,14 @@ mod tests {
         assert_eq!(nearest_rank(&v, 99.0), 990);
         // Odd n: the middle one.
         assert_eq!(nearest_rank(&[1, 2, 3, 4, 5], 50.0), 3);
+        // p99.9 is the value at rank 0.999 n exactly, not one past it.
+        assert_eq!(nearest_rank(&v, 99.9), 999);
+        for n in [1000, 5000, 10_000, 100_000] {
+            assert_eq!(rank(99.9, n), n / 1000 * 999, "{n}");
+            assert_eq!(rank(99.0, n), n / 100 * 99, "{n}");
+        }
+        assert_eq!(rank(99.9, 10), 10);
+        assert_eq!(rank(99.9, 1001), 1000);
     }
 
     #[test]
