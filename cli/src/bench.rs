@@ -754,10 +754,12 @@ fn baseline_row(
             Summary::from_latency(&mut samples, size)
         }
         Mode::Bandwidth => {
+            let mut batches = stats::Batches::new(n);
             let t = b.bandwidth(op, size, spec.window, warmup, n, &mut |done| {
+                batches.note(done);
                 progress.tick("baseline", done, n)
             })?;
-            Summary::from_bandwidth(t, n as u64, size)
+            batches.tails(Summary::from_bandwidth(t, n as u64, size))
         }
     };
     progress.phase("baseline", "verifying");

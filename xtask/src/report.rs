@@ -177,8 +177,10 @@ fn tails_section(md: &mut String, meta: &Meta, rows: &[Row]) {
          each operation's time (`Instant` around the awaited operation, into an array made \
          before the round) and takes nearest-rank percentiles; a child's figure is the \
          median over its rounds, a row's the median over its pairs (not pooled samples). \
-         Window and tasks rows report rates only. UCX's `ucx_perftest` reports its median \
-         alone.\n"
+         Window rows (bandwidth, 8 B): p50 is the time per operation over the round, p99 \
+         and p99.9 those of the time per operation over each batch of 256 completions; \
+         tasks rows and atomics' windows give their rate only. UCX's `ucx_perftest` \
+         reports its median alone.\n"
     );
     let _ = writeln!(
         md,
@@ -186,7 +188,10 @@ fn tails_section(md: &mut String, meta: &Meta, rows: &[Row]) {
     );
     let _ = writeln!(md, "|---|---|---|---|---|---|");
     for r in rows.iter().filter(|r| {
-        r.mode == "latency" && r.size == 8 && r.shape.anchor.is_none() && r.figures().0.is_some()
+        r.size == 8
+            && r.shape.anchor.is_none()
+            && r.figures().0.is_some()
+            && (r.mode == "latency" || r.figures().0.is_some_and(|f| f.p99_us.is_some()))
     }) {
         let (rsm, base, _) = r.figures();
         let side = |f: Option<Figure>| {
@@ -194,9 +199,14 @@ fn tails_section(md: &mut String, meta: &Meta, rows: &[Row]) {
         };
         let _ = writeln!(
             md,
-            "| {} | {} | {} | {} | {} | {} |",
+            "| {} | {}{} | {} | {} | {} | {} |",
             r.controller,
             r.op_text(),
+            if r.mode == "latency" {
+                ""
+            } else {
+                ", bandwidth"
+            },
             side(rsm),
             side(base),
             r.ucx.as_ref().map_or("-".into(), |u| u.text(r.size)),

@@ -9,7 +9,7 @@ use super::cli::{Mode, Op};
 use super::pattern::pattern;
 use super::raw::round_up;
 use super::report::Progress;
-use super::stats::Summary;
+use super::stats::{BATCH, Batches, Summary};
 use crate::sys::shm::{SharedMap, sealed_memfd};
 use rsm::{Error, Result};
 use rustix::fd::AsFd;
@@ -116,11 +116,16 @@ impl MemcpyBaseline {
                 for i in 0..warmup {
                     self.once(op, i % slots, size);
                 }
+                let mut batches = Batches::new(n);
                 let t0 = Instant::now();
                 for i in 0..n {
                     self.once(op, i % slots, size);
+                    if (i + 1) % BATCH == 0 {
+                        batches.note(i + 1);
+                    }
                 }
-                Summary::from_bandwidth(t0.elapsed(), n as u64, size)
+                let took = t0.elapsed();
+                batches.tails(Summary::from_bandwidth(took, n as u64, size))
             }
         };
         progress.phase("baseline", "verifying");

@@ -102,8 +102,9 @@ impl Row {
 
     /// The JSON object of this row. Always: `controller`, `provider`, `op`, `mode`, `size`,
     /// `window`, `samples`, `median_us`, `p99_us`, `p999_us`, `mb_per_s`, `ops_per_s` (rsm's
-    /// numbers, null when rsm did not run; the percentiles are null in bandwidth mode, where
-    /// `median_us` is total time / operations) and `verified`. When the baseline ran, also
+    /// numbers, null when rsm did not run; in bandwidth mode `median_us` is total time /
+    /// operations and the percentiles are those of the time per operation over batches of
+    /// 256 completions, null where the run notes no batches) and `verified`. When the baseline ran, also
     /// `baseline_samples`, `baseline_median_us`, `baseline_p99_us`, `baseline_p999_us`,
     /// `baseline_mb_per_s`,
     /// `baseline_ops_per_s`, `baseline_verified`, `baseline_wait` (`none` or `fd`, see

@@ -7,7 +7,7 @@ use super::cli::{Mode, Op};
 use super::pagebuf::PageBuf;
 use super::report::Progress;
 use super::rsm_side::{RsmInitiator, Vector};
-use super::stats::Summary;
+use super::stats::{Batches, Summary};
 use futures::FutureExt;
 use futures::StreamExt;
 use futures::future::Either;
@@ -174,16 +174,15 @@ async fn rows<T: Moved>(
             progress.phase("rsm", "warm-up");
             window(init, spec.op, spec.warmup(), bufs, &mut |_| {}).await?;
             let total = spec.timed();
+            let mut batches = Batches::new(total);
             let t0 = Instant::now();
             window(init, spec.op, total, bufs, &mut |done| {
+                batches.note(done);
                 progress.tick("rsm", done, total)
             })
             .await?;
-            Ok(Summary::from_bandwidth(
-                t0.elapsed(),
-                total as u64,
-                spec.size,
-            ))
+            let took = t0.elapsed();
+            Ok(batches.tails(Summary::from_bandwidth(took, total as u64, spec.size)))
         }
     }
 }

@@ -1,7 +1,7 @@
 //! Statistics of one measured run: nearest-rank percentiles, MB/s and operations per second;
 //! and of several interleaved rounds of one row: the median of each figure over the rounds.
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// The nearest-rank percentile `p` (0 < p <= 100) of `sorted` (ascending, not empty): the
 /// value at rank ⌈p/100 · n⌉.
@@ -25,10 +25,11 @@ pub(crate) fn rank(p: f64, n: usize) -> usize {
 pub(crate) struct Summary {
     /// Latency mode: the median operation time; bandwidth mode: total time / operations.
     pub(crate) median_us: f64,
-    /// Latency mode: the 99th percentile (nearest rank); `None` in bandwidth mode.
+    /// Latency mode: the 99th percentile (nearest rank); bandwidth mode: that of the time
+    /// per operation over batches of [`BATCH`] ([`Batches`]), where the run noted them.
     pub(crate) p99_us: Option<f64>,
     /// Latency mode: the 99.9th percentile (nearest rank), the tail a busy host stretches;
-    /// `None` in bandwidth mode.
+    /// bandwidth mode: as `p99_us`.
     pub(crate) p999_us: Option<f64>,
     /// Bytes moved / seconds / 10^6.
     pub(crate) mb_per_s: f64,
@@ -67,6 +68,59 @@ impl Summary {
             ops_per_s: ops as f64 / secs,
             ops,
         }
+    }
+}
+
+/// Operations per batch of a bandwidth row's tails: both sides note their count every 256
+/// completions.
+pub(crate) const BATCH: usize = 256;
+
+/// A bandwidth row's tails: the time per operation over each batch of about [`BATCH`]
+/// completions, noted when the running count crosses a batch (the first note starts the
+/// clock). Its array is made before the round, so noting costs a clock read per batch.
+#[derive(Debug)]
+pub(crate) struct Batches {
+    last: Option<(usize, Instant)>,
+    per_op_ns: Vec<u64>,
+}
+
+impl Batches {
+    /// For a round of `total` operations.
+    pub(crate) fn new(total: usize) -> Batches {
+        Batches {
+            last: None,
+            per_op_ns: Vec::with_capacity(total / BATCH + 2),
+        }
+    }
+
+    /// `done` operations have completed: a batch ends when at least [`BATCH`] more than at
+    /// the last note have.
+    pub(crate) fn note(&mut self, done: usize) {
+        self.note_at(done, Instant::now());
+    }
+
+    fn note_at(&mut self, done: usize, now: Instant) {
+        match self.last {
+            None => self.last = Some((done, now)),
+            Some((before, then)) if done >= before + BATCH => {
+                let ns = now.saturating_duration_since(then).as_nanos() / (done - before) as u128;
+                self.per_op_ns.push(u64::try_from(ns).unwrap_or(u64::MAX));
+                self.last = Some((done, now));
+            }
+            Some(_) => {}
+        }
+    }
+
+    /// `summary` (a bandwidth row's) with the p99 and p99.9 of the batches' time per
+    /// operation; unchanged without a whole batch.
+    pub(crate) fn tails(mut self, mut summary: Summary) -> Summary {
+        if !self.per_op_ns.is_empty() {
+            self.per_op_ns.sort_unstable();
+            let at = |p| nearest_rank(&self.per_op_ns, p) as f64 / 1e3;
+            summary.p99_us = Some(at(99.0));
+            summary.p999_us = Some(at(99.9));
+        }
+        summary
     }
 }
 
@@ -160,6 +214,23 @@ mod tests {
         }
         assert_eq!(rank(99.9, 10), 10);
         assert_eq!(rank(99.9, 1001), 1000);
+    }
+
+    #[test]
+    fn batches_time_each_run_of_256_completions() {
+        let t0 = Instant::now();
+        let mut b = Batches::new(2048);
+        // The first note starts the clock; a note short of a batch is not one.
+        b.note_at(256, t0);
+        b.note_at(300, t0 + Duration::from_micros(10));
+        b.note_at(512, t0 + Duration::from_micros(256));
+        b.note_at(1024, t0 + Duration::from_micros(256 + 1024));
+        let s = b.tails(Summary::from_bandwidth(Duration::from_millis(1), 1024, 8));
+        // Batches of 1 and 2 µs per operation.
+        assert_eq!((s.p99_us, s.p999_us), (Some(2.0), Some(2.0)));
+        assert_eq!(s.median_us, 1_000.0 / 1024.0);
+        let none = Batches::new(10).tails(Summary::from_bandwidth(Duration::from_millis(1), 10, 8));
+        assert_eq!(none.p99_us, None);
     }
 
     #[test]
