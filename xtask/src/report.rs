@@ -184,7 +184,7 @@ fn tails_section(md: &mut String, meta: &Meta, rows: &[Row]) {
     );
     let _ = writeln!(
         md,
-        "| controller | op | rsm p50 / p99 / p99.9 | baseline p50 / p99 / p99.9 | UCX p50 | iceoryx2 p50 |"
+        "| controller | op | rsm p50 / p99 / p99.9 | baseline p50 / p99 / p99.9 | UCX | iceoryx2 (p50) |"
     );
     let _ = writeln!(md, "|---|---|---|---|---|---|");
     for r in rows.iter().filter(|r| {
