@@ -43,10 +43,12 @@ pub const MEMORY_RUNS: &[(&str, &[(&str, &str)])] =
 /// The most one child may take (the slowest, sockets0 put bandwidth, takes 5-10 s; 57 s
 /// was seen on a busy machine).
 const JOB_TIMEOUT: Duration = Duration::from_secs(180);
-/// No small-row pair starts later than this after the measuring began.
-const SMALL_BUDGET: Duration = Duration::from_secs(11 * 60);
-/// No larger run starts later than this after the measuring began.
-const BUDGET: Duration = Duration::from_secs(16 * 60);
+/// No small-row pair starts later than this after the measuring began (room for the
+/// tasks rows and the anchors beside the 12 pairs).
+const SMALL_BUDGET: Duration = Duration::from_secs(13 * 60);
+/// No larger run starts later than this after the measuring began: the set stays near 20
+/// minutes after its build.
+const BUDGET: Duration = Duration::from_secs(18 * 60);
 
 /// Every UCX test runs once after this many small-row pairs.
 const UCX_EVERY: usize = 2;
