@@ -1,7 +1,7 @@
-//! `cargo xtask bench`: builds `rsm` in release mode, runs the standard set (docs/performance.md, Method) as
-//! `rsm bench ... --baseline --json` and `rsm bench-memory --json` child processes, and
-//! UCX's `ucx_perftest` where it is installed, and writes `target/bench/report.md` and
-//! `target/bench/report.json`.
+//! `cargo xtask bench`: builds `rsm` and the iceoryx2 anchor in release mode, runs the
+//! standard set (docs/performance.md, Method) as `rsm bench ... --baseline --json` and
+//! `rsm bench-memory --json` child processes, with UCX's `ucx_perftest` and the anchor
+//! beside them, and writes `target/bench/report.md`, `report.json` and the plots.
 //!
 //! The set is a fixed plan (`plan.rs`); what the `rsm` binary cannot run yet is found out,
 //! not assumed: operations and options come from `rsm bench -h`, controllers from
@@ -10,12 +10,13 @@
 //! them. A run that fails with `--baseline` is retried without it, so the row keeps rsm's
 //! figure and says why it has no baseline.
 //!
-//! The small rows run first, in [`plan::SMALL_PAIRS`] alternating process pairs with UCX's
-//! runs between them ([`run_small_pairs`]); then the larger rows, each run in
+//! The small rows run first, in [`plan::SMALL_PAIRS`] alternating process pairs with the
+//! anchors' runs between them (`pairs.rs`); then the larger rows, each run in
 //! [`plan::ROUNDS`] interleaved rounds, those with a target in [`plan::PAIRS`] pairs.
 //!
 //! Bounded: every child gets at most [`JOB_TIMEOUT`]; no small-row pair starts after
-//! [`SMALL_BUDGET`] and no larger run after [`BUDGET`]; what is skipped is listed as such.
+//! `pairs::SMALL_BUDGET` and no larger run after [`BUDGET`]; what is skipped is listed as
+//! such.
 
 use std::env;
 use std::ffi::OsString;
@@ -26,12 +27,12 @@ use std::time::{Duration, Instant};
 use crate::child::{Output, run_child};
 use crate::command::{run_echoed, stdout_of};
 use crate::failure::Failure;
-use crate::iceoryx2::{self, Tails};
+use crate::iceoryx2;
+use crate::pairs;
 use crate::plan::{self, Job, Selection};
-use crate::quartiles;
-use crate::report::{self, Anchor, Memory};
-use crate::row::{Figure, Reading, Row, Shape, Status, UcxColumn};
-use crate::ucx::{self, Final, UcxRun};
+use crate::report::{self, Memory};
+use crate::row::{Figure, Row, Shape, Status};
+use crate::ucx;
 use serde::Deserialize;
 use serde_json::Value;
 
@@ -43,15 +44,9 @@ pub const MEMORY_RUNS: &[(&str, &[(&str, &str)])] =
 /// The most one child may take (the slowest, sockets0 put bandwidth, takes 5-10 s; 57 s
 /// was seen on a busy machine).
 const JOB_TIMEOUT: Duration = Duration::from_secs(180);
-/// No small-row pair starts later than this after the measuring began (room for the
-/// tasks rows and the anchors beside the 12 pairs).
-const SMALL_BUDGET: Duration = Duration::from_secs(13 * 60);
 /// No larger run starts later than this after the measuring began: the set stays near 20
 /// minutes after its build.
 const BUDGET: Duration = Duration::from_secs(18 * 60);
-
-/// Every UCX test runs once after this many small-row pairs.
-const UCX_EVERY: usize = 2;
 
 /// Every child's providers stay on loopback.
 const LOOPBACK_FABRIC: &[(&str, &str)] = &[("FI_TCP_IFACE", "lo"), ("FI_SOCKETS_IFACE", "lo")];
@@ -137,11 +132,11 @@ pub fn run(args: &[String]) -> Result<(), Failure> {
         .filter(|j| can.missing(j).is_none())
         .cloned()
         .collect();
-    let anchors_here = Anchors {
+    let anchors_here = pairs::Anchors {
         ucx: ucx.is_ok(),
         iceoryx2: iox.as_ref().ok().map(PathBuf::as_path),
     };
-    let (small_rows, anchors) = run_small_pairs(&rsm, &runnable, anchors_here, bench_start);
+    let (small_rows, anchors) = pairs::run_small_pairs(&rsm, &runnable, anchors_here, bench_start);
     let mut measured = small_rows.into_iter();
     let mut rows = Vec::new();
     for job in &small {
@@ -150,7 +145,7 @@ pub fn run(args: &[String]) -> Result<(), Failure> {
             None => rows.extend(measured.next()),
         }
     }
-    rows.extend(versus_iceoryx2(&rows, iox.as_ref().err()));
+    rows.extend(pairs::versus_iceoryx2(&rows, iox.as_ref().err()));
 
     eprintln!("xtask: == larger rows ==");
     let larger = plan::plan()
@@ -244,245 +239,6 @@ fn ucx_here() -> Result<String, String> {
     ))
 }
 
-/// The distinct UCX runs the small rows compare with, in the order of the rows.
-fn ucx_runs(jobs: &[Job]) -> Vec<UcxRun> {
-    let mut runs = Vec::new();
-    for job in jobs {
-        if let Some((run, _)) = ucx_mapping(job) {
-            if !runs.contains(&run) {
-                runs.push(run);
-            }
-        }
-    }
-    runs
-}
-
-fn ucx_mapping(job: &Job) -> Option<(UcxRun, Reading)> {
-    if job.tasks.is_some() {
-        return None;
-    }
-    ucx::mapping(job.controller, job.op, job.mode, job.sizes[0], job.window)
-}
-
-/// The anchors the small rows run beside.
-#[derive(Clone, Copy)]
-struct Anchors<'a> {
-    ucx: bool,
-    /// The iceoryx2 anchor's binary, if it built.
-    iceoryx2: Option<&'a Path>,
-}
-
-/// The small rows, each measured by up to its [`Job::pairs`] fresh process pairs in
-/// alternating order, with every UCX run and iceoryx2 test (where they are here) once every
-/// [`UCX_EVERY`] pairs: one row per job, in the order of `jobs`, and the anchors' own
-/// figures.
-fn run_small_pairs(
-    rsm: &Path,
-    jobs: &[Job],
-    here: Anchors<'_>,
-    bench_start: Instant,
-) -> (Vec<Row>, Vec<Anchor>) {
-    let runs = if here.ucx { ucx_runs(jobs) } else { Vec::new() };
-    let tests: &[iceoryx2::Test] = if here.iceoryx2.is_some() && !jobs.is_empty() {
-        &iceoryx2::Test::ALL
-    } else {
-        &[]
-    };
-    let mut pairs: Vec<Vec<Row>> = vec![Vec::new(); jobs.len()];
-    let mut ucx_results: Vec<Vec<Result<Final, String>>> = vec![Vec::new(); runs.len()];
-    let mut iox_results: Vec<Vec<Result<Tails, String>>> = vec![Vec::new(); tests.len()];
-    let most = jobs.iter().map(|j| j.pairs).max().unwrap_or(0);
-    for pair in 0..most {
-        if pair > 0 && bench_start.elapsed() > SMALL_BUDGET {
-            eprintln!(
-                "xtask: time budget of {} s for the small rows spent after {pair} pairs",
-                SMALL_BUDGET.as_secs()
-            );
-            break;
-        }
-        eprintln!("xtask: -- pair {} of {most} --", pair + 1);
-        for i in plan::pair_order(pair, jobs.len()) {
-            if pair < jobs[i].pairs {
-                pairs[i].extend(run_job(rsm, &jobs[i]));
-            }
-        }
-        if pair % UCX_EVERY == UCX_EVERY - 1 || (most < UCX_EVERY && pair + 1 == most) {
-            for k in plan::pair_order(pair / UCX_EVERY, runs.len()) {
-                let result = ucx::measure(&runs[k]);
-                match &result {
-                    Ok(f) => eprintln!(
-                        "xtask: UCX {}: {:.3} µs, {:.0} msg/s",
-                        runs[k].label(),
-                        f.median_us,
-                        f.rate_overall
-                    ),
-                    Err(e) => eprintln!("xtask: UCX {}: {e}", runs[k].label()),
-                }
-                ucx_results[k].push(result);
-            }
-            for (k, &test) in tests.iter().enumerate() {
-                let result = iceoryx2::measure(here.iceoryx2.unwrap_or(Path::new("")), test);
-                match &result {
-                    Ok(t) => eprintln!(
-                        "xtask: {}: p50 {:.3} µs, p99 {:.3}, p99.9 {:.3}",
-                        test.label(),
-                        t.median_us,
-                        t.p99_us,
-                        t.p999_us
-                    ),
-                    Err(e) => eprintln!("xtask: {}: {e}", test.label()),
-                }
-                iox_results[k].push(result);
-            }
-        }
-    }
-    let rows = jobs
-        .iter()
-        .zip(pairs)
-        .map(|(job, measured)| {
-            let ucx = ucx_mapping(job).map(|(run, reading)| {
-                let k = runs.iter().position(|r| *r == run);
-                let results = k.map_or(&[][..], |k| &ucx_results[k][..]);
-                ucx_column(run, reading, results, &measured, here.ucx)
-            });
-            let iox =
-                iceoryx2::Test::mapping(job.controller, job.op, job.mode).map(|(test, reading)| {
-                    let k = tests.iter().position(|t| *t == test);
-                    let values: Vec<Result<f64, String>> = k
-                        .map_or(&[][..], |k| &iox_results[k][..])
-                        .iter()
-                        .map(|r| r.as_ref().map(|t| t.median_us).map_err(Clone::clone))
-                        .collect();
-                    let label = format!("{} p50", test.label());
-                    match here.iceoryx2 {
-                        Some(_) => anchor_column(label, reading, &values, &measured),
-                        None => UcxColumn::missing(label, reading, "no iceoryx2 anchor here"),
-                    }
-                });
-            let first_failure = measured.first().cloned();
-            let mut row = Row::combine(measured)
-                .or(first_failure)
-                .unwrap_or_else(|| job_rows(job, Status::Failed("no pair ran".into())).remove(0));
-            row.ucx = ucx;
-            row.iceoryx2 = iox;
-            row
-        })
-        .collect();
-    let mut anchors: Vec<Anchor> = runs
-        .iter()
-        .zip(&ucx_results)
-        .map(|(run, results)| {
-            let ok: Vec<f64> = results.iter().flatten().map(|f| f.median_us).collect();
-            Anchor {
-                label: format!("UCX {}", run.label()),
-                runs: ok.len(),
-                median_us: quartiles::median(&ok),
-                p99_us: None,
-                p999_us: None,
-                error: results.iter().rev().find_map(|r| r.as_ref().err()).cloned(),
-            }
-        })
-        .collect();
-    anchors.extend(tests.iter().zip(&iox_results).map(|(test, results)| {
-        let of = |get: fn(&Tails) -> f64| {
-            let v: Vec<f64> = results.iter().flatten().map(get).collect();
-            quartiles::median(&v)
-        };
-        Anchor {
-            label: test.label().into(),
-            runs: results.iter().flatten().count(),
-            median_us: of(|t| t.median_us),
-            p99_us: of(|t| t.p99_us),
-            p999_us: of(|t| t.p999_us),
-            error: results.iter().rev().find_map(|r| r.as_ref().err()).cloned(),
-        }
-    }));
-    (rows, anchors)
-}
-
-/// The loopback signal round trip's second row, judged against iceoryx2's publish-subscribe
-/// round trip (`iceoryx2_missing`: why the anchor is not here, if it is not).
-fn versus_iceoryx2(rows: &[Row], iceoryx2_missing: Option<&String>) -> Option<Row> {
-    let signal = rows.iter().find(|r| {
-        r.controller == "loopback"
-            && r.op == "signal"
-            && r.mode == "latency"
-            && r.shape.anchor.is_none()
-    })?;
-    let shape = Shape {
-        anchor: Some("iceoryx2"),
-        ..signal.shape
-    };
-    let mut row = Row::new(
-        &signal.controller,
-        &signal.op,
-        &signal.mode,
-        signal.size,
-        shape,
-        signal.status.clone(),
-    );
-    row.provider = signal.provider.clone();
-    row.window = signal.window;
-    row.iceoryx2 = signal.iceoryx2.clone().or_else(|| {
-        iceoryx2_missing.map(|why| UcxColumn::missing("iceoryx2".into(), Reading::RoundTrip, why))
-    });
-    Some(row)
-}
-
-/// A row's UCX side: the median over UCX's runs, and each pair's ratio against the run
-/// after it (the last run for pairs after the last).
-fn ucx_column(
-    run: UcxRun,
-    reading: Reading,
-    results: &[Result<Final, String>],
-    pairs: &[Row],
-    with_ucx: bool,
-) -> UcxColumn {
-    if !with_ucx {
-        return UcxColumn::missing(run.label(), reading, "no UCX here");
-    }
-    let values: Vec<Result<f64, String>> = results
-        .iter()
-        .map(|r| r.as_ref().map(|f| f.value(reading)).map_err(Clone::clone))
-        .collect();
-    anchor_column(run.label(), reading, &values, pairs)
-}
-
-/// An anchor's side of a row (UCX or iceoryx2): the median over its runs, and each pair's
-/// ratio against the run after it (the last run for pairs after the last).
-fn anchor_column(
-    label: String,
-    reading: Reading,
-    results: &[Result<f64, String>],
-    pairs: &[Row],
-) -> UcxColumn {
-    let values: Vec<Option<f64>> = results.iter().map(|r| r.as_ref().ok().copied()).collect();
-    let ok: Vec<f64> = values.iter().flatten().copied().collect();
-    let pair_ratios = pairs
-        .iter()
-        .enumerate()
-        .filter_map(|(p, row)| {
-            let ucx = values.get((p / UCX_EVERY).min(values.len().checked_sub(1)?))?;
-            reading.ratio(&row.figures().0?, (*ucx)?)
-        })
-        .collect();
-    UcxColumn {
-        label,
-        reading,
-        value: quartiles::median(&ok),
-        runs: ok.len(),
-        pair_ratios,
-        missing: match (
-            ok.is_empty(),
-            results.iter().rev().find_map(|r| r.as_ref().err()),
-        ) {
-            (true, Some(e)) => Some(format!("failed: {e}")),
-            (true, None) => Some("not run".into()),
-            (false, _) => None,
-        },
-    }
-}
-
 /// The controller names `rsm info --json` lists.
 fn available_controllers(rsm: &Path) -> Vec<String> {
     let mut cmd = Command::new(rsm);
@@ -513,7 +269,7 @@ fn shape(job: &Job) -> Shape {
 }
 
 /// One row per size of `job`, all with `status`.
-fn job_rows(job: &Job, status: Status) -> Vec<Row> {
+pub fn job_rows(job: &Job, status: Status) -> Vec<Row> {
     job.sizes
         .iter()
         .map(|&size| {
@@ -592,7 +348,7 @@ fn parsed(out: &Output) -> Vec<BenchRow> {
         .collect()
 }
 
-fn run_job(rsm: &Path, job: &Job) -> Vec<Row> {
+pub fn run_job(rsm: &Path, job: &Job) -> Vec<Row> {
     let mut out = run_child(&mut bench_command(rsm, job, true), JOB_TIMEOUT);
     let mut no_baseline = None;
     let mut objects = parsed(&out);
@@ -901,61 +657,5 @@ mod tests {
             can.missing(find("tcp0", "put", false)).as_deref(),
             Some("no controller tcp0 on this machine")
         );
-    }
-
-    #[test]
-    fn ucx_runs_are_shared_and_pair_with_the_run_after_them() {
-        let jobs = plan::small_rows();
-        let runs = ucx_runs(&jobs);
-        // put, get, rate with the default window, each for sm and tcp, and sm's window 64.
-        assert_eq!(runs.len(), 7, "{runs:?}");
-        let run = runs[0];
-        let reading = Reading::HalfRoundTrip;
-        let f = |us| Final {
-            iters: 1.0,
-            median_us: us,
-            average_us: us,
-            overall_us: us,
-            mib_per_s: 0.0,
-            mib_per_s_overall: 0.0,
-            rate: 0.0,
-            rate_overall: 0.0,
-        };
-        let pair = |us| {
-            let mut r = Row::new(
-                "shm0",
-                "put",
-                "latency",
-                8,
-                Shape::default(),
-                Status::Skipped(String::new()),
-            );
-            r.status = Status::Measured {
-                rsm: Some(Figure {
-                    median_us: Some(us),
-                    ..Figure::default()
-                }),
-                baseline: None,
-                ratio: Some(1.0),
-                verified: true,
-                baseline_missing: None,
-                round_ratios: vec![],
-                pair_ratios: vec![1.0],
-            };
-            r
-        };
-        let results = vec![Ok(f(1.0)), Err("boom".to_string()), Ok(f(3.0))];
-        let pairs: Vec<Row> = [1.0, 2.0, 1.0, 1.0, 2.0, 3.0, 6.0].map(pair).into();
-        let col = ucx_column(run, reading, &results, &pairs, true);
-        assert_eq!(col.value, Some(2.0));
-        assert_eq!(col.runs, 2);
-        // Pairs 0-1 take run 0, 2-3 the failed one, 4 and on the last.
-        assert_eq!(col.pair_ratios, [1.0, 0.5, 1.5, 1.0, 0.5]);
-        assert_eq!(col.missing, None);
-        let none = ucx_column(run, reading, &results, &pairs, false);
-        assert_eq!(none.missing.as_deref(), Some("no UCX here"));
-        let failed = ucx_column(run, reading, &[Err("x".into())], &pairs, true);
-        assert_eq!(failed.missing.as_deref(), Some("failed: x"));
-        assert!(failed.pair_ratios.is_empty());
     }
 }

@@ -20,6 +20,7 @@ mod dpkg;
 mod failure;
 mod iceoryx2;
 mod lanes;
+mod pairs;
 mod plan;
 mod plots;
 mod profile;
