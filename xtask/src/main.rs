@@ -30,6 +30,7 @@ mod row;
 mod soak;
 mod spinners;
 mod steps;
+mod tails;
 mod ucx;
 mod uid;
 mod version;

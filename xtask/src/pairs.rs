@@ -9,8 +9,8 @@ use crate::bench::{job_rows, run_job};
 use crate::iceoryx2::{self, Tails};
 use crate::plan::{self, Job};
 use crate::quartiles;
-use crate::report::Anchor;
 use crate::row::{Reading, Row, Shape, Status, UcxColumn};
+use crate::tails::Anchor;
 use crate::ucx::{self, Final, UcxRun};
 
 /// No small-row pair starts later than this after the measuring began (room for the

@@ -8,8 +8,8 @@ use std::path::{Path, PathBuf};
 use plotters::prelude::*;
 
 use crate::failure::Failure;
-use crate::report::Anchor;
 use crate::row::{Figure, Row};
+use crate::tails::Anchor;
 
 /// One line of the latency plot: a name and its p50, p99 and p99.9 in µs (any missing).
 #[derive(Debug, Clone, PartialEq)]
