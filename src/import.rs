@@ -33,6 +33,8 @@ mod entry;
 mod map;
 // Signals, waits, the pollable descriptor and event streams.
 mod signal;
+// Put and signal as one operation.
+mod put_signal;
 // What an operation counts and traces.
 mod observe;
 // A reconnecting import: `Controller::subscribe` and its `Subscription` stream.
@@ -42,6 +44,7 @@ pub use atomic_vec::MAX_ATOMIC_VALUES;
 pub use barrier::{Barrier, BarrierMode};
 pub(crate) use connect::other_host;
 pub use map::{ImportMapping, MapAt};
+pub use put_signal::PutSignal;
 pub(crate) use segment::ImportInner;
 pub use segment::ImportSegment;
 pub use sg::{MAX_SGIOREQS, SgEntry, SgFlags, SgLocal, SgOp, SgOutcome};

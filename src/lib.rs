@@ -152,7 +152,7 @@ pub use export::{ExportSegment, SegmentMemory};
 pub use ids::{NodeId, ProviderKind, SegmentId};
 pub use import::{
     Barrier, BarrierMode, ImportMapping, ImportSegment, MAX_ATOMIC_VALUES, MAX_SGIOREQS, MapAt,
-    SgEntry, SgFlags, SgLocal, SgOp, SgOutcome,
+    PutSignal, SgEntry, SgFlags, SgLocal, SgOp, SgOutcome,
 };
 pub use import::{EndReason, Ended, SubscribeOptions, Subscribed, Subscription, SubscriptionEvent};
 pub use limits::Limits;

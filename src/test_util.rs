@@ -78,6 +78,36 @@ pub fn connection_id(imp: &crate::ImportSegment) -> u64 {
     imp.connection_id()
 }
 
+/// A put of `data` at `offset` whose write carries a signal word with a wrong check, as a
+/// hostile grantee could post it (`None` where no write carries a signal on `imp`'s path).
+///
+/// ```no_run
+/// # async fn f(imp: rsm::ImportSegment) {
+/// if let Some(op) = rsm::test_util::put_forged_signal(&imp, 0, vec![1; 8]) {
+///     op.await.unwrap();
+/// }
+/// # }
+/// ```
+pub fn put_forged_signal(
+    imp: &crate::ImportSegment,
+    offset: u64,
+    data: Vec<u8>,
+) -> Option<crate::Op<Vec<u8>>> {
+    imp.put_forged_signal(offset, data)
+}
+
+/// Signals `imp`'s node sent as a write's remote CQ data (`put_signal`, putv's
+/// `IMPLICIT_SIGPOST`).
+///
+/// ```no_run
+/// # fn f(imp: rsm::ImportSegment) {
+/// println!("{}", rsm::test_util::carried_signals(&imp));
+/// # }
+/// ```
+pub fn carried_signals(imp: &crate::ImportSegment) -> u64 {
+    imp.carried_signals()
+}
+
 /// What the grantee of `imp` holds on a libfabric controller: the key it posts with, the
 /// base it adds offsets to, and the exporter's fabric address; for tests that attack the
 /// exporter with raw libfabric.
@@ -180,7 +210,15 @@ pub mod registration {
             chunk: usize::MAX,
         };
         let bounce_max = if path == Path::Bounce { usize::MAX } else { 0 };
-        let held = backend.hold_with(&mut plan, Dir::Write { flags: 0 }, false, bounce_max)?;
+        let held = backend.hold_with(
+            &mut plan,
+            Dir::Write {
+                flags: 0,
+                data: None,
+            },
+            false,
+            bounce_max,
+        )?;
         let desc = match plan {
             Plan::Contiguous { piece, .. } => piece.desc as usize,
             Plan::Batches(_) => 0,

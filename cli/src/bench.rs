@@ -440,6 +440,7 @@ async fn bench(args: &BenchArgs, progress: &mut Progress) -> Result<Vec<Row>, Be
         if args.barrier == BarrierArg::Explicit {
             init.explicit()?;
         }
+        init.round_two_ops = args.round_two_ops;
         rsm = Some(init);
     }
     if let Some(b) = &bell {

@@ -652,7 +652,7 @@ fn the_progress_line_is_shown_on_a_terminal_or_when_asked_for() {
 /// every record is checked by the peer, and a wrong one fails the row.
 #[test]
 fn service_rounds_against_their_parts() {
-    for ctrl in ["loopback", "shm0"] {
+    for ctrl in ["loopback", "shm0", "tcp0"] {
         let run = bench(&[
             "--controller",
             ctrl,
@@ -676,6 +676,21 @@ fn service_rounds_against_their_parts() {
             + row["parts_signal_median_us"].as_f64().unwrap();
         let base = row["baseline_median_us"].as_f64().unwrap();
         assert!((parts - base).abs() < 0.01 * base.max(1.0), "{row}");
+    }
+    // The round as a put, then a signal: the same row, every record checked.
+    for ctrl in ["loopback", "tcp0"] {
+        let run = bench(&[
+            "--controller",
+            ctrl,
+            "--op",
+            "round",
+            "--round-two-ops",
+            "--iters",
+            "100",
+            "--json",
+        ]);
+        assert_eq!(run.code, Some(0), "{ctrl}: {}", run.stderr);
+        assert_eq!(run.rows[0]["verified"], true, "{ctrl}: {}", run.rows[0]);
     }
     let run = bench(&[
         "--controller",

@@ -34,6 +34,16 @@ impl CqEntry {
     pub fn has_remote_data(&self) -> bool {
         self.flags & u64::from(ffi::FI_REMOTE_CQ_DATA) != 0
     }
+
+    /// Whether this is the initiator's own completion of a write it posted with remote CQ
+    /// data, which some providers flag `FI_REMOTE_CQ_DATA` too: it names its operation's
+    /// context and says `FI_WRITE`, never `FI_REMOTE_WRITE`.
+    #[inline]
+    pub fn is_local_write(&self) -> bool {
+        self.context != 0
+            && self.flags & u64::from(ffi::FI_WRITE) != 0
+            && self.flags & u64::from(ffi::FI_REMOTE_WRITE) == 0
+    }
 }
 
 /// An error entry (`fi_cq_readerr`).

@@ -52,6 +52,27 @@ impl ImportPath for Importer {
         chosen!(Importer, self, p => p.vector(conn, way, owner, valid, bytes))
     }
 
+    fn put_signal<C: Connection, B: IoBuf>(
+        &self,
+        conn: &Arc<C>,
+        offset: u64,
+        buf: B,
+        word: Option<u64>,
+    ) -> (Op<B>, bool) {
+        chosen!(Importer, self, p => p.put_signal(conn, offset, buf, word))
+    }
+
+    fn vector_signal<C: Connection, T: Send + 'static>(
+        &self,
+        conn: &Arc<C>,
+        owner: T,
+        valid: Vec<Piece>,
+        bytes: usize,
+        word: Option<u64>,
+    ) -> (Op<T>, bool) {
+        chosen!(Importer, self, p => p.vector_signal(conn, owner, valid, bytes, word))
+    }
+
     #[inline]
     fn atomic_route(&self, call: Call, native: impl Fn(Class) -> bool) -> AtomicRoute {
         chosen!(Importer, self, p => p.atomic_route(call, native))

@@ -123,6 +123,31 @@ pub(crate) trait ImportPath {
         bytes: usize,
     ) -> Op<T>;
 
+    /// Writes `buf` at `offset` as [`ImportPath::put`] does, carrying `word` (a signal
+    /// word, where the signal could go by the fabric) to the exporter's queue as the write's
+    /// remote CQ data, in the same post, where this path can for this write (one post of a
+    /// delivery-complete write): then `true`, and the write's target completion is the
+    /// signal. `false`: a plain put; the caller signals once it resolved.
+    fn put_signal<C: Connection, B: IoBuf>(
+        &self,
+        conn: &Arc<C>,
+        offset: u64,
+        buf: B,
+        word: Option<u64>,
+    ) -> (Op<B>, bool);
+
+    /// Moves a putv's `valid` pieces as [`ImportPath::vector`] does, carrying `word` as the
+    /// remote CQ data of its write where the vector goes in one post that can carry it
+    /// (`true`); else a plain vector (`false`), which the caller signals after.
+    fn vector_signal<C: Connection, T: Send + 'static>(
+        &self,
+        conn: &Arc<C>,
+        owner: T,
+        valid: Vec<Piece>,
+        bytes: usize,
+        word: Option<u64>,
+    ) -> (Op<T>, bool);
+
     /// How `call` runs here. `native(class)` says whether the controller's provider
     /// performs `call` as `class` itself and the exporter shares this node's byte order.
     fn atomic_route(&self, call: Call, native: impl Fn(Class) -> bool) -> AtomicRoute;

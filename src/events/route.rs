@@ -157,6 +157,8 @@ pub(crate) struct Routes {
     /// Signals this node sent by a loopback doorbell, and by the side channel.
     pub(crate) sent_by_bell: AtomicU64,
     pub(crate) sent_by_side: AtomicU64,
+    /// Signal words handed to writes into a segment as their remote CQ data.
+    pub(crate) sent_with_data: AtomicU64,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -173,6 +175,7 @@ impl Default for Routes {
             loopback: Mutex::new(HashMap::new()),
             sent_by_bell: AtomicU64::new(0),
             sent_by_side: AtomicU64::new(0),
+            sent_with_data: AtomicU64::new(0),
         }
     }
 }
@@ -297,23 +300,13 @@ pub(crate) async fn send(
     op: &'static str,
 ) -> Result<()> {
     let word = encode(t.token, t.sender, t.to_importer, flags);
-    if backend.is_none() && !routes.side_channel_forced() {
-        if let Some(bell) = routes.loopback_bell(t.node, t.to_importer, t.token) {
-            bell.ring(flags.contains(SignalFlags::NO_ACCUMULATE))
-                .map_err(|e| e.op(op).node(t.node))?;
-            routes.sent_by_bell.fetch_add(1, Ordering::Relaxed);
-            return Ok(());
-        }
+    if let Some(rang) = ring_loopback(routes, backend, &t, flags, op) {
+        return rang;
     }
-    // A loopback connection without a doorbell signals over the side channel, as forced
-    // signals do.
-    let fabric = backend
-        .filter(|b| !routes.side_channel_forced() && b.carries_signals() && b.doorbell().is_some());
-    if let (Some(backend), Some(bell), Some(dest)) = (fabric, t.bell, t.dest) {
-        // A token the word cannot hold goes by the side channel, which carries all of it.
-        if t.token <= MAX_BELL_TOKEN {
-            return ring(backend, t.node, dest, bell, word, op).await;
-        }
+    if let (Some(backend), Some(bell), Some(dest)) =
+        (by_fabric(routes, backend, &t), t.bell, t.dest)
+    {
+        return ring(backend, t.node, dest, bell, word, op).await;
     }
     let side = side.map_err(|e| e.op(op))?;
     routes.sent_by_side.fetch_add(1, Ordering::Relaxed);
@@ -326,6 +319,58 @@ pub(crate) async fn send(
     )
     .await
     .map_err(|e| e.op(op).node(t.node))
+}
+
+/// Rings the connection's loopback doorbell now, where the signal goes that way (`None`:
+/// it goes another way). No system call unless the receiver sleeps.
+pub(crate) fn ring_loopback(
+    routes: &Routes,
+    backend: Option<&Arc<FabricBackend>>,
+    t: &Target<'_>,
+    flags: SignalFlags,
+    op: &'static str,
+) -> Option<Result<()>> {
+    if backend.is_some() || routes.side_channel_forced() {
+        return None;
+    }
+    let bell = routes.loopback_bell(t.node, t.to_importer, t.token)?;
+    let rang = bell
+        .ring(flags.contains(SignalFlags::NO_ACCUMULATE))
+        .map_err(|e| e.op(op).node(t.node));
+    if rang.is_ok() {
+        routes.sent_by_bell.fetch_add(1, Ordering::Relaxed);
+    }
+    Some(rang)
+}
+
+/// The fabric whose doorbell the signal rings, where it goes by one: both ends have a
+/// doorbell, the fabric carries 8 bytes of completion data, the word holds the token, and
+/// the node does not force the side channel. A loopback connection without a doorbell
+/// signals over the side channel, as forced signals do.
+fn by_fabric<'a>(
+    routes: &Routes,
+    backend: Option<&'a Arc<FabricBackend>>,
+    t: &Target<'_>,
+) -> Option<&'a Arc<FabricBackend>> {
+    let fabric = backend.filter(|b| {
+        !routes.side_channel_forced() && b.carries_signals() && b.doorbell().is_some()
+    })?;
+    // A token the word cannot hold goes by the side channel, which carries all of it.
+    (t.bell.is_some() && t.dest.is_some() && t.token <= MAX_BELL_TOKEN).then_some(fabric)
+}
+
+/// The signal word a write into the segment may carry as its remote CQ data in place of
+/// the doorbell's (`put_signal`, DESIGN.md §6.1): where the signal would ring the fabric
+/// doorbell, the exporter's engine hands any completion with remote data to the same
+/// dispatcher, whatever region the write went to. `None`: the signal goes another way.
+pub(crate) fn carried_word(
+    routes: &Routes,
+    backend: Option<&Arc<FabricBackend>>,
+    t: &Target<'_>,
+    flags: SignalFlags,
+) -> Option<u64> {
+    by_fabric(routes, backend, t)?;
+    Some(encode(t.token, t.sender, t.to_importer, flags))
 }
 
 /// The doorbell write; `-FI_EAGAIN` means progress and retry.

@@ -207,11 +207,7 @@ impl<B: Send + 'static> Future for SgOp<B> {
         };
         if result.is_ok() && self.flags.contains(SgFlags::IMPLICIT_SIGPOST) {
             if let Some(seg) = self.signal_to.take() {
-                let flags = if self.flags.contains(SgFlags::SIGPOST_NO_ACCUMULATE) {
-                    SignalFlags::NO_ACCUMULATE
-                } else {
-                    SignalFlags::empty()
-                };
+                let flags = sig_flags(self.flags);
                 let post: SignalPost =
                     Box::pin(async move { seg.post_signal(flags, "putv").await });
                 self.signalling = Some((post, buf));
@@ -223,6 +219,15 @@ impl<B: Send + 'static> Future for SgOp<B> {
             residual,
             entries: buf,
         })
+    }
+}
+
+/// The signal's flags of a putv's `IMPLICIT_SIGPOST`.
+fn sig_flags(flags: SgFlags) -> SignalFlags {
+    if flags.contains(SgFlags::SIGPOST_NO_ACCUMULATE) {
+        SignalFlags::NO_ACCUMULATE
+    } else {
+        SignalFlags::empty()
     }
 }
 
@@ -435,16 +440,28 @@ impl ImportSegment {
                 signalling: None,
             };
         }
-        let op = self
-            .inner
-            .path
-            .vector(&self.inner, way, entries, valid, bytes);
+        let mut signal_to = self.implicit_signal(way, flags);
+        let path = &self.inner.path;
+        // A whole valid vector in one post carries its signal where the fabric can
+        // (DESIGN.md §6.1); a cut one signals after, only if its first part succeeds.
+        let op = match signal_to.as_ref().filter(|_| invalid.is_none()) {
+            Some(seg) => {
+                let word = seg.carried_word(sig_flags(flags));
+                let (op, carried) = path.vector_signal(&self.inner, entries, valid, bytes, word);
+                if carried {
+                    self.count_carried();
+                    signal_to = None;
+                }
+                op
+            }
+            None => path.vector(&self.inner, way, entries, valid, bytes),
+        };
         SgOp {
             op: Some(op),
             count,
             invalid,
             flags,
-            signal_to: self.implicit_signal(way, flags),
+            signal_to,
             signalling: None,
         }
     }

@@ -4,11 +4,13 @@
 
 use super::ImportSegment;
 use crate::backend::path::{ExportPath, ImportPath};
+use crate::context::NodeContext;
 use crate::events::route::{self, Target};
 use crate::events::{EventStream, PollFd, SignalFlags};
 use crate::ids::NodeId;
 use crate::{Error, Result};
 use std::future::Future;
+use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
@@ -55,6 +57,22 @@ impl ImportSegment {
     /// with the caller's `NO_ACCUMULATE` passed through.
     pub(crate) async fn post_signal(&self, flags: SignalFlags, op: &'static str) -> Result<()> {
         let inner = &self.inner;
+        let state = self.signal_state(op)?;
+        route::send(
+            &state.signals,
+            state.side(),
+            inner.path.ringer().map(|(fabric, _)| fabric),
+            self.target(),
+            flags,
+            op,
+        )
+        .await
+        .map_err(|e| e.segment(inner.segment))
+    }
+
+    /// The checks a post makes before it goes, and the node it goes from.
+    fn signal_state(&self, op: &'static str) -> Result<Arc<NodeContext>> {
+        let inner = &self.inner;
         let ctx = |e: Error| e.op(op).segment(inner.segment).node(inner.node);
         if inner.disconnected.load(Ordering::SeqCst) {
             return Err(ctx(
@@ -68,28 +86,54 @@ impl ImportSegment {
         if let Some(e) = inner.tracker.aborted() {
             return Err(ctx(e));
         }
-        let state = inner
+        inner
             .state
             .upgrade()
-            .ok_or_else(|| ctx(Error::bad_seg_hndl().detail("the node was shut down")))?;
-        let target = Target {
+            .ok_or_else(|| ctx(Error::bad_seg_hndl().detail("the node was shut down")))
+    }
+
+    /// Where this import's signals go.
+    fn target(&self) -> Target<'_> {
+        let inner = &self.inner;
+        Target {
             node: inner.node,
             token: inner.conn_id,
             sender: inner.token,
             to_importer: false,
             bell: inner.bell.as_ref(),
             dest: inner.path.ringer().map(|(_, dest)| dest),
+        }
+    }
+
+    /// The signal word a write into the segment carries as its remote CQ data where the
+    /// signal would go by the fabric's doorbell (`put_signal`); `None`: it goes another way,
+    /// after the write.
+    pub(super) fn carried_word(&self, flags: SignalFlags) -> Option<u64> {
+        let state = self.inner.state.upgrade()?;
+        if state.signals.side_channel_forced() {
+            return None;
+        }
+        let fabric = self.inner.path.ringer().map(|(fabric, _)| fabric);
+        route::carried_word(&state.signals, fabric, &self.target(), flags)
+    }
+
+    /// Counts a signal that went as a write's remote CQ data.
+    pub(super) fn count_carried(&self) {
+        if let Some(state) = self.inner.state.upgrade() {
+            state.signals.sent_with_data.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    /// Signals now, without waiting, where the signal goes by the connection's loopback
+    /// doorbell (`None`: it goes another way, [`ImportSegment::post_signal`]).
+    pub(super) fn ring_now(&self, flags: SignalFlags, op: &'static str) -> Option<Result<()>> {
+        let state = match self.signal_state(op) {
+            Ok(s) => s,
+            Err(e) => return Some(Err(e)),
         };
-        route::send(
-            &state.signals,
-            state.side(),
-            inner.path.ringer().map(|(fabric, _)| fabric),
-            target,
-            flags,
-            op,
-        )
-        .await
-        .map_err(|e| e.segment(inner.segment))
+        let fabric = self.inner.path.ringer().map(|(fabric, _)| fabric);
+        route::ring_loopback(&state.signals, fabric, &self.target(), flags, op)
+            .map(|r| r.map_err(|e| e.segment(self.inner.segment)))
     }
 
     /// Waits for a signal from the exporter and consumes it (`rsm_intr_signal_wait`): `n`

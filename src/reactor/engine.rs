@@ -304,11 +304,13 @@ impl Engine {
         self.wake_conn_waiters();
     }
 
-    /// Posts a write gathered from `iov` into the ranges `rma` at `dest`.
+    /// Posts a write gathered from `iov` into the ranges `rma` at `dest`, with remote CQ
+    /// `data` where `flags` has `FI_REMOTE_CQ_DATA`.
     ///
     /// # Safety
     /// As [`Endpoint::writemsg`]: the buffers and the context stay valid until the
     /// completion.
+    #[allow(clippy::too_many_arguments)] // a post's parts, each named
     pub(crate) unsafe fn post_writemsg(
         &self,
         iov: &[libc::iovec],
@@ -317,12 +319,13 @@ impl Engine {
         rma: &[ffi::fi_rma_iov],
         ctx: *mut ffi::fi_context2,
         flags: u64,
+        data: u64,
     ) -> PostOutcome {
         if self.stop.load(Ordering::SeqCst) {
             return PostOutcome::Closed;
         }
         // SAFETY: forwarded contract.
-        outcome(unsafe { self.ep.writemsg(iov, desc, dest, rma, ctx, flags, 0) })
+        outcome(unsafe { self.ep.writemsg(iov, desc, dest, rma, ctx, flags, data) })
     }
 
     /// Posts a read of the ranges `rma` at `src` scattered into `iov`.

@@ -37,6 +37,9 @@ impl OpInfo {
 pub(crate) enum Dir {
     Write {
         flags: u64,
+        /// Remote CQ data the write carries to the target's queue (a signal word,
+        /// `put_signal`); only on an operation of one data part.
+        data: Option<u64>,
     },
     Read,
     /// Remote atomics on `count` values from the plan's offset; the plan's buffer holds the
@@ -67,8 +70,12 @@ impl Dir {
         match v {
             Visibility::DeliveryComplete => Dir::Write {
                 flags: ffi::FI_DELIVERY_COMPLETE as u64,
+                data: None,
             },
-            Visibility::FencedRead => Dir::Write { flags: 0 },
+            Visibility::FencedRead => Dir::Write {
+                flags: 0,
+                data: None,
+            },
         }
     }
 }

@@ -259,8 +259,20 @@ fn post_data<O: Send + 'static, const N: usize>(
         // SAFETY: the buffers (owned by the slot) and the context stay alive and unmoved
         // until the completion returns the provider's count; the endpoint is kept by the
         // slot's Arc<Engine>.
-        Dir::Write { flags } => unsafe {
-            engine.post_writemsg(&iov[..n], &mut desc[..n], slot.dest, &rma[..m], ctx, flags)
+        Dir::Write { flags, data } => unsafe {
+            let (flags, data) = match data {
+                Some(d) => (flags | u64::from(ffi::FI_REMOTE_CQ_DATA), d),
+                None => (flags, 0),
+            };
+            engine.post_writemsg(
+                &iov[..n],
+                &mut desc[..n],
+                slot.dest,
+                &rma[..m],
+                ctx,
+                flags,
+                data,
+            )
         },
         // SAFETY: as above; nobody else touches the buffers while the slot owns them.
         Dir::Read | Dir::Atomic(_) => unsafe {

@@ -34,8 +34,9 @@ pub(crate) enum Op {
     /// CPU `fetch_add` whose result is dropped).
     Add,
     /// The service round of `examples/signal_service.rs`: put an 8-byte record (a counter)
-    /// into the peer's segment, signal it, await the answer of the peer's task, which reads
-    /// and checks the record first. The baseline is not libfabric but the round's parts,
+    /// into the peer's segment and signal it in one `put_signal` (two operations with
+    /// `--round-two-ops`), await the answer of the peer's task, which reads and checks the
+    /// record first. The baseline is not libfabric but the round's parts,
     /// measured by rsm in the same run: an 8 B put's median plus a signal round trip's.
     /// Sizes are ignored (one row, 8 B).
     Round,
@@ -251,6 +252,10 @@ pub(crate) struct BenchArgs {
     /// not flip the ratio.
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=100))]
     pub(crate) rounds: u32,
+    /// With --op round: the round's record and signal as two operations (a put, then a
+    /// signal) instead of one `put_signal`.
+    #[arg(long)]
+    pub(crate) round_two_ops: bool,
     /// Measure only the plain libfabric baseline (no rsm node): a harness self-test.
     #[arg(long, hide = true)]
     pub(crate) baseline_only: bool,

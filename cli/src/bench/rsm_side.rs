@@ -210,6 +210,8 @@ pub(crate) struct RsmInitiator {
     imp: ImportSegment,
     /// Set in explicit barrier mode.
     barrier: Option<Barrier>,
+    /// `--round-two-ops`: a round puts, then signals.
+    pub(crate) round_two_ops: bool,
 }
 
 impl RsmInitiator {
@@ -256,6 +258,7 @@ impl RsmInitiator {
             node,
             imp,
             barrier: None,
+            round_two_ops: false,
         })
     }
 
@@ -335,9 +338,31 @@ impl RsmInitiator {
             .map(|_exporter| ())
     }
 
-    /// One service round (`--op round`): `buf`'s 8-byte record put at offset 0, a signal,
-    /// the answer awaited; the buffer comes back holding the next record.
+    /// One service round (`--op round`): `buf`'s 8-byte record put at offset 0 and signalled
+    /// in one operation (or a put, then a signal: `--round-two-ops`), the answer awaited; the
+    /// buffer comes back holding the next record.
     pub(crate) async fn round(&self, buf: PageBuf) -> (Result<()>, Option<PageBuf>) {
+        if self.round_two_ops {
+            return self.round_two(buf).await;
+        }
+        let mut buf = match self.imp.put_signal(0, buf, rsm::SignalFlags::empty()).await {
+            Ok((_, buf)) => buf,
+            Err(e) => {
+                let (e, buf) = e.into_parts();
+                return (Err(e), buf);
+            }
+        };
+        let answered = self
+            .imp
+            .wait_signal(Some(std::time::Duration::from_secs(5)))
+            .await
+            .map(|_exporter| ());
+        pattern::next_record(&mut buf);
+        (answered, Some(buf))
+    }
+
+    /// The round as its two operations: the put, then a signal round trip.
+    async fn round_two(&self, buf: PageBuf) -> (Result<()>, Option<PageBuf>) {
         let mut buf = match self.imp.put(0, buf).await {
             Ok((_, buf)) => buf,
             Err(e) => {

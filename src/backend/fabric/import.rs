@@ -129,6 +129,25 @@ impl FabricImport {
     }
 }
 
+impl FabricImport {
+    /// The direction of a write that carries `word` as remote CQ data, where it can: one
+    /// post (`one_post`), delivery complete (a fenced write's completion says nothing of
+    /// placement), completion data of 8 bytes.
+    fn signal_dir(&self, word: Option<u64>, one_post: bool) -> Option<Dir> {
+        let backend = &self.backend;
+        let fits = one_post
+            && backend.visibility() == Visibility::DeliveryComplete
+            && backend.carries_signals();
+        match (word, fits) {
+            (Some(w), true) => Some(Dir::Write {
+                flags: ffi::FI_DELIVERY_COMPLETE as u64,
+                data: Some(w),
+            }),
+            _ => None,
+        }
+    }
+}
+
 impl ImportPath for Arc<FabricImport> {
     #[inline(always)]
     fn checks_abort(&self) -> bool {
@@ -190,6 +209,44 @@ impl ImportPath for Arc<FabricImport> {
             Way::Get => Dir::Read,
         };
         self.start(conn, dir, Plan::Batches(batches), owner, way.name(), 0)
+    }
+
+    /// One `fi_writemsg` with `FI_REMOTE_CQ_DATA` where the write is one delivery-complete
+    /// post: its target completion comes after the data was placed, so the exporter's
+    /// engine delivers the signal only once the record is visible (DESIGN.md §6.1).
+    fn put_signal<C: Connection, B: IoBuf>(
+        &self,
+        conn: &Arc<C>,
+        offset: u64,
+        buf: B,
+        word: Option<u64>,
+    ) -> (Op<B>, bool) {
+        let (ptr, len) = Op::source(&buf);
+        let max = self.backend.max_transfer();
+        let Some(dir) = self.signal_dir(word, len <= max) else {
+            return (ImportPath::put(self, conn, offset, buf), false);
+        };
+        let plan = Op::<B>::contiguous(ptr, len, offset, max);
+        (self.start(conn, dir, plan, buf, "put_signal", offset), true)
+    }
+
+    fn vector_signal<C: Connection, T: Send + 'static>(
+        &self,
+        conn: &Arc<C>,
+        owner: T,
+        valid: Vec<Piece>,
+        bytes: usize,
+        word: Option<u64>,
+    ) -> (Op<T>, bool) {
+        let backend = &self.backend;
+        let (iov_max, rma_max) = backend.sg_limits();
+        let batches = batch(valid, bytes, iov_max, rma_max, backend.max_transfer());
+        let (dir, carried) = match self.signal_dir(word, batches.len() == 1) {
+            Some(dir) => (dir, true),
+            None => (Dir::write(backend.visibility()), false),
+        };
+        let plan = Plan::Batches(batches);
+        (self.start(conn, dir, plan, owner, "putv", 0), carried)
     }
 
     /// Natively where the provider performs it, else by the exporter. Without delivery

@@ -215,6 +215,31 @@ impl ImportPath for Arc<LoopbackImport> {
     /// A CPU atomic on the mapping of a memfd; caller memory in the exporter's process is
     /// reached only by the exporter.
     #[inline]
+    /// No completion data here: the import copies, then rings the connection's doorbell.
+    fn put_signal<C: Connection, B: IoBuf>(
+        &self,
+        conn: &Arc<C>,
+        offset: u64,
+        buf: B,
+        _word: Option<u64>,
+    ) -> (Op<B>, bool) {
+        (ImportPath::put(self, conn, offset, buf), false)
+    }
+
+    fn vector_signal<C: Connection, T: Send + 'static>(
+        &self,
+        conn: &Arc<C>,
+        owner: T,
+        valid: Vec<Piece>,
+        bytes: usize,
+        _word: Option<u64>,
+    ) -> (Op<T>, bool) {
+        (
+            ImportPath::vector(self, conn, Way::Put, owner, valid, bytes),
+            false,
+        )
+    }
+
     fn atomic_route(&self, _call: Call, _native: impl Fn(Class) -> bool) -> AtomicRoute {
         match self.maps() {
             true => AtomicRoute::Cpu,

@@ -157,8 +157,9 @@ impl Engine {
     }
 
     pub(super) fn dispatch(&self, e: &CqEntry) {
-        // Remote data first: only the flag and the data are reliable across providers.
-        if e.has_remote_data() {
+        // Remote data first: only the flag and the data are reliable across providers (and
+        // the initiator's completion of its own write with data, `put_signal`, is no signal).
+        if e.has_remote_data() && !e.is_local_write() {
             if let Some(h) = self
                 .remote_data
                 .lock()
