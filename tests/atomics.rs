@@ -422,7 +422,7 @@ fn every_refusal_has_its_error(ctrl: &str) {
     });
     let want = match ctrl_name(ctrl) {
         "loopback" => "cpu",
-        "tcp0" => "exporter",
+        // tcp0's are rxm's, on its endpoint for atomics.
         _ => "provider",
     };
     assert_eq!(atomics.path, want, "{ctrl}: {:?}", atomics.not_native());
@@ -570,7 +570,9 @@ fn dropped_atomics_may_still_happen_and_unpolled_ones_do_not(ctrl: &str) {
         );
         std::thread::sleep(Duration::from_millis(20));
     }
-    let every = matches!(ctrl, "loopback" | "loopback-caller" | "tcp0");
+    // The exporter's requests go out whole at the first poll; a provider's post may be
+    // refused for room (or, on tcp0's rxm, while it connects) and a dropped one stops.
+    let every = matches!(ctrl, "loopback" | "loopback-caller");
     let v: u64 = loop {
         let v: u64 = exporter.ask("get 0").parse().unwrap();
         if !every || v == n || Instant::now() >= deadline {

@@ -69,11 +69,17 @@ impl ControllerPath {
             ticket: grant.admission.clone(),
         };
         let dest = b.peer(&peer)?;
+        // Atomics need a read-write grant: others get no endpoint for them.
+        let atomics = match Perm::from_bits(grant.granted).allows(Perm::RDWR) {
+            true => b.atomics_import(&grant.atomics_addr),
+            false => None,
+        };
         let fabric = Arc::new(FabricImport {
             engine: Arc::clone(b.engine()),
             backend: Arc::clone(b),
             dest,
             peer,
+            atomics,
         });
         let map = same_host::attach(state, grant, from).await;
         Ok((Importer::Fabric(fabric, map), None))

@@ -265,6 +265,10 @@ pub(crate) struct Granted {
     pub(crate) key: u64,
     pub(crate) base: u64,
     pub(crate) address: Vec<u8>,
+    /// The address of the controller's endpoint for atomics, where a read-write grant's
+    /// memory is registered under the same key (tcp, `backend/fabric/rxm_atomics.rs`);
+    /// empty where the exporter performs the grant's atomics.
+    pub(crate) atomics: Vec<u8>,
     /// A descriptor service the connection's own doorbell is offered from, and the
     /// importer process it is offered to (loopback).
     pub(crate) bell_service: Option<(Arc<FdService>, u32)>,

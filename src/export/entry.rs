@@ -99,6 +99,7 @@ impl ExportEntry for ExportInner {
             doorbell: path.doorbell(),
             admission: g.admission,
             map_service: map_service.unwrap_or_default(),
+            atomics_addr: g.atomics,
         })
     }
 

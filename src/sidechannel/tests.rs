@@ -127,6 +127,7 @@ fn grant(conn_id: u64) -> ConnectGrant {
         doorbell: None,
         admission: vec![],
         map_service: vec![],
+        atomics_addr: vec![],
     }
 }
 

@@ -28,6 +28,9 @@ pub(crate) struct FabricImport {
     pub(crate) dest: ffi::fi_addr_t,
     /// The exporter's fabric address and ticket, as granted.
     pub(crate) peer: PeerAddress,
+    /// Where the connection's atomics go when this endpoint carries none (tcp): the
+    /// exporter's endpoint for atomics (`rxm_atomics.rs`); `None`: the exporter performs them.
+    pub(crate) atomics: Option<Arc<FabricImport>>,
 }
 
 /// An operation's plan and the buffer its pointers lie in, waiting for the first poll.
@@ -192,13 +195,18 @@ impl ImportPath for Arc<FabricImport> {
         self.start(conn, dir, Plan::Batches(batches), owner, way.name(), 0)
     }
 
-    /// Natively where the provider performs it, else by the exporter. Without delivery
-    /// completion, and on shm, an update is posted fetching: its result comes back only once
-    /// it was performed.
+    /// Natively where the provider performs it (on tcp, through the endpoint for atomics
+    /// where the grant named one), else by the exporter. Without delivery completion, and on
+    /// shm, an update is posted fetching: its result comes back only once it was performed.
     #[inline]
     fn atomic_route(&self, call: Call, native: impl Fn(Class) -> bool) -> AtomicRoute {
+        let path = match &self.atomics {
+            Some(a) => &**a,
+            None if self.backend.carries_atomics() => self,
+            None => return AtomicRoute::Exporter,
+        };
         let class = match call.class {
-            Class::Update if self.backend.updates_fetch() => Class::Fetch,
+            Class::Update if path.backend.updates_fetch() => Class::Fetch,
             c => c,
         };
         if !native(class) {
@@ -227,6 +235,9 @@ impl ImportPath for Arc<FabricImport> {
         name: &'static str,
         offset: u64,
     ) -> Op<B> {
+        if let Some(a) = &self.atomics {
+            return a.atomic_post(conn, post, ptr, len, buf, name, offset);
+        }
         let plan = Op::<B>::contiguous(ptr, len, offset, len);
         self.start(conn, Dir::Atomic(post), plan, buf, name, offset)
     }
@@ -287,6 +298,9 @@ impl ImportPath for Arc<FabricImport> {
 
     fn release(&self) {
         self.backend.release_peer(&self.peer);
+        if let Some(a) = &self.atomics {
+            a.release();
+        }
     }
 
     fn peer(&self) -> Option<&PeerAddress> {
@@ -295,6 +309,9 @@ impl ImportPath for Arc<FabricImport> {
 
     fn reset_transport(&self) {
         self.backend.reset_peer(&self.peer.addr);
+        if let Some(a) = &self.atomics {
+            a.reset_transport();
+        }
     }
 
     fn ringer(&self) -> Option<(&Arc<FabricBackend>, u64)> {

@@ -90,6 +90,7 @@ pub fn decode(frame: &[u8]) -> Result<Message, WireError> {
                     doorbell: r.doorbell()?,
                     admission: r.bytes("grant admission", 0, MAX_TICKET)?,
                     map_service: r.bytes("grant map service", 0, MAX_FABRIC_ADDR)?,
+                    atomics_addr: r.bytes("grant atomics address", 0, MAX_FABRIC_ADDR)?,
                 }),
                 1 => Err(r.u32("connect reply error code")?),
                 v => {

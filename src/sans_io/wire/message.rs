@@ -138,6 +138,10 @@ pub struct ConnectGrant {
     /// host claims the segment's memfd with the ticket in `keys[1]`, to map it (at most
     /// [`MAX_FABRIC_ADDR`] bytes; empty when the grant offers no memfd).
     pub map_service: Vec<u8>,
+    /// The exporter's endpoint for the connection's remote atomics, where `keys[0]` reaches
+    /// the segment too (at most [`MAX_FABRIC_ADDR`] bytes; empty: the exporter performs
+    /// them). tcp controllers offer it to read-write grants (DESIGN.md §13).
+    pub atomics_addr: Vec<u8>,
 }
 
 /// The exporter's answer to a [`ConnectRequest`].

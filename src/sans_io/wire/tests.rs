@@ -22,6 +22,7 @@ fn sample_grant() -> ConnectGrant {
         }),
         admission: vec![0x5C; 16],
         map_service: b"rsm-fd-1-0123456789abcdef".to_vec(),
+        atomics_addr: vec![0xA7; 16],
     }
 }
 
@@ -443,6 +444,7 @@ fn arb_grant() -> impl Strategy<Value = ConnectGrant> {
         (
             vec(any::<u8>(), 0..=MAX_TICKET),
             vec(any::<u8>(), 0..=MAX_FABRIC_ADDR),
+            vec(any::<u8>(), 0..=MAX_FABRIC_ADDR),
         ),
     )
         .prop_map(
@@ -455,7 +457,7 @@ fn arb_grant() -> impl Strategy<Value = ConnectGrant> {
                 generation,
                 fabric_addr,
                 (uid, gid),
-                (admission, map_service),
+                (admission, map_service, atomics_addr),
             )| {
                 ConnectGrant {
                     conn_id,
@@ -470,6 +472,7 @@ fn arb_grant() -> impl Strategy<Value = ConnectGrant> {
                     doorbell: None,
                     admission,
                     map_service,
+                    atomics_addr,
                 }
             },
         )
