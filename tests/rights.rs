@@ -396,7 +396,8 @@ fn grants_hold(ctrl: &'static str) {
     attacker.quit();
 }
 /// On tcp0 the provider performs a read-write grant's atomics on the exporter's endpoint
-/// for them (`tcp;ofi_rxm`), under the grant's key: a hostile grantee's raw fetch-add there
+/// for them (`tcp;ofi_rxm`), under the grant's key, from the connection's second atomic on
+/// (the first one's answer names the endpoint): a hostile grantee's raw fetch-add there
 /// lands while connected and never once disconnected; a read-only or write-only grant
 /// names no such endpoint, and its atomics are refused before anything is posted.
 #[test]
@@ -423,13 +424,15 @@ fn tcp0_atomics_key_holds() {
             .import(rsm::NodeId(exporter_id), id, Perm::RDWR)
             .await
             .expect("import");
+        assert!(rsm::test_util::atomics_addr_of(&imp).is_empty());
+        // The first atomic's answer names the endpoint; the next ones go there and count.
+        assert_eq!(imp.fetch_add(0, 2u64).await.expect("fetch_add"), 0);
         let rxm = rsm::test_util::atomics_addr_of(&imp);
         assert!(
             !rxm.is_empty(),
             "{ctrl}: a read-write grant names the endpoint for atomics"
         );
-        // rsm's own atomics go there and count.
-        assert_eq!(imp.fetch_add(0, 5u64).await.expect("fetch_add"), 0);
+        assert_eq!(imp.fetch_add(0, 3u64).await.expect("fetch_add"), 2);
         assert_eq!(seg.atomic_load::<u64>(0).expect("load"), 5);
         let (key, base, _) = rsm::test_util::grant_of(&imp);
         let target = format!("{} - {base:x} {key:x}", hex(&rxm));
@@ -438,6 +441,14 @@ fn tcp0_atomics_key_holds() {
         assert_eq!(said, format!("done {}", hex(&5u64.to_be_bytes())), "{ctrl}");
         assert_eq!(seg.atomic_load::<u64>(0).expect("load"), 6);
 
+        // A later read-write grant names it at once.
+        let second = ci
+            .import(rsm::NodeId(exporter_id), id, Perm::RDWR)
+            .await
+            .expect("import");
+        assert_eq!(second.fetch_add(8, 1u64).await.expect("fetch_add"), 0);
+        assert_eq!(rsm::test_util::atomics_addr_of(&second), rxm, "{ctrl}");
+        second.disconnect().await.expect("disconnect");
         for perm in [Perm::READ, Perm::WRITE] {
             let other = ci
                 .import(rsm::NodeId(exporter_id), id, perm)

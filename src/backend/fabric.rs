@@ -40,8 +40,8 @@ pub(crate) struct FabricBackend {
     /// This is a tcp controller's endpoint for atomics (`rxm_atomics.rs`): updates are
     /// posted fetching, as rxm completes them before they are performed.
     for_atomics: bool,
-    /// A tcp controller's endpoint for atomics, opened at the first grant or connection
-    /// that may use it (`rxm_atomics.rs`); `None` inside where it did not open.
+    /// A tcp controller's endpoint for atomics, opened at the first atomic that needs it
+    /// (`rxm_atomics.rs`); `None` inside where it did not open.
     atomics: std::sync::OnceLock<Option<Arc<FabricBackend>>>,
     /// What opens `atomics`, taken by the first that needs it.
     atomics_opener: Mutex<Option<AtomicsOpener>>,

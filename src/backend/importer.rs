@@ -26,7 +26,7 @@ impl Importer {
     /// them on a tcp controller (`fabric/rxm_atomics.rs`); `None` elsewhere.
     pub(crate) fn atomics_peer(&self) -> Option<&crate::backend::fabric::PeerAddress> {
         match self {
-            Importer::Fabric(f, _) => f.atomics.as_ref().map(|a| &a.peer),
+            Importer::Fabric(f, _) => f.atomics.get().and_then(Option::as_ref).map(|a| &a.peer),
             Importer::Loopback(_) => None,
         }
     }
@@ -133,6 +133,10 @@ impl ImportPath for Importer {
             return lo.closer();
         }
         chosen!(Importer, self, p => p.closer())
+    }
+
+    fn adopt_atomics(&self, addr: &[u8]) {
+        chosen!(Importer, self, p => p.adopt_atomics(addr))
     }
 
     fn release(&self) {

@@ -134,7 +134,7 @@ impl ExportEntry for ExportInner {
         self.forget(conn_id, false);
     }
 
-    fn atomic(&self, from: Owner, r: &AtomicRequest) -> Result<u64> {
+    fn atomic(&self, from: Owner, r: &AtomicRequest) -> Result<(u64, Vec<u8>)> {
         self.serve_atomic(from, r)
     }
 

@@ -477,6 +477,9 @@ pub(super) async fn ask_exporter(seg: ImportSegment, req: AtomicRequest) -> Resu
         }
         e => e,
     })?;
+    if reply.1.result.is_ok() {
+        inner.path.adopt_atomics(&reply.1.atomics_addr);
+    }
     reply.1.result.map_err(|code| {
         Error::from_code(code as i32).unwrap_or_else(|| {
             Error::conn_aborted().detail(format!("the exporter answered {code}"))

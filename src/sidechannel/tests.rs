@@ -84,6 +84,7 @@ impl Handler for Recorder {
                 Some(Message::AtomicReply(AtomicReply {
                     req: r.req,
                     result: Ok(0),
+                    atomics_addr: Vec::new(),
                 }))
             }
             Message::ConnectRequest(r) => Some(Message::ConnectReply(ConnectReply {

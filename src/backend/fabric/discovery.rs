@@ -158,8 +158,9 @@ fn connected_tcp(domain: &str, local_ip: IpAddr) -> Result<Option<fabric::Info>>
     }
 }
 
-/// Receive entries of the atomics endpoint: rxm pre-posts a 16 KiB buffer for each, and
-/// its default of 4,096 took 64 MiB (docs/performance.md, "Two choices, measured").
+/// Receive entries asked of the atomics endpoint. rxm 1.17 sizes the shared receive queue
+/// of its connections from its own settings, not from this: it pre-posts about 69 MiB an
+/// endpoint either way, so the endpoint is opened only where atomics are used.
 const RXM_RX_ENTRIES: usize = 64;
 /// Transmit entries of the atomics endpoint: one atomic is one entry.
 const RXM_TX_ENTRIES: usize = 256;

@@ -42,7 +42,9 @@ impl FabricBackend {
         // of `mem`, declared before it (Published, Rebound), so it closes first; a
         // connection's own one closes when the connection ends, the memory still held.
         let mut reg = unsafe { self.register(mem.as_ptr(), mem.len(), mr) }?;
-        // Atomics need both rights; the carrying endpoint's registration is made only here.
+        // Atomics need both rights. Where the endpoint for atomics is open already (an
+        // importer used it), every such grant, and a rebind's, is registered there now; else
+        // at the connection's first atomic (`atomics_for`).
         let atomics = match access.allows(Perm::RDWR) && !self.carries_atomics() {
             // SAFETY: as above; the mirror closes with `reg`.
             true => unsafe { self.mirror_for_atomics(&mut reg, mem.as_ptr(), mem.len()) },
@@ -134,6 +136,10 @@ impl ExportPath for Arc<FabricBackend> {
             admission: self.issue_ticket()?,
             map: None,
         })
+    }
+
+    fn atomics_for(&self, offer: &Offer, conn_id: u64) -> Vec<u8> {
+        FabricBackend::atomics_for(self, offer, conn_id).unwrap_or_default()
     }
 
     fn reoffer(&self, offer: &Offer, new: &Memory, conn_id: u64, access: Perm) -> (u64, u64) {

@@ -28,9 +28,12 @@ pub(crate) struct FabricImport {
     pub(crate) dest: ffi::fi_addr_t,
     /// The exporter's fabric address and ticket, as granted.
     pub(crate) peer: PeerAddress,
-    /// Where the connection's atomics go when this endpoint carries none (tcp): the
-    /// exporter's endpoint for atomics (`rxm_atomics.rs`); `None`: the exporter performs them.
-    pub(crate) atomics: Option<Arc<FabricImport>>,
+    /// The exporter's endpoint for atomics as the grant named it (tcp; empty: none yet).
+    pub(crate) offered_atomics: Vec<u8>,
+    /// Where the connection's atomics go when this endpoint carries none (tcp), once
+    /// known: the exporter's endpoint for atomics, or `None`, the exporter
+    /// (`rxm_atomics.rs`).
+    pub(crate) atomics: std::sync::OnceLock<Option<Arc<FabricImport>>>,
 }
 
 /// An operation's plan and the buffer its pointers lie in, waiting for the first poll.
@@ -200,7 +203,7 @@ impl ImportPath for Arc<FabricImport> {
     /// shm, an update is posted fetching: its result comes back only once it was performed.
     #[inline]
     fn atomic_route(&self, call: Call, native: impl Fn(Class) -> bool) -> AtomicRoute {
-        let path = match &self.atomics {
+        let path = match self.atomics_path() {
             Some(a) => &**a,
             None if self.backend.carries_atomics() => self,
             None => return AtomicRoute::Exporter,
@@ -235,7 +238,7 @@ impl ImportPath for Arc<FabricImport> {
         name: &'static str,
         offset: u64,
     ) -> Op<B> {
-        if let Some(a) = &self.atomics {
+        if let Some(a) = self.atomics_path() {
             return a.atomic_post(conn, post, ptr, len, buf, name, offset);
         }
         let plan = Op::<B>::contiguous(ptr, len, offset, len);
@@ -296,9 +299,13 @@ impl ImportPath for Arc<FabricImport> {
         None
     }
 
+    fn adopt_atomics(&self, addr: &[u8]) {
+        FabricImport::adopt_atomics(self, addr);
+    }
+
     fn release(&self) {
         self.backend.release_peer(&self.peer);
-        if let Some(a) = &self.atomics {
+        if let Some(Some(a)) = self.atomics.get() {
             a.release();
         }
     }
@@ -309,7 +316,7 @@ impl ImportPath for Arc<FabricImport> {
 
     fn reset_transport(&self) {
         self.backend.reset_peer(&self.peer.addr);
-        if let Some(a) = &self.atomics {
+        if let Some(Some(a)) = self.atomics.get() {
             a.reset_transport();
         }
     }

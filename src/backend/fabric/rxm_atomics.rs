@@ -1,14 +1,18 @@
 //! A tcp controller's remote atomics by the provider (DESIGN.md §13). tcp's connected
-//! endpoints carry no atomics, so beside them a tcp controller opens, at the first grant or
-//! connection that may use it, a reliable-datagram endpoint over `tcp;ofi_rxm` on the same
-//! interface, with its own fabric, domain, queue, address vector and engine. An exporter
-//! registers a read-write grant's memory there too, under the grant's own key and closed
-//! with the grant's registration (DESIGN.md §8, "Grants"); the grant carries that
-//! endpoint's address, and the importer posts its atomics there.
+//! endpoints carry no atomics, so beside them a tcp controller opens, at the first atomic
+//! it performs for an importer or posts itself, a reliable-datagram endpoint over
+//! `tcp;ofi_rxm` on the same interface, with its own fabric, domain, queue, address vector
+//! and engine (rxm pre-posts about 70 MiB of receive buffers per endpoint, which hints do
+//! not lower: opened only where atomics are used). An exporter registers a read-write
+//! grant's memory there too, under the grant's own key and closed with the grant's
+//! registration (DESIGN.md §8, "Grants"); the grant, or the reply to the connection's first
+//! atomic, carries that endpoint's address, and the importer posts its atomics there.
 
 use super::import::FabricImport;
 use super::{AtomicsOpener, FabricBackend, PeerAddress, Registration};
+use crate::backend::path::Offer;
 use crate::fabric::{Domain, Fabric, Info, MrAccess};
+use crate::perm::Perm;
 use crate::reactor::engine::Engine;
 use std::sync::Arc;
 use std::time::Duration;
@@ -74,14 +78,43 @@ impl FabricBackend {
             .as_ref()
     }
 
+    /// The endpoint for atomics if it is open.
+    fn atomics_if_open(&self) -> Option<&Arc<FabricBackend>> {
+        self.atomics.get().and_then(Option::as_ref)
+    }
+
+    /// Connection `conn_id`'s endpoint for atomics (opened now if it was not), its
+    /// registration in `offer` mirrored there if it was not: that endpoint's address, or
+    /// `None` (the exporter performs the connection's atomics).
+    pub(super) fn atomics_for(&self, offer: &Offer, conn_id: u64) -> Option<Vec<u8>> {
+        if self.carries_atomics() {
+            return None;
+        }
+        let rx = self.atomics()?;
+        offer
+            .with_registration(conn_id, |reg, access| {
+                if !access.allows(Perm::RDWR) {
+                    return None;
+                }
+                if reg.atomics.is_some() {
+                    return Some(rx.address());
+                }
+                let (addr, len) = (reg.mr.addr() as *const u8, reg.mr.len());
+                // SAFETY: the memory is `reg`'s, registered and mapped while `reg` lives;
+                // the mirror lives in `reg`.
+                unsafe { self.mirror_for_atomics(reg, addr, len) }
+            })
+            .flatten()
+    }
+
     /// Whether this controller's own endpoint carries atomics: not connected ones.
     pub(crate) fn carries_atomics(&self) -> bool {
         !self.domain.info().view().is_msg()
     }
 
-    /// Registers the memory of `reg` (`len` bytes at `addr`) on the endpoint for atomics too,
-    /// under the same key, closed with `reg`: returns that endpoint's address for the grant,
-    /// or `None` (the exporter then performs the grant's atomics).
+    /// Registers the memory of `reg` (`len` bytes at `addr`) on the endpoint for atomics, if
+    /// it is open, under the same key, closed with `reg`: returns that endpoint's address for
+    /// the importer, or `None` (the exporter performs the grant's atomics).
     ///
     /// # Safety
     /// As for [`FabricBackend::register`]: `reg`'s memory.
@@ -91,7 +124,7 @@ impl FabricBackend {
         addr: *const u8,
         len: usize,
     ) -> Option<Vec<u8>> {
-        let rx = self.atomics()?;
+        let rx = self.atomics_if_open()?;
         let access = MrAccess::REMOTE_READ.union(MrAccess::REMOTE_WRITE);
         // SAFETY: forwarded contract; the mirror lives in `reg`, so it closes no later.
         match unsafe { rx.register_keyed(addr, len, access, reg.key) } {
@@ -143,7 +176,32 @@ impl FabricBackend {
             backend: Arc::clone(rx),
             dest,
             peer,
-            atomics: None,
+            offered_atomics: Vec::new(),
+            atomics: std::sync::OnceLock::new(),
         }))
+    }
+}
+
+impl FabricImport {
+    /// Where this connection's atomics go when its endpoint carries none (tcp): the
+    /// exporter's endpoint for atomics, reached at the first call once the grant or an
+    /// exporter's answer named it; `None`: the exporter performs them.
+    pub(crate) fn atomics_path(&self) -> Option<&Arc<FabricImport>> {
+        if let Some(done) = self.atomics.get() {
+            return done.as_ref();
+        }
+        if self.offered_atomics.is_empty() {
+            return None;
+        }
+        self.adopt_atomics(&self.offered_atomics);
+        self.atomics.get().and_then(Option::as_ref)
+    }
+
+    /// The exporter's endpoint for this connection's atomics is at `addr`: later atomics go
+    /// there (this controller's own endpoint for atomics opened now if it was not). Once.
+    pub(crate) fn adopt_atomics(&self, addr: &[u8]) {
+        if self.atomics.get().is_none() && !addr.is_empty() {
+            let _ = self.atomics.set(self.backend.atomics_import(addr));
+        }
     }
 }

@@ -159,7 +159,12 @@ pub fn decode(frame: &[u8]) -> Result<Message, WireError> {
                     });
                 }
             };
-            Message::AtomicReply(AtomicReply { req, result })
+            let atomics_addr = r.bytes("atomic reply atomics address", 0, MAX_FABRIC_ADDR)?;
+            Message::AtomicReply(AtomicReply {
+                req,
+                result,
+                atomics_addr,
+            })
         }
         tag::SEGMENTS_REQUEST => Message::SegmentsRequest(SegmentsRequest {
             req: r.u64("segments request id")?,

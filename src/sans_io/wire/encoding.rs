@@ -153,6 +153,12 @@ pub fn encode(msg: &Message) -> Result<Bytes, WireError> {
                     w.u32(code);
                 }
             }
+            w.bytes(
+                "atomic reply atomics address",
+                &a.atomics_addr,
+                0,
+                MAX_FABRIC_ADDR,
+            )?;
         }
         Message::SegmentsRequest(r) => {
             w.u64(r.req);

@@ -183,6 +183,11 @@ pub struct AtomicReply {
     pub req: u64,
     /// The previous value's bits, or the RSMERR code of the refusal.
     pub result: Result<u64, u32>,
+    /// The exporter's endpoint where the provider performs the connection's later atomics
+    /// under its key (at most [`MAX_FABRIC_ADDR`] bytes; empty: the exporter goes on
+    /// performing them). tcp controllers open it at a connection's first atomic
+    /// (DESIGN.md §13).
+    pub atomics_addr: Vec<u8>,
 }
 
 /// A node asks a peer which of its published segments it may import: one page of them, in

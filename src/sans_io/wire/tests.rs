@@ -105,10 +105,12 @@ fn samples() -> Vec<Message> {
         Message::AtomicReply(AtomicReply {
             req: 1,
             result: Ok(41),
+            atomics_addr: vec![0x7A; 16],
         }),
         Message::AtomicReply(AtomicReply {
             req: 1,
             result: Err(10),
+            atomics_addr: Vec::new(),
         }),
         Message::SegmentsRequest(SegmentsRequest {
             req: 3,
@@ -585,8 +587,17 @@ fn arb_message() -> impl Strategy<Value = Message> {
                 })
             }
         ),
-        any::<(u64, Result<u64, u32>)>()
-            .prop_map(|(req, result)| Message::AtomicReply(AtomicReply { req, result })),
+        (
+            any::<(u64, Result<u64, u32>)>(),
+            vec(any::<u8>(), 0..=MAX_FABRIC_ADDR)
+        )
+            .prop_map(
+                |((req, result), atomics_addr)| Message::AtomicReply(AtomicReply {
+                    req,
+                    result,
+                    atomics_addr
+                })
+            ),
         (
             any::<(u64, u32, u32, u32)>(),
             arb_string(MAX_CONTROLLER),
