@@ -70,6 +70,7 @@ fn messages() -> Vec<(&'static str, Message)> {
                     }),
                     admission: vec![0x5d; 16],
                     map_service: Vec::new(),
+                    atomics_addr: Vec::new(),
                 }),
             }),
         ),

@@ -16,8 +16,8 @@
 //! `fi_getinfo` walk, their names, [`list_controllers`]) in `backend/fabric/discovery.rs`.
 
 use crate::backend::controller_path::ControllerPath;
-use crate::backend::fabric::FabricBackend;
 use crate::backend::fabric::discovery::{self, Candidate};
+use crate::backend::fabric::{FabricBackend, rxm_atomics};
 use crate::backend::loopback::LoopbackBackend;
 use crate::backend::stale_shm;
 use crate::context::NodeContext;
@@ -490,6 +490,24 @@ fn open_fabric(
     if let Some(state) = node.upgrade() {
         state.add_engine(backend.engine());
         state.add_fabric(&backend);
+    }
+    if let Some(rxm) = &c.atomics {
+        // Its engine is woken with the controller's by a peer's `Wake` naming it.
+        let weak = node.clone();
+        let on_engine: rxm_atomics::OnEngine = Box::new(move |e| {
+            if let Some(state) = weak.upgrade() {
+                state.add_engine(e);
+            }
+        });
+        let observed = (Arc::clone(&stats), span.clone());
+        let open = rxm_atomics::opener(
+            Arc::clone(rxm),
+            c.name.clone(),
+            spin_budget,
+            observed,
+            on_engine,
+        );
+        backend.arm_atomics(open);
     }
     Ok(ControllerInner {
         info,

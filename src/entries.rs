@@ -39,8 +39,9 @@ pub(crate) trait ExportEntry: Send + Sync + 'static {
     fn disconnect(&self, conn_id: u64);
 
     /// An atomic the importer `from` asks this node to perform on its connection; the
-    /// previous value's bits.
-    fn atomic(&self, from: Owner, r: &AtomicRequest) -> Result<u64>;
+    /// previous value's bits, and where the provider performs the connection's later ones
+    /// (empty: here).
+    fn atomic(&self, from: Owner, r: &AtomicRequest) -> Result<(u64, Vec<u8>)>;
 
     /// Node `lost` is gone: its connections end.
     fn peer_lost(&self, lost: Owner);

@@ -156,6 +156,8 @@ pub(crate) struct Grant {
     /// The ticket for the segment's memfd and the service it is claimed from (a fabric
     /// controller's importer of this host, which maps it).
     pub(crate) map: Option<(u64, Vec<u8>)>,
+    /// The controller's endpoint for atomics, where the grant's key also reaches its memory.
+    pub(crate) atomics: Vec<u8>,
 }
 
 impl ExportInner {
@@ -205,6 +207,7 @@ impl ExportInner {
                 .map(|a| a.ticket().to_vec())
                 .unwrap_or_default(),
             map: g.map,
+            atomics: g.atomics,
         };
         let importer = Importer {
             granted,

@@ -122,6 +122,20 @@ pub fn grant_of(imp: &crate::ImportSegment) -> (u64, u64, Vec<u8>) {
     imp.grant_parts()
 }
 
+/// The address of the exporter's endpoint that performs `imp`'s atomics by the provider
+/// (tcp's `tcp;ofi_rxm` endpoint, under the grant's key); empty where the exporter performs
+/// them. For tests that attack with it.
+///
+/// ```no_run
+/// # fn f(imp: rsm::ImportSegment) {
+/// let addr = rsm::test_util::atomics_addr_of(&imp);
+/// # let _ = addr;
+/// # }
+/// ```
+pub fn atomics_addr_of(imp: &crate::ImportSegment) -> Vec<u8> {
+    imp.granted_atomics_addr()
+}
+
 /// The ticket the exporter's endpoint admits `imp`'s transport connections with (empty
 /// where its fabric is not connected), for tests that attack with it.
 ///

@@ -148,6 +148,9 @@ fn rebind_under_load(ctrl: &str) {
             .import(rsm::NodeId(a_id), id, Perm::RDWR)
             .await
             .unwrap();
+        // An atomic first: on tcp0 the connection's later ones go to the exporter's endpoint
+        // for atomics, which the rebind must register again.
+        imp.fetch_add(16, 0u64).await.unwrap();
         let rebound = Arc::new(AtomicBool::new(false));
         let slots = size / 8;
         let writer = {
@@ -207,6 +210,11 @@ fn rebind_under_load(ctrl: &str) {
         let (res, got) = common::split(imp.get(0, vec![0u8; 5]).await);
         res.unwrap();
         assert_eq!(&got.unwrap()[..], b"after", "{ctrl}");
+        // Atomics reach the new memory (tcp0: on the endpoint for atomics, whose
+        // registration under the new key came with the rebind).
+        let old = imp.fetch_add(16, 5u64).await.unwrap();
+        assert_eq!(imp.fetch_add(16, 1u64).await.unwrap(), old + 5, "{ctrl}");
+        assert_eq!(seg.atomic_load::<u64>(16).unwrap(), old + 6, "{ctrl}");
         assert_eq!(seg.importer_count(), 1);
         // The importer's stream saw the rebind.
         let seen = tokio::time::timeout(Duration::from_secs(5), async {

@@ -39,7 +39,10 @@ enum Outcome {
 
 impl Raw {
     fn open(provider: &str) -> Raw {
-        let hints = Hints::for_provider(provider).expect("hints");
+        let mut hints = Hints::for_provider(provider).expect("hints");
+        if provider.contains("ofi_rxm") {
+            hints.atomics();
+        }
         let list = InfoList::get(&hints, Some("127.0.0.1")).expect("fi_getinfo");
         let info = Arc::new(
             list.iter()
@@ -82,6 +85,35 @@ impl Raw {
         let got = unsafe { std::slice::from_raw_parts(ptr, len) }.to_vec();
         self.kept.push((buf, ctx));
         (outcome, got)
+    }
+
+    /// Adds `n` to the u64 at `addr` under `key` at `peer` (`fi_fetch_atomic`): the outcome
+    /// and the previous value.
+    fn fetch_add(&mut self, peer: ffi::fi_addr_t, addr: u64, key: u64, n: u64) -> (Outcome, u64) {
+        let mut buf = [n.to_ne_bytes(), [0u8; 8]].concat().into_boxed_slice();
+        let mut ctx = Box::new(ffi::fi_context2::default());
+        let (ptr, ctx_ptr) = (buf.as_mut_ptr(), &mut *ctx as *mut ffi::fi_context2);
+        // SAFETY: as in `read`: operand and result (the second word) stay in `self.kept`.
+        let post = || unsafe {
+            self.ep.fetch_atomic(
+                ptr,
+                1,
+                std::ptr::null_mut(),
+                ptr.add(8),
+                std::ptr::null_mut(),
+                peer,
+                addr,
+                key,
+                ffi::fi_datatype_FI_UINT64,
+                ffi::fi_op_FI_SUM,
+                ctx_ptr,
+            )
+        };
+        let outcome = self.post_and_wait(post, ctx_ptr as usize);
+        // SAFETY: as in `read`.
+        let prev = unsafe { std::ptr::read_unaligned(ptr.add(8).cast::<u64>()) };
+        self.kept.push((buf, ctx));
+        (outcome, prev)
     }
 
     /// Writes `bytes` at `addr` under `key` at `peer`.
@@ -183,7 +215,10 @@ fn raw_role() {
     let provider = common::arg("PROVIDER");
     while let Some(cmd) = common::next_command() {
         let words: Vec<&str> = cmd.split_whitespace().collect();
-        if !matches!(words.first(), Some(&"read" | &"write" | &"fastwrite")) {
+        if !matches!(
+            words.first(),
+            Some(&"read" | &"write" | &"fastwrite" | &"fetchadd")
+        ) {
             break;
         }
         let num = |i: usize| u64::from_str_radix(words[i], 16).expect("hex");
@@ -202,6 +237,10 @@ fn raw_role() {
                 raw.write_with(peer, num(3), num(4), &[num(5) as u8; 16], 0),
                 Vec::new(),
             ),
+            "fetchadd" => {
+                let (outcome, prev) = raw.fetch_add(peer, num(3), num(4), num(5));
+                (outcome, prev.to_be_bytes().to_vec())
+            }
             _ => break,
         };
         common::say(match outcome {
@@ -356,6 +395,91 @@ fn grants_hold(ctrl: &'static str) {
     });
     attacker.quit();
 }
+/// On tcp0 the provider performs a read-write grant's atomics on the exporter's endpoint
+/// for them (`tcp;ofi_rxm`), under the grant's key, from the connection's second atomic on
+/// (the first one's answer names the endpoint): a hostile grantee's raw fetch-add there
+/// lands while connected and never once disconnected; a read-only or write-only grant
+/// names no such endpoint, and its atomics are refused before anything is posted.
+#[test]
+fn tcp0_atomics_key_holds() {
+    let ctrl = "tcp0";
+    common::logs();
+    let rt = common::runtime();
+    let mut attacker = common::Peer::start(
+        "role_entry",
+        "raw",
+        &[("PROVIDER", "tcp;ofi_rxm".to_string())],
+    );
+    rt.block_on(async {
+        let (exporter, importer, exporter_id) = common::two_nodes().await;
+        let ce = exporter.controller(ctrl).await.expect("controller");
+        let seg = ce.export(SIZE, ExportFlags::empty()).expect("export");
+        let id = seg
+            .publish(None, &[Access::new(importer.id(), 0o600)])
+            .await
+            .expect("publish");
+        let ci = importer.controller(ctrl).await.expect("controller");
+        assert_eq!(ci.info().atomics.path, "provider", "{ctrl}: rxm's atomics");
+        let imp = ci
+            .import(rsm::NodeId(exporter_id), id, Perm::RDWR)
+            .await
+            .expect("import");
+        assert!(rsm::test_util::atomics_addr_of(&imp).is_empty());
+        // The first atomic's answer names the endpoint; the next ones go there and count.
+        assert_eq!(imp.fetch_add(0, 2u64).await.expect("fetch_add"), 0);
+        let rxm = rsm::test_util::atomics_addr_of(&imp);
+        assert!(
+            !rxm.is_empty(),
+            "{ctrl}: a read-write grant names the endpoint for atomics"
+        );
+        assert_eq!(imp.fetch_add(0, 3u64).await.expect("fetch_add"), 2);
+        assert_eq!(seg.atomic_load::<u64>(0).expect("load"), 5);
+        let (key, base, _) = rsm::test_util::grant_of(&imp);
+        let target = format!("{} - {base:x} {key:x}", hex(&rxm));
+        let awake = keep_awake(importer.clone(), exporter_id, ctrl);
+        let said = attacker.ask(&format!("fetchadd {target} 1"));
+        assert_eq!(said, format!("done {}", hex(&5u64.to_be_bytes())), "{ctrl}");
+        assert_eq!(seg.atomic_load::<u64>(0).expect("load"), 6);
+
+        // A later read-write grant names it at once.
+        let second = ci
+            .import(rsm::NodeId(exporter_id), id, Perm::RDWR)
+            .await
+            .expect("import");
+        assert_eq!(second.fetch_add(8, 1u64).await.expect("fetch_add"), 0);
+        assert_eq!(rsm::test_util::atomics_addr_of(&second), rxm, "{ctrl}");
+        second.disconnect().await.expect("disconnect");
+        for perm in [Perm::READ, Perm::WRITE] {
+            let other = ci
+                .import(rsm::NodeId(exporter_id), id, perm)
+                .await
+                .expect("import");
+            assert!(
+                rsm::test_util::atomics_addr_of(&other).is_empty(),
+                "{ctrl}: a {perm:?} grant names an endpoint for atomics"
+            );
+            let e = other.fetch_add(0, 1u64).await.expect_err("refused");
+            assert_eq!(e.name(), "RSMERR_PERM_DENIED", "{ctrl}: {e}");
+            other.disconnect().await.expect("disconnect");
+        }
+
+        // Disconnected: the key adds nothing more.
+        imp.disconnect().await.expect("disconnect");
+        let said = attacker.ask(&format!("fetchadd {target} 100"));
+        assert!(
+            !said.starts_with("done"),
+            "{ctrl}: a disconnected key: {said}"
+        );
+        assert_eq!(seg.atomic_load::<u64>(0).expect("load"), 6, "{ctrl}");
+
+        awake.abort();
+        seg.destroy().await.expect("destroy");
+        importer.shutdown().await;
+        exporter.shutdown().await;
+    });
+    attacker.quit();
+}
+
 #[test]
 fn tcp0_grants_hold() {
     grants_hold("tcp0");

@@ -122,6 +122,18 @@ impl Hints {
         self
     }
 
+    /// Asks for transmit and receive queues of at most `tx` and `rx` entries: rxm pre-posts
+    /// a receive buffer per receive entry, which an endpoint that carries only atomics
+    /// does not need thousands of.
+    pub fn queue_sizes(&mut self, tx: usize, rx: usize) -> &mut Self {
+        // SAFETY: tx_attr and rx_attr were allocated by fi_allocinfo and are exclusively ours.
+        unsafe {
+            (*(*self.ptr).tx_attr).size = tx;
+            (*(*self.ptr).rx_attr).size = rx;
+        }
+        self
+    }
+
     /// Asks for a provider progress thread for data (`FI_PROGRESS_AUTO`).
     #[allow(dead_code)] // chosen by measurement in the reactor
     pub fn auto_progress(&mut self) -> &mut Self {

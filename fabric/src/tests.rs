@@ -434,6 +434,10 @@ fn own_addresses_pass_and_hostile_ones_do_not_reach_the_provider() {
 fn atomic_domain(provider: &str) -> Arc<Domain> {
     let mut hints = Hints::for_provider(provider).unwrap();
     hints.atomics();
+    if provider.contains("ofi_rxm") {
+        // As rsm's tcp controllers open their endpoint for atomics.
+        hints.queue_sizes(256, 64);
+    }
     let list = InfoList::get(&hints, Some("127.0.0.1")).unwrap();
     let info = Arc::new(list.iter().next().expect("provider present").dup().unwrap());
     Domain::open(Fabric::open(info).unwrap()).unwrap()
@@ -602,6 +606,12 @@ fn atomics(provider: &str) {
 #[test]
 fn atomics_on_shm() {
     atomics("shm");
+}
+
+/// tcp controllers' endpoint for atomics, with its few receive entries.
+#[test]
+fn atomics_on_rxm() {
+    atomics("tcp;ofi_rxm");
 }
 
 #[test]

@@ -69,11 +69,19 @@ impl ControllerPath {
             ticket: grant.admission.clone(),
         };
         let dest = b.peer(&peer)?;
+        // Atomics need a read-write grant: others get no endpoint for them. It is reached
+        // at the first atomic (`rxm_atomics.rs`).
+        let offered_atomics = match Perm::from_bits(grant.granted).allows(Perm::RDWR) {
+            true => grant.atomics_addr.clone(),
+            false => Vec::new(),
+        };
         let fabric = Arc::new(FabricImport {
             engine: Arc::clone(b.engine()),
             backend: Arc::clone(b),
             dest,
             peer,
+            offered_atomics,
+            atomics: std::sync::OnceLock::new(),
         });
         let map = same_host::attach(state, grant, from).await;
         Ok((Importer::Fabric(fabric, map), None))
@@ -118,6 +126,10 @@ async fn attach_loopback(
 }
 
 impl ExportPath for ControllerPath {
+    fn atomics_for(&self, offer: &Offer, conn_id: u64) -> Vec<u8> {
+        chosen!(ControllerPath, self, p => p.atomics_for(offer, conn_id))
+    }
+
     fn segment_memory(&self, size: usize) -> Result<Memory> {
         match self {
             // A memfd on every controller, so that importers of this host can map it.

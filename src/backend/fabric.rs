@@ -37,7 +37,18 @@ pub(crate) struct FabricBackend {
     shm: bool,
     /// Who may connect to a connected endpoint (`admission.rs`); stops when dropped.
     _gate: Option<admission::Gate>,
+    /// This is a tcp controller's endpoint for atomics (`rxm_atomics.rs`): updates are
+    /// posted fetching, as rxm completes them before they are performed.
+    for_atomics: bool,
+    /// A tcp controller's endpoint for atomics, opened at the first atomic that needs it
+    /// (`rxm_atomics.rs`); `None` inside where it did not open.
+    atomics: std::sync::OnceLock<Option<Arc<FabricBackend>>>,
+    /// What opens `atomics`, taken by the first that needs it.
+    atomics_opener: Mutex<Option<AtomicsOpener>>,
 }
+
+/// Opens a tcp controller's endpoint for atomics (`rxm_atomics.rs`).
+pub(crate) type AtomicsOpener = Box<dyn FnOnce() -> Option<Arc<FabricBackend>> + Send>;
 
 mod admission;
 
@@ -54,6 +65,7 @@ mod export;
 pub(crate) mod import;
 pub(crate) mod owned;
 mod peers;
+pub(crate) mod rxm_atomics;
 mod shm_peers;
 
 /// The registration keys in use in the domain.
@@ -70,6 +82,18 @@ impl FabricBackend {
         spin_budget: Option<std::time::Duration>,
         stats: Arc<crate::stats::Counters>,
         span: tracing::Span,
+    ) -> Result<Arc<Self>> {
+        Self::open_as(domain, (name, kind), spin_budget, (stats, span), false)
+    }
+
+    /// [`FabricBackend::open`], `for_atomics` when this is a tcp controller's endpoint for
+    /// atomics (`rxm_atomics.rs`).
+    fn open_as(
+        domain: Arc<Domain>,
+        (name, kind): (&str, &str),
+        spin_budget: Option<std::time::Duration>,
+        (stats, span): (Arc<crate::stats::Counters>, tracing::Span),
+        for_atomics: bool,
     ) -> Result<Arc<Self>> {
         let v = domain.info().view();
         let tx = v.tx_size().max(16);
@@ -107,13 +131,16 @@ impl FabricBackend {
             bell: std::sync::OnceLock::new(),
             shm: kind == "shm",
             _gate: gate,
+            for_atomics,
+            atomics: std::sync::OnceLock::new(),
+            atomics_opener: Mutex::new(None),
         }))
     }
 
     /// Whether a non-fetching atomic is posted fetching: shm 1.17 performs a plain update
     /// out of order with a compare-and-swap on the same word in flight (DESIGN.md §13).
     pub(crate) fn updates_fetch(&self) -> bool {
-        self.shm || self.visibility == Visibility::FencedRead
+        self.shm || self.for_atomics || self.visibility == Visibility::FencedRead
     }
 
     /// How puts on this controller make their data visible before they resolve.
@@ -160,6 +187,7 @@ impl FabricBackend {
             key,
             base,
             backend: Arc::clone(self),
+            atomics: None,
         })
     }
 
@@ -179,27 +207,41 @@ impl FabricBackend {
         let mut last = None;
         for _ in 0..KEY_ATTEMPTS {
             let key = self.fresh_key();
-            let ep = self.engine.endpoint();
             // SAFETY: forwarded contract.
-            match unsafe { MemoryRegion::register_for(ep, &self.domain, addr, len, access, key) } {
-                Ok(mr) => {
-                    let key = mr.key(); // a PROV_KEY provider may have chosen its own
-                    self.keys
-                        .lock()
-                        .unwrap_or_else(|p| p.into_inner())
-                        .insert(key);
-                    return Ok((mr, key));
-                }
+            match unsafe { self.register_keyed(addr, len, access, key) } {
                 Err(e)
                     if e.fabric_failure()
                         .is_some_and(|f| f.errno == ffi::FI_ENOKEY as i32) =>
                 {
                     last = Some(e)
                 }
-                Err(e) => return Err(e),
+                done => return done,
             }
         }
         Err(last.unwrap_or_else(crate::fabric::Error::insufficient_resources))
+    }
+
+    /// Registers `len` bytes at `addr` under the requested `key` (the provider's own under
+    /// `FI_MR_PROV_KEY`), then held in the domain's key set (given back with `forget_key`).
+    ///
+    /// # Safety
+    /// As for [`FabricBackend::register`].
+    pub(crate) unsafe fn register_keyed(
+        &self,
+        addr: *const u8,
+        len: usize,
+        access: MrAccess,
+        key: u64,
+    ) -> std::result::Result<(MemoryRegion, u64), crate::fabric::Error> {
+        let ep = self.engine.endpoint();
+        // SAFETY: forwarded contract.
+        let mr = unsafe { MemoryRegion::register_for(ep, &self.domain, addr, len, access, key) }?;
+        let key = mr.key(); // a PROV_KEY provider may have chosen its own
+        self.keys
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(key);
+        Ok((mr, key))
     }
 
     /// Gives back a key `register_region` took.
@@ -290,6 +332,9 @@ pub(crate) struct Registration {
     key: u64,
     base: u64,
     backend: Arc<FabricBackend>,
+    /// The same memory under the same key on the controller's endpoint for atomics
+    /// (`rxm_atomics.rs`), closed with this one.
+    atomics: Option<Box<Registration>>,
 }
 
 impl Registration {

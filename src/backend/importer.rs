@@ -21,6 +21,17 @@ pub(crate) enum Importer {
     Loopback(Arc<LoopbackImport>),
 }
 
+impl Importer {
+    /// The exporter's endpoint for this connection's atomics, where the provider performs
+    /// them on a tcp controller (`fabric/rxm_atomics.rs`); `None` elsewhere.
+    pub(crate) fn atomics_peer(&self) -> Option<&crate::backend::fabric::PeerAddress> {
+        match self {
+            Importer::Fabric(f, _) => f.atomics.get().and_then(Option::as_ref).map(|a| &a.peer),
+            Importer::Loopback(_) => None,
+        }
+    }
+}
+
 impl ImportPath for Importer {
     #[inline(always)]
     fn checks_abort(&self) -> bool {
@@ -143,6 +154,10 @@ impl ImportPath for Importer {
             return lo.closer();
         }
         chosen!(Importer, self, p => p.closer())
+    }
+
+    fn adopt_atomics(&self, addr: &[u8]) {
+        chosen!(Importer, self, p => p.adopt_atomics(addr))
     }
 
     fn release(&self) {

@@ -98,6 +98,10 @@ pub(crate) enum AtomicRoute {
 /// (handle, permission, range), with a non-empty transfer; the returned operation owns its
 /// buffer until the path is done with it (DESIGN.md §5).
 pub(crate) trait ImportPath {
+    /// The exporter named its endpoint for this connection's atomics, `addr` (tcp): later
+    /// atomics go there. Nothing elsewhere.
+    fn adopt_atomics(&self, _addr: &[u8]) {}
+
     /// Whether an access must also find the connection not aborted before it starts (a
     /// path whose copies check the revoke themselves need not).
     fn checks_abort(&self) -> bool;
@@ -260,6 +264,17 @@ impl Offer {
         self.lock().insert(conn_id, (reg, access));
     }
 
+    /// `f` on connection `conn_id`'s registration and grant, if it has one.
+    pub(crate) fn with_registration<R>(
+        &self,
+        conn_id: u64,
+        f: impl FnOnce(&mut Registration, Perm) -> R,
+    ) -> Option<R> {
+        self.lock()
+            .get_mut(&conn_id)
+            .map(|(reg, access)| f(reg, *access))
+    }
+
     /// Takes connection `conn_id`'s registration out (it closes when dropped).
     pub(crate) fn remove(&self, conn_id: u64) -> Option<Registration> {
         self.lock().remove(&conn_id).map(|(reg, _)| reg)
@@ -290,6 +305,10 @@ pub(crate) struct Granted {
     pub(crate) key: u64,
     pub(crate) base: u64,
     pub(crate) address: Vec<u8>,
+    /// The address of the controller's endpoint for atomics, where a read-write grant's
+    /// memory is registered under the same key (tcp, `backend/fabric/rxm_atomics.rs`);
+    /// empty where the exporter performs the grant's atomics.
+    pub(crate) atomics: Vec<u8>,
     /// A descriptor service the connection's own doorbell is offered from, and the
     /// importer process it is offered to (loopback).
     pub(crate) bell_service: Option<(Arc<FdService>, u32)>,
@@ -317,6 +336,13 @@ pub(crate) enum SignalReader<'a> {
 /// path (`backend/fabric/export.rs`) and the loopback path (`backend/loopback/exporter.rs`),
 /// chosen by the controller's [`ControllerPath`](crate::backend::controller_path::ControllerPath).
 pub(crate) trait ExportPath {
+    /// The address of the controller's endpoint for connection `conn_id`'s atomics, its
+    /// memory registered there under the grant's key now if it was not yet (tcp,
+    /// `backend/fabric/rxm_atomics.rs`); empty where the exporter performs them.
+    fn atomics_for(&self, _offer: &Offer, _conn_id: u64) -> Vec<u8> {
+        Vec::new()
+    }
+
     /// Memory for a segment exported without memory of the caller's.
     fn segment_memory(&self, size: usize) -> Result<Memory>;
 

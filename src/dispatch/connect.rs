@@ -54,9 +54,16 @@ pub(super) fn on_disconnect(ctx: &NodeContext, from: Owner, conn_id: u64) {
 /// Exporter side: an atomic an importer asks this node to perform (DESIGN.md §13); the
 /// export checks the connection's owner, grant and bounds.
 pub(super) fn on_atomic(ctx: &NodeContext, from: Owner, r: &AtomicRequest) -> Message {
-    let result = match ctx.export_of_conn(r.conn_id) {
-        Some(export) => export.atomic(from, r).map_err(|e| e.code() as u32),
-        None => Err(Error::conn_aborted().code() as u32),
+    let (result, atomics_addr) = match ctx.export_of_conn(r.conn_id) {
+        Some(export) => match export.atomic(from, r) {
+            Ok((v, addr)) => (Ok(v), addr),
+            Err(e) => (Err(e.code() as u32), Vec::new()),
+        },
+        None => (Err(Error::conn_aborted().code() as u32), Vec::new()),
     };
-    Message::AtomicReply(AtomicReply { req: r.req, result })
+    Message::AtomicReply(AtomicReply {
+        req: r.req,
+        result,
+        atomics_addr,
+    })
 }

@@ -419,9 +419,13 @@ impl crate::entries::ExportEntry for FakeExport {
     fn disconnect(&self, conn_id: u64) {
         self.note(format!("disconnect {conn_id:#x}"));
     }
-    fn atomic(&self, from: Owner, r: &crate::sans_io::wire::AtomicRequest) -> crate::Result<u64> {
+    fn atomic(
+        &self,
+        from: Owner,
+        r: &crate::sans_io::wire::AtomicRequest,
+    ) -> crate::Result<(u64, Vec<u8>)> {
         self.note(format!("atomic {} {:#x}", from.node, r.conn_id));
-        Ok(41)
+        Ok((41, Vec::new()))
     }
     fn peer_lost(&self, lost: Owner) {
         self.note(format!("lost {} {}", lost.node, lost.incarnation));

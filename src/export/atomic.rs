@@ -5,6 +5,7 @@
 //! through the CPU (loopback, and requests this node serves).
 
 use super::{ExportInner, ExportSegment};
+use crate::backend::path::ExportPath;
 use crate::context::Owner;
 use crate::perm::Perm;
 use crate::sans_io::atomic::{AtomicOp, AtomicValue, Call, Class, CompareOp};
@@ -14,9 +15,10 @@ use crate::{Error, Result};
 
 impl ExportInner {
     /// Performs the atomic a peer asked for on connection `req.conn_id`, if `from` owns
-    /// that connection and was granted read and write; returns the previous value's bits.
+    /// that connection and was granted read and write; returns the previous value's bits and
+    /// where the provider performs the connection's later atomics (empty: here).
     /// Never panics on any input: every refusal is an RSMERR error.
-    pub(crate) fn serve_atomic(&self, from: Owner, req: &AtomicRequest) -> Result<u64> {
+    pub(crate) fn serve_atomic(&self, from: Owner, req: &AtomicRequest) -> Result<(u64, Vec<u8>)> {
         let st = self.lock();
         let Some(p) = st.published.as_ref() else {
             return Err(Error::conn_aborted().detail("the segment is not published"));
@@ -35,14 +37,21 @@ impl ExportInner {
         // SAFETY: `check` put the value inside the segment's memory, aligned to its size (the
         // memory is page-aligned); the state lock keeps that memory alive, and every
         // concurrent access that is not atomic is a racing plain access a peer chose.
-        Ok(unsafe {
+        let old = unsafe {
             atomic_mem::perform(
                 mem.as_ptr().add(req.offset as usize),
                 call,
                 req.operand,
                 req.compare,
             )
-        })
+        };
+        // Where the provider can perform the connection's later atomics (tcp: its endpoint
+        // for atomics, opened at the first one).
+        let provider = match imp.granted.allows(Perm::RDWR) {
+            true => self.ctrl.path().atomics_for(&p.offer, req.conn_id),
+            false => Vec::new(),
+        };
+        Ok((old, provider))
     }
 }
 
@@ -261,8 +270,10 @@ mod tests {
             operand: 5,
             compare: 0,
         };
-        let code =
-            |from: Owner, r: AtomicRequest| seg.inner.serve_atomic(from, &r).map_err(|e| e.name());
+        let code = |from: Owner, r: AtomicRequest| match seg.inner.serve_atomic(from, &r) {
+            Ok((v, _)) => Ok(v),
+            Err(e) => Err(e.name()),
+        };
         let c = rw.connection_id();
         assert_eq!(code(me, req(c, 1, 2, 7, 8)), Ok(0));
         assert_eq!(code(me, req(c, 1, 10, 7, 8)), Ok(5), "the sum landed");

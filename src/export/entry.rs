@@ -99,6 +99,7 @@ impl ExportEntry for ExportInner {
             doorbell: path.doorbell(),
             admission: g.admission,
             map_service: map_service.unwrap_or_default(),
+            atomics_addr: g.atomics,
         })
     }
 
@@ -133,7 +134,7 @@ impl ExportEntry for ExportInner {
         self.forget(conn_id, false);
     }
 
-    fn atomic(&self, from: Owner, r: &AtomicRequest) -> Result<u64> {
+    fn atomic(&self, from: Owner, r: &AtomicRequest) -> Result<(u64, Vec<u8>)> {
         self.serve_atomic(from, r)
     }
 

@@ -7,9 +7,11 @@
 //! - **Provider**: libfabric controllers whose provider performs the (class, operation,
 //!   type) natively (`Controller::info().atomics`); posted at the first poll like a put,
 //!   through the same operation slot (the buffer is owned until the provider is done).
-//! - **Exporter**: everything else (tcp's connected endpoints, loopback caller memory, a
-//!   provider without the operation, an exporter of the other byte order): the exporting
-//!   node performs it with a CPU atomic, asked over the side channel.
+//! - **Exporter**: everything else (a tcp connection's first atomic, whose answer names the
+//!   exporter's endpoint for the later ones, or every one where either side has no such
+//!   endpoint; loopback caller memory, a provider without the operation, an exporter of
+//!   the other byte order): the exporting node performs it with a CPU atomic, asked over
+//!   the side channel.
 //!
 //! Checks, in order, when the operation is made: the combination is offered
 //! (`RSMERR_LOCKS_NOT_SUPPORTED`), the offset is aligned (`RSMERR_BAD_MEM_ALIGNMENT`), then
@@ -477,6 +479,9 @@ pub(super) async fn ask_exporter(seg: ImportSegment, req: AtomicRequest) -> Resu
         }
         e => e,
     })?;
+    if reply.1.result.is_ok() {
+        inner.path.adopt_atomics(&reply.1.atomics_addr);
+    }
     reply.1.result.map_err(|code| {
         Error::from_code(code as i32).unwrap_or_else(|| {
             Error::conn_aborted().detail(format!("the exporter answered {code}"))

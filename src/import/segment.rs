@@ -311,6 +311,16 @@ impl ImportSegment {
         (key, base, addr.unwrap_or_default())
     }
 
+    /// The address of the exporter's endpoint that performs this connection's atomics by
+    /// the provider (tcp; empty where the exporter performs them).
+    pub(crate) fn granted_atomics_addr(&self) -> Vec<u8> {
+        self.inner
+            .path
+            .atomics_peer()
+            .map(|p| p.addr.clone())
+            .unwrap_or_default()
+    }
+
     /// The ticket the exporter's endpoint admits this connection's transport with (empty
     /// where there is none).
     pub(crate) fn granted_ticket(&self) -> Vec<u8> {

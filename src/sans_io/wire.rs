@@ -29,7 +29,7 @@
 //! use rsm::test_util::wire::{Message, decode, encode};
 //!
 //! let frame = encode(&Message::Heartbeat { seq: 7 })?;
-//! assert_eq!(&frame[..], &[5, 0, 11, 7, 0, 0, 0, 0, 0, 0, 0]);
+//! assert_eq!(&frame[..], &[6, 0, 11, 7, 0, 0, 0, 0, 0, 0, 0]);
 //! assert_eq!(decode(&frame)?, Message::Heartbeat { seq: 7 });
 //! assert!(decode(&frame[..5]).is_err());
 //! # Ok::<(), rsm::test_util::wire::WireError>(())

@@ -84,6 +84,7 @@ impl Handler for Recorder {
                 Some(Message::AtomicReply(AtomicReply {
                     req: r.req,
                     result: Ok(0),
+                    atomics_addr: Vec::new(),
                 }))
             }
             Message::ConnectRequest(r) => Some(Message::ConnectReply(ConnectReply {
@@ -127,6 +128,7 @@ fn grant(conn_id: u64) -> ConnectGrant {
         doorbell: None,
         admission: vec![],
         map_service: vec![],
+        atomics_addr: vec![],
     }
 }
 

@@ -24,6 +24,9 @@ pub(crate) struct Candidate {
     pub(crate) name: String,
     pub(crate) kind: String,
     pub(crate) info: Arc<fabric::Info>,
+    /// tcp: the same domain's `tcp;ofi_rxm` description with atomics, whose endpoint carries
+    /// the controller's remote atomics (`rxm_atomics.rs`); `None` elsewhere.
+    pub(crate) atomics: Option<Arc<fabric::Info>>,
 }
 
 /// Lists every controller of a node whose side channel listens on `local_ip`, without
@@ -96,9 +99,13 @@ pub(crate) fn enumerate(local_ip: IpAddr) -> Result<Vec<Candidate>> {
         }
         seen.push(key);
         let kind = provider_kind(&provider);
+        let mut atomics = None;
         let info = if provider == RXM_OVER_TCP {
             match connected_tcp(&entry.domain_name(), local_ip)? {
-                Some(info) => info,
+                Some(info) => {
+                    atomics = rxm_atomics(&entry.domain_name(), local_ip, &info)?.map(Arc::new);
+                    info
+                }
                 None => continue,
             }
         } else {
@@ -119,6 +126,7 @@ pub(crate) fn enumerate(local_ip: IpAddr) -> Result<Vec<Candidate>> {
             name,
             kind,
             info: Arc::new(info),
+            atomics,
         });
     }
     tracing::debug!(controllers = ?out.iter().map(|c| &c.name).collect::<Vec<_>>(), %local_ip, "libfabric controllers");
@@ -148,6 +156,52 @@ fn connected_tcp(domain: &str, local_ip: IpAddr) -> Result<Option<fabric::Info>>
             Ok(None)
         }
     }
+}
+
+/// Receive entries asked of the atomics endpoint. rxm 1.17 sizes the shared receive queue
+/// of its connections from its own settings, not from this: it pre-posts about 69 MiB an
+/// endpoint either way, so the endpoint is opened only where atomics are used.
+const RXM_RX_ENTRIES: usize = 64;
+/// Transmit entries of the atomics endpoint: one atomic is one entry.
+const RXM_TX_ENTRIES: usize = 256;
+
+/// The reliable-datagram endpoint over tcp (`tcp;ofi_rxm`) on `domain` with remote atomics,
+/// where tcp's connected endpoints (`connected`) carry none: `None` where rxm offers none, or
+/// where its registrations could not share the connected domain's keys and bases (a
+/// registration for atomics mirrors the grant's under the same key, DESIGN.md §13).
+fn rxm_atomics(
+    domain: &str,
+    local_ip: IpAddr,
+    connected: &fabric::Info,
+) -> Result<Option<fabric::Info>> {
+    let mut hints = Hints::rsm_rdm()?;
+    hints
+        .provider(RXM_OVER_TCP)?
+        .domain(domain)?
+        .atomics()
+        .queue_sizes(RXM_TX_ENTRIES, RXM_RX_ENTRIES);
+    let list = InfoList::get(&hints, Some(&local_ip.to_string()))?;
+    let Some(found) = list
+        .iter()
+        .find(|e| e.provider() == RXM_OVER_TCP && e.domain_name() == domain && e.is_rdm())
+    else {
+        return Ok(None);
+    };
+    let (c, r) = (connected.view(), found);
+    let keyed = |mode: i32| mode & (ffi::FI_MR_PROV_KEY | ffi::FI_MR_ENDPOINT) as i32 != 0;
+    let virt = |mode: i32| mode & ffi::FI_MR_VIRT_ADDR as i32 != 0;
+    if keyed(r.mr_mode())
+        || keyed(c.mr_mode())
+        || virt(r.mr_mode()) != virt(c.mr_mode())
+        || r.mr_key_size() != c.mr_key_size()
+    {
+        tracing::debug!(
+            domain,
+            "rxm's registrations differ from tcp's: tcp atomics go through the exporter"
+        );
+        return Ok(None);
+    }
+    Ok(Some(r.dup()?))
 }
 
 /// The same domain asked with remote atomics (`FI_ATOMIC`), so that atomics may be posted
@@ -271,7 +325,10 @@ pub(crate) fn describe(c: &Candidate, local_ip: IpAddr) -> Result<(ControllerInf
         _ => "poll",
     };
     let mr_cnt = v.mr_cnt() as u64;
-    let atomics = native_atomics(&c.info, &domain);
+    let atomics = match &c.atomics {
+        Some(rxm) => rxm_table(rxm),
+        None => native_atomics(&c.info, &domain),
+    };
     let info = ControllerInfo {
         name: c.name.clone(),
         provider: v.provider(),
@@ -334,6 +391,18 @@ fn native_atomics(info: &fabric::Info, domain: &Domain) -> AtomicSupport {
         };
         domain.query_atomic(kind, dt as ffi::fi_datatype, ffi::fi_op::from(op))
     })
+}
+
+/// The atomics of a tcp controller's rxm endpoint, read from its own domain; none (the
+/// exporter performs them) where it does not open.
+fn rxm_table(rxm: &Arc<fabric::Info>) -> AtomicSupport {
+    match Fabric::open(Arc::clone(rxm)).and_then(Domain::open) {
+        Ok(domain) => native_atomics(rxm, &domain),
+        Err(e) => {
+            tracing::debug!(error = %e, "rxm's domain does not open: tcp atomics go through the exporter");
+            AtomicSupport::from_provider(|_, _, _| None)
+        }
+    }
 }
 
 fn source_address(v: &fabric::info::InfoRef<'_>, local_ip: IpAddr) -> String {

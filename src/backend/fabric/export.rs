@@ -17,15 +17,17 @@ use std::sync::Arc;
 impl FabricBackend {
     /// Registers `mem` for connection `conn_id` with exactly the remote access `access`
     /// grants, into `offer`: its key and base (key 0, no registration, for a grant of
-    /// nothing). On a provider that fences writes with a read, a write-only grant can also
-    /// read (its puts need the fence).
+    /// nothing), and for a read-write grant on tcp the address of the controller's endpoint
+    /// for atomics, where the memory is registered under the same key too (`rxm_atomics.rs`).
+    /// On a provider that fences writes with a read, a write-only grant can also read (its
+    /// puts need the fence).
     fn register_for(
         self: &Arc<Self>,
         offer: &Offer,
         mem: &Memory,
         conn_id: u64,
         access: Perm,
-    ) -> Result<(u64, u64)> {
+    ) -> Result<(u64, u64, Vec<u8>)> {
         let mut mr = MrAccess::NONE;
         if access.allows(Perm::READ) || (access.allows(Perm::WRITE) && self.fences_with_reads()) {
             mr = mr.union(MrAccess::REMOTE_READ);
@@ -34,13 +36,21 @@ impl FabricBackend {
             mr = mr.union(MrAccess::REMOTE_WRITE);
         }
         if mr.is_none() {
-            return Ok((0, 0));
+            return Ok((0, 0, Vec::new()));
         }
         // SAFETY: the registration goes into `offer`, which the export keeps next to an Arc
         // of `mem`, declared before it (Published, Rebound), so it closes first; a
         // connection's own one closes when the connection ends, the memory still held.
-        let reg = unsafe { self.register(mem.as_ptr(), mem.len(), mr) }?;
-        let granted = (reg.key(), reg.base());
+        let mut reg = unsafe { self.register(mem.as_ptr(), mem.len(), mr) }?;
+        // Atomics need both rights. Where the endpoint for atomics is open already (an
+        // importer used it), every such grant, and a rebind's, is registered there now; else
+        // at the connection's first atomic (`atomics_for`).
+        let atomics = match access.allows(Perm::RDWR) && !self.carries_atomics() {
+            // SAFETY: as above; the mirror closes with `reg`.
+            true => unsafe { self.mirror_for_atomics(&mut reg, mem.as_ptr(), mem.len()) },
+            false => None,
+        };
+        let granted = (reg.key(), reg.base(), atomics.unwrap_or_default());
         offer.insert(conn_id, reg, access);
         Ok(granted)
     }
@@ -115,11 +125,12 @@ impl ExportPath for Arc<FabricBackend> {
         access: Perm,
         _admission: &Admission,
     ) -> Result<Granted> {
-        let (key, base) = self.register_for(offer, mem, conn_id, access)?;
+        let (key, base, atomics) = self.register_for(offer, mem, conn_id, access)?;
         Ok(Granted {
             key,
             base,
             address: self.address(),
+            atomics,
             bell_service: None,
             // Even a grant of nothing: its signals reach the exporter over a connection.
             admission: self.issue_ticket()?,
@@ -127,8 +138,13 @@ impl ExportPath for Arc<FabricBackend> {
         })
     }
 
+    fn atomics_for(&self, offer: &Offer, conn_id: u64) -> Vec<u8> {
+        FabricBackend::atomics_for(self, offer, conn_id).unwrap_or_default()
+    }
+
     fn reoffer(&self, offer: &Offer, new: &Memory, conn_id: u64, access: Perm) -> (u64, u64) {
         self.register_for(offer, new, conn_id, access)
+            .map(|(key, base, _)| (key, base))
             .unwrap_or_else(|e| {
                 tracing::warn!(conn_id, error = %e, "cannot register the rebound memory for an importer");
                 (0, 0)

@@ -28,6 +28,12 @@ pub(crate) struct FabricImport {
     pub(crate) dest: ffi::fi_addr_t,
     /// The exporter's fabric address and ticket, as granted.
     pub(crate) peer: PeerAddress,
+    /// The exporter's endpoint for atomics as the grant named it (tcp; empty: none yet).
+    pub(crate) offered_atomics: Vec<u8>,
+    /// Where the connection's atomics go when this endpoint carries none (tcp), once
+    /// known: the exporter's endpoint for atomics, or `None`, the exporter
+    /// (`rxm_atomics.rs`).
+    pub(crate) atomics: std::sync::OnceLock<Option<Arc<FabricImport>>>,
 }
 
 /// An operation's plan and the buffer its pointers lie in, waiting for the first poll.
@@ -249,13 +255,18 @@ impl ImportPath for Arc<FabricImport> {
         (self.start(conn, dir, plan, owner, "putv", 0), carried)
     }
 
-    /// Natively where the provider performs it, else by the exporter. Without delivery
-    /// completion, and on shm, an update is posted fetching: its result comes back only once
-    /// it was performed.
+    /// Natively where the provider performs it (on tcp, through the endpoint for atomics
+    /// where the grant named one), else by the exporter. Without delivery completion, and on
+    /// shm, an update is posted fetching: its result comes back only once it was performed.
     #[inline]
     fn atomic_route(&self, call: Call, native: impl Fn(Class) -> bool) -> AtomicRoute {
+        let path = match self.atomics_path() {
+            Some(a) => &**a,
+            None if self.backend.carries_atomics() => self,
+            None => return AtomicRoute::Exporter,
+        };
         let class = match call.class {
-            Class::Update if self.backend.updates_fetch() => Class::Fetch,
+            Class::Update if path.backend.updates_fetch() => Class::Fetch,
             c => c,
         };
         if !native(class) {
@@ -284,6 +295,9 @@ impl ImportPath for Arc<FabricImport> {
         name: &'static str,
         offset: u64,
     ) -> Op<B> {
+        if let Some(a) = self.atomics_path() {
+            return a.atomic_post(conn, post, ptr, len, buf, name, offset);
+        }
         let plan = Op::<B>::contiguous(ptr, len, offset, len);
         self.start(conn, Dir::Atomic(post), plan, buf, name, offset)
     }
@@ -342,8 +356,15 @@ impl ImportPath for Arc<FabricImport> {
         None
     }
 
+    fn adopt_atomics(&self, addr: &[u8]) {
+        FabricImport::adopt_atomics(self, addr);
+    }
+
     fn release(&self) {
         self.backend.release_peer(&self.peer);
+        if let Some(Some(a)) = self.atomics.get() {
+            a.release();
+        }
     }
 
     fn peer(&self) -> Option<&PeerAddress> {
@@ -352,6 +373,9 @@ impl ImportPath for Arc<FabricImport> {
 
     fn reset_transport(&self) {
         self.backend.reset_peer(&self.peer.addr);
+        if let Some(Some(a)) = self.atomics.get() {
+            a.reset_transport();
+        }
     }
 
     fn ringer(&self) -> Option<(&Arc<FabricBackend>, u64)> {

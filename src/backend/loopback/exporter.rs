@@ -164,6 +164,7 @@ impl ExportPath for Arc<LoopbackBackend> {
                 bell_service: bell,
                 admission: None,
                 map: None,
+                atomics: Vec::new(),
             });
         }
         let (base, share) = grant(mem, access)?;
@@ -177,6 +178,7 @@ impl ExportPath for Arc<LoopbackBackend> {
                 bell_service: None,
                 admission: None,
                 map: None,
+                atomics: Vec::new(),
             });
         };
         // The key is the ticket for the memfd, the address the service's name; the
@@ -189,6 +191,7 @@ impl ExportPath for Arc<LoopbackBackend> {
             bell_service: self.service().ok().map(|s| (s, pid)),
             admission: None,
             map: None,
+            atomics: Vec::new(),
         })
     }
 

@@ -90,6 +90,7 @@ pub fn decode(frame: &[u8]) -> Result<Message, WireError> {
                     doorbell: r.doorbell()?,
                     admission: r.bytes("grant admission", 0, MAX_TICKET)?,
                     map_service: r.bytes("grant map service", 0, MAX_FABRIC_ADDR)?,
+                    atomics_addr: r.bytes("grant atomics address", 0, MAX_FABRIC_ADDR)?,
                 }),
                 1 => Err(r.u32("connect reply error code")?),
                 v => {
@@ -158,7 +159,12 @@ pub fn decode(frame: &[u8]) -> Result<Message, WireError> {
                     });
                 }
             };
-            Message::AtomicReply(AtomicReply { req, result })
+            let atomics_addr = r.bytes("atomic reply atomics address", 0, MAX_FABRIC_ADDR)?;
+            Message::AtomicReply(AtomicReply {
+                req,
+                result,
+                atomics_addr,
+            })
         }
         tag::SEGMENTS_REQUEST => Message::SegmentsRequest(SegmentsRequest {
             req: r.u64("segments request id")?,

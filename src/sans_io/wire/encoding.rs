@@ -84,6 +84,7 @@ pub fn encode(msg: &Message) -> Result<Bytes, WireError> {
                     w.doorbell(g.doorbell.as_ref())?;
                     w.bytes("grant admission", &g.admission, 0, MAX_TICKET)?;
                     w.bytes("grant map service", &g.map_service, 0, MAX_FABRIC_ADDR)?;
+                    w.bytes("grant atomics address", &g.atomics_addr, 0, MAX_FABRIC_ADDR)?;
                 }
                 Err(code) => {
                     w.u8(1);
@@ -152,6 +153,12 @@ pub fn encode(msg: &Message) -> Result<Bytes, WireError> {
                     w.u32(code);
                 }
             }
+            w.bytes(
+                "atomic reply atomics address",
+                &a.atomics_addr,
+                0,
+                MAX_FABRIC_ADDR,
+            )?;
         }
         Message::SegmentsRequest(r) => {
             w.u64(r.req);

@@ -3,7 +3,7 @@
 //! against its limits, which encoding and decoding share.
 
 /// The wire version this node speaks; it opens every frame.
-pub const WIRE_VERSION: u16 = 5;
+pub const WIRE_VERSION: u16 = 6;
 /// The largest frame body, in bytes (the side channel's length prefix excluded): one Noise
 /// transport message with its 16-byte tag fits 65535 bytes.
 pub const MAX_FRAME: usize = 65535 - 16;

@@ -138,6 +138,10 @@ pub struct ConnectGrant {
     /// host claims the segment's memfd with the ticket in `keys[1]`, to map it (at most
     /// [`MAX_FABRIC_ADDR`] bytes; empty when the grant offers no memfd).
     pub map_service: Vec<u8>,
+    /// The exporter's endpoint for the connection's remote atomics, where `keys[0]` reaches
+    /// the segment too (at most [`MAX_FABRIC_ADDR`] bytes; empty: the exporter performs
+    /// them). tcp controllers offer it to read-write grants (DESIGN.md §13).
+    pub atomics_addr: Vec<u8>,
 }
 
 /// The exporter's answer to a [`ConnectRequest`].
@@ -179,6 +183,11 @@ pub struct AtomicReply {
     pub req: u64,
     /// The previous value's bits, or the RSMERR code of the refusal.
     pub result: Result<u64, u32>,
+    /// The exporter's endpoint where the provider performs the connection's later atomics
+    /// under its key (at most [`MAX_FABRIC_ADDR`] bytes; empty: the exporter goes on
+    /// performing them). tcp controllers open it at a connection's first atomic
+    /// (DESIGN.md §13).
+    pub atomics_addr: Vec<u8>,
 }
 
 /// A node asks a peer which of its published segments it may import: one page of them, in

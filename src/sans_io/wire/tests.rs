@@ -22,6 +22,7 @@ fn sample_grant() -> ConnectGrant {
         }),
         admission: vec![0x5C; 16],
         map_service: b"rsm-fd-1-0123456789abcdef".to_vec(),
+        atomics_addr: vec![0xA7; 16],
     }
 }
 
@@ -104,10 +105,12 @@ fn samples() -> Vec<Message> {
         Message::AtomicReply(AtomicReply {
             req: 1,
             result: Ok(41),
+            atomics_addr: vec![0x7A; 16],
         }),
         Message::AtomicReply(AtomicReply {
             req: 1,
             result: Err(10),
+            atomics_addr: Vec::new(),
         }),
         Message::SegmentsRequest(SegmentsRequest {
             req: 3,
@@ -225,7 +228,7 @@ fn hostile_listings_are_refused() {
     *bad_more.last_mut().expect("the more flag") = 2;
     assert!(matches!(decode(&bad_more), Err(WireError::BadValue { .. })));
     // A count of 256 entries in a frame that ends after it.
-    let mut frame = vec![5, 0, tag::SEGMENTS_REPLY];
+    let mut frame = vec![6, 0, tag::SEGMENTS_REPLY];
     frame.extend_from_slice(&[0; 8]);
     frame.push(0);
     frame.extend_from_slice(&256u16.to_le_bytes());
@@ -256,7 +259,7 @@ fn the_layout_is_little_endian_and_stable() {
     .expect("encodes");
     assert_eq!(
         &frame[..],
-        &[5, 0, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0x0D, 0x0C, 0x0B, 0x0A]
+        &[6, 0, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0x0D, 0x0C, 0x0B, 0x0A]
     );
 }
 
@@ -269,8 +272,8 @@ fn another_version_is_refused() {
 
 #[test]
 fn an_unknown_tag_is_refused() {
-    assert_eq!(decode(&[5, 0, 0]), Err(WireError::UnknownTag(0)));
-    assert_eq!(decode(&[5, 0, 200]), Err(WireError::UnknownTag(200)));
+    assert_eq!(decode(&[6, 0, 0]), Err(WireError::UnknownTag(0)));
+    assert_eq!(decode(&[6, 0, 200]), Err(WireError::UnknownTag(200)));
 }
 
 #[test]
@@ -331,7 +334,7 @@ fn oversize_fields_are_refused_on_both_sides() {
     ));
 
     // Hand-made frame: a hello whose auth claims 257 bytes, and carries them.
-    let mut frame = vec![5, 0, tag::HELLO];
+    let mut frame = vec![6, 0, tag::HELLO];
     frame.extend_from_slice(&[0; 4 + 8 + 1 + 16]);
     frame.extend_from_slice(&257u16.to_le_bytes());
     frame.extend_from_slice(&[0; 257]);
@@ -375,7 +378,7 @@ fn oversize_fields_are_refused_on_both_sides() {
 #[test]
 fn a_length_beyond_the_frame_is_truncation_not_allocation() {
     // A connect request whose groups count is 64 but whose frame ends right after it.
-    let mut frame = vec![5, 0, tag::CONNECT_REQUEST];
+    let mut frame = vec![6, 0, tag::CONNECT_REQUEST];
     frame.extend_from_slice(&[0; 8 + 4]);
     frame.extend_from_slice(&0u16.to_le_bytes());
     frame.extend_from_slice(&[0; 12]);
@@ -443,6 +446,7 @@ fn arb_grant() -> impl Strategy<Value = ConnectGrant> {
         (
             vec(any::<u8>(), 0..=MAX_TICKET),
             vec(any::<u8>(), 0..=MAX_FABRIC_ADDR),
+            vec(any::<u8>(), 0..=MAX_FABRIC_ADDR),
         ),
     )
         .prop_map(
@@ -455,7 +459,7 @@ fn arb_grant() -> impl Strategy<Value = ConnectGrant> {
                 generation,
                 fabric_addr,
                 (uid, gid),
-                (admission, map_service),
+                (admission, map_service, atomics_addr),
             )| {
                 ConnectGrant {
                     conn_id,
@@ -470,6 +474,7 @@ fn arb_grant() -> impl Strategy<Value = ConnectGrant> {
                     doorbell: None,
                     admission,
                     map_service,
+                    atomics_addr,
                 }
             },
         )
@@ -582,8 +587,17 @@ fn arb_message() -> impl Strategy<Value = Message> {
                 })
             }
         ),
-        any::<(u64, Result<u64, u32>)>()
-            .prop_map(|(req, result)| Message::AtomicReply(AtomicReply { req, result })),
+        (
+            any::<(u64, Result<u64, u32>)>(),
+            vec(any::<u8>(), 0..=MAX_FABRIC_ADDR)
+        )
+            .prop_map(
+                |((req, result), atomics_addr)| Message::AtomicReply(AtomicReply {
+                    req,
+                    result,
+                    atomics_addr
+                })
+            ),
         (
             any::<(u64, u32, u32, u32)>(),
             arb_string(MAX_CONTROLLER),
@@ -644,7 +658,7 @@ proptest! {
         tag in 0u8..19,
         body in vec(any::<u8>(), 0..1024),
     ) {
-        let mut frame = vec![5, 0, tag];
+        let mut frame = vec![6, 0, tag];
         frame.extend_from_slice(&body);
         if let Ok(msg) = decode(&frame) {
             // Whatever decodes re-encodes to the same bytes: the format has one spelling.
