@@ -571,16 +571,22 @@ fn dropped_atomics_may_still_happen_and_unpolled_ones_do_not(ctrl: &str) {
         std::thread::sleep(Duration::from_millis(20));
     }
     let every = matches!(ctrl, "loopback" | "loopback-caller" | "tcp0");
+    // On loopback with the segment mapped an atomic is performed when made (decision 20's
+    // exception for operations of a few words): the unpolled ones happened too.
+    let want = match ctrl {
+        "loopback" => n * 1001,
+        _ => n,
+    };
     let v: u64 = loop {
         let v: u64 = exporter.ask("get 0").parse().unwrap();
-        if !every || v == n || Instant::now() >= deadline {
+        if !every || v == want || Instant::now() >= deadline {
             break v;
         }
         std::thread::sleep(Duration::from_millis(20));
     };
-    assert!(v <= n, "{ctrl}: {v}: an unpolled atomic happened");
+    assert!(v <= want, "{ctrl}: {v}: an unpolled atomic happened");
     if every {
-        assert_eq!(v, n, "{ctrl}: every polled atomic happened");
+        assert_eq!(v, want, "{ctrl}: every polled atomic happened");
     }
     // Nothing more arrives later, and the segment still works.
     std::thread::sleep(Duration::from_millis(200));
