@@ -328,10 +328,14 @@ impl LoopbackImport {
         len: usize,
         toward: Toward,
     ) -> Option<Result<()>> {
-        let Reach::Mapped { data: m, .. } = &self.implicit else {
+        let Reach::Mapped { data: m, control } = &self.implicit else {
             return None;
         };
-        if !self.current() {
+        // SAFETY: as in `control`: the word starts the control mapping, which lives as long
+        // as self.
+        let word = unsafe { AtomicU64::from_ptr(control.as_ptr().cast()) };
+        if self.revoked.load(Ordering::Acquire) || word.load(Ordering::Acquire) >> 32 != self.epoch
+        {
             return Some(Err(self.aborted()));
         }
         debug_assert!(offset + len <= self.size);

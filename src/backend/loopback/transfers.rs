@@ -155,11 +155,11 @@ impl ImportPath for Arc<LoopbackImport> {
         let len = buf.bytes_len();
         if len <= EAGER_COPY {
             let local = buf.stable_ptr().cast_mut();
+            let at = offset as usize; // in bounds: checked against the segment
             // SAFETY: the buffer is valid for reads of len bytes (IoBuf) and is Rust memory,
             // not the segment's; the range was checked against the segment.
-            if let Some(res) =
-                unsafe { self.copy_now(offset as usize, local, len, Toward::Segment) }
-            {
+            let now = unsafe { self.copy_now(at, local, len, Toward::Segment) };
+            if let Some(res) = now {
                 return made_now(conn, OpKind::Put, "put", offset, res, buf, len);
             }
         }
@@ -182,10 +182,11 @@ impl ImportPath for Arc<LoopbackImport> {
         let len = buf.bytes_len();
         if len <= EAGER_COPY {
             let local = buf.stable_mut_ptr();
+            let at = offset as usize; // in bounds: checked against the segment
             // SAFETY: the buffer is valid for writes of len bytes (IoBufMut) and is Rust
             // memory, not the segment's; the range was checked against the segment.
-            if let Some(res) = unsafe { self.copy_now(offset as usize, local, len, Toward::Local) }
-            {
+            let now = unsafe { self.copy_now(at, local, len, Toward::Local) };
+            if let Some(res) = now {
                 return made_now(conn, OpKind::Get, "get", offset, res, buf, len);
             }
         }
