@@ -573,6 +573,12 @@ fn dropped_atomics_may_still_happen_and_unpolled_ones_do_not(ctrl: &str) {
     // The exporter's requests go out whole at the first poll; a provider's post may be
     // refused for room (or, on tcp0's rxm, while it connects) and a dropped one stops.
     let every = matches!(ctrl, "loopback" | "loopback-caller");
+    // On loopback with the segment mapped an atomic is performed when made (decision 20's
+    // exception for operations of a few words): the unpolled ones happened too.
+    let want = match ctrl {
+        "loopback" => n * 1001,
+        _ => n,
+    };
     // tcp0's first atomics are the exporter's, whose requests, sent, still arrive (its
     // answer names the endpoint for atomics the later ones are posted to): wait until the
     // value holds.
@@ -583,14 +589,14 @@ fn dropped_atomics_may_still_happen_and_unpolled_ones_do_not(ctrl: &str) {
             (last, since) = (v, Instant::now());
         }
         let settled = ctrl != "tcp0" || since.elapsed() > Duration::from_millis(500);
-        if (!every && settled) || v == n || Instant::now() >= deadline {
+        if (!every && settled) || v == want || Instant::now() >= deadline {
             break v;
         }
         std::thread::sleep(Duration::from_millis(20));
     };
-    assert!(v <= n, "{ctrl}: {v}: an unpolled atomic happened");
+    assert!(v <= want, "{ctrl}: {v}: an unpolled atomic happened");
     if every {
-        assert_eq!(v, n, "{ctrl}: every polled atomic happened");
+        assert_eq!(v, want, "{ctrl}: every polled atomic happened");
     }
     // Nothing more arrives later, and the segment still works.
     std::thread::sleep(Duration::from_millis(200));

@@ -154,6 +154,10 @@ pub(crate) struct Routes {
     importers: Mutex<HashMap<u64, Arc<ImporterBell>>>,
     /// Loopback doorbells by whom they ring: (peer node, to an importer?, receiver's token).
     loopback: Mutex<HashMap<(u32, bool, u64), Arc<LoopbackBell>>>,
+    /// The same doorbells as a list, made again when one comes or goes, so that a signal
+    /// wait takes it with one count instead of building its own (empty past
+    /// [`LOOK_AT_MOST`]).
+    looked_at: Mutex<Arc<[Arc<LoopbackBell>]>>,
     /// Signals this node sent by a loopback doorbell, and by the side channel.
     pub(crate) sent_by_bell: AtomicU64,
     pub(crate) sent_by_side: AtomicU64,
@@ -173,6 +177,7 @@ impl Default for Routes {
             imports: Mutex::new(HashMap::new()),
             importers: Mutex::new(HashMap::new()),
             loopback: Mutex::new(HashMap::new()),
+            looked_at: Mutex::new(Arc::from(Vec::new())),
             sent_by_bell: AtomicU64::new(0),
             sent_by_side: AtomicU64::new(0),
             sent_with_data: AtomicU64::new(0),
@@ -248,24 +253,34 @@ impl Routes {
         token: u64,
         bell: Arc<LoopbackBell>,
     ) {
-        lock(&self.loopback).insert((node, to_importer, token), bell);
+        let mut bells = lock(&self.loopback);
+        bells.insert((node, to_importer, token), bell);
+        self.relist(&bells);
     }
 
     /// The connection ended: its doorbell stops being watched.
     pub(crate) fn drop_loopback_bell(&self, node: u32, to_importer: bool, token: u64) {
-        let gone = lock(&self.loopback).remove(&(node, to_importer, token));
+        let mut bells = lock(&self.loopback);
+        let gone = bells.remove(&(node, to_importer, token));
+        self.relist(&bells);
+        drop(bells);
         drop(gone);
+    }
+
+    /// Makes the list of doorbells a wait looks at again, from `bells` (the map, locked).
+    fn relist(&self, bells: &HashMap<(u32, bool, u64), Arc<LoopbackBell>>) {
+        let list: Arc<[Arc<LoopbackBell>]> = match bells.len() > LOOK_AT_MOST {
+            true => Arc::from(Vec::new()),
+            false => bells.values().cloned().collect(),
+        };
+        *lock(&self.looked_at) = list;
     }
 
     /// The node's loopback doorbells, for a signal wait to look at before its task parks;
     /// none past [`LOOK_AT_MOST`], where looking at each would cost more than the wake-up it
     /// saves.
-    pub(crate) fn loopback_bells(&self) -> Vec<Arc<LoopbackBell>> {
-        let bells = lock(&self.loopback);
-        if bells.len() > LOOK_AT_MOST {
-            return Vec::new();
-        }
-        bells.values().cloned().collect()
+    pub(crate) fn loopback_bells(&self) -> Arc<[Arc<LoopbackBell>]> {
+        Arc::clone(&lock(&self.looked_at))
     }
 
     fn loopback_bell(&self, node: u32, to_importer: bool, token: u64) -> Option<Arc<LoopbackBell>> {

@@ -18,7 +18,7 @@
 //! those of a put: connected, not aborted, granted read and write (`RSMERR_PERM_DENIED`:
 //! nothing is posted on a read-only import), the value inside the segment.
 
-use super::{ImportInner, ImportSegment};
+use super::ImportSegment;
 use crate::backend::path::{AtomicRoute, ImportPath};
 use crate::fabric::atomic::AtomicKind;
 use crate::fabric::ffi;
@@ -80,8 +80,9 @@ pub(super) fn offered(class: Class, op: u8, dt: Datatype, offset: u64) -> Result
 
 /// How a checked atomic will run.
 enum Route {
-    /// The connection, whose path performs it with a CPU atomic.
-    Cpu(Arc<ImportInner>),
+    /// Performed with a CPU atomic when made (loopback; DESIGN.md §5, decision 20's
+    /// exception for operations of a few words): its result, failures annotated and counted.
+    Done(Result<u64>),
     Native(Box<Op<Words>>),
     /// The segment, for its connection and node: the exporter performs it.
     Exporter(ImportSegment),
@@ -106,7 +107,8 @@ impl ImportSegment {
     /// (`fi_fetch_atomic` with `FI_SUM`; integers wrap).
     ///
     /// The operation starts at its first poll and resolves once it was performed at the
-    /// target. Atomic with respect to every other atomic on the same value through this
+    /// target; on `loopback`, where the segment is mapped, it is performed when made and the
+    /// future is ready (the crate docs' "Operations"). Atomic with respect to every other atomic on the same value through this
     /// controller, from any importer, and to the exporter's own atomic accessors where the
     /// controller's atomics go through the CPU (DESIGN.md §13 has the table); never with
     /// respect to puts, which are plain copies.
@@ -125,7 +127,8 @@ impl ImportSegment {
     /// ```
     ///
     /// # Cancel safety
-    /// Dropped before its first poll, nothing happened. Dropped later, it stops the
+    /// Dropped before its first poll, nothing happened (except on `loopback` with the
+    /// segment mapped, where it was performed when made). Dropped later, it stops the
     /// waiting, not the atomic: it may still be performed, and its buffers stay with the
     /// operation until the provider is done with them.
     pub fn fetch_add<T: AtomicValue>(
@@ -331,7 +334,12 @@ impl ImportSegment {
             .path
             .atomic_route(call, |c| self.natively(c, call))
         {
-            AtomicRoute::Cpu => Route::Cpu(Arc::clone(&self.inner)),
+            AtomicRoute::Cpu => Route::Done(
+                self.inner
+                    .path
+                    .atomic_cpu(offset as usize, call, operand.to_bits(), compare.to_bits())
+                    .map_err(ctx),
+            ),
             AtomicRoute::Exporter => Route::Exporter(self.clone()),
             AtomicRoute::Native(kind) => self.native(
                 kind,
@@ -429,10 +437,7 @@ impl Pending {
             e
         };
         match self.route {
-            Route::Cpu(conn) => conn
-                .path
-                .atomic_cpu(self.offset as usize, self.call, self.operand, self.compare)
-                .map_err(ctx),
+            Route::Done(res) => res,
             Route::Native(op) => {
                 let (_, words) = op.await.map_err(|e| e.into_error())?;
                 Ok(take(words[RESULT_AT / 8], size))

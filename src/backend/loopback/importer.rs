@@ -286,6 +286,75 @@ impl LoopbackImport {
         Ok(busy)
     }
 
+    /// Whether an access may start: neither revoked, nor lost, nor withdrawn (the
+    /// generation word says so before the notice arrives).
+    #[inline(always)]
+    fn current(&self) -> bool {
+        !self.revoked.load(Ordering::Acquire)
+            && self
+                .control()
+                .is_none_or(|c| c.load(Ordering::Acquire) >> 32 == self.epoch)
+    }
+
+    /// After an access made without entering: whether no revoke or close raised its flag
+    /// meanwhile. One that did may have replaced the mapping under the access, which then
+    /// reached trash pages (a revoke raises the flag before it replaces the mapping).
+    #[inline(always)]
+    fn settled(&self) -> bool {
+        // The replacement interrupts every running thread of the process on x86 (a TLB
+        // shootdown), which orders this thread's access before this load; elsewhere a fence
+        // does.
+        #[cfg(target_arch = "x86_64")]
+        std::sync::atomic::compiler_fence(Ordering::SeqCst);
+        #[cfg(not(target_arch = "x86_64"))]
+        std::sync::atomic::fence(Ordering::SeqCst);
+        !self.revoked.load(Ordering::Acquire)
+    }
+
+    /// Copies `len` bytes between `local` and the mapped segment at `offset` (bounds checked
+    /// by the caller) without entering: no shared count, two loads around the copy (a
+    /// revoke replaces the mapping with trash pages, never unmaps it, so a racing access
+    /// cannot fault, and `settled` then fails it). `None` when the segment is not mapped
+    /// here (the caller takes the counted path).
+    ///
+    /// # Safety
+    /// `local` is valid for `len` bytes (reads toward the segment, writes toward local) and
+    /// not inside the segment.
+    #[inline]
+    pub(crate) unsafe fn copy_now(
+        &self,
+        offset: usize,
+        local: *mut u8,
+        len: usize,
+        toward: Toward,
+    ) -> Option<Result<()>> {
+        let Reach::Mapped { data: m, control } = &self.implicit else {
+            return None;
+        };
+        // SAFETY: as in `control`: the word starts the control mapping, which lives as long
+        // as self.
+        let word = unsafe { AtomicU64::from_ptr(control.as_ptr().cast()) };
+        if self.revoked.load(Ordering::Acquire) || word.load(Ordering::Acquire) >> 32 != self.epoch
+        {
+            return Some(Err(self.aborted()));
+        }
+        debug_assert!(offset + len <= self.size);
+        // SAFETY: in bounds of the implicit mapping, which stays mapped as long as self (a
+        // revoke or rebind replaces its pages in place); `local` is the caller's, valid for
+        // len bytes, and the two ranges do not overlap.
+        unsafe {
+            let seg = m.as_ptr().add(offset);
+            match toward {
+                Toward::Segment => copy(local, seg, len),
+                Toward::Local => copy(seg, local, len),
+            }
+        }
+        Some(match self.settled() {
+            true => Ok(()),
+            false => Err(self.aborted()),
+        })
+    }
+
     /// Like [`enter`](Self::enter), for the explicit mapping `id`.
     pub(crate) fn enter_map(&self, id: u64) -> Result<Busy<'_>> {
         let busy = self.enter()?;
@@ -394,18 +463,26 @@ impl LoopbackImport {
         operand: u64,
         compare: u64,
     ) -> Result<u64> {
-        let _busy = self.enter()?;
         let Reach::Mapped { data: m, .. } = &self.implicit else {
             return Err(Error::locks_not_supported()
                 .detail("the segment is not mapped here: the exporter performs its atomics"));
         };
+        // Not entered, as `copy_now`: one locked instruction, the atomic's own.
+        if !self.current() {
+            return Err(self.aborted());
+        }
         debug_assert!(offset + call.datatype.size() <= self.size);
         // SAFETY: in bounds and aligned (checked by the import; the mapping is page-aligned)
-        // of the live implicit mapping, writable for a read-write import; `_busy` holds
-        // off its replacement. Other processes reach the value only through their mappings.
-        Ok(unsafe {
+        // of the implicit mapping, writable for a read-write import, which stays mapped as
+        // long as self (a revoke replaces its pages in place with trash pages of the same
+        // protection). Other processes reach the value only through their mappings.
+        let old = unsafe {
             crate::sys::atomic_mem::perform(m.as_ptr().add(offset), call, operand, compare)
-        })
+        };
+        match self.settled() {
+            true => Ok(old),
+            false => Err(self.aborted()),
+        }
     }
 
     /// Fails every later access with `err` (the exporting node is lost, DESIGN.md, decision 19).
@@ -415,18 +492,14 @@ impl LoopbackImport {
     }
 
     /// The revoke notice: fail later accesses, wait for copies in progress, then cut every
-    /// mapping off the exporter's memory (the implicit one faults from now on, though nothing
-    /// reaches it; an explicit one becomes private zero pages, so stray accesses through a
-    /// user's pointer neither fault nor reach anyone) and drop the descriptor's pages.
+    /// mapping off the exporter's memory (each becomes private zero pages, so that accesses
+    /// made without entering (`copy_now`, `atomic`) that race it, and stray accesses through
+    /// a user's pointer, neither fault nor reach anyone) and drop the descriptor's pages.
     pub(crate) fn revoke(&self) {
         self.revoked.store(true, Ordering::SeqCst);
         let user = lock(&self.user);
         self.quiesce();
-        if let Reach::Mapped { data, .. } = &self.implicit {
-            if let Err(e) = data.retire(false) {
-                tracing::warn!(error = %e, "cannot replace the segment's mapping");
-            }
-        }
+        self.retire_implicit();
         // A write-only descriptor goes: nothing writes through it any more.
         if let Reach::Written { .. } = &self.implicit {
             lock(&self.fd).take();
@@ -442,7 +515,21 @@ impl LoopbackImport {
     /// exporter may free caller memory once it heard of the disconnect).
     pub(crate) fn close(&self) {
         self.revoked.store(true, Ordering::SeqCst);
+        // Under the lock a rebind remaps under, so that it cannot map the segment again.
+        let _user = lock(&self.user);
         self.quiesce();
+        // Accesses made without entering end in trash pages from here on.
+        self.retire_implicit();
+    }
+
+    /// Replaces the implicit mapping with trash pages: an access that raced the flag reaches
+    /// no one from now on (and fails at its `settled`).
+    fn retire_implicit(&self) {
+        if let Reach::Mapped { data, .. } = &self.implicit {
+            if let Err(e) = data.retire(true) {
+                tracing::warn!(error = %e, "cannot replace the segment's mapping");
+            }
+        }
     }
 
     /// The rebind notice: claims the new memfd and maps it over the old ranges; for caller

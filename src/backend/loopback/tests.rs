@@ -2,7 +2,7 @@
 //! across revoke, publish and rebind, and the single-access copies.
 
 use super::exporter::{publish, rebind, revoked, share};
-use super::importer::{LoopbackImport, copy};
+use super::importer::{LoopbackImport, Toward, copy};
 use crate::memory::Memory;
 use crate::perm::Perm;
 use crate::shared_memory::SharedMemory;
@@ -224,4 +224,51 @@ fn small_aligned_copies_are_single_accesses_and_others_memcpy() {
         assert!(d[len..].iter().all(|&b| b == 0));
     }
     let _ = dst;
+}
+
+/// Accesses of a few words do not count themselves in: one racing a revoke neither faults
+/// (the mapping becomes trash pages, never unmapped) nor lands once the revoke returned, and
+/// every one that succeeded landed.
+#[test]
+fn uncounted_copies_racing_a_revoke_neither_fault_nor_land_after_it() {
+    let page = crate::sys::limits::page_size();
+    let mem = Memory::Shared(SharedMemory::new(page).unwrap());
+    publish(&mem, 1);
+    let (_svc, lo, _rt) = attached(&mem);
+    let Memory::Shared(m) = &mem else {
+        unreachable!()
+    };
+    // SAFETY: the segment's own mapping, 16 bytes in; the importer writes it atomically
+    // (an aligned 8-byte store).
+    let landed = || unsafe { m.base().add(16).cast::<u64>().read_volatile() };
+    let (last_ok, failed) = std::thread::scope(|s| {
+        let writer = s.spawn(|| {
+            let mut n = 0u64;
+            loop {
+                n += 1;
+                let b = n.to_ne_bytes();
+                // SAFETY: a local array of 8 bytes, within the one-page segment.
+                match unsafe { lo.copy_now(16, b.as_ptr().cast_mut(), 8, Toward::Segment) } {
+                    Some(Ok(())) => continue,
+                    Some(Err(e)) => return (n - 1, e.code()),
+                    None => unreachable!("the segment is mapped"),
+                }
+            }
+        });
+        while landed() < 1000 {
+            std::thread::yield_now();
+        }
+        lo.revoke();
+        let after = landed();
+        let out = writer.join().unwrap();
+        assert_eq!(landed(), after, "nothing lands once the revoke returned");
+        out
+    });
+    assert_eq!(failed, 40, "CONN_ABORTED");
+    let v = landed();
+    assert!(v == last_ok || v == last_ok + 1, "{v} against {last_ok}");
+    let mut b = [0u8; 8];
+    // SAFETY: a local array of 8 bytes.
+    let e = unsafe { lo.copy_now(16, b.as_mut_ptr(), 8, Toward::Local) }.unwrap();
+    assert_eq!(e.unwrap_err().code(), 40);
 }

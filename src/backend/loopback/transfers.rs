@@ -24,6 +24,33 @@ use std::time::Duration;
 /// it posts.
 pub(crate) const INLINE_COPY: usize = crate::reactor::copy::SLICE;
 
+/// The largest put or get made when the operation is made, on a mapped segment: a few
+/// words, whose copy costs less than deferring it to the first poll (DESIGN.md §5,
+/// decision 20's exception). The operation is then ready.
+pub(crate) const EAGER_COPY: usize = 64;
+
+/// The ready operation of a copy made when it was made: `res` annotated as the operation
+/// `op` at `offset` of `len` bytes, a failure counted as a failed `kind`.
+#[inline]
+fn made_now<C: Connection, B: Send + 'static>(
+    conn: &Arc<C>,
+    kind: OpKind,
+    op: &'static str,
+    offset: u64,
+    res: crate::Result<()>,
+    buf: B,
+    len: usize,
+) -> Op<B> {
+    match res {
+        Ok(()) => Op::copied(Ok(()), buf, len),
+        Err(e) => {
+            let e = conn.info(op, offset).annotate(e, len);
+            conn.count_failure(kind, &e);
+            Op::copied(Err((0, e)), buf, len)
+        }
+    }
+}
+
 /// How long each poll of a copy of `len` bytes made on the polling thread may copy (the
 /// node's spin budget), or `None` for a copy the node's blocking threads make: one over
 /// [`INLINE_COPY`] with a zero budget, as a libfabric transfer's progress then leaves the
@@ -126,6 +153,16 @@ impl ImportPath for Arc<LoopbackImport> {
 
     fn put<C: Connection, B: IoBuf>(&self, conn: &Arc<C>, offset: u64, buf: B) -> Op<B> {
         let len = buf.bytes_len();
+        if len <= EAGER_COPY {
+            let local = buf.stable_ptr().cast_mut();
+            let at = offset as usize; // in bounds: checked against the segment
+            // SAFETY: the buffer is valid for reads of len bytes (IoBuf) and is Rust memory,
+            // not the segment's; the range was checked against the segment.
+            let now = unsafe { self.copy_now(at, local, len, Toward::Segment) };
+            if let Some(res) = now {
+                return made_now(conn, OpKind::Put, "put", offset, res, buf, len);
+            }
+        }
         if let Some(budget) = copy_budget(&**conn, len) {
             let local = buf.stable_ptr().cast_mut();
             let copy = self.pending(&**conn, "put", offset, local, len, true, budget);
@@ -143,6 +180,16 @@ impl ImportPath for Arc<LoopbackImport> {
     fn get<C: Connection, B: IoBufMut>(&self, conn: &Arc<C>, offset: u64, buf: B) -> Op<B> {
         let mut buf = buf;
         let len = buf.bytes_len();
+        if len <= EAGER_COPY {
+            let local = buf.stable_mut_ptr();
+            let at = offset as usize; // in bounds: checked against the segment
+            // SAFETY: the buffer is valid for writes of len bytes (IoBufMut) and is Rust
+            // memory, not the segment's; the range was checked against the segment.
+            let now = unsafe { self.copy_now(at, local, len, Toward::Local) };
+            if let Some(res) = now {
+                return made_now(conn, OpKind::Get, "get", offset, res, buf, len);
+            }
+        }
         if let Some(budget) = copy_budget(&**conn, len) {
             let local = buf.stable_mut_ptr();
             let copy = self.pending(&**conn, "get", offset, local, len, false, budget);
