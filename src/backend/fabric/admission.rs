@@ -67,6 +67,7 @@ impl Gate {
                     .detail(format!("cannot watch the fabric listener: {e}")));
             }
         };
+        tracing::debug!(controller, %listen, "admission gate watches the fabric listener");
         let run = (Arc::clone(&watch), Arc::downgrade(endpoint));
         let span = tracing::debug_span!("admission", controller, %listen);
         let thread = std::thread::Builder::new()
