@@ -99,6 +99,7 @@ async fn owner_only(exporter: &Node, ctrl: &str, to: u32) -> (rsm::ExportSegment
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn without_keys_any_node_id_and_uid_over_tcp_get_nothing() {
+    let _fds = beside().await;
     let exporter = common::node(common::fresh_node_id()).await;
     let victim = common::fresh_node_id() + 1;
     for ctrl in CONTROLLERS {
@@ -116,6 +117,7 @@ async fn without_keys_any_node_id_and_uid_over_tcp_get_nothing() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn without_keys_a_unix_peer_must_hold_the_name_it_claims() {
+    let _fds = beside().await;
     let exporter = common::node(common::fresh_node_id()).await;
     let victim = common::fresh_node_id() + 1;
     for ctrl in CONTROLLERS {
@@ -185,6 +187,7 @@ async fn keyed_pair_on(unix: bool) -> (Node, Node, NodeKey) {
 /// of two hosts would (neither listens on its Unix name); a node without keys is refused.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn nodes_without_the_unix_side_channel_talk_over_tcp() {
+    let _fds = beside().await;
     let refused = Node::builder()
         .ignore_environment()
         .id(common::fresh_node_id())
@@ -208,6 +211,7 @@ async fn nodes_without_the_unix_side_channel_talk_over_tcp() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn with_keys_nodes_work_and_a_wrong_key_gets_nothing() {
+    let _fds = beside().await;
     let (exporter, importer, e_key) = keyed_pair().await;
     for ctrl in CONTROLLERS {
         let (seg, segment) = owner_only(&exporter, ctrl, importer.id().get()).await;
@@ -267,6 +271,7 @@ async fn with_keys_nodes_work_and_a_wrong_key_gets_nothing() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn nodes_with_and_without_keys_do_not_talk() {
+    let _fds = beside().await;
     let (exporter, _importer, _) = keyed_pair().await;
     let (_seg, segment) = owner_only(&exporter, "tcp0", 0).await;
     let keyless = common::node(common::fresh_node_id()).await;
@@ -276,6 +281,18 @@ async fn nodes_with_and_without_keys_do_not_talk() {
     assert!(matches!(err, rsm::Error::RemoteNodeUnreachable(_)), "{err}");
 }
 
+/// Tests that count this process's descriptors run alone (`alone`): the others (`beside`)
+/// open sockets meanwhile, which the count would take for the node's.
+static DESCRIPTORS: tokio::sync::RwLock<()> = tokio::sync::RwLock::const_new(());
+
+async fn alone() -> tokio::sync::RwLockWriteGuard<'static, ()> {
+    DESCRIPTORS.write().await
+}
+
+async fn beside() -> tokio::sync::RwLockReadGuard<'static, ()> {
+    DESCRIPTORS.read().await
+}
+
 /// Open descriptors of this process.
 fn open_fds() -> usize {
     std::fs::read_dir("/proc/self/fd").map_or(0, |d| d.count())
@@ -283,6 +300,7 @@ fn open_fds() -> usize {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_flood_of_links_keeps_descriptors_bounded_and_the_node_serving() {
+    let _fds = alone().await;
     let (exporter, importer, _) = keyed_pair().await;
     let (_seg, segment) = owner_only(&exporter, "tcp0", importer.id().get()).await;
     let before = open_fds();
@@ -315,7 +333,9 @@ async fn a_flood_of_links_keeps_descriptors_bounded_and_the_node_serving() {
 /// provider closes its descriptors for them, and an importer gets in meanwhile.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn silent_connections_to_the_fabric_port_are_hung_up() {
+    let _fds = alone().await;
     use std::io::Read;
+    common::logs();
     let (exporter, importer, _) = keyed_pair().await;
     let (_seg, segment) = owner_only(&exporter, "tcp0", importer.id().get()).await;
     let ctrl = importer.controller("tcp0").await.expect("controller");
@@ -352,7 +372,9 @@ async fn silent_connections_to_the_fabric_port_are_hung_up() {
                 Ok(0) => break,
                 Err(e) if e.kind() != std::io::ErrorKind::WouldBlock => break,
                 Ok(n) => panic!("the provider sent {n} bytes to a silent connection"),
-                Err(_) if Instant::now() > deadline => panic!("a silent connection still held"),
+                Err(_) if Instant::now() > deadline => {
+                    panic!("a silent connection still held: {:?}", s.local_addr())
+                }
                 Err(_) => tokio::time::sleep(Duration::from_millis(100)).await,
             }
         }
@@ -382,6 +404,7 @@ async fn silent_connections_to_the_fabric_port_are_hung_up() {
 /// closes the flooder's link once its writes to it stall.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_peer_that_reads_no_answers_is_slowed_then_closed() {
+    let _fds = beside().await;
     use std::os::linux::net::SocketAddrExt;
     let exporter = common::node(common::fresh_node_id()).await;
     let flooder = common::fresh_node_id();
@@ -497,6 +520,7 @@ fn other_uid_importer_role() {
 /// `RSMERR_INSUFFICIENT_RESOURCES`, and a node of another uid still gets in.
 #[test]
 fn self_made_ids_of_one_uid_hold_at_most_its_budget() {
+    let _fds = DESCRIPTORS.blocking_read();
     use std::os::linux::net::SocketAddrExt;
     let _serial = common::serial();
     if !std::process::Command::new("setpriv")
@@ -624,6 +648,7 @@ fn self_made_ids_of_one_uid_hold_at_most_its_budget() {
 /// node of the claimed id included, where it once matched 0 with 0 and granted.
 #[test]
 fn without_keys_a_node_in_another_pid_namespace_grants_nothing_it_cannot_prove() {
+    let _fds = DESCRIPTORS.blocking_read();
     let _serial = common::serial();
     let unshare = std::process::Command::new("unshare")
         .args(["--pid", "--fork", "true"])

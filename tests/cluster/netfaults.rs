@@ -85,7 +85,15 @@ impl Pair {
             self.seg
         );
         assert_eq!(self.work(&start), "ok", "{what}");
-        std::thread::sleep(Duration::from_millis(1000));
+        // The fault hits a running workload: one with puts acknowledged, so in flight too.
+        let started = Instant::now();
+        while self.work("acked") == "0" {
+            assert!(
+                started.elapsed() < Duration::from_secs(20),
+                "{what}: no put acknowledged within 20 s of the start"
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
         (fault.start)(self);
         std::thread::sleep(fault.lasts);
         let dropped = (fault.end)(self);

@@ -202,6 +202,8 @@ pub struct Running {
     stop: Arc<AtomicBool>,
     /// Puts acknowledged since the parent said the network healed (`heal`).
     pub after_heal: Arc<AtomicU64>,
+    /// Puts acknowledged since the start.
+    pub acked: Arc<AtomicU64>,
     healed: Arc<AtomicBool>,
     tasks: Vec<tokio::task::JoinHandle<(Ledger, Tally)>>,
 }
@@ -211,6 +213,7 @@ impl Running {
     pub fn start(target: Target, ledgers: Vec<Ledger>) -> Running {
         let stop = Arc::new(AtomicBool::new(false));
         let after_heal = Arc::new(AtomicU64::new(0));
+        let acked = Arc::new(AtomicU64::new(0));
         let healed = Arc::new(AtomicBool::new(false));
         let tasks = ledgers
             .into_iter()
@@ -221,12 +224,14 @@ impl Running {
                     Arc::clone(&stop),
                     Arc::clone(&healed),
                     Arc::clone(&after_heal),
+                    Arc::clone(&acked),
                 ))
             })
             .collect();
         Running {
             stop,
             after_heal,
+            acked,
             healed,
             tasks,
         }
@@ -265,6 +270,7 @@ async fn run(
     stop: Arc<AtomicBool>,
     healed: Arc<AtomicBool>,
     after_heal: Arc<AtomicU64>,
+    all_acked: Arc<AtomicU64>,
 ) -> (Ledger, Tally) {
     let mut tally = Tally::default();
     let mut imp: Option<ImportSegment> = None;
@@ -294,6 +300,7 @@ async fn run(
         match outcome {
             Some(Ok(acked)) => {
                 tally.ok(started.elapsed());
+                all_acked.fetch_add(acked, Ordering::SeqCst);
                 if healed.load(Ordering::SeqCst) {
                     after_heal.fetch_add(acked, Ordering::SeqCst);
                 }
@@ -532,7 +539,8 @@ pub struct Records {
     pub target: Option<Target>,
 }
 
-/// `work start CTRL NODE SEG SLOTS hold|drop` (what a worker does with a lost import), `work heal`, `work healed` (puts acknowledged since
+/// `work start CTRL NODE SEG SLOTS hold|drop` (what a worker does with a lost import), `work acked`
+/// (puts acknowledged since `start`), `work heal`, `work healed` (puts acknowledged since
 /// `heal`), `work stop` (the tally's line) and `work verify`.
 pub async fn command(node: &rsm::Node, rec: &Mutex<Records>, words: &[&str]) -> String {
     match words {
@@ -562,6 +570,10 @@ pub async fn command(node: &rsm::Node, rec: &Mutex<Records>, words: &[&str]) -> 
                 r.heal();
                 "ok".into()
             }
+            None => "idle".into(),
+        },
+        ["acked"] => match &rec.lock().unwrap().running {
+            Some(r) => r.acked.load(Ordering::SeqCst).to_string(),
             None => "idle".into(),
         },
         ["healed"] => match &rec.lock().unwrap().running {

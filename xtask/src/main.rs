@@ -44,9 +44,9 @@ usage: cargo xtask <command>
 commands:
   setup   check the system packages rsm needs; as root, install missing ones with apt-get
   test [--busy]
-          setup, then cargo fmt --check, cargo clippy -D warnings, then every test
-          binary built once and run two at a time (RSM_TEST_LANES=1: one), `cargo package`
-          of every crate meant for crates.io beside them at idle priority; with --busy, then
+          setup, then cargo fmt --check, then every test binary built once and run two
+          at a time (RSM_TEST_LANES=1: one), and beside them at idle priority cargo clippy
+          -D warnings, then `cargo package` of every crate meant for crates.io; with --busy, then
           the signal, progress, data-path and atomics suites again beside two CPU-bound
           spinner processes (CI runs this)
   demo    setup, then build and run the rsm binary's demo commands

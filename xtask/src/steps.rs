@@ -21,10 +21,10 @@ pub struct Step {
     pub busy: bool,
     /// When not empty, `cargo_args` only builds (`--no-run`) and these run side by side.
     pub suites: &'static [Suite],
-    /// When not empty, the arguments of one more cargo invocation, run beside the suites from
-    /// the build's end at idle priority (`nice -n 19`), in its own target dir: it takes the
-    /// CPU their waits leave. The step fails if it fails.
-    pub beside: &'static [&'static str],
+    /// Cargo invocations (their arguments) run one after another beside the suites from the
+    /// build's end, at idle priority (`nice -n 19`), in a target dir of their own: they take
+    /// the CPU the suites' waits leave. The step fails if one fails.
+    pub beside: &'static [&'static [&'static str]],
 }
 
 /// Test binaries to run with the same arguments and environment.
@@ -87,22 +87,6 @@ pub const TEST: &[Step] = &[
         suites: &[],
         beside: &[],
     },
-    Step {
-        name: "clippy",
-        cargo_args: &[
-            "clippy",
-            "--workspace",
-            "--all-targets",
-            "--all-features",
-            "--",
-            "-D",
-            "warnings",
-        ],
-        env: &[],
-        busy: false,
-        suites: &[],
-        beside: &[],
-    },
     // `cargo test` links the C library's tests against its rlib only: the C programs need
     // librsm_capi.so built beside them, with the features the tests build rsm with.
     Step {
@@ -145,7 +129,9 @@ pub const TEST: &[Step] = &[
                     "ownership",
                     "semantics",
                 ]),
-                args: &[],
+                // The loopback controller's puts are copies that register nothing: its tests
+                // (`loopback_*`, `loopback::*`) take the same path forced or not.
+                args: &["--skip", "loopback_", "--skip", "loopback::"],
                 env: &[LOOPBACK_FABRIC, BACKTRACES, FORCE_MR_LOCAL],
                 label: "forced FI_MR_LOCAL",
             },
@@ -171,8 +157,20 @@ pub const TEST: &[Step] = &[
                 label: "fuzz",
             },
         ],
-        beside: PACKAGE,
+        beside: &[CLIPPY, PACKAGE],
     },
+];
+
+/// Lints, beside the quiet suites: a step of its own before them, it held the suites back by
+/// its whole time on 2 cores.
+const CLIPPY: &[&str] = &[
+    "clippy",
+    "--workspace",
+    "--all-targets",
+    "--all-features",
+    "--",
+    "-D",
+    "warnings",
 ];
 
 /// Every crate meant for crates.io (all but xtask, `publish = false`) packaged as it would be
@@ -392,9 +390,10 @@ fn run_suites(step: &Step, cargo: &OsString, root: &Path) -> Result<(), Failure>
     }
     let target = env::var_os("CARGO_TARGET_DIR").map_or_else(|| root.join("target"), PathBuf::from);
     let logs = target.join("xtask-lanes");
-    let beside = beside_job(step, cargo, root, &target).map(|job| {
+    let beside = beside_jobs(step, cargo, root, &target);
+    let beside = (!beside.is_empty()).then(|| {
         let logs = logs.join("beside");
-        std::thread::spawn(move || lanes::run(vec![job], 1, &logs))
+        std::thread::spawn(move || lanes::run(beside, 1, &logs))
     });
     let suites = lanes::run(jobs, lanes::lanes(), &logs);
     let beside = beside.map_or(Ok(()), |run| {
@@ -404,26 +403,33 @@ fn run_suites(step: &Step, cargo: &OsString, root: &Path) -> Result<(), Failure>
     suites.and(beside)
 }
 
-/// `step.beside` as a job: at idle priority, so the suites' processes get the CPU whenever
-/// they want it, and in a target dir of its own, so it never waits for a lock that a suite's
-/// cargo (the doc tests) holds, nor makes one wait.
-fn beside_job(step: &Step, cargo: &OsString, root: &Path, target: &Path) -> Option<Job> {
-    if step.beside.is_empty() {
-        return None;
-    }
-    let mut args: Vec<String> = ["-n", "19"].map(String::from).into();
-    args.push(cargo.to_string_lossy().into_owned());
-    args.extend(step.beside.iter().map(|a| (*a).to_string()));
-    args.push("--target-dir".into());
-    args.push(target.join("beside").display().to_string());
-    Some(Job {
-        label: format!("cargo {}", step.beside.join(" ")),
-        program: "nice".into(),
-        args,
-        env: Vec::new(),
-        dir: root.to_path_buf(),
-        weight: 0,
-    })
+/// `step.beside` as jobs, in their order: at idle priority, so the suites' processes get the
+/// CPU whenever they want it, and in a target dir of their own, so they never wait for a lock
+/// that a suite's cargo (the doc tests) holds, nor make one wait.
+fn beside_jobs(step: &Step, cargo: &OsString, root: &Path, target: &Path) -> Vec<Job> {
+    let dir = target.join("beside").display().to_string();
+    step.beside
+        .iter()
+        .map(|invocation| {
+            let mut args: Vec<String> = ["-n", "19"].map(String::from).into();
+            args.push(cargo.to_string_lossy().into_owned());
+            // Cargo's own options go before a `--` that starts the tool's.
+            let cut = invocation.iter().position(|a| *a == "--");
+            let (own, tool) = invocation.split_at(cut.unwrap_or(invocation.len()));
+            args.extend(own.iter().map(|a| (*a).to_string()));
+            args.push("--target-dir".into());
+            args.push(dir.clone());
+            args.extend(tool.iter().map(|a| (*a).to_string()));
+            Job {
+                label: format!("cargo {}", invocation.join(" ")),
+                program: "nice".into(),
+                args,
+                env: Vec::new(),
+                dir: root.to_path_buf(),
+                weight: 0,
+            }
+        })
+        .collect()
 }
 
 /// [`BUSY_SPINNERS`] spinners when `step` runs beside them.
@@ -501,6 +507,32 @@ mod tests {
     }
 
     #[test]
+    fn the_forced_registration_run_skips_the_loopback_controller_only() {
+        let test = TEST.iter().find(|s| s.name == "test").expect("a test step");
+        let forced = test
+            .suites
+            .iter()
+            .find(|s| {
+                s.label == "forced FI_MR_LOCAL"
+                    && matches!(s.binaries, Binaries::Rsm(b) if b.contains(&"data_path"))
+            })
+            .expect("a forced run of data_path");
+        let skipped: Vec<&str> = forced
+            .args
+            .windows(2)
+            .filter(|w| w[0] == "--skip")
+            .map(|w| w[1])
+            .collect();
+        assert_eq!(skipped, ["loopback_", "loopback::"]);
+        // A tcp test over the IPv6 loopback interface stays: only the controller is skipped.
+        assert!(
+            !skipped
+                .iter()
+                .any(|s| "tcp_connects_over_ipv6_loopback".contains(s))
+        );
+    }
+
+    #[test]
     fn demo_steps_keep_libfabric_on_loopback() {
         for step in DEMO {
             assert_eq!(env_of(step), LOOPBACK_FABRIC, "{}", step.name);
@@ -516,7 +548,7 @@ mod tests {
     #[test]
     fn test_steps_run_cheapest_first() {
         let names: Vec<_> = TEST.iter().map(|step| step.name).collect();
-        assert_eq!(names, ["fmt", "clippy", "capi", "test"]);
+        assert_eq!(names, ["fmt", "capi", "test"]);
     }
 
     /// The `[profile.dev...]` headers and settings of a TOML text, comments left out.
@@ -567,7 +599,11 @@ mod tests {
             .iter()
             .find(|step| step.name == "test")
             .expect("a test step");
-        let args = step.beside;
+        let args = step
+            .beside
+            .iter()
+            .find(|args| args[0] == "package")
+            .expect("packaging beside the suites");
         assert_eq!(args[..2], ["package", "--workspace"]);
         let mut excluded: Vec<&str> = args
             .windows(2)
@@ -580,21 +616,42 @@ mod tests {
     }
 
     #[test]
-    fn packaging_runs_beside_the_quiet_suites_at_idle_priority_in_its_own_target_dir() {
+    fn lints_then_packaging_run_beside_the_quiet_suites_at_idle_priority_in_their_own_target_dir() {
         let test = TEST.iter().find(|s| s.name == "test").expect("a test step");
         let target = Path::new("/t");
-        let job = beside_job(test, &OsString::from("cargo"), Path::new("/w"), target)
-            .expect("a job beside the suites");
-        assert_eq!(job.program, PathBuf::from("nice"));
-        assert_eq!(job.args[..4], ["-n", "19", "cargo", "package"]);
+        let jobs = beside_jobs(test, &OsString::from("cargo"), Path::new("/w"), target);
+        let [clippy, package] = &jobs[..] else {
+            panic!("two jobs beside the suites")
+        };
+        for job in [clippy, package] {
+            assert_eq!(job.program, PathBuf::from("nice"));
+            assert_eq!(job.args[..3], ["-n", "19", "cargo"]);
+            assert_eq!(job.dir, PathBuf::from("/w"));
+        }
+        // The target dir is cargo's option: before the `--` that starts clippy's.
+        assert_eq!(
+            clippy.args[3..],
+            [
+                "clippy",
+                "--workspace",
+                "--all-targets",
+                "--all-features",
+                "--target-dir",
+                "/t/beside",
+                "--",
+                "-D",
+                "warnings"
+            ]
+        );
+        assert_eq!(package.args[3], "package");
         assert!(
-            job.args
+            package
+                .args
                 .ends_with(&["--target-dir".into(), "/t/beside".into()])
         );
-        assert_eq!(job.dir, PathBuf::from("/w"));
         let others = TEST.iter().chain(BUSY).filter(|s| s.name != "test");
         for step in others {
-            assert!(beside_job(step, &OsString::new(), target, target).is_none());
+            assert!(beside_jobs(step, &OsString::new(), target, target).is_empty());
         }
     }
 

@@ -67,6 +67,7 @@ impl Gate {
                     .detail(format!("cannot watch the fabric listener: {e}")));
             }
         };
+        tracing::debug!(controller, %listen, "admission gate watches the fabric listener");
         let run = (Arc::clone(&watch), Arc::downgrade(endpoint));
         let span = tracing::debug_span!("admission", controller, %listen);
         let thread = std::thread::Builder::new()
@@ -90,16 +91,18 @@ impl Drop for Gate {
 }
 
 /// Looks at the endpoint's connections after each arrival (at most every [`LOOK_EVERY`])
-/// and again while some are unclaimed and young.
+/// and again while some are unclaimed and young, or wait in the accept queue.
 fn watch_listener(watch: &ListenWatch, endpoint: &Weak<Endpoint>, listen: SocketAddr) {
     let mut first_seen = HashMap::new();
     let mut next_look: Option<Instant> = None;
+    let mut queued = false;
     loop {
         let timeout = next_look.map(|t| t.saturating_duration_since(Instant::now()));
         if watch.wait(timeout) == Watched::Stop {
             return;
         }
         let now = Instant::now();
+        tracing::trace!(?timeout, ?next_look, "woken");
         match next_look {
             Some(t) if t > now => continue,
             // An arrival: its socket is the provider's by the next look.
@@ -112,23 +115,33 @@ fn watch_listener(watch: &ListenWatch, endpoint: &Weak<Endpoint>, listen: Socket
         let Some(ep) = endpoint.upgrade() else {
             return;
         };
-        next_look = look(&ep, listen, &mut first_seen, now).map(|d| now + d.max(LOOK_EVERY));
+        let claimed = || {
+            ep.accepted_peers()
+                .iter()
+                .filter_map(|a| sockaddr_of(a))
+                .collect()
+        };
+        let (next, queued_now) = look(claimed, listen, &mut first_seen, queued, now);
+        queued = queued_now;
+        next_look = next.map(|d| now + d.max(LOOK_EVERY));
     }
 }
 
 /// Hangs up the connections no admitted request claimed for [`UNCLAIMED_FOR`] since this
-/// thread first saw them; returns when to look again (`None`: no unclaimed one is left).
+/// thread first saw them; returns when to look again (`None`: no unclaimed one is left and
+/// none waits to be accepted, now or at the last look, `queued_before`) and whether
+/// connections wait in the accept queue.
 fn look(
-    ep: &Endpoint,
+    claimed: impl FnOnce() -> HashSet<SocketAddr>,
     listen: SocketAddr,
     first_seen: &mut HashMap<SocketAddr, Instant>,
+    queued_before: bool,
     now: Instant,
-) -> Option<Duration> {
-    let claimed: HashSet<SocketAddr> = ep
-        .accepted_peers()
-        .iter()
-        .filter_map(|a| sockaddr_of(a))
-        .collect();
+) -> (Option<Duration>, bool) {
+    // Before the scan: a connection the provider accepts during the scan was queued here,
+    // and one that arrives after this is an arrival that wakes the thread again.
+    let queued = backlog_at(listen);
+    let claimed = claimed();
     let mut present = HashSet::new();
     let (mut hung, mut next) = (0usize, None::<Duration>);
     for (peer, fd) in accepted_on(listen) {
@@ -147,15 +160,107 @@ fn look(
     }
     first_seen.retain(|p, _| present.contains(p));
     // Arrivals the provider has not accepted yet (a busy host) are looked at once it has:
-    // no new arrival would wake this thread for them.
-    if next.is_none() && backlog_at(listen) {
+    // no new arrival would wake this thread for them. Once more after the queue drained:
+    // the last one taken from it may not have been the provider's descriptor yet.
+    if next.is_none() && (queued || queued_before) {
         next = Some(LOOK_EVERY);
     }
+    tracing::trace!(
+        queued,
+        unclaimed = present.len(),
+        claimed = claimed.len(),
+        hung,
+        ?next,
+        "looked"
+    );
     if hung > 0 {
         tracing::debug!(
             hung,
             "connections that made no admitted request within {UNCLAIMED_FOR:?} hung up"
         );
     }
-    next
+    (next, queued)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::Read;
+    use std::net::{TcpListener, TcpStream};
+
+    /// The provider's part played by a listener of this process, accepting by hand.
+    #[test]
+    fn a_connection_accepted_after_a_look_began_is_looked_at_again_and_hung_up() {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let listen = listener.local_addr().unwrap();
+        let mut seen = HashMap::new();
+        let t0 = Instant::now();
+        let mut client = TcpStream::connect(listen).unwrap();
+        // Queued when the look began: looked at again, whatever the scan found.
+        let (next, queued) = look(HashSet::new, listen, &mut seen, false, t0);
+        assert!(queued);
+        assert_eq!(next, Some(LOOK_EVERY));
+        let (_accepted, _) = listener.accept().unwrap();
+        // Accepted since: the next look sees it, young, and comes back for it.
+        let (next, queued) = look(HashSet::new, listen, &mut seen, queued, t0);
+        assert!(!queued);
+        assert_eq!(next, Some(UNCLAIMED_FOR));
+        let (next, _) = look(HashSet::new, listen, &mut seen, false, t0 + UNCLAIMED_FOR);
+        assert_eq!(next, None, "hung up: nothing left to look at");
+        let mut buf = [0u8; 1];
+        assert_eq!(client.read(&mut buf).unwrap(), 0, "the peer read the end");
+    }
+
+    #[test]
+    fn a_connection_the_provider_accepts_while_a_look_runs_is_not_missed() {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let listen = listener.local_addr().unwrap();
+        let mut client = TcpStream::connect(listen).unwrap();
+        let mut seen = HashMap::new();
+        let t0 = Instant::now();
+        let taken = std::cell::RefCell::new(None);
+        // The provider accepts it during the look, while the claims are read.
+        let accept_now = || {
+            *taken.borrow_mut() = Some(listener.accept().unwrap());
+            HashSet::new()
+        };
+        let (next, _) = look(accept_now, listen, &mut seen, false, t0);
+        assert!(taken.borrow().is_some());
+        assert!(next.is_some(), "looked at again");
+        look(HashSet::new, listen, &mut seen, true, t0 + UNCLAIMED_FOR);
+        let mut buf = [0u8; 1];
+        assert_eq!(
+            client.read(&mut buf).unwrap(),
+            0,
+            "hung up within the bound"
+        );
+    }
+
+    #[test]
+    fn a_claimed_connection_stays_and_one_more_look_follows_a_drained_queue() {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let listen = listener.local_addr().unwrap();
+        let client = TcpStream::connect(listen).unwrap();
+        let (_accepted, peer) = listener.accept().unwrap();
+        assert_eq!(peer, client.local_addr().unwrap());
+        let mut seen = HashMap::new();
+        let t0 = Instant::now();
+        let claimed = || HashSet::from([peer]);
+        // Nothing unclaimed, nothing queued: but the last look saw a queue, so once more.
+        assert_eq!(
+            look(claimed, listen, &mut seen, true, t0).0,
+            Some(LOOK_EVERY)
+        );
+        let later = t0 + 2 * UNCLAIMED_FOR;
+        assert_eq!(
+            look(claimed, listen, &mut seen, false, later),
+            (None, false)
+        );
+        client.set_nonblocking(true).unwrap();
+        let mut buf = [0u8; 1];
+        assert!(
+            (&client).read(&mut buf).is_err(),
+            "a claimed connection stays up"
+        );
+    }
 }
