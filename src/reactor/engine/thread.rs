@@ -171,8 +171,9 @@ impl Engine {
         // readable.
         self.sleeping.store(true, Ordering::SeqCst);
         // Posts waiting in a peer's queue with nothing in flight: no completion will wake
-        // us for them (`Engine::enqueue` wakes a sleeper).
-        if self.queued() > 0 {
+        // us for them (`Engine::enqueue` wakes a sleeper). With parts in flight, their
+        // completions make the fd readable.
+        if self.queued() > 0 && self.inflight.load(Ordering::SeqCst) == 0 {
             self.sleeping.store(false, Ordering::SeqCst);
             looks.maybe_yield(YIELD_EVERY);
             return false;
