@@ -36,7 +36,6 @@ use std::time::{Duration, Instant};
 
 // The tuning keeps its path here for the rest of the crate.
 pub(crate) use super::tuning::Tuning;
-pub(crate) use queue::Queued;
 
 #[cfg(test)]
 thread_local! {
@@ -82,7 +81,7 @@ pub(crate) struct Engine {
     tx_limit: usize,
     inflight: AtomicUsize,
     /// Posts waiting for space, one queue per peer (`engine/queue.rs`).
-    queues: Mutex<queue::Queues>,
+    queues: Mutex<super::queued::Queues>,
     /// How many posts wait in `queues` (read without the lock).
     queued: AtomicUsize,
     /// Posts waiting for a connection to a peer to be made (connected endpoints): woken

@@ -9,9 +9,10 @@
 
 use super::context::MAX_TAG;
 use super::drive::Drive;
-use super::engine::{PostOutcome, Queued};
+use super::engine::PostOutcome;
 use super::failure::post_error;
 use super::plan::{Dir, MAX_IOV, Piece, Plan};
+use super::queued::Queued;
 use super::slot::{PartProxy, Posting, Slot};
 use crate::Error;
 use crate::fabric::ffi;

@@ -5,28 +5,9 @@
 
 use super::Engine;
 use crate::fabric::ffi;
-use std::collections::{HashMap, VecDeque};
+use crate::reactor::queued::{Queued, Queues};
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
-
-/// An operation waiting in its peer's queue.
-pub(crate) trait Queued: Send + Sync {
-    /// Posts what the operation has left to post; returns whether it is done with the
-    /// queue (everything posted, or failed), or must wait for space again.
-    fn post_queued(self: Arc<Self>) -> bool;
-}
-
-/// The posts waiting for one peer.
-#[derive(Default)]
-pub(super) struct PeerQueue {
-    ops: VecDeque<Arc<dyn Queued>>,
-    /// Someone posts the front right now (outside the lock): it stays in place, so new
-    /// posts to the peer still queue behind it.
-    busy: bool,
-}
-
-/// The queues of every peer with posts waiting.
-pub(super) type Queues = HashMap<ffi::fi_addr_t, PeerQueue>;
 
 impl Engine {
     /// Whether posts to `dest` wait in its queue: a new one goes behind them.
