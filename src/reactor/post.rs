@@ -54,6 +54,7 @@ impl<O: Send + 'static> Slot<O> {
     /// Puts the operation on its peer's queue; the caller holds the posting lock.
     fn queue(self: &Arc<Self>, _posting: &mut Posting) {
         self.queued.store(true, Ordering::Release);
+        self.tracker.queue();
         self.engine
             .enqueue(self.dest, Arc::clone(self) as Arc<dyn Queued>);
     }
@@ -154,6 +155,8 @@ impl<O: Send + 'static> Queued for Slot<O> {
         };
         if done {
             self.queued.store(false, Ordering::Release);
+            // After the count in an epoch, if it was posted: never seen out of flight.
+            self.tracker.dequeue();
         }
         done
     }
