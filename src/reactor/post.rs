@@ -52,9 +52,14 @@ impl<O: Send + 'static> Slot<O> {
     }
 
     /// Puts the operation on its peer's queue; the caller holds the posting lock.
-    fn queue(self: &Arc<Self>, _posting: &mut Posting) {
+    fn queue(self: &Arc<Self>, posting: &mut Posting) {
         self.queued.store(true, Ordering::Release);
-        self.tracker.queue();
+        // In flight for the tracker from now on; once its first part is posted, counted
+        // in an epoch instead.
+        if posting.next == 0 && !posting.queue_counted {
+            posting.queue_counted = true;
+            self.tracker.queue();
+        }
         self.engine
             .enqueue(self.dest, Arc::clone(self) as Arc<dyn Queued>);
     }
@@ -98,6 +103,11 @@ impl<O: Send + 'static> Slot<O> {
                     if first {
                         // Before posting's count can be released: see `release_one`.
                         self.handed.store(true, Ordering::Relaxed);
+                        // Counted in its epoch now (`enter` above).
+                        if posting.queue_counted {
+                            posting.queue_counted = false;
+                            self.tracker.dequeue();
+                        }
                     }
                     posting.next += 1;
                 }
@@ -155,8 +165,11 @@ impl<O: Send + 'static> Queued for Slot<O> {
         };
         if done {
             self.queued.store(false, Ordering::Release);
-            // After the count in an epoch, if it was posted: never seen out of flight.
-            self.tracker.dequeue();
+            // Failed before its first part went out.
+            if posting.queue_counted {
+                posting.queue_counted = false;
+                self.tracker.dequeue();
+            }
         }
         done
     }

@@ -173,6 +173,9 @@ pub(super) struct Posting {
     /// posted (a rebind may have moved the segment since the operation was created).
     pub(super) base: u64,
     pub(super) key: u64,
+    /// Queued before its first part went out: the tracker counts it as queued
+    /// ([`Tracker::queue`]) until that part is posted or the operation fails.
+    pub(super) queue_counted: bool,
 }
 
 // SAFETY: the context cells and the fence's scratch bytes are written only by the provider
@@ -442,6 +445,7 @@ impl<O: Send + 'static> Slot<O> {
                 next: 0,
                 base: 0,
                 key: 0,
+                queue_counted: false,
             }));
             (&raw mut (*p).engine).write(spec.engine);
             (&raw mut (*p).tracker).write(spec.tracker);
