@@ -130,7 +130,8 @@ fn a_crowd_behind_a_small_transmit_queue_lands_through_the_peer_queue() {
 
 /// A put queued behind a full transmit queue (one place, held by a put the unprogressed
 /// target cannot complete) fails at once when its connection is aborted; its buffer goes
-/// once the reaper takes it off the queue, and it never reaches the target.
+/// once the reaper takes it off the queue (with the result, if that came first), and it
+/// never reaches the target.
 #[test]
 fn an_abort_fails_a_queued_put_at_once() {
     let shm = Tuning::for_kind("shm");
@@ -162,10 +163,8 @@ fn an_abort_fails_a_queued_put_at_once() {
     });
     let (res, buf) = res;
     assert!(res.is_err(), "the queued put failed");
-    assert!(
-        buf.is_none(),
-        "its buffer waits for the queue to let go of it"
-    );
+    // Back only if the reaper took it off the queue before the future's last poll.
+    drop(buf);
     wait_until("the queued put left the queue", || engine.queued() == 0);
     wait_until("its buffer was freed", || drops.load(Ordering::SeqCst) == 1);
     // The first put completes once the target progresses.
