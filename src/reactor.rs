@@ -4,7 +4,8 @@
 //! From the bottom up: what an operation moves (`plan`), the context handed to the provider
 //! (`context`), what its failures mean (`failure`), posting as a barrier sees it (`drive`),
 //! buffers (`buf`), the engine's tuning and clock (`tuning`, `looks`), the connection's
-//! operations (`tracker`, `verdict`, `barrier`); the progress `engine`; the slot that owns an
+//! operations (`tracker`, `verdict`, `barrier`); what waits in a peer's queue of posts
+//! (`queued`); the progress `engine`; the slot that owns an
 //! operation (`slot`); its posting and its spin policy (`post`, `spin`); and its future
 //! (`op`). No file imports one above it.
 
@@ -23,6 +24,7 @@ pub(crate) mod orphans;
 mod plan;
 mod post;
 pub(crate) mod progress;
+mod queued;
 pub(crate) mod slot;
 pub(crate) mod tracker;
 pub(crate) mod tuning;

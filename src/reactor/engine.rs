@@ -19,7 +19,8 @@
 //!
 //! Here the engine is made and posts; its thread's loop is in `engine/thread.rs`, the
 //! reading of the queue (by the engine or an awaiting task) in `engine/reaping.rs`, and the
-//! waits for room in the queue or a connection in `engine/space.rs`.
+//! room in the transmit queue and connection waits in `engine/space.rs`, the per-peer queues of
+//! posts waiting for space in `engine/queue.rs`.
 
 use super::progress::lease::Lease;
 use crate::error::FabricFailure;
@@ -59,7 +60,7 @@ thread_local! {
 /// What became of a post.
 pub(crate) enum PostOutcome {
     Posted,
-    /// The transmit queue is full: wait for space and retry.
+    /// The transmit queue is full: the post waits in its peer's queue.
     Again,
     /// The connection to the peer is being made: retry after the next change past this
     /// epoch ([`Engine::wait_for_connection`]).
@@ -79,7 +80,10 @@ pub(crate) struct Engine {
     tuning: Tuning,
     tx_limit: usize,
     inflight: AtomicUsize,
-    tx_waiters: Mutex<Vec<Waker>>,
+    /// Posts waiting for space, one queue per peer (`engine/queue.rs`).
+    queues: Mutex<super::queued::Queues>,
+    /// How many posts wait in `queues` (read without the lock).
+    queued: AtomicUsize,
     /// Posts waiting for a connection to a peer to be made (connected endpoints): woken
     /// when the endpoint's connections change, not by the engine's loop.
     conn_waiters: Mutex<Vec<Waker>>,
@@ -105,10 +109,6 @@ pub(crate) struct Engine {
     /// Whether an awaiting thread reads the queue, so the engine stays off it
     /// (`reactor/progress.rs`).
     lease: Lease,
-    /// Transmit waiters are queued in `tx_waiters`: the engine's loop takes that lock
-    /// only then (a lock per look was a tenth of a target engine's loop, which is the
-    /// target's reaction time in an 8-byte shm put).
-    tx_waiting: AtomicBool,
     /// The target last noted (`u64::MAX`: none yet) and when (`sys::clock::coarse_nanos`).
     last_node: AtomicU64,
     last_noted: AtomicU64,
@@ -177,7 +177,8 @@ impl Engine {
             tuning,
             tx_limit: tx_limit.max(1),
             inflight: AtomicUsize::new(0),
-            tx_waiters: Mutex::new(Vec::new()),
+            queues: Mutex::new(Default::default()),
+            queued: AtomicUsize::new(0),
             conn_waiters: Mutex::new(Vec::new()),
             wake,
             sleeping: AtomicBool::new(false),
@@ -192,7 +193,6 @@ impl Engine {
             exited: Arc::new(AtomicBool::new(false)),
             reader: Mutex::new(Vec::with_capacity(64)),
             lease: Lease::default(),
-            tx_waiting: AtomicBool::new(false),
             posts: AtomicU64::new(0),
             last_node: AtomicU64::new(u64::MAX),
             last_noted: AtomicU64::new(0),
@@ -404,6 +404,8 @@ fn outcome(res: std::result::Result<(), PostError>) -> PostOutcome {
 mod atomic;
 mod idle;
 mod kick;
+// The queues of posts waiting for space, in reactor/engine/queue.rs.
+mod queue;
 // Reading the queue, in reactor/engine/reaping.rs.
 mod reaping;
 // Room in the queue and connection waits, in reactor/engine/space.rs.

@@ -1,29 +1,72 @@
 //! Posting an operation's parts: each part gets its context (the slot's own for part 0; for
 //! the others the slot's header tagged with the part's index, or a proxy), its ranges from
 //! the plan, and the provider's count of the slot, taken back if the provider refuses the
-//! post. A full transmit queue or a connection being made leaves the rest for the next
-//! drive.
+//! post. A full transmit queue queues the rest on the peer's queue (`engine/queue.rs`), whose
+//! reaper posts it; a connection being made leaves it for the next drive.
 //!
 //! Posting is driven by whoever holds the slot: the awaiting future, or, in explicit barrier
-//! mode, the caller at creation and the barrier's close.
+//! mode, the caller at creation and the barrier's close; once queued, by the reaper alone.
 
 use super::context::MAX_TAG;
 use super::drive::Drive;
 use super::engine::PostOutcome;
 use super::failure::post_error;
 use super::plan::{Dir, MAX_IOV, Piece, Plan};
-use super::slot::{PartProxy, Slot};
+use super::queued::Queued;
+use super::slot::{PartProxy, Posting, Slot};
 use crate::Error;
 use crate::fabric::ffi;
-use std::sync::Arc;
 use std::sync::atomic::Ordering;
+use std::sync::{Arc, MutexGuard};
 use std::task::{Context, Poll};
 
 impl<O: Send + 'static> Slot<O> {
-    /// Posts what is not posted yet. On `Pending` the waker is registered for transmit
-    /// space.
+    /// Posts what is not posted yet. A post refused for want of space queues the operation
+    /// on its peer's queue (`engine/queue.rs`), whose reaper posts the rest: that counts as
+    /// posted here. `Pending` only while the connection to the peer is made (the waker is
+    /// registered for it).
     pub(super) fn post_pending(self: &Arc<Self>, cx: &mut Context<'_>) -> Poll<()> {
         let mut posting = self.posting.lock().unwrap_or_else(|p| p.into_inner());
+        // Queued: only the reaper posts it, in its turn.
+        if self.queued.load(Ordering::Relaxed) {
+            return Poll::Ready(());
+        }
+        let parts = self.parts();
+        // Behind the posts already waiting for this peer, in order.
+        if posting.next < parts && self.engine.has_queue(self.dest) {
+            self.queue(&mut posting);
+            return Poll::Ready(());
+        }
+        match self.post_parts(&mut posting) {
+            Step::Done => Poll::Ready(()),
+            Step::Full => {
+                self.queue(&mut posting);
+                Poll::Ready(())
+            }
+            Step::Connecting(epoch) => {
+                drop(posting);
+                self.engine.wait_for_connection(cx.waker(), epoch);
+                Poll::Pending
+            }
+        }
+    }
+
+    /// Puts the operation on its peer's queue; the caller holds the posting lock.
+    fn queue(self: &Arc<Self>, posting: &mut Posting) {
+        self.queued.store(true, Ordering::Release);
+        // In flight for the tracker from now on; once its first part is posted, counted
+        // in an epoch instead.
+        if posting.next == 0 && !posting.queue_counted {
+            posting.queue_counted = true;
+            self.tracker.queue();
+        }
+        self.engine
+            .enqueue(self.dest, Arc::clone(self) as Arc<dyn Queued>);
+    }
+
+    /// Posts parts from the cursor on until all are posted (or the operation failed), the
+    /// transmit queue is full, or the connection is being made.
+    fn post_parts(self: &Arc<Self>, posting: &mut MutexGuard<'_, Posting>) -> Step {
         let parts = self.parts();
         if posting.next < parts {
             // Once per poll that posts, not per part: all parts go to one node (a 16-entry
@@ -36,7 +79,7 @@ impl<O: Send + 'static> Slot<O> {
                 if let Some(err) = self.tracker.aborted() {
                     posting.next = parts + 1;
                     self.fail_unposted(self.info.annotate(err, self.len));
-                    return Poll::Ready(());
+                    return Step::Done;
                 }
                 let (epoch, view) = self.tracker.enter();
                 // An abort that came between the look above and the count: its wait for the
@@ -47,7 +90,7 @@ impl<O: Send + 'static> Slot<O> {
                     posting.next = parts + 1;
                     let err = self.tracker.aborted().unwrap_or_else(Error::conn_aborted);
                     self.fail_unposted(self.info.annotate(err, self.len));
-                    return Poll::Ready(());
+                    return Step::Done;
                 }
                 self.epoch.store(epoch, Ordering::Relaxed);
                 if let Some(v) = view {
@@ -55,42 +98,80 @@ impl<O: Send + 'static> Slot<O> {
                     posting.key = v.key;
                 }
             }
-            match post_part(self, posting.next, posting.base, posting.key, cx) {
-                Poll::Pending => {
-                    if first {
-                        self.uncount();
-                    }
-                    return Poll::Pending;
-                }
-                Poll::Ready(Err(e)) if first => {
-                    self.uncount();
-                    posting.next = parts + 1;
-                    self.fail_unposted(e);
-                    return Poll::Ready(());
-                }
-                Poll::Ready(Err(e)) => {
-                    self.fail_rest(posting.next, e);
-                    posting.next = parts + 1;
-                    drop(posting);
-                    self.finish_posting();
-                    return Poll::Ready(());
-                }
-                Poll::Ready(Ok(())) => {
+            match post_part(self, posting.next, posting.base, posting.key) {
+                Ok(Posted::Yes) => {
                     if first {
                         // Before posting's count can be released: see `release_one`.
                         self.handed.store(true, Ordering::Relaxed);
+                        // Counted in its epoch now (`enter` above).
+                        if posting.queue_counted {
+                            posting.queue_counted = false;
+                            self.tracker.dequeue();
+                        }
                     }
                     posting.next += 1;
+                }
+                Ok(refused) => {
+                    if first {
+                        self.uncount();
+                    }
+                    return match refused {
+                        Posted::Connecting(epoch) => Step::Connecting(epoch),
+                        _ => Step::Full,
+                    };
+                }
+                Err(e) if first => {
+                    self.uncount();
+                    posting.next = parts + 1;
+                    self.fail_unposted(e);
+                    return Step::Done;
+                }
+                Err(e) => {
+                    self.fail_rest(posting.next, e);
+                    posting.next = parts + 1;
+                    self.finish_posting();
+                    return Step::Done;
                 }
             }
         }
         if posting.next == parts {
             // Once: a second driver finds the cursor past the end.
             posting.next = parts + 1;
-            drop(posting);
             self.finish_posting();
         }
-        Poll::Ready(())
+        Step::Done
+    }
+}
+
+/// Where posting an operation's parts stopped.
+enum Step {
+    /// Every part is posted, or the operation failed.
+    Done,
+    /// The transmit queue is full (or the provider refused for want of space).
+    Full,
+    /// The connection to the peer is being made: retry after a change past this epoch.
+    Connecting(u64),
+}
+
+impl<O: Send + 'static> Queued for Slot<O> {
+    fn post_queued(self: Arc<Self>) -> bool {
+        let mut posting = self.posting.lock().unwrap_or_else(|p| p.into_inner());
+        // The cursor past the end: a dropped future abandoned the rest, or a failure.
+        // Still queued while its first part is refused: an abort reaches it by `park`.
+        let done = match self.post_parts(&mut posting) {
+            Step::Done => true,
+            // The connection changes wake nobody here: the reaper comes back.
+            Step::Full | Step::Connecting(_) => false,
+        };
+        if done {
+            self.queued.store(false, Ordering::Release);
+            // Failed before its first part went out.
+            if posting.queue_counted {
+                posting.queue_counted = false;
+                self.tracker.dequeue();
+            }
+        }
+        done
     }
 }
 
@@ -102,18 +183,25 @@ impl<O: Send + 'static> Drive for Slot<O> {
     }
 }
 
+/// What became of posting one part.
+enum Posted {
+    Yes,
+    /// No room in the transmit queue, or the provider refused for want of space.
+    Full,
+    Connecting(u64),
+}
+
 /// Posts part `index` of the operation, handing the provider its count: the slot itself for
-/// part 0, a proxy for the others. On `-FI_EAGAIN` registers for space.
+/// part 0, a proxy for the others.
 fn post_part<O: Send + 'static>(
     slot: &Arc<Slot<O>>,
     index: usize,
     base: u64,
     key: u64,
-    cx: &mut Context<'_>,
-) -> Poll<std::result::Result<(), Error>> {
+) -> std::result::Result<Posted, Error> {
     let engine = &slot.engine;
-    if !engine.reserve(cx.waker()) {
-        return Poll::Pending;
+    if !engine.reserve() {
+        return Ok(Posted::Full);
     }
     slot.pending.fetch_add(1, Ordering::Relaxed);
     let handed = if index == 0 {
@@ -205,16 +293,7 @@ fn post_part<O: Send + 'static>(
         // SAFETY: as above; the endpoint is kept by the slot's Arc<Engine>.
         unsafe { engine.post_readmsg(&iov, &mut [sink_desc], slot.dest, &rma, ctx) }
     };
-    // A full queue first gets a short while of this thread's own progress, as a
-    // busy-polling loop does, before the waker waits for the engine (see
-    // `Engine::retry_for_space`).
-    let mut since = None;
-    let outcome = loop {
-        match post() {
-            PostOutcome::Again if engine.retry_for_space(&mut since) => {}
-            outcome => break outcome,
-        }
-    };
+    let outcome = post();
     if !matches!(outcome, PostOutcome::Posted) {
         // SAFETY: the post did not happen, so the provider never got this count.
         unsafe { handed.take_back() };
@@ -223,22 +302,16 @@ fn post_part<O: Send + 'static>(
         engine.unreserve();
     }
     match outcome {
-        PostOutcome::Posted => Poll::Ready(Ok(())),
-        PostOutcome::Again => {
-            engine.wait_for_space(cx.waker());
-            Poll::Pending
-        }
-        PostOutcome::Connecting(epoch) => {
-            engine.wait_for_connection(cx.waker(), epoch);
-            Poll::Pending
-        }
-        PostOutcome::Failed(f) => Poll::Ready(Err(slot
+        PostOutcome::Posted => Ok(Posted::Yes),
+        PostOutcome::Again => Ok(Posted::Full),
+        PostOutcome::Connecting(epoch) => Ok(Posted::Connecting(epoch)),
+        PostOutcome::Failed(f) => Err(slot
             .info
-            .annotate(post_error(f, engine.eio_is_lost_peer()), slot.len))),
-        PostOutcome::Closed => Poll::Ready(Err(slot.info.annotate(
+            .annotate(post_error(f, engine.eio_is_lost_peer()), slot.len)),
+        PostOutcome::Closed => Err(slot.info.annotate(
             Error::bad_ctlr_hndl().detail("the node was shut down"),
             slot.len,
-        ))),
+        )),
     }
 }
 

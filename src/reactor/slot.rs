@@ -121,6 +121,9 @@ pub(crate) struct Slot<O> {
     pub(super) pending: AtomicUsize,
     /// Mirrors `State::settled` for the awaiting thread's spin, which looks once per turn.
     pub(super) done: AtomicBool,
+    /// Waits in its peer's queue for space (`engine/queue.rs`): the reaper posts it, and an
+    /// abort must reach it though nothing is counted yet. Written under the posting lock.
+    pub(super) queued: AtomicBool,
     /// Where posting is, and with which view.
     pub(super) posting: Mutex<Posting>,
     pub(super) engine: Arc<Engine>,
@@ -170,6 +173,9 @@ pub(super) struct Posting {
     /// posted (a rebind may have moved the segment since the operation was created).
     pub(super) base: u64,
     pub(super) key: u64,
+    /// Queued before its first part went out: the tracker counts it as queued
+    /// ([`Tracker::queue`]) until that part is posted or the operation fails.
+    pub(super) queue_counted: bool,
 }
 
 // SAFETY: the context cells and the fence's scratch bytes are written only by the provider
@@ -344,10 +350,12 @@ impl<O: Send + 'static> Slot<O> {
     pub(super) fn park(self: &Arc<Self>) {
         let settled = {
             let mut st = self.lock();
-            // Not posted (or no longer counted): nothing to reach.
+            // Not posted nor queued (or no longer counted): nothing to reach. A queued
+            // operation stays queued until it is counted (`post_queued`).
             if st.provider_done
                 || st.parked.is_some()
-                || self.epoch.load(Ordering::Relaxed) == NOT_COUNTED
+                || (self.epoch.load(Ordering::Relaxed) == NOT_COUNTED
+                    && !self.queued.load(Ordering::Acquire))
             {
                 return;
             }
@@ -365,7 +373,7 @@ impl<O: Send + 'static> Slot<O> {
 
     /// Nothing was posted and nothing will be: the operation failed with `err`.
     pub(super) fn fail_unposted(&self, err: Error) {
-        let settled = {
+        let (settled, parked) = {
             let mut st = self.lock();
             st.provider_done = true;
             if let Some(h) = &self.held {
@@ -374,8 +382,12 @@ impl<O: Send + 'static> Slot<O> {
             st.failed_entry = Some(0);
             let s = self.settle(&mut st, Err(err));
             let w = st.waker.take();
-            (s, w)
+            // A queued operation may have been parked for an abort.
+            ((s, w), st.parked.take())
         };
+        if let Some(id) = parked {
+            self.tracker.unpark(id);
+        }
         finish(settled);
     }
 
@@ -428,10 +440,12 @@ impl<O: Send + 'static> Slot<O> {
             }));
             (&raw mut (*p).pending).write(AtomicUsize::new(1));
             (&raw mut (*p).done).write(AtomicBool::new(false));
+            (&raw mut (*p).queued).write(AtomicBool::new(false));
             (&raw mut (*p).posting).write(Mutex::new(Posting {
                 next: 0,
                 base: 0,
                 key: 0,
+                queue_counted: false,
             }));
             (&raw mut (*p).engine).write(spec.engine);
             (&raw mut (*p).tracker).write(spec.tracker);
@@ -458,6 +472,7 @@ impl<O: Send + 'static> Slot<O> {
             state: _,
             pending: _,
             done: _,
+            queued: _,
             posting: _,
             engine: _,
             tracker: _,

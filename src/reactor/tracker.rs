@@ -94,6 +94,9 @@ pub(crate) struct Tracker {
     /// epoch leaves some counted in the parity the next-but-one epoch uses: that rebind
     /// then waits for them too, which is only longer, never wrong.
     counts: [AtomicUsize; 2],
+    /// Operations waiting in their peer's queue of posts (`engine/queue.rs`): not posted,
+    /// so in no epoch, but in flight for [`Tracker::in_flight`] and [`Tracker::drained`].
+    queued: AtomicUsize,
     view: ViewCell,
     /// Tasks in `drained`/`drained_of`: a completion notifies only when there are some.
     waiting: AtomicUsize,
@@ -266,9 +269,28 @@ impl Tracker {
         }
     }
 
-    /// Operations posted and not yet completed by the provider.
+    /// Operations posted (or queued to be) and not yet completed by the provider.
     pub(crate) fn in_flight(&self) -> usize {
-        self.counts.iter().map(|c| c.load(Ordering::SeqCst)).sum()
+        self.counts
+            .iter()
+            .map(|c| c.load(Ordering::SeqCst))
+            .sum::<usize>()
+            + self.queued.load(Ordering::SeqCst)
+    }
+
+    /// An operation went into its peer's queue of posts.
+    pub(crate) fn queue(&self) {
+        self.queued.fetch_add(1, Ordering::SeqCst);
+    }
+
+    /// An operation left its peer's queue (posted, and counted in an epoch since, or
+    /// failed).
+    pub(crate) fn dequeue(&self) {
+        self.queued.fetch_sub(1, Ordering::SeqCst);
+        // As in `leave`.
+        if self.waiting.load(Ordering::SeqCst) > 0 {
+            self.idle.notify_waiters();
+        }
     }
 
     /// Resolves when no operation is in flight.

@@ -27,8 +27,9 @@ impl Engine {
     }
 
     /// Reads the queue from the thread awaiting an operation, unless someone else is
-    /// reading it right now; returns whether anything completed. The queue keeps one reader
-    /// at a time (the lock), whichever thread it is.
+    /// reading it right now, then posts what waits in the peers' queues; returns whether
+    /// anything completed. The queue keeps one reader at a time (the lock), whichever
+    /// thread it is.
     pub(crate) fn try_progress(&self) -> bool {
         // A zero spin budget: the user's threads never read the queue.
         if self.tuning.hands_off {
@@ -37,9 +38,11 @@ impl Engine {
         match self.reader.try_lock() {
             Ok(mut entries) => {
                 let reaped = self.drain_with(&mut entries) > 0;
+                drop(entries);
                 if reaped {
                     self.lease.take();
                 }
+                self.post_queued();
                 reaped
             }
             Err(_) => false,

@@ -1,18 +1,17 @@
-//! Room in the queue and a connection to post on: what a post that the provider refused
-//! waits for, and who wakes it.
+//! Room in the transmit queue and a connection to post on: a place is taken per post, and a
+//! post refused while its connection is made waits for it.
 
 use super::Engine;
 use std::sync::atomic::Ordering;
 use std::task::Waker;
-use std::time::Instant;
 
 impl Engine {
-    /// Takes a place in the transmit queue, or registers `waker` for when one frees up.
-    pub(crate) fn reserve(&self, waker: &Waker) -> bool {
+    /// Takes a place in the transmit queue; `false` when it is full (the post then waits in
+    /// its peer's queue, `engine/queue.rs`).
+    pub(crate) fn reserve(&self) -> bool {
         let prev = self.inflight.fetch_add(1, Ordering::SeqCst);
         if prev >= self.tx_limit {
             self.inflight.fetch_sub(1, Ordering::SeqCst);
-            self.wait_for_space(waker);
             return false;
         }
         // Not an atomic add (a locked instruction is ~20 cycles here, on every post): the
@@ -36,38 +35,6 @@ impl Engine {
 
     pub(crate) fn op_done(&self) {
         self.inflight.fetch_sub(1, Ordering::SeqCst);
-    }
-
-    /// After a post the provider refused for lack of space (`-FI_EAGAIN`): whether to post
-    /// again now, having read the queue here (if no one else is reading it), for up to the
-    /// tuning's inline spin since the first refusal (`since`). Waiting for the engine's
-    /// wake-up instead cost a cross-thread round trip per refusal: shm refuses every post
-    /// to a peer while a small delivery-complete write to it is in flight (its
-    /// segmentation protocol, one transfer at a time per peer), and a 4 KiB putv of 4
-    /// batches took 40 µs against the baseline's 15 µs.
-    pub(crate) fn retry_for_space(&self, since: &mut Option<Instant>) -> bool {
-        let budget = self.tuning.inline_spin;
-        if budget.is_zero() {
-            return false;
-        }
-        let now = Instant::now();
-        if now.saturating_duration_since(*since.get_or_insert(now)) >= budget {
-            return false;
-        }
-        if !self.try_progress() {
-            std::hint::spin_loop();
-        }
-        true
-    }
-
-    pub(crate) fn wait_for_space(&self, waker: &Waker) {
-        {
-            let mut w = self.tx_waiters.lock().unwrap_or_else(|p| p.into_inner());
-            w.push(waker.clone());
-            // Under the lock: a take that clears the flag also takes this waker.
-            self.tx_waiting.store(true, Ordering::Release);
-        }
-        self.wake.wake();
     }
 
     /// Parks a post refused with [`PostOutcome::Connecting`] until the endpoint's
@@ -99,20 +66,6 @@ impl Engine {
         ConnectionChanged {
             engine: self,
             epoch,
-        }
-    }
-
-    pub(super) fn wake_tx_waiters(&self) {
-        if !self.tx_waiting.load(Ordering::Acquire) {
-            return;
-        }
-        let waiters = {
-            let mut w = self.tx_waiters.lock().unwrap_or_else(|p| p.into_inner());
-            self.tx_waiting.store(false, Ordering::Relaxed);
-            std::mem::take(&mut *w)
-        };
-        for w in waiters {
-            w.wake();
         }
     }
 }

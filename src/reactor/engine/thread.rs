@@ -50,9 +50,8 @@ impl Engine {
                 // for every post it cannot send at once) took rxm's locks from that thread
                 // and reaped most of its completions, so each one cost the task a
                 // cross-thread wake-up: a tcp0 1 MiB putv window had 6-7 context switches
-                // per operation, now 1-1.5. Waiters for transmit space are still woken here
-                // (`wait_for_space` ends the deferral).
-                self.wake_tx_waiters();
+                // per operation, now 1-1.5. That thread also posts what waits in the peers'
+                // queues (`Engine::try_progress`).
                 self.defer_to_lease(&mut looks);
                 // The idle window runs from the reader's work too (DESIGN.md §6).
                 last_work = looks.now;
@@ -67,10 +66,12 @@ impl Engine {
                 last_work = looks.now;
                 last_reaped = looks.now;
             }
-            self.wake_tx_waiters();
+            // Space freed by what was reaped (here or by another reader) goes to the posts
+            // waiting for it; once stopped, they fail.
+            self.post_queued();
             if self.stop.load(Ordering::SeqCst) {
                 let deadline = *stop_deadline.get_or_insert_with(|| Instant::now() + DRAIN_ON_STOP);
-                if self.inflight.load(Ordering::SeqCst) == 0 {
+                if self.inflight.load(Ordering::SeqCst) == 0 && self.queued() == 0 {
                     break;
                 }
                 if Instant::now() >= deadline {
@@ -169,6 +170,14 @@ impl Engine {
         // at once; one that misses it is still covered by the fd, which its completion makes
         // readable.
         self.sleeping.store(true, Ordering::SeqCst);
+        // Posts waiting in a peer's queue with nothing in flight: no completion will wake
+        // us for them (`Engine::enqueue` wakes a sleeper). With parts in flight, their
+        // completions make the fd readable.
+        if self.queued() > 0 && self.inflight.load(Ordering::SeqCst) == 0 {
+            self.sleeping.store(false, Ordering::SeqCst);
+            looks.maybe_yield(YIELD_EVERY);
+            return false;
+        }
         // fi_trywait first: libfabric's rule before sleeping on its fd. The level check costs
         // one syscall and guards against a provider that leaves the fd readable.
         if self.cq.trywait() && !readable_now(fd) {
@@ -198,7 +207,7 @@ impl Engine {
         (last_work, last_reaped): (Stamp, Stamp),
         looks: &mut Looks,
     ) -> bool {
-        let busy = self.inflight.load(Ordering::SeqCst) > 0;
+        let busy = self.inflight.load(Ordering::SeqCst) > 0 || self.queued() > 0;
         if busy && !looks.within(last_work, KICK_EVERY) {
             self.kick_stalled();
         }
@@ -222,7 +231,7 @@ impl Engine {
             return false;
         }
         self.sleeping.store(true, Ordering::SeqCst);
-        if self.inflight.load(Ordering::SeqCst) > 0 {
+        if self.inflight.load(Ordering::SeqCst) > 0 || self.queued() > 0 {
             self.sleeping.store(false, Ordering::SeqCst);
             return false;
         }

@@ -15,6 +15,8 @@ use std::time::{Duration, Instant};
 
 // A peer's `Wake` and a napping engine, in reactor/op/tests/naps.rs.
 mod naps;
+// The per-peer queue of posts waiting for space, in reactor/op/tests/queue.rs.
+mod queue;
 
 /// An operation's output as the tests read it: the result, and the buffer if it came back.
 fn split<B>(out: super::BufResult<usize, B>) -> (crate::Result<()>, Option<B>) {
