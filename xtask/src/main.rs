@@ -50,13 +50,14 @@ commands:
           the signal, progress, data-path and atomics suites again beside two CPU-bound
           spinner processes (CI runs this)
   demo    setup, then build and run the rsm binary's demo commands
-  bench [--quick] [--pairs N] [--rows A,B] [--publish]
+  bench [--quick] [--small] [--pairs N] [--rows A,B] [--publish]
           setup, then build rsm and the iceoryx2 anchor (xtask/anchors/iceoryx2) in
           release mode, run the standard benchmark set (and UCX's ucx_perftest and the
           anchor beside it, installing ucx-utils if missing) and write
           target/bench/report.md, report.json and the plots (*.svg); --quick: 2 pairs of
-          the small rows only; --pairs N: at most N pairs a row; --rows: only rows whose
-          `controller op mode [tasks]` contains one of the words; --publish: copy the
+          the small rows only; --small: the small rows only, every pair; --pairs N: at
+          most N pairs a row; --rows: only rows whose `controller op mode [tasks]`
+          contains one of the words; --publish: copy the
           plots to docs/bench/
   bench --busy
           setup, then build rsm in release mode and measure the 8-byte signal round trip

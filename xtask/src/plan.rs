@@ -206,7 +206,7 @@ pub struct Selection {
 
 impl Selection {
     /// From `cargo xtask bench`'s arguments: `--quick` (2 pairs, the small rows only),
-    /// `--pairs N`, `--rows a,b` (substrings of `controller op mode`, or `tasks`),
+    /// `--small` (the small rows only, every pair), `--pairs N`, `--rows a,b` (substrings of `controller op mode`, or `tasks`),
     /// `--publish`.
     pub fn parse(args: &[String]) -> Result<Selection, String> {
         let mut sel = Selection::default();
@@ -217,6 +217,7 @@ impl Selection {
                     sel.pairs = Some(2);
                     sel.small_only = true;
                 }
+                "--small" => sel.small_only = true,
                 "--publish" => sel.publish = true,
                 "--pairs" => {
                     let n = it.next().ok_or("--pairs needs a number")?;
@@ -447,6 +448,8 @@ mod tests {
         assert_eq!(picked.len(), 1 + 3 * TASKS.len());
         assert!(picked.iter().all(|j| quick.shape(j.clone()).pairs == 2));
         assert_eq!(quick.small_pairs(), 2);
+        let small = args(&["--small"]).unwrap();
+        assert!(small.small_only && small.pairs.is_none());
         let sel = args(&["--pairs", "3", "--publish"]).unwrap();
         assert!(sel.publish && !sel.small_only);
         let sweep = small_rows()
