@@ -22,6 +22,10 @@ pub(crate) const UNCLAIMED_FOR: Duration = Duration::from_secs(5);
 /// The shortest time between two looks at the accepted sockets (one look reads every
 /// descriptor of the process: a flood of connections must not make one per arrival).
 const LOOK_EVERY: Duration = Duration::from_secs(1);
+/// The longest a silent connection goes unseen when no arrival woke this thread: under load,
+/// the listener's arrival wake-ups were seen to go missing for whole tests (cause not found),
+/// so a look at each of these wall-clock instants, when idle nodes wake anyway, bounds it.
+const SWEEP_EVERY: Duration = Duration::from_secs(20);
 
 /// A ticket for one peer's connections to `endpoint`, admitted until it drops; `None`
 /// where peers do not connect (RDM endpoints).
@@ -91,22 +95,31 @@ impl Drop for Gate {
 }
 
 /// Looks at the endpoint's connections after each arrival (at most every [`LOOK_EVERY`])
-/// and again while some are unclaimed and young, or wait in the accept queue.
+/// and again while some are unclaimed and young, or wait in the accept queue; and, whatever
+/// arrived, at every [`SWEEP_EVERY`] of the wall clock.
 fn watch_listener(watch: &ListenWatch, endpoint: &Weak<Endpoint>, listen: SocketAddr) {
     let mut first_seen = HashMap::new();
     let mut next_look: Option<Instant> = None;
     let mut queued = false;
+    let mut sweep_at = Instant::now() + crate::sys::clock::until_wall_multiple(SWEEP_EVERY);
     loop {
-        let timeout = next_look.map(|t| t.saturating_duration_since(Instant::now()));
-        if watch.wait(timeout) == Watched::Stop {
+        let timeout = next_look
+            .unwrap_or(sweep_at)
+            .min(sweep_at)
+            .saturating_duration_since(Instant::now());
+        if watch.wait(Some(timeout)) == Watched::Stop {
             return;
         }
         let now = Instant::now();
         tracing::trace!(?timeout, ?next_look, "woken");
+        let sweep = now >= sweep_at;
+        if sweep {
+            sweep_at = now + crate::sys::clock::until_wall_multiple(SWEEP_EVERY);
+        }
         match next_look {
-            Some(t) if t > now => continue,
+            Some(t) if t > now && !sweep => continue,
             // An arrival: its socket is the provider's by the next look.
-            None if timeout.is_none() => {
+            None if !sweep => {
                 next_look = Some(now + LOOK_EVERY);
                 continue;
             }
