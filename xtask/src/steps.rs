@@ -391,6 +391,9 @@ fn run_suites(step: &Step, cargo: &OsString, root: &Path) -> Result<(), Failure>
     let target = env::var_os("CARGO_TARGET_DIR").map_or_else(|| root.join("target"), PathBuf::from);
     let logs = target.join("xtask-lanes");
     let beside = beside_jobs(step, cargo, root, &target);
+    if step.beside.contains(&PACKAGE) {
+        forget_packaged_sources();
+    }
     let beside = (!beside.is_empty()).then(|| {
         let logs = logs.join("beside");
         std::thread::spawn(move || lanes::run(beside, 1, &logs))
@@ -401,6 +404,36 @@ fn run_suites(step: &Step, cargo: &OsString, root: &Path) -> Result<(), Failure>
             .unwrap_or_else(|_| Err(Failure::new("the run beside the suites panicked")))
     });
     suites.and(beside)
+}
+
+/// Removes the sources `cargo package` extracted from its local registries in earlier runs
+/// (`$CARGO_HOME/registry/src/-<hash>/rsm*`): cargo extracts a package once per name and
+/// version, so a later run's verification built this workspace's crates from a past run's
+/// sources (a method added to rsm-fabric since was "not found" in rsm's build).
+fn forget_packaged_sources() {
+    let home = env::var_os("CARGO_HOME")
+        .map(PathBuf::from)
+        .or_else(|| env::var_os("HOME").map(|h| PathBuf::from(h).join(".cargo")));
+    let Some(src) = home.map(|h| h.join("registry").join("src")) else {
+        return;
+    };
+    let Ok(registries) = std::fs::read_dir(&src) else {
+        return;
+    };
+    // Local registries have no name, only a hash: crates.io's sources stay.
+    for registry in registries.flatten() {
+        if !registry.file_name().to_string_lossy().starts_with('-') {
+            continue;
+        }
+        let Ok(packages) = std::fs::read_dir(registry.path()) else {
+            continue;
+        };
+        for package in packages.flatten() {
+            if package.file_name().to_string_lossy().starts_with("rsm") {
+                let _ = std::fs::remove_dir_all(package.path());
+            }
+        }
+    }
 }
 
 /// `step.beside` as jobs, in their order: at idle priority, so the suites' processes get the
