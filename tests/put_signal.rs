@@ -10,7 +10,7 @@
 mod common;
 
 use common::{Peer, arg, fresh_node_id, runtime, say, serial};
-use rsm::{ExportFlags, Perm, SgEntry, SgFlags, SignalFlags};
+use rsm::{Perm, SgEntry, SgFlags, SignalFlags};
 use std::time::Duration;
 
 const CONTROLLERS: [&str; 4] = ["tcp0", "shm0", "sockets0", "loopback"];
@@ -125,23 +125,7 @@ fn setup(ctrl: &str, side: bool) -> Setup {
     common::logs();
     let rt = runtime();
     let id = fresh_node_id();
-    let (node, seg, segid) = rt.block_on(async {
-        let node = rsm::Node::builder()
-            .ignore_environment()
-            .id(id)
-            .signals_over_side_channel(side)
-            .start()
-            .await
-            .unwrap();
-        let seg = node
-            .controller(ctrl)
-            .await
-            .unwrap()
-            .export(common::page(), ExportFlags::empty())
-            .unwrap();
-        let segid = seg.publish(None, &[]).await.unwrap();
-        (node, seg, segid)
-    });
+    let (node, seg, segid) = rt.block_on(common::published_page(id, ctrl, side));
     let child = Peer::start(
         "role_entry",
         "importer",

@@ -190,23 +190,7 @@ struct Setup {
 fn setup(ctrl: &str, side: bool, perm: &str) -> Setup {
     let rt = runtime();
     let id = fresh_node_id();
-    let (node, seg, segid) = rt.block_on(async {
-        let node = rsm::Node::builder()
-            .ignore_environment()
-            .id(id)
-            .signals_over_side_channel(side)
-            .start()
-            .await
-            .unwrap();
-        let seg = node
-            .controller(ctrl)
-            .await
-            .unwrap()
-            .export(common::page(), ExportFlags::empty())
-            .unwrap();
-        let segid = seg.publish(None, &[]).await.unwrap();
-        (node, seg, segid)
-    });
+    let (node, seg, segid) = rt.block_on(common::published_page(id, ctrl, side));
     let child_id = id + 1;
     let child = Peer::start(
         "role_entry",

@@ -702,3 +702,27 @@ pub async fn export_and_import_as(
         .unwrap();
     (seg, imp)
 }
+
+/// A node `id` (signals over the side channel when `side`) exporting a page on `ctrl`,
+/// published: the exporter of the two-process signal tests.
+pub async fn published_page(
+    id: u32,
+    ctrl: &str,
+    side: bool,
+) -> (rsm::Node, rsm::ExportSegment, rsm::SegmentId) {
+    let node = rsm::Node::builder()
+        .ignore_environment()
+        .id(id)
+        .signals_over_side_channel(side)
+        .start()
+        .await
+        .unwrap();
+    let seg = node
+        .controller(ctrl)
+        .await
+        .unwrap()
+        .export(page(), rsm::ExportFlags::empty())
+        .unwrap();
+    let segid = seg.publish(None, &[]).await.unwrap();
+    (node, seg, segid)
+}
