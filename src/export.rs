@@ -232,6 +232,14 @@ impl ExportInner {
                 .path()
                 .forget(p.as_ref().map(|p| &p.offer), conn_id)
                 .map(|reg| (reg, p.as_ref().map(|p| Arc::clone(&p.mem))));
+            // A disconnect's key closes before its importer leaves the list that
+            // `importers()` shows, so an exporter that sees it gone knows the key is dead.
+            let key = if lost {
+                key
+            } else {
+                drop(key);
+                None
+            };
             (p.and_then(|p| p.importers.remove(&conn_id)), key)
         };
         if let (true, Some((reg, mem)), Some(node)) = (lost, key, self.node.upgrade()) {

@@ -366,6 +366,11 @@ fn grants_hold(ctrl: &'static str) {
         // only for its transmission (whose completion says nothing of the target), and
         // whether the connection carries its own ticket (withdrawn) or a live one.
         imp.disconnect().await.expect("disconnect");
+        // The grant lasts until the exporter hears the disconnect (a notice, not a request).
+        common::eventually("the exporter forgets the connection", || {
+            seg.importers().len() == 1
+        })
+        .await;
         let raw_addr = hex(&rsm::test_util::grant_of(&keeper).2);
         for via in [addr.clone(), format!("{raw_addr} {kept}")] {
             for (how, byte) in [("write", 2), ("fastwrite", 3)] {

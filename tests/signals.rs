@@ -269,7 +269,7 @@ fn no_accumulate_drops_posts_while_one_is_pending() {
         // A burst with no wait in between leaves exactly one pending event.
         assert_eq!(s.child.ask("post 50 2"), "ok");
         s.rt.block_on(async {
-            wait_until(|| seg.pending_signals() >= 1).await;
+            common::eventually("a pending signal", || seg.pending_signals() >= 1).await;
             // Any late one would show within this pause.
             tokio::time::sleep(Duration::from_millis(300)).await;
             assert_eq!(seg.pending_signals(), 1, "{ctrl} side={side}");
@@ -281,7 +281,7 @@ fn no_accumulate_drops_posts_while_one_is_pending() {
         assert_eq!(s.child.ask("post 3 0"), "ok");
         assert_eq!(s.child.ask("post 1 2"), "ok");
         s.rt.block_on(async {
-            wait_until(|| seg.pending_signals() >= 3).await;
+            common::eventually("three pending signals", || seg.pending_signals() >= 3).await;
             tokio::time::sleep(Duration::from_millis(300)).await;
             assert_eq!(seg.pending_signals(), 3, "{ctrl} side={side}");
         });
@@ -294,14 +294,6 @@ fn no_accumulate_drops_posts_while_one_is_pending() {
         std::thread::sleep(Duration::from_millis(300));
         assert_eq!(s.child.ask("pending"), "1", "{ctrl} side={side}");
         s.end();
-    }
-}
-
-async fn wait_until(f: impl Fn() -> bool) {
-    let deadline = Instant::now() + Duration::from_secs(5);
-    while !f() {
-        assert!(Instant::now() < deadline, "condition not met within 5 s");
-        tokio::time::sleep(Duration::from_millis(5)).await;
     }
 }
 
@@ -543,7 +535,7 @@ fn two_importers_are_told_apart_and_answered_alone() {
         assert_eq!(s.child.ask("post 3 0"), "ok");
         assert_eq!(b_child.ask("post 1 0"), "ok");
         s.rt.block_on(async {
-            wait_until(|| seg.pending_signals() >= 4).await;
+            common::eventually("four pending signals", || seg.pending_signals() >= 4).await;
             let mut got = Vec::new();
             for _ in 0..4 {
                 got.push(seg.wait_signal(FIVE_S).await.unwrap());
@@ -577,7 +569,9 @@ fn two_importers_are_told_apart_and_answered_alone() {
 
         // An importer that left, and one of another segment, get an error and nothing.
         assert!(b_child.quit(), "the second child exits cleanly");
-        s.rt.block_on(wait_until(|| seg.importers().len() == 1));
+        s.rt.block_on(common::eventually("one importer", || {
+            seg.importers().len() == 1
+        }));
         let e =
             s.rt.block_on(seg.signal_to(b, SignalFlags::empty()))
                 .unwrap_err();

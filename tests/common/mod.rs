@@ -419,6 +419,19 @@ pub fn checksum(data: &[u8]) -> u64 {
     })
 }
 
+/// Waits (at most 10 s, polling every 5 ms) until `cond` holds, which another process or
+/// the node's background tasks bring about; fails the test with `what` otherwise.
+pub async fn eventually(what: &str, cond: impl Fn() -> bool) {
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while !cond() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "not within 10 s: {what}"
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
+
 /// Multi-process tests run one at a time: they spin progress threads and move large
 /// buffers, and two at once on 2 cores only measure the scheduler.
 pub fn serial() -> std::sync::MutexGuard<'static, ()> {
