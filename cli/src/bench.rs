@@ -50,7 +50,8 @@
 //!   tokio tasks on the multi-thread runtime, each awaiting its own operations one after
 //!   the other, with its own buffer and its own range of the peer's memory (the peer
 //!   registers N times the size), the row's operations split over them; the baseline keeps
-//!   its window of W. Verification covers every task's range.
+//!   its window of W. Verification covers every task's range. rsm's p99 and p99.9 are
+//!   those of each awaited operation, timed in a further round of its own.
 //! - **`--rounds R`** measures each row R times, rsm and baseline alternating, each going
 //!   first in every other round (rsm, baseline, baseline, rsm, ...; same peer process, each
 //!   round with its own warm-up and seeds). The row's sample count is split over the

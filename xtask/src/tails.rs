@@ -48,7 +48,9 @@ pub fn section(md: &mut String, meta: &Meta, rows: &[Row]) {
          median over its rounds, a row's the median over its pairs (not pooled samples). \
          Window rows (bandwidth, 8 B): p50 is the time per operation over the round, p99 \
          and p99.9 those of the time per operation over each batch of 256 completions; \
-         tasks rows and atomics' windows give their rate only. UCX's `ucx_perftest` \
+         tasks rows: p50 is rsm's time per operation, p99 and p99.9 those of each awaited \
+         operation as its task saw it, timed in a round of their own; atomics' windows give \
+         their rate only. UCX's `ucx_perftest` \
          reports its median alone.\n"
     );
     let _ = writeln!(

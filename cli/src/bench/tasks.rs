@@ -3,7 +3,9 @@
 //! own offset: task `i` moves bytes `i * size ..` of the peer's segment), the row's
 //! operations split over them: how a service with many independent callers drives rsm,
 //! against the one task keeping a window in flight of the plain window row. The baseline
-//! keeps its window of `--window` operations.
+//! keeps its window of `--window` operations. rsm's p99 and p99.9 are those of each awaited
+//! operation as its task saw it (every other task's turn included), timed in a round of
+//! their own after the timed one.
 
 use super::child::PeerProcess;
 use super::cli::{BarrierArg, Mode, Op};
@@ -12,7 +14,7 @@ use super::pattern;
 use super::proto::{Command, Target};
 use super::report::Progress;
 use super::rsm_side::{Lane, RsmInitiator};
-use super::stats::Summary;
+use super::stats::{Summary, nearest_rank};
 use super::{BenchError, RowSpec};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -80,11 +82,19 @@ pub(crate) async fn rsm_row(
     let bufs = (0..tasks).map(|_| PageBuf::copy_of(&local)).collect();
     let lane = init.lane();
     progress.phase("rsm", "warm-up");
-    let (_, bufs) = run(&lane, write, size, bufs, spec.warmup()).await?;
+    let (_, bufs, _) = run(&lane, write, size, bufs, spec.warmup(), false).await?;
     let total = spec.timed();
     progress.tick("rsm", 0, total);
-    let (took, mut bufs) = run(&lane, write, size, bufs, total).await?;
+    let (took, bufs, _) = run(&lane, write, size, bufs, total, false).await?;
     progress.tick("rsm", total, total);
+    // The tails in a round of their own: two clock reads an operation would slow the rate
+    // (a loopback put costs about as much as one).
+    progress.phase("rsm", "tails");
+    let (_, mut bufs, mut waits) = run(&lane, write, size, bufs, total, true).await?;
+    let summary = with_tails(
+        Summary::from_bandwidth(took, total as u64, size),
+        &mut waits,
+    );
     progress.phase("rsm", "verifying");
     let ok = if write {
         if corrupt {
@@ -105,21 +115,34 @@ pub(crate) async fn rsm_row(
         let want = pattern::pattern(remote_seed, span);
         bufs.len() == tasks && bufs.iter().zip(want.chunks(size)).all(|(b, w)| b[..] == *w)
     };
-    Ok((Summary::from_bandwidth(took, total as u64, size), ok))
+    Ok((summary, ok))
+}
+
+/// `summary` (the rate) with the p99 and p99.9 of `waits_ns`, each awaited operation's time
+/// as its task saw it (sorted in place); unchanged without any.
+fn with_tails(mut summary: Summary, waits_ns: &mut [u64]) -> Summary {
+    if !waits_ns.is_empty() {
+        waits_ns.sort_unstable();
+        summary.p99_us = Some(nearest_rank(waits_ns, 99.0) as f64 / 1e3);
+        summary.p999_us = Some(nearest_rank(waits_ns, 99.9) as f64 / 1e3);
+    }
+    summary
 }
 
 /// `total` operations from one task per buffer of `bufs` (task `i` at offset `i * size`),
 /// timed from the start, given once every task waits for it, to the last task's end; the
 /// buffers come back in order. The start's time is taken before it is given and each task
 /// notes its own end: where operations complete inline (loopback, shm's copies) the tasks
-/// can finish before this task is awake again.
+/// can finish before this task is awake again. With `each`, every task also times each of
+/// its awaited operations (into an array made before the start), and all of those come back.
 async fn run(
     lane: &Lane,
     write: bool,
     size: usize,
     bufs: Vec<PageBuf>,
     total: usize,
-) -> Result<(Duration, Vec<PageBuf>), BenchError> {
+    each: bool,
+) -> Result<(Duration, Vec<PageBuf>, Vec<u64>), BenchError> {
     let n = bufs.len();
     let ready = Arc::new(tokio::sync::Barrier::new(n + 1));
     let start = Arc::new(tokio::sync::Semaphore::new(0));
@@ -130,13 +153,20 @@ async fn run(
             let (lane, ready, start) = (lane.clone(), Arc::clone(&ready), Arc::clone(&start));
             let (offset, count) = ((i * size) as u64, share(total, n, i));
             tokio::spawn(async move {
+                let mut waits = Vec::with_capacity(if each { count } else { 0 });
                 ready.wait().await;
                 drop(start.acquire().await);
                 let mut buf = buf;
                 for _ in 0..count {
-                    buf = lane.transfer(write, offset, buf).await?;
+                    if each {
+                        let t = Instant::now();
+                        buf = lane.transfer(write, offset, buf).await?;
+                        waits.push(u64::try_from(t.elapsed().as_nanos()).unwrap_or(u64::MAX));
+                    } else {
+                        buf = lane.transfer(write, offset, buf).await?;
+                    }
                 }
-                Ok::<_, rsm::Error>((buf, Instant::now()))
+                Ok::<_, rsm::Error>((buf, Instant::now(), waits))
             })
         })
         .collect();
@@ -144,6 +174,7 @@ async fn run(
     let t0 = Instant::now();
     start.add_permits(n);
     let mut back = Vec::with_capacity(n);
+    let mut all_waits = Vec::with_capacity(if each { total } else { 0 });
     let mut end = t0;
     let mut pending = handles.into_iter();
     while let Some(h) = pending.next() {
@@ -152,8 +183,9 @@ async fn run(
             Err(e) => Err(BenchError::Peer(format!("a task ended: {e}"))),
         };
         match done {
-            Ok((buf, at)) => {
+            Ok((buf, at, waits)) => {
                 back.push(buf);
+                all_waits.extend_from_slice(&waits);
                 end = end.max(at);
             }
             Err(e) => {
@@ -163,7 +195,7 @@ async fn run(
             }
         }
     }
-    Ok((end - t0, back))
+    Ok((end - t0, back, all_waits))
 }
 
 #[cfg(test)]
@@ -178,6 +210,16 @@ mod tests {
             let (lo, hi) = (shares.iter().min(), shares.iter().max());
             assert!(hi.zip(lo).is_some_and(|(h, l)| h - l <= 1));
         }
+    }
+
+    #[test]
+    fn tails_are_of_the_awaited_operations_and_keep_the_rate() {
+        let rate = Summary::from_bandwidth(Duration::from_millis(1), 1000, 8);
+        let mut waits: Vec<u64> = (1..=1000).rev().map(|i| i * 1000).collect();
+        let s = with_tails(rate.clone(), &mut waits);
+        assert_eq!((s.p99_us, s.p999_us), (Some(990.0), Some(999.0)));
+        assert_eq!((s.median_us, s.ops), (rate.median_us, rate.ops));
+        assert_eq!(with_tails(rate.clone(), &mut []), rate);
     }
 
     #[test]
