@@ -22,6 +22,7 @@ mod looks;
 mod op;
 pub(crate) mod orphans;
 mod plan;
+mod pool;
 mod post;
 pub(crate) mod progress;
 mod queued;

@@ -7,6 +7,7 @@ use super::buf_result::{BufError, BufResult};
 use super::copy::PendingCopy;
 use super::drive::Drive;
 use super::plan::{Piece, Plan};
+use super::pool;
 use super::progress::spin::{Spin, SpinEnd, look_after_post, spin_after_yield};
 use super::slot::{Outcome, Slot, Spec};
 use super::verdict;
@@ -82,6 +83,12 @@ impl<B: Send + 'static> Drop for Op<B> {
                     slot.abandon();
                 }
                 slot.unattended();
+                if let State::InFlight { slot, .. } =
+                    std::mem::replace(&mut self.state, State::Retired)
+                {
+                    // Back to the pool only if the provider is done with it too.
+                    pool::recycle(slot);
+                }
             }
             _ => {}
         }
@@ -299,7 +306,9 @@ impl<B: Send + 'static> Op<B> {
         let State::InFlight { slot, spin } = &mut self.state else {
             return Poll::Ready(polled_after_completion());
         };
-        if slot.post_pending(cx).is_pending() {
+        // Once a poll found it posted (or queued, or failed), posting has nothing more for
+        // the future to do: later polls skip the posting lock.
+        if *spin == Spin::Unposted && slot.post_pending(cx).is_pending() {
             return Poll::Pending;
         }
         match *spin {
@@ -360,6 +369,8 @@ impl<B: Send + 'static> Op<B> {
                 }
                 slot.count_failure(e);
             }
+            // The last count once the provider let go: the slot's memory serves the next.
+            pool::recycle(slot);
             return Poll::Ready(outcome);
         }
         if st.parked.is_none() && !st.provider_done {

@@ -2,27 +2,30 @@
 //! `fi_context2` and what the provider needs alive, until the provider completes it
 //! (DESIGN.md §5).
 //!
-//! The slot is an `Arc`. When its first part goes out, posting hands the provider one strong
+//! The slot is an `Arc`, its memory recycled through the thread's pool (`pool.rs`) by its
+//! last owner. When its first part goes out, posting hands the provider one strong
 //! count (`Arc::into_raw`, the first part's context pointer), and whoever brings the slot's
 //! count of unfinished parts to zero takes it back. The other parts share the slot's
 //! context, their index tagged onto its pointer, where the provider uses no context memory
-//! (shm, tcp); elsewhere their contexts live in the slot itself (parts 1 to 3 inline, the
-//! rest in one array made with the slot). Either way a part costs no allocation and no
-//! reference count of its own. The future holds another count and only waits. Dropping or
-//! leaking the future therefore never frees what the provider may still touch: the
-//! provider's count keeps the slot, its buffers and its endpoint alive until the last
-//! completion arrives, and if it never arrives they are leaked, never freed.
+//! (shm, tcp); elsewhere (and past `MAX_TAG`) their contexts live in one array made with
+//! the slot. Either way a part costs no reference count of its own, and an operation of at
+//! most `MAX_TAG + 1` parts on shm or tcp no allocation beside its (recycled) slot. The
+//! future holds another count and only waits. Dropping or leaking the future therefore
+//! never frees (nor recycles) what the provider may still touch: the provider's count keeps
+//! the slot, its buffers and its endpoint alive until the last completion arrives, and if
+//! it never arrives they are leaked, never freed.
 //!
 //! Here the slot is made, its result settled (once), its parts released, and the operation
 //! parked for an abort or abandoned by a dropped future; posting (`reactor::post`), the spin
 //! policy (`reactor::progress`) and the future (`reactor::op`) build on it.
 
 use super::barrier::BarrierCore;
-use super::context::SlotHeader;
+use super::context::{MAX_TAG, SlotHeader};
 use super::engine::Engine;
 use super::failure::completion_error;
 use super::held::Held;
 use super::orphans::Reclaim;
+use super::pool;
 use super::tracker::{Abort, Tracker};
 use crate::error::FabricFailure;
 use crate::fabric::ffi;
@@ -149,17 +152,14 @@ pub(crate) struct Slot<O> {
     pub(super) scratch: UnsafeCell<[u8; 8]>,
     /// The registrations its descriptors name (`FI_MR_LOCAL`), freed with the slot.
     pub(super) held: Option<Box<Held>>,
-    /// The contexts of parts 4 and later; empty (no allocation) for most operations.
+    /// The first part posted with a context of its own (a proxy): past [`MAX_TAG`] where the
+    /// engine tags parts onto the slot's context, else 1.
+    first_proxy: usize,
+    /// The contexts of parts `first_proxy` and later, each written when its part is posted;
+    /// empty (no allocation) unless the operation has such parts: on shm and tcp only past
+    /// `MAX_TAG` parts, so the slot of a small operation carries no proxy at all.
     more: Box<[ProxyCell<O>]>,
-    /// The contexts of parts 1 to 3 (a put's fence, a vector's next batches: a 16-entry
-    /// vector takes 4 posts on shm), each written when its part is posted. Inline: an array
-    /// made for parts 2 and 3 was one of a shm0 getv's four allocations. Last, so an
-    /// operation of one part touches none of their lines.
-    near: [ProxyCell<O>; NEAR_PARTS],
 }
-
-/// Parts after the first whose contexts the slot holds inline.
-const NEAR_PARTS: usize = 3;
 
 /// Where a part after the first keeps its context: written by the poster (under the
 /// posting lock) before the post, read by its completion.
@@ -262,13 +262,9 @@ impl<O: Send + 'static> Slot<O> {
         }
     }
 
-    /// The context cell of part `index` (at least 1).
+    /// The context cell of part `index` (at least `first_proxy`).
     pub(super) fn proxy(&self, index: usize) -> *mut PartProxy<O> {
-        let cell = match index.checked_sub(1 + NEAR_PARTS) {
-            None => &self.near[index - 1],
-            Some(i) => &self.more[i],
-        };
-        cell.get().cast()
+        self.more[index - self.first_proxy].get().cast()
     }
 
     /// One posted part completed. Returns the provider's count of the slot when this was
@@ -410,22 +406,30 @@ impl<O: Send + 'static> Slot<O> {
         let len = spec.plan.bytes();
         let data_parts = spec.plan.data_parts();
         let parts = data_parts + usize::from(spec.fence.is_some());
-        let more = (1 + NEAR_PARTS..parts)
-            .map(|_| UnsafeCell::new(MaybeUninit::uninit()))
-            .collect();
-        // Written where it lives: `Arc::new` built the 584-byte slot on the stack and copied
-        // it (a `memcpy` of 88 instructions, and the stores before it, on every operation;
-        // callgrind).
-        let mut place = Arc::<Slot<O>>::new_uninit();
+        let first_proxy = if spec.engine.tagged_parts() {
+            MAX_TAG + 1
+        } else {
+            1
+        };
+        let more = if parts > first_proxy {
+            (first_proxy..parts)
+                .map(|_| UnsafeCell::new(MaybeUninit::uninit()))
+                .collect()
+        } else {
+            Box::default()
+        };
+        // Written where it lives (`Arc::new` built the slot on the stack and copied it), in
+        // memory recycled from the thread's last finished operation where there is one.
+        let mut place = pool::take::<Slot<O>>();
         let Some(uninit) = Arc::get_mut(&mut place) else {
             // A new Arc has no other owner: never taken.
             return Err(buf);
         };
         let p = uninit.as_mut_ptr();
-        // SAFETY: `p` points into the new allocation, which nothing else reaches yet, and
-        // is aligned for a Slot. Every field is written below, once, except `near`: cells of
-        // `UnsafeCell<MaybeUninit<_>>`, for which any bytes are a value (each written when
-        // its part is posted). The pattern after `assume_init` keeps this list complete.
+        // SAFETY: `p` points into an allocation that nothing else reaches (new, or recycled
+        // by its last owner, `pool.rs`), aligned for a Slot. Every field is written below,
+        // once, over whatever bytes were there (a recycled slot's value was dropped); the
+        // pattern after `assume_init` keeps this list complete.
         unsafe {
             (&raw mut (*p).header).write(SlotHeader::new(complete_slot::<O>));
             (&raw mut (*p).state).write(Mutex::new(State {
@@ -461,9 +465,10 @@ impl<O: Send + 'static> Slot<O> {
             (&raw mut (*p).handed).write(AtomicBool::new(false));
             (&raw mut (*p).scratch).write(UnsafeCell::new([0; 8]));
             (&raw mut (*p).held).write(spec.held);
+            (&raw mut (*p).first_proxy).write(first_proxy);
             (&raw mut (*p).more).write(more);
         }
-        // SAFETY: every field was written above (`near` needs none).
+        // SAFETY: every field was written above.
         let slot = unsafe { place.assume_init() };
         // Names every field: one added to `Slot` fails to compile here until it is written
         // above too.
@@ -488,8 +493,8 @@ impl<O: Send + 'static> Slot<O> {
             handed: _,
             scratch: _,
             held: _,
+            first_proxy: _,
             more: _,
-            near: _,
         } = &*slot;
         Ok(slot)
     }

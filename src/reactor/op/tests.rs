@@ -17,6 +17,8 @@ use std::time::{Duration, Instant};
 mod naps;
 // The per-peer queue of posts waiting for space, in reactor/op/tests/queue.rs.
 mod queue;
+// Slots recycled through the thread's pool, in reactor/op/tests/pool.rs.
+mod pool;
 
 /// An operation's output as the tests read it: the result, and the buffer if it came back.
 fn split<B>(out: super::BufResult<usize, B>) -> (crate::Result<()>, Option<B>) {

@@ -18,7 +18,7 @@ use std::task::{Context, Poll, Waker};
 use std::time::{Duration, Instant};
 
 /// An 8-byte delivery-complete put of `byte` at `offset` from a buffer that counts drops.
-fn counted_put(
+pub(super) fn counted_put(
     engine: &Arc<Engine>,
     (tracker, dest): (&Arc<Tracker>, ffi::fi_addr_t),
     offset: u64,
@@ -51,7 +51,7 @@ fn counted_put(
 
 /// A first put to the target, progressed by hand (shm connects to a peer on first use),
 /// so that later puts wait only for the target's progress.
-fn warm(
+pub(super) fn warm(
     engine: &Arc<Engine>,
     at: (&Arc<Tracker>, ffi::fi_addr_t),
     target: &crate::fabric::Endpoint,
