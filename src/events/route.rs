@@ -258,7 +258,8 @@ impl Routes {
         drop(gone);
     }
 
-    /// Signals to (`node`, `to_importer`, `token`) ring `bell` from now on.
+    /// `bell`, of the connection to (`node`, `to_importer`, `token`), is looked at by the
+    /// node's signal waits from now on (its handle holds it and rings it).
     pub(crate) fn add_loopback_bell(
         &self,
         node: u32,
@@ -271,7 +272,8 @@ impl Routes {
         self.relist(&bells);
     }
 
-    /// The connection ended: its doorbell stops being watched.
+    /// The connection ended: the waits stop looking at its doorbell (its watch stops once
+    /// the connection's handle lets it go too).
     pub(crate) fn drop_loopback_bell(&self, node: u32, to_importer: bool, token: u64) {
         let mut bells = lock(&self.loopback);
         let gone = bells.remove(&(node, to_importer, token));
