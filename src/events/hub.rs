@@ -48,6 +48,9 @@ pub(crate) struct Hub<S: Sender> {
     /// `STREAM_CAPACITY` events (about 32 KiB) would otherwise cost every segment that
     /// nobody streams (1,000 segments: 32 MiB, measured with `rsm bench-memory`).
     tx: Mutex<Tx>,
+    /// Set (under `tx`'s lock) once `tx` is not `Unused`: a post to a segment nobody
+    /// streams skips the lock.
+    streamed: AtomicBool,
 }
 
 enum Tx {
@@ -174,6 +177,7 @@ impl<S: Sender> Hub<S> {
             posted: AtomicU64::new(0),
             lost: AtomicBool::new(false),
             tx: Mutex::new(Tx::Unused),
+            streamed: AtomicBool::new(false),
         })
     }
 
@@ -239,6 +243,10 @@ impl<S: Sender> Hub<S> {
 
     /// Tells the streams; never blocks, and nobody listening is fine.
     pub(crate) fn emit(&self, e: SegmentEvent) {
+        // A stream subscribed before this post set it first (SeqCst both sides).
+        if !self.streamed.load(Ordering::SeqCst) {
+            return;
+        }
         if let Tx::Live(tx) = &*self.tx.lock().unwrap_or_else(|p| p.into_inner()) {
             let _ = tx.send(e);
         }
@@ -457,6 +465,7 @@ impl<S: Sender> Hub<S> {
             Tx::Unused => {
                 let (t, rx) = broadcast::channel(STREAM_CAPACITY);
                 *tx = Tx::Live(t);
+                self.streamed.store(true, Ordering::SeqCst);
                 Some(rx)
             }
             Tx::Closed => None,
