@@ -5,12 +5,12 @@
 //! It knows no segment: the tables hold `Weak` references to the control plane's entries
 //! (`entries.rs`: `ExportEntry`, `ImportEntry`), which the dispatcher (`dispatch.rs`) hands
 //! what peers send, and signals that arrive
-//! on a controller's doorbell or a loopback bell go to the [`Inbound`] functions the
-//! dispatcher installs, as the side channel's messages go to its `Handler`.
+//! on a controller's doorbell go to the [`Inbound`] functions the
+//! dispatcher installs, as the side channel's messages go to its `Handler` (a loopback
+//! bell delivers to its connection's export or import directly).
 
 use crate::backend::fabric::FabricBackend;
 use crate::entries::{ExportEntry, ImportEntry};
-use crate::events::loopback_bell::{OnRing, Ring};
 use crate::events::route::{MAX_BELL_TOKEN, Routes};
 use crate::limits::{Held, Limits, PeerDescriptors};
 use crate::reactor::engine::Engine;
@@ -76,8 +76,6 @@ impl Ack {
 pub(crate) struct Inbound {
     /// A doorbell word rang on one of the node's controllers (on the engine's thread).
     pub(crate) doorbell: fn(&NodeContext, u64),
-    /// A loopback doorbell rang with a batch.
-    pub(crate) loopback: fn(&NodeContext, Ring),
 }
 
 pub(crate) struct NodeContext {
@@ -248,19 +246,6 @@ impl NodeContext {
 
     pub(crate) fn spawn(self: Arc<Self>, fut: impl Future<Output = ()> + Send + 'static) {
         self.runtime.spawn(fut);
-    }
-
-    /// Where a loopback bell of this node delivers what it read: the dispatcher, while the
-    /// node lives.
-    pub(crate) fn on_ring(self: &Arc<Self>) -> OnRing {
-        let me = Arc::downgrade(self);
-        Arc::new(move |ring| {
-            let Some(s) = me.upgrade() else { return false };
-            if let Some(inbound) = s.inbound.get() {
-                (inbound.loopback)(&s, ring);
-            }
-            true
-        })
     }
 
     pub(crate) fn add_engine(self: &Arc<Self>, e: &Arc<Engine>) {

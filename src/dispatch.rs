@@ -32,7 +32,7 @@ use connect::{handle_connect, on_atomic, on_disconnect};
 use entries::owner;
 use notices::{on_rebind, on_revoke};
 use segments::on_segments;
-use signals::{on_doorbell, on_loopback_bell, on_side_signal};
+use signals::{on_doorbell, on_side_signal};
 
 /// The side channel's view of a node: a weak reference, so the channel does not keep the
 /// node alive.
@@ -44,7 +44,6 @@ impl NodeHandler {
     pub(crate) fn new(ctx: &Arc<NodeContext>) -> Arc<Self> {
         ctx.set_inbound(Inbound {
             doorbell: on_doorbell,
-            loopback: on_loopback_bell,
         });
         Arc::new(NodeHandler(Arc::downgrade(ctx)))
     }

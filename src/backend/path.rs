@@ -327,6 +327,8 @@ pub(crate) enum SignalReader<'a> {
     Queue(&'a Engine),
     /// The node's loopback doorbells.
     Bells,
+    /// One connection's loopback doorbell: an import's, whose signals ring only it.
+    Bell(&'a Arc<crate::events::loopback_bell::LoopbackBell>),
 }
 
 /// The exporter's half of a data path, and what a controller's path does for the node

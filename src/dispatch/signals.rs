@@ -1,8 +1,7 @@
-//! Signals arriving on a doorbell, a loopback bell or the side channel, checked against the
+//! Signals arriving on a doorbell or the side channel, checked against the
 //! connection they claim and delivered to its export or import.
 
 use crate::context::{NodeContext, Owner};
-use crate::events::loopback_bell::Ring;
 use crate::events::route::{Word, checks, decode};
 
 /// A doorbell rang on one of this node's controllers (called on the engine's thread). The
@@ -25,35 +24,6 @@ pub(super) fn on_side_signal(ctx: &NodeContext, from: Owner, token: u64, flags: 
 pub(super) enum Sent {
     Side(Owner),
     Bell(Word),
-}
-
-/// A loopback doorbell from `from` rang with a batch: first a `NO_ACCUMULATE` post if
-/// `first_no_acc`, then `plain` posts without it (`events/loopback_bell.rs` says why that
-/// is exactly what the posts in their order would have done).
-pub(super) fn on_loopback_bell(ctx: &NodeContext, ring: Ring) {
-    let Ring {
-        from,
-        token,
-        to_importer,
-        first_no_acc,
-        plain,
-    } = ring;
-    // A count beyond any real backlog is the peer's garbage; it is bounded all the same.
-    let plain = plain.min(u64::from(u32::MAX));
-    if to_importer {
-        match ctx.signals.import(token) {
-            Some(imp) if imp.exporter().node == from => imp.bell(first_no_acc, plain),
-            _ => tracing::debug!(token, "loopback signals for an unknown import dropped"),
-        }
-        return;
-    }
-    // The bell is the connection's own: the token names the importer that rang it.
-    let rang = ctx
-        .export_of_conn(token)
-        .is_some_and(|e| e.bell(from, token, first_no_acc, plain));
-    if !rang {
-        tracing::debug!(token, "loopback signals for an unknown connection dropped");
-    }
 }
 
 /// Delivers a signal for the receiver's `token` to the import or export connection it

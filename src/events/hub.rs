@@ -12,6 +12,7 @@ use crate::{Error, Result};
 use std::collections::{HashMap, VecDeque};
 use std::hash::Hash;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, RawFd};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 use tokio::sync::{Notify, broadcast};
@@ -32,12 +33,24 @@ const LOOKS_PER_CHECK: u32 = 32;
 
 pub(crate) struct Hub<S: Sender> {
     state: Mutex<HubState<S>>,
-    /// Wakes every waiter when an event arrives or the hub closes; they race to take it.
+    /// Wakes every parked waiter when an event arrives or the hub closes; they race to take
+    /// it.
     notify: Notify,
+    /// Waiters that may park on `notify` now: a post calls `notify` only when there are
+    /// some (a waiter that spins reads `posted` instead). Counted before the waiter's last
+    /// take, which the state's lock orders against the post.
+    sleepers: AtomicUsize,
+    /// Counts posts: a spinning waiter reads it to see a signal another thread delivered.
+    posted: AtomicU64,
+    /// `peer_lost`, readable without the lock (a post's check).
+    lost: AtomicBool,
     /// The streams' broadcast, made at the first subscription: its buffer of
     /// `STREAM_CAPACITY` events (about 32 KiB) would otherwise cost every segment that
     /// nobody streams (1,000 segments: 32 MiB, measured with `rsm bench-memory`).
     tx: Mutex<Tx>,
+    /// Set (under `tx`'s lock) once `tx` is not `Unused`: a post to a segment nobody
+    /// streams skips the lock.
+    streamed: AtomicBool,
 }
 
 enum Tx {
@@ -76,8 +89,11 @@ impl<S> Default for HubState<S> {
 /// The senders of pending signals, at most one entry each: a queue of senders in the order
 /// their first pending signal arrived, and each one's count. A take serves the front and
 /// sends it to the back while it has more, so one busy importer does not keep the others'
-/// signals waiting behind all of its own.
+/// signals waiting behind all of its own. A lone sender (an import's only one, an export's
+/// single client) is kept apart, without hashing.
 struct Senders<S> {
+    /// The only sender with signals pending, while there is one; `order` is empty then.
+    lone: Option<(S, u64)>,
     order: VecDeque<S>,
     counts: HashMap<S, u64>,
 }
@@ -85,6 +101,7 @@ struct Senders<S> {
 impl<S> Default for Senders<S> {
     fn default() -> Self {
         Senders {
+            lone: None,
             order: VecDeque::new(),
             counts: HashMap::new(),
         }
@@ -96,6 +113,25 @@ impl<S: Copy + Eq + Hash> Senders<S> {
         if n == 0 {
             return;
         }
+        if self.order.is_empty() {
+            match &mut self.lone {
+                None => {
+                    self.lone = Some((from, n));
+                    return;
+                }
+                Some((s, c)) if *s == from => {
+                    *c = c.saturating_add(n);
+                    return;
+                }
+                // A second sender: the first goes into the queue, ahead of it.
+                Some(_) => {
+                    if let Some((s, c)) = self.lone.take() {
+                        self.counts.insert(s, c);
+                        self.order.push_back(s);
+                    }
+                }
+            }
+        }
         match self.counts.get_mut(&from) {
             Some(c) => *c = c.saturating_add(n),
             None => {
@@ -106,6 +142,14 @@ impl<S: Copy + Eq + Hash> Senders<S> {
     }
 
     fn take(&mut self) -> Option<S> {
+        if let Some((s, c)) = &mut self.lone {
+            let from = *s;
+            match *c > 1 {
+                true => *c -= 1,
+                false => self.lone = None,
+            }
+            return Some(from);
+        }
         let from = self.order.pop_front()?;
         match self.counts.get_mut(&from) {
             Some(c) if *c > 1 => {
@@ -129,7 +173,11 @@ impl<S: Sender> Hub<S> {
         Arc::new(Hub {
             state: Mutex::new(HubState::default()),
             notify: Notify::new(),
+            sleepers: AtomicUsize::new(0),
+            posted: AtomicU64::new(0),
+            lost: AtomicBool::new(false),
             tx: Mutex::new(Tx::Unused),
+            streamed: AtomicBool::new(false),
         })
     }
 
@@ -150,9 +198,20 @@ impl<S: Sender> Hub<S> {
             // subscribed after a wait that consumed this signal must not see it arrive
             // (found by the demo, 1 run in 30). Lock order: state, then tx.
             self.emit(SegmentEvent::Signal { from: from.into() });
+            self.posted.fetch_add(1, Ordering::Release);
         }
-        self.notify.notify_waiters();
+        self.wake_sleepers();
         true
+    }
+
+    /// Wakes the parked waiters, if any: a waiter counts itself in `sleepers` before its
+    /// last take under the state's lock, and a post changes the state under that lock
+    /// before it reads `sleepers`, so either the take sees the post or the post sees the
+    /// sleeper.
+    fn wake_sleepers(&self) {
+        if self.sleepers.load(Ordering::SeqCst) > 0 {
+            self.notify.notify_waiters();
+        }
     }
 
     /// `n` signals from `from` arrived at once, none with `NO_ACCUMULATE` (a loopback
@@ -177,12 +236,17 @@ impl<S: Sender> Hub<S> {
             for _ in 0..n.min(MAX_EMITTED) {
                 self.emit(SegmentEvent::Signal { from: from.into() });
             }
+            self.posted.fetch_add(1, Ordering::Release);
         }
-        self.notify.notify_waiters();
+        self.wake_sleepers();
     }
 
     /// Tells the streams; never blocks, and nobody listening is fine.
     pub(crate) fn emit(&self, e: SegmentEvent) {
+        // A stream subscribed before this post set it first (SeqCst both sides).
+        if !self.streamed.load(Ordering::SeqCst) {
+            return;
+        }
         if let Tx::Live(tx) = &*self.tx.lock().unwrap_or_else(|p| p.into_inner()) {
             let _ = tx.send(e);
         }
@@ -192,6 +256,7 @@ impl<S: Sender> Hub<S> {
     /// `REMOTE_NODE_UNREACHABLE`, and waits end with `CONN_ABORTED` once nothing is pending.
     pub(crate) fn peer_lost(&self, node: u32) {
         let first = !std::mem::replace(&mut lock(&self.state).peer_lost, true);
+        self.lost.store(true, Ordering::SeqCst);
         if first {
             self.emit(SegmentEvent::PeerUnreachable {
                 node: crate::NodeId(node),
@@ -201,7 +266,7 @@ impl<S: Sender> Hub<S> {
     }
 
     pub(crate) fn is_peer_lost(&self) -> bool {
-        lock(&self.state).peer_lost
+        self.lost.load(Ordering::SeqCst)
     }
 
     /// The segment was destroyed or disconnected: waits end, streams end after what they
@@ -214,6 +279,11 @@ impl<S: Sender> Hub<S> {
 
     /// Takes one pending event and says who posted it; `Err` once closed.
     fn try_take(&self) -> std::result::Result<Option<S>, ()> {
+        self.take_or_lost().map(|(from, _)| from)
+    }
+
+    /// As [`Self::try_take`], and whether the peer was lost, under the same lock.
+    fn take_or_lost(&self) -> std::result::Result<(Option<S>, bool), ()> {
         let mut st = lock(&self.state);
         if st.pending > 0 {
             // The senders' counts add up to `pending`.
@@ -222,10 +292,29 @@ impl<S: Sender> Hub<S> {
                 if let Some(fd) = &st.fd {
                     fd.take_one();
                 }
-                return Ok(Some(from));
+                return Ok((Some(from), st.peer_lost));
             }
         }
-        if st.closed { Err(()) } else { Ok(None) }
+        if st.closed {
+            Err(())
+        } else {
+            Ok((None, st.peer_lost))
+        }
+    }
+
+    /// A wait's take: the event, nothing yet, or why none can come.
+    fn take_for_wait(&self, op: &'static str) -> Result<Option<S>> {
+        match self.take_or_lost() {
+            Ok((Some(from), _)) => Ok(Some(from)),
+            // No signal can come any more: a wait for one would only time out.
+            Ok((None, true)) => Err(Error::conn_aborted()
+                .op(op)
+                .detail("the exporting node is unreachable; no signal can come")),
+            Ok((None, false)) => Ok(None),
+            Err(()) => Err(Error::bad_seg_hndl()
+                .op(op)
+                .detail("the segment was destroyed or disconnected")),
+        }
     }
 
     /// Events pending (posted, not yet consumed).
@@ -248,32 +337,25 @@ impl<S: Sender> Hub<S> {
         let deadline = timeout.map(|t| Instant::now().checked_add(t));
         // A timeout too long to represent waits forever.
         let deadline = deadline.flatten();
+        if let Some(from) = self.take_for_wait(op)? {
+            return Ok(from);
+        }
+        // Spinning first: posts meanwhile wake nobody (`wake_sleepers`), the spin reads
+        // `posted`.
+        if let Some(r) = reader.take() {
+            if let Some(from) = self.read_for_signal(node, r, deadline) {
+                return Ok(from);
+            }
+        }
+        // Counted before the take below: from here on every post wakes this task.
+        let _sleeping = Sleeping::new(&self.sleepers);
         let mut timer = None;
         loop {
             let notified = self.notify.notified();
             let mut notified = std::pin::pin!(notified);
             notified.as_mut().enable();
-            match self.try_take() {
-                Ok(Some(from)) => return Ok(from),
-                // No signal can come any more: a wait for one would only time out.
-                Ok(None) if self.is_peer_lost() => {
-                    return Err(Error::conn_aborted()
-                        .op(op)
-                        .detail("the exporting node is unreachable; no signal can come"));
-                }
-                Ok(None) => {}
-                Err(()) => {
-                    return Err(Error::bad_seg_hndl()
-                        .op(op)
-                        .detail("the segment was destroyed or disconnected"));
-                }
-            }
-            if let Some(r) = reader.take() {
-                if let Some(from) = self.read_for_signal(node, r, deadline) {
-                    return Ok(from);
-                }
-                // Armed again: a signal the engine delivers from here wakes this task.
-                continue;
+            if let Some(from) = self.take_for_wait(op)? {
+                return Ok(from);
             }
             let Some(d) = deadline else {
                 notified.await;
@@ -335,6 +417,11 @@ impl<S: Sender> Hub<S> {
                     bells.iter().fold(false, |found, b| b.look() | found)
                 })
             }
+            SignalReader::Bell(bell) => {
+                let _looking =
+                    crate::events::loopback_bell::Looking::new(std::slice::from_ref(bell));
+                self.look_until(node.loopback_signal_spin(), deadline, || bell.look())
+            }
         }
     }
 
@@ -349,10 +436,14 @@ impl<S: Sender> Hub<S> {
         let start = Instant::now();
         let until = deadline.map_or(start + budget, |d| d.min(start + budget));
         let mut n: u32 = 0;
+        let mut seen = self.posted.load(Ordering::Acquire);
         loop {
-            // The state's lock and the clock only after a find, or now and then for a
-            // signal another thread delivered: both were most of a look.
-            if look() || n % LOOKS_PER_CHECK == 0 {
+            // The state's lock and the clock only after a find, a post another thread
+            // delivered, or now and then: both were most of a look.
+            let found = look();
+            let posted = self.posted.load(Ordering::Acquire);
+            if found || posted != seen || n % LOOKS_PER_CHECK == 0 {
+                seen = posted;
                 if let Ok(Some(from)) = self.try_take() {
                     return Some(from);
                 }
@@ -374,6 +465,7 @@ impl<S: Sender> Hub<S> {
             Tx::Unused => {
                 let (t, rx) = broadcast::channel(STREAM_CAPACITY);
                 *tx = Tx::Live(t);
+                self.streamed.store(true, Ordering::SeqCst);
                 Some(rx)
             }
             Tx::Closed => None,
@@ -410,6 +502,22 @@ impl<S: Sender> Hub<S> {
     /// Whether a [`PollFd`] is held (destroy and disconnect refuse, DESIGN.md, decision 5).
     pub(crate) fn pollfd_in_use(&self) -> bool {
         lock(&self.state).fd_refs > 0
+    }
+}
+
+/// A waiter that may park, counted in its hub's `sleepers` from its making to its drop.
+struct Sleeping<'a>(&'a AtomicUsize);
+
+impl<'a> Sleeping<'a> {
+    fn new(sleepers: &'a AtomicUsize) -> Self {
+        sleepers.fetch_add(1, Ordering::SeqCst);
+        Sleeping(sleepers)
+    }
+}
+
+impl Drop for Sleeping<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::SeqCst);
     }
 }
 

@@ -38,10 +38,11 @@
 //! Order (DESIGN.md, decision 18): a loopback put is a copy done before it returns, and the words'
 //! release/acquire pairs make it visible to the receiver before the signal is.
 //!
-//! What a bell reads goes to a callback the node injects ([`OnRing`]), as the fabric
-//! engine's remote data goes to its remote-data handler: this file knows neither the node
-//! nor its routes. The routes keep the bells (`events/route.rs`); the dispatcher
-//! (`dispatch.rs`) delivers what they read.
+//! What a bell reads goes to a callback its connection's side injects ([`OnRing`]): the
+//! bell is the connection's own, so the callback holds the export or import it delivers to,
+//! and no route is looked up per ring. This file knows neither the node nor its routes. The
+//! connection's handle holds its bell (the exporter's in its route to the importer), and
+//! the routes list them for the waits (`events/route.rs`).
 //!
 //! The peer can write anything into the page: a word is only ever a count, bounded when
 //! delivered. Its death is the side channel's to report (`PeerUnreachable`).
@@ -78,7 +79,6 @@ pub(crate) struct LoopbackBell {
     out: Arc<OwnedFd>,
     /// This side's word, and whom what it says goes to.
     in_at: usize,
-    rx: Receiver,
     on_ring: OnRing,
     stop: CancellationToken,
     /// This process's tasks reading this side's word now; the page's flag is set while
@@ -86,18 +86,15 @@ pub(crate) struct LoopbackBell {
     lookers: AtomicUsize,
 }
 
-/// What a bell read: from `from`, for the receiver's `token`, first a `NO_ACCUMULATE` post
-/// if `first_no_acc`, then `plain` posts without it.
+/// What a bell read: first a `NO_ACCUMULATE` post if `first_no_acc`, then `plain` posts
+/// without it. The peer wrote the word: `plain` may be any count.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct Ring {
-    pub(crate) from: u32,
-    pub(crate) token: u64,
-    pub(crate) to_importer: bool,
     pub(crate) first_no_acc: bool,
     pub(crate) plain: u64,
 }
 
-/// Where a bell delivers what it read; `false` when its node is gone (the watch ends).
+/// Where a bell delivers what it read; `false` when its receiver is gone (the watch ends).
 pub(crate) type OnRing = Arc<dyn Fn(Ring) -> bool + Send + Sync>;
 
 impl Drop for LoopbackBell {
@@ -152,7 +149,7 @@ impl LoopbackBell {
         if w == 0 {
             return false;
         }
-        deliver(&self.on_ring, &self.rx, w);
+        deliver(&self.on_ring, w);
         true
     }
 
@@ -198,22 +195,12 @@ impl Drop for Looking<'_> {
     }
 }
 
-/// Hands what a non-zero word said to `on_ring`; `false` when its node is gone.
-fn deliver(on_ring: &OnRing, rx: &Receiver, w: u64) -> bool {
+/// Hands what a non-zero word said to `on_ring`; `false` when its receiver is gone.
+fn deliver(on_ring: &OnRing, w: u64) -> bool {
     on_ring(Ring {
-        from: rx.from,
-        token: rx.token,
-        to_importer: rx.to_importer,
         first_no_acc: w & FIRST_NO_ACC != 0,
         plain: w & COUNT,
     })
-}
-
-#[derive(Clone, Copy)]
-struct Receiver {
-    from: u32,
-    token: u64,
-    to_importer: bool,
 }
 
 /// Watches `bell` on the node's runtime until `stop`, delivering the word at `at`.
@@ -223,7 +210,6 @@ async fn watch(
     at: usize,
     bell: Arc<OwnedFd>,
     stop: CancellationToken,
-    rx: Receiver,
 ) {
     // Deprecated in recent tokio for lack of I/O safety, which holds here: the AsyncFd owns
     // an `Arc<OwnedFd>`, so the descriptor stays open and the same for its whole life (its
@@ -262,7 +248,7 @@ async fn watch(
         }
         drop(guard);
         let w = word(&page, at).swap(0, Ordering::AcqRel);
-        if w != 0 && !deliver(&on_ring, &rx, w) {
+        if w != 0 && !deliver(&on_ring, w) {
             return;
         }
         if drained.more {
@@ -286,7 +272,6 @@ fn start(
     page: Arc<SharedMap>,
     end: Arc<OwnedFd>,
     exporter: bool,
-    rx: Receiver,
 ) -> Arc<LoopbackBell> {
     let (in_at, out_at) = match exporter {
         true => (TO_EXPORTER, TO_IMPORTER),
@@ -299,33 +284,29 @@ fn start(
         in_at,
         Arc::clone(&end),
         stop.clone(),
-        rx,
     ));
     Arc::new(LoopbackBell {
         page,
         out_at,
         out: end,
         in_at,
-        rx,
         on_ring,
         stop,
         lookers: AtomicUsize::new(0),
     })
 }
 
-/// The exporter's half, at connect: makes connection `conn_id`'s doorbell, watches it on
-/// `runtime` (what it reads goes to `on_ring`), and offers it to process `pid` at the
-/// segment's descriptor `service`. Returns the ticket for the grant's `keys[1]` and the
-/// bell, which signals to the importer `importer` ring from now on (the caller adds it to
-/// the routes); `None` (logged) when it cannot, and the connection then signals over the
-/// side channel both ways.
+/// The exporter's half, at connect: makes a connection's doorbell, watches it on
+/// `runtime` (what it reads goes to `on_ring`, the connection's), and offers it to process
+/// `pid` at the segment's descriptor `service`. Returns the ticket for the grant's
+/// `keys[1]` and the bell, which signals to the importer ring from now on (the caller
+/// holds it in its route); `None` (logged) when it cannot, and the connection then signals
+/// over the side channel both ways.
 pub(crate) fn offer(
     runtime: &tokio::runtime::Handle,
     on_ring: OnRing,
     service: Result<Arc<FdService>>,
     pid: u32,
-    importer: u32,
-    conn_id: u64,
 ) -> Option<(u64, Arc<LoopbackBell>)> {
     let made = (|| -> std::io::Result<_> {
         let page = crate::sys::limits::page_size() as u64;
@@ -346,12 +327,7 @@ pub(crate) fn offer(
         }
     };
     let ticket = service.offer_many(vec![page_fd, Arc::new(theirs)], pid);
-    let rx = Receiver {
-        from: importer,
-        token: conn_id,
-        to_importer: false,
-    };
-    let bell = start(runtime, on_ring, map, Arc::new(ours), true, rx);
+    let bell = start(runtime, on_ring, map, Arc::new(ours), true);
     Some((ticket, bell))
 }
 
@@ -387,35 +363,26 @@ pub(crate) async fn claim(service: Vec<u8>, ticket: u64) -> Result<Claimed> {
     })
 }
 
-/// The importer's half, once the import is registered (so that no early signal is dropped
-/// for want of it): watches the doorbell, and makes signals to the exporter `exporter` of
-/// the connection ring it (the caller adds it to the routes). `token` is the importer's own;
-/// what the bell reads goes to `on_ring`.
+/// The importer's half, once the import is made (so that no early signal is dropped for
+/// want of it): watches the doorbell, and makes signals to the exporter of the connection
+/// ring it (the import holds it). What the bell reads goes to `on_ring`, the import's.
 pub(crate) fn attach(
     runtime: &tokio::runtime::Handle,
     on_ring: OnRing,
     c: Claimed,
-    exporter: u32,
-    token: u64,
 ) -> Arc<LoopbackBell> {
-    let rx = Receiver {
-        from: exporter,
-        token,
-        to_importer: true,
-    };
-    start(runtime, on_ring, c.page, c.end, false, rx)
+    start(runtime, on_ring, c.page, c.end, false)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    /// A bell on `page`, not watched, ringing through `out`, reading what `rx` sends.
+    /// A bell on `page`, not watched, ringing through `out`, delivering to `on_ring`.
     fn unwatched(
         page: &Arc<SharedMap>,
         exporter: bool,
         out: OwnedFd,
-        rx: Receiver,
         on_ring: OnRing,
     ) -> LoopbackBell {
         let (in_at, out_at) = match exporter {
@@ -427,7 +394,6 @@ mod tests {
             out_at,
             out: Arc::new(out),
             in_at,
-            rx,
             on_ring,
             stop: CancellationToken::new(),
             lookers: AtomicUsize::new(0),
@@ -439,12 +405,7 @@ mod tests {
         let page_fd = sealed_memfd("rsm-test", crate::sys::limits::page_size() as u64).unwrap();
         let map = Arc::new(map_page(&page_fd).unwrap());
         let (ours, theirs) = wake::pair().unwrap();
-        let rx = Receiver {
-            from: 0,
-            token: 0,
-            to_importer: false,
-        };
-        let bell = unwatched(&map, true, ours, rx, Arc::new(|_| true));
+        let bell = unwatched(&map, true, ours, Arc::new(|_| true));
         (map, bell, Arc::new(theirs))
     }
 
@@ -626,16 +587,11 @@ mod tests {
         let seen = Arc::new(std::sync::Mutex::new(Vec::new()));
         let record = Arc::clone(&seen);
         let (_, theirs) = wake::pair().unwrap();
-        let rx = Receiver {
-            from: 7,
-            token: 9,
-            to_importer: true,
-        };
         let on_ring: OnRing = Arc::new(move |r| {
             record.lock().unwrap().push(r);
             true
         });
-        let receiver = [Arc::new(unwatched(&map, false, theirs, rx, on_ring))];
+        let receiver = [Arc::new(unwatched(&map, false, theirs, on_ring))];
         let looking = Looking::new(&receiver);
         let again = Looking::new(&receiver);
         bell.ring(false).unwrap();
@@ -652,7 +608,7 @@ mod tests {
         drop(looking);
         let rings = seen.lock().unwrap().clone();
         assert_eq!(rings.len(), 1, "the last look took the posts: {rings:?}");
-        assert_eq!((rings[0].from, rings[0].plain), (7, 2));
+        assert_eq!(rings[0].plain, 2);
         assert_eq!(word(&map, TO_IMPORTER).load(Ordering::SeqCst), 0);
         bell.ring(false).unwrap();
         assert!(
@@ -684,19 +640,7 @@ mod tests {
                 seen.fetch_add(r.plain, Ordering::SeqCst);
                 true
             });
-            let rxr = Receiver {
-                from: 1,
-                token: 1,
-                to_importer: false,
-            };
-            let bell = start(
-                rt.handle(),
-                on_ring,
-                Arc::clone(&map),
-                Arc::new(ours),
-                true,
-                rxr,
-            );
+            let bell = start(rt.handle(), on_ring, Arc::clone(&map), Arc::new(ours), true);
             // The peer never reads: every ring of ours finds its word 0 again and sends.
             for _ in 0..20_000 {
                 bell.ring(false).unwrap();

@@ -111,6 +111,8 @@ pub(crate) struct ImporterBell {
     backend: Option<Arc<FabricBackend>>,
     /// The importer's address-vector entry, inserted at the first signal.
     dest: OnceLock<Option<ffi::fi_addr_t>>,
+    /// The connection's loopback doorbell, held so that a post rings it without a lookup.
+    loopback: Option<Arc<LoopbackBell>>,
 }
 
 impl ImporterBell {
@@ -120,6 +122,11 @@ impl ImporterBell {
 
     pub(crate) fn bell(&self) -> Option<&Doorbell> {
         self.bell.as_ref()
+    }
+
+    /// The connection's loopback doorbell, where it has one.
+    pub(crate) fn loopback(&self) -> Option<&LoopbackBell> {
+        self.loopback.as_deref()
     }
 
     pub(crate) fn dest(&self) -> Option<ffi::fi_addr_t> {
@@ -215,7 +222,8 @@ impl Routes {
     }
 
     /// Exporter side: a connection was granted to `node`, whose doorbell and token came in
-    /// its request.
+    /// its request; `loopback` is the connection's own doorbell, where it has one.
+    #[allow(clippy::too_many_arguments)]
     pub(crate) fn add_importer(
         &self,
         conn_id: u64,
@@ -224,7 +232,11 @@ impl Routes {
         bell: Option<Doorbell>,
         fabric: PeerAddress,
         backend: Option<Arc<FabricBackend>>,
+        loopback: Option<Arc<LoopbackBell>>,
     ) {
+        if let Some(l) = &loopback {
+            self.add_loopback_bell(node, true, token, Arc::clone(l));
+        }
         let b = ImporterBell {
             node,
             token,
@@ -232,6 +244,7 @@ impl Routes {
             fabric,
             backend,
             dest: OnceLock::new(),
+            loopback,
         };
         lock(&self.importers).insert(conn_id, Arc::new(b));
     }
@@ -245,7 +258,8 @@ impl Routes {
         drop(gone);
     }
 
-    /// Signals to (`node`, `to_importer`, `token`) ring `bell` from now on.
+    /// `bell`, of the connection to (`node`, `to_importer`, `token`), is looked at by the
+    /// node's signal waits from now on (its handle holds it and rings it).
     pub(crate) fn add_loopback_bell(
         &self,
         node: u32,
@@ -258,7 +272,8 @@ impl Routes {
         self.relist(&bells);
     }
 
-    /// The connection ended: its doorbell stops being watched.
+    /// The connection ended: the waits stop looking at its doorbell (its watch stops once
+    /// the connection's handle lets it go too).
     pub(crate) fn drop_loopback_bell(&self, node: u32, to_importer: bool, token: u64) {
         let mut bells = lock(&self.loopback);
         let gone = bells.remove(&(node, to_importer, token));
@@ -283,12 +298,6 @@ impl Routes {
         Arc::clone(&lock(&self.looked_at))
     }
 
-    fn loopback_bell(&self, node: u32, to_importer: bool, token: u64) -> Option<Arc<LoopbackBell>> {
-        lock(&self.loopback)
-            .get(&(node, to_importer, token))
-            .cloned()
-    }
-
     pub(crate) fn importer(&self, conn_id: u64) -> Option<Arc<ImporterBell>> {
         lock(&self.importers).get(&conn_id).cloned()
     }
@@ -303,6 +312,8 @@ pub(crate) struct Target<'a> {
     pub(crate) to_importer: bool,
     pub(crate) bell: Option<&'a Doorbell>,
     pub(crate) dest: Option<ffi::fi_addr_t>,
+    /// The connection's loopback doorbell, which its handle holds from connect on.
+    pub(crate) loopback: Option<&'a LoopbackBell>,
 }
 
 /// Sends one signal: by the doorbell when both ends have one, else by the side channel.
@@ -345,10 +356,10 @@ pub(crate) fn ring_loopback(
     flags: SignalFlags,
     op: &'static str,
 ) -> Option<Result<()>> {
+    let bell = t.loopback?;
     if backend.is_some() || routes.side_channel_forced() {
         return None;
     }
-    let bell = routes.loopback_bell(t.node, t.to_importer, t.token)?;
     let rang = bell
         .ring(flags.contains(SignalFlags::NO_ACCUMULATE))
         .map_err(|e| e.op(op).node(t.node));

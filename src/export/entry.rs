@@ -7,7 +7,7 @@ use crate::backend::fabric::PeerAddress;
 use crate::backend::path::ExportPath;
 use crate::entries::{ExportEntry, Owner};
 use crate::events::SegmentEvent;
-use crate::events::loopback_bell;
+use crate::events::loopback_bell::{self, OnRing, Ring};
 use crate::perm::Perm;
 use crate::sans_io::access::{self, Requester};
 use crate::sans_io::wire::{
@@ -15,7 +15,7 @@ use crate::sans_io::wire::{
 };
 use crate::sidechannel::PeerInfo;
 use crate::{Error, Result};
-use std::sync::Arc;
+use std::sync::{Arc, Weak};
 
 impl ExportEntry for ExportInner {
     /// The export's path checks the importer and the export its access; the path makes
@@ -57,6 +57,14 @@ impl ExportEntry for ExportInner {
         let g = self
             .admit(conn_id, importer, &requester(peer, r), want, &admission)
             .inspect_err(|_| ctx.remove_conn(conn_id))?;
+        // keys[1] is the ticket for the connection's own doorbell, where the path offers one,
+        // or for the segment's memfd, on a fabric controller that offers it.
+        let offered = g.bell_service.and_then(|(service, pid)| {
+            let export = Arc::downgrade(&ctx.export(r.segment_id)?);
+            let on_ring = bell_to(export, peer.node_id, conn_id);
+            loopback_bell::offer(ctx.runtime(), on_ring, Ok(service), pid)
+        });
+        let (bell, loopback) = offered.unzip();
         ctx.signals.add_importer(
             conn_id,
             peer.node_id,
@@ -67,17 +75,8 @@ impl ExportEntry for ExportInner {
                 ticket: r.admission.clone(),
             },
             path.ringer().cloned(),
+            loopback,
         );
-        // keys[1] is the ticket for the connection's own doorbell, where the path offers one,
-        // or for the segment's memfd, on a fabric controller that offers it.
-        let bell = g.bell_service.and_then(|(service, pid)| {
-            let (rt, on_ring) = (ctx.runtime(), ctx.on_ring());
-            let (ticket, bell) =
-                loopback_bell::offer(rt, on_ring, Ok(service), pid, peer.node_id, conn_id)?;
-            ctx.signals
-                .add_loopback_bell(peer.node_id, true, r.signal_token, bell);
-            Some(ticket)
-        });
         self.events.emit(SegmentEvent::ImporterConnected {
             node: crate::NodeId(peer.node_id),
         });
@@ -182,6 +181,22 @@ impl ExportEntry for ExportInner {
     fn withdraw(self: Arc<Self>) {
         super::retire::withdraw(self);
     }
+}
+
+/// Where connection `conn_id`'s loopback doorbell delivers: to `export`, as from importer
+/// `node`, while the connection lasts (`ExportEntry::bell` checks). The bell is the
+/// connection's own, so no route is looked up; the count is the peer's, bounded.
+fn bell_to(export: Weak<dyn ExportEntry>, node: u32, conn_id: u64) -> OnRing {
+    Arc::new(move |ring: Ring| {
+        let Some(e) = export.upgrade() else {
+            return false;
+        };
+        let plain = ring.plain.min(u64::from(u32::MAX));
+        if !e.bell(node, conn_id, ring.first_no_acc, plain) {
+            tracing::debug!(conn_id, "loopback signals for an ended connection dropped");
+        }
+        true
+    })
 }
 
 /// Who asks to import, for the access check (DESIGN.md, decision 15): on a Unix link (same host)

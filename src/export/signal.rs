@@ -65,12 +65,12 @@ impl ExportSegment {
             }
             match st.published.as_ref() {
                 None => return Ok(()),
-                Some(p) => (p.id, p.importers.keys().copied().collect::<Vec<u64>>()),
+                Some(p) => (p.id, Conns::of(p.importers.keys().copied())),
             }
         };
         let node = self.node(OP)?;
         let mut first_err = None;
-        for conn_id in conns {
+        for &conn_id in conns.as_slice() {
             if let Err(e) = self.send_to(&node, conn_id, flags, OP).await {
                 first_err.get_or_insert(e.segment(id));
             }
@@ -96,6 +96,7 @@ impl ExportSegment {
             to_importer: true,
             bell: bell.bell(),
             dest: bell.dest(),
+            loopback: bell.loopback(),
         };
         // None on loopback: the connection's own doorbell (or the side channel).
         let ringer = self.inner.ctrl.path().ringer();
@@ -285,6 +286,38 @@ impl ExportSegment {
     /// ```
     pub fn events(&self) -> EventStream {
         self.inner.events.subscribe()
+    }
+}
+
+/// How many connections a post to every importer lists without an allocation.
+const FEW: usize = 8;
+
+/// The connections a post to every importer signals: copied out of the segment's state, so
+/// that no lock is held across the sends, on the stack for a few.
+enum Conns {
+    Few([u64; FEW], usize),
+    Many(Vec<u64>),
+}
+
+impl Conns {
+    fn of(ids: impl ExactSizeIterator<Item = u64>) -> Conns {
+        if ids.len() > FEW {
+            return Conns::Many(ids.collect());
+        }
+        let mut few = [0; FEW];
+        let mut n = 0;
+        for (slot, id) in few.iter_mut().zip(ids) {
+            *slot = id;
+            n += 1;
+        }
+        Conns::Few(few, n)
+    }
+
+    fn as_slice(&self) -> &[u64] {
+        match self {
+            Conns::Few(few, n) => &few[..*n],
+            Conns::Many(v) => v,
+        }
     }
 }
 

@@ -5,6 +5,8 @@ use super::{ImportInner, ImportSegment};
 use crate::backend::path::ExportPath;
 use crate::context::{NodeContext, Owner};
 use crate::controller::Controller;
+use crate::entries::ImportEntry;
+use crate::events::loopback_bell::{self, OnRing, Ring};
 use crate::perm::Perm;
 use crate::reactor::tracker::{Tracker, View};
 use crate::sans_io::wire::ConnectRequest;
@@ -173,6 +175,7 @@ impl ImportSegment {
             events: crate::events::hub::Hub::new(),
             bell: grant.doorbell,
             token,
+            loopback: std::sync::OnceLock::new(),
             span,
             stats_id: ctrl.counters().id(),
         });
@@ -188,16 +191,11 @@ impl ImportSegment {
         }
         state.signals.add_import(token, &inner);
         if let Some(bell) = bell {
-            let bell = crate::events::loopback_bell::attach(
-                state.runtime(),
-                state.on_ring(),
-                bell,
-                node,
-                token,
-            );
+            let bell = loopback_bell::attach(state.runtime(), bell_to(&inner), bell);
             state
                 .signals
-                .add_loopback_bell(node, false, grant.conn_id, bell);
+                .add_loopback_bell(node, false, grant.conn_id, Arc::clone(&bell));
+            let _ = inner.loopback.set(bell);
         }
         tracing::debug!(
             parent: &inner.span,
@@ -209,6 +207,19 @@ impl ImportSegment {
         );
         Ok(ImportSegment { inner })
     }
+}
+
+/// Where the connection's loopback doorbell delivers: to `inner` while it lives. The bell
+/// is the connection's own, so no route is looked up; the count is the peer's, bounded.
+fn bell_to(inner: &Arc<ImportInner>) -> OnRing {
+    let import = Arc::downgrade(inner);
+    Arc::new(move |ring: Ring| {
+        let Some(imp) = import.upgrade() else {
+            return false;
+        };
+        imp.bell(ring.first_no_acc, ring.plain.min(u64::from(u32::MAX)));
+        true
+    })
 }
 
 #[cfg(test)]

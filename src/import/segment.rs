@@ -78,6 +78,9 @@ pub(crate) struct ImportInner {
     pub(super) bell: Option<crate::sans_io::wire::Doorbell>,
     /// This node's token for the connection: the exporter's signals carry it.
     pub(super) token: u64,
+    /// The connection's loopback doorbell, attached once the import is registered: a post
+    /// rings it without looking up a route (DESIGN.md §7).
+    pub(super) loopback: std::sync::OnceLock<Arc<crate::events::loopback_bell::LoopbackBell>>,
     /// `rsm::connection` (segment, node, conn, controller), under the controller's span:
     /// the parent of the connection's operation spans.
     pub(super) span: tracing::Span,

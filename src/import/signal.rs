@@ -3,7 +3,7 @@
 //! is in [`crate::events::route`].
 
 use super::ImportSegment;
-use crate::backend::path::{ExportPath, ImportPath};
+use crate::backend::path::{ExportPath, ImportPath, SignalReader};
 use crate::context::NodeContext;
 use crate::events::route::{self, Target};
 use crate::events::{EventStream, PollFd, SignalFlags};
@@ -102,6 +102,7 @@ impl ImportSegment {
             to_importer: false,
             bell: inner.bell.as_ref(),
             dest: inner.path.ringer().map(|(_, dest)| dest),
+            loopback: inner.loopback.get().map(|b| &**b),
         }
     }
 
@@ -175,9 +176,14 @@ impl ImportSegment {
                 .op(OP)
                 .detail("the node was shut down")
         })?;
+        // On loopback the exporter's signals ring only the connection's own doorbell.
+        let reader = match (inner.ctrl.path().signal_reader(), inner.loopback.get()) {
+            (SignalReader::Bells, Some(bell)) => SignalReader::Bell(bell),
+            (reader, _) => reader,
+        };
         inner
             .events
-            .wait(&state, timeout, OP, Some(inner.ctrl.path().signal_reader()))
+            .wait(&state, timeout, OP, Some(reader))
             .await
             .map_err(|e| e.segment(inner.segment).node(inner.node))
     }
