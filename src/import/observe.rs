@@ -20,10 +20,12 @@ impl ImportSegment {
         make: impl FnOnce() -> Op<B>,
     ) -> Op<B> {
         self.count_made(kind, len);
-        match self.op_span(kind, offset, len) {
-            None => make(),
-            Some(span) => traced(make, span),
+        let span = self.op_span(kind, offset, len);
+        let mut op = make();
+        if let Some(span) = span {
+            op.trace(span);
         }
+        op
     }
 
     /// Counts a `kind` made to move `len` bytes.
@@ -62,16 +64,6 @@ impl ImportSegment {
         }
         op_span(&self.inner.span, kind, offset, len)
     }
-}
-
-/// The operation `make` builds, given `span`; out of line, so that the usual operation,
-/// without a span, returns straight from `make` without a merge of the two.
-#[cold]
-#[inline(never)]
-fn traced<B: Send + 'static>(make: impl FnOnce() -> Op<B>, span: Box<tracing::Span>) -> Op<B> {
-    let mut op = make();
-    op.trace(span);
-    op
 }
 
 /// Out of line: its code would otherwise grow every operation's constructor.
