@@ -811,3 +811,101 @@ fn caller_memory_outlives_an_importer_that_did_not_let_go() {
     }
     rt.block_on(node.shutdown());
 }
+
+/// Accesses of a few words, made when created (DESIGN.md §5), keep every check and its
+/// order: permission, offset, length, alignment, a disconnect (`BAD_SEG_HNDL`) and a revoke
+/// (`CONN_ABORTED`), for puts, gets and atomics alike; a ready future polled again fails
+/// instead of panicking.
+#[test]
+fn small_accesses_keep_their_checks() {
+    use futures::FutureExt;
+    use std::task::{Context, Poll, Waker};
+    let _serial = serial();
+    let word = |seg: &rsm::ExportSegment, at: u64| {
+        let mut w = [0u8; 8];
+        seg.read_at(at, &mut w).unwrap();
+        u64::from_ne_bytes(w)
+    };
+    let rt = runtime();
+    rt.block_on(async {
+        let (a, b, _) = two_nodes().await;
+        let len = 4096usize;
+        let code = |e: &rsm::Error| e.code();
+        // Read-only: gets work, puts and atomics are refused.
+        let (ro_seg, ro) =
+            export_and_import_as(&a, &b, CTRL, len, ExportFlags::empty(), Perm::READ).await;
+        ro_seg.write_at(8, &7u64.to_ne_bytes()).unwrap();
+        let (_, got) = ro.get(8, vec![0u8; 8]).await.unwrap();
+        assert_eq!(got, 7u64.to_ne_bytes());
+        let e = ro.put(8, vec![1u8; 8]).await.unwrap_err();
+        assert_eq!(code(e.error()), 27, "PERM_DENIED: {e}");
+        assert_eq!(
+            e.into_parts().1.map(|b| b.len()),
+            Some(8),
+            "the buffer is back"
+        );
+        let e = ro.fetch_add(8, 1u64).await.unwrap_err();
+        assert_eq!(code(&e), 27, "PERM_DENIED: {e}");
+        assert_eq!(word(&ro_seg, 8), 7, "nothing moved");
+        ro.disconnect().await.unwrap();
+
+        let (seg, imp) =
+            export_and_import_as(&a, &b, CTRL, len, ExportFlags::empty(), Perm::RDWR).await;
+        // The range: past the end is BAD_OFFSET, across it BAD_LENGTH.
+        let e = imp.put(len as u64 + 8, vec![1u8; 8]).await.unwrap_err();
+        assert_eq!(code(e.error()), 18, "BAD_OFFSET: {e}");
+        let e = imp.get(len as u64 - 4, vec![0u8; 8]).await.unwrap_err();
+        assert_eq!(code(e.error()), 20, "BAD_LENGTH: {e}");
+        let e = imp.fetch_add(len as u64, 1u64).await.unwrap_err();
+        assert_eq!(code(&e), 18, "BAD_OFFSET: {e}");
+        let e = imp.fetch_add(4, 1u64).await.unwrap_err();
+        assert!(
+            matches!(e, rsm::Error::BadMemAlignment(_)),
+            "an unaligned atomic: {e}"
+        );
+        // In range: made, and ready.
+        let mut put = imp.put(16, 41u64.to_ne_bytes().to_vec());
+        let mut cx = Context::from_waker(Waker::noop());
+        assert!(matches!(put.poll_unpin(&mut cx), Poll::Ready(Ok((8, _)))));
+        assert!(
+            matches!(put.poll_unpin(&mut cx), Poll::Ready(Err(_))),
+            "polled again, it fails"
+        );
+        let mut add = Box::pin(imp.fetch_add(16, 1u64));
+        assert!(matches!(add.as_mut().poll(&mut cx), Poll::Ready(Ok(41))));
+        assert!(matches!(add.as_mut().poll(&mut cx), Poll::Ready(Err(_))));
+        assert_eq!(word(&seg, 16), 42);
+        assert_eq!(imp.compare_swap(16, 42u64, 5).await.unwrap(), 42);
+        assert_eq!(imp.atomic_load::<u64>(16).await.unwrap(), 5);
+
+        // After a disconnect: BAD_SEG_HNDL, first of every check.
+        let gone = imp.clone();
+        imp.disconnect().await.unwrap();
+        let e = gone.put(len as u64 + 8, vec![1u8; 8]).await.unwrap_err();
+        assert_eq!(code(e.error()), 5, "BAD_SEG_HNDL: {e}");
+        let e = gone.compare_swap(16, 5u64, 6).await.unwrap_err();
+        assert_eq!(code(&e), 5, "BAD_SEG_HNDL: {e}");
+
+        // A revoke (unpublish) fails later accesses with CONN_ABORTED.
+        let imp = b
+            .controller(CTRL)
+            .await
+            .unwrap()
+            .import(a.id(), seg.id().unwrap(), Perm::RDWR)
+            .await
+            .unwrap();
+        imp.put(24, vec![1u8; 8]).await.unwrap();
+        seg.unpublish().await.unwrap();
+        let e = imp.put(16, vec![9u8; 8]).await.unwrap_err();
+        assert_eq!(code(e.error()), 40, "CONN_ABORTED: {e}");
+        let e = imp.get(16, vec![0u8; 8]).await.unwrap_err();
+        assert_eq!(code(e.error()), 40, "CONN_ABORTED: {e}");
+        let e = imp.fetch_add(16, 1u64).await.unwrap_err();
+        assert_eq!(code(&e), 40, "CONN_ABORTED: {e}");
+        assert_eq!(word(&seg, 16), 5, "nothing moved");
+        let _ = imp.disconnect().await;
+        seg.destroy().await.unwrap();
+        a.shutdown().await;
+        b.shutdown().await;
+    });
+}

@@ -176,6 +176,14 @@ impl ImportPath for Importer {
         chosen!(Importer, self, p => p.ringer())
     }
 
+    #[inline(always)]
+    fn eager(&self) -> Option<&LoopbackImport> {
+        match self {
+            Importer::Loopback(lo) => Some(lo),
+            Importer::Fabric(..) => None,
+        }
+    }
+
     fn mapper(&self) -> std::result::Result<&Arc<LoopbackImport>, &str> {
         match self {
             Importer::Fabric(_, map) => map.as_ref().map_err(|why| &**why),

@@ -30,3 +30,4 @@ mod transfers;
 
 pub(crate) use exporter::{LoopbackBackend, hold, share};
 pub(crate) use importer::{LoopbackImport, Toward, copy};
+pub(crate) use transfers::EAGER_COPY;

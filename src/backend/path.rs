@@ -225,6 +225,14 @@ pub(crate) trait ImportPath {
     /// What maps the exporter's memory into this process, on a path that reaches it
     /// through memory this process can map; else why it cannot be mapped here.
     fn mapper(&self) -> std::result::Result<&Arc<LoopbackImport>, &str>;
+
+    /// The loopback connection whose accesses of a few words the import makes when they
+    /// are created, on its mapping (DESIGN.md §5, decision 20's exception); `None` on a
+    /// path that posts them.
+    #[inline(always)]
+    fn eager(&self) -> Option<&LoopbackImport> {
+        None
+    }
 }
 
 /// What a path made of a segment's memory (published, or rebound) for its importers: each

@@ -3,7 +3,8 @@
 //! every controller, by one of three paths chosen when the operation is made:
 //!
 //! - **CPU**: `loopback` memfd segments; a sequentially consistent atomic instruction on
-//!   the shared mapping, made at the first poll.
+//!   the shared mapping, made when the operation is made (DESIGN.md §5, decision 20's
+//!   exception), whose future then only holds the result.
 //! - **Provider**: libfabric controllers whose provider performs the (class, operation,
 //!   type) natively (`Controller::info().atomics`); posted at the first poll like a put,
 //!   through the same operation slot (the buffer is owned until the provider is done).
@@ -30,7 +31,10 @@ use crate::sans_io::wire::{AtomicRequest, ByteOrder};
 use crate::stats::OpKind;
 use crate::{Error, Result};
 use std::future::Future;
+use std::marker::PhantomData;
+use std::pin::Pin;
 use std::sync::Arc;
+use std::task::{Context, Poll};
 
 /// An atomic's operand, compare value and result, owned by its operation.
 type Words = Box<[u64; 3]>;
@@ -78,28 +82,79 @@ pub(super) fn offered(class: Class, op: u8, dt: Datatype, offset: u64) -> Result
     Ok(call)
 }
 
-/// How a checked atomic will run.
-enum Route {
-    /// Performed with a CPU atomic when made (loopback; DESIGN.md §5, decision 20's
-    /// exception for operations of a few words): its result, failures annotated and counted.
-    Done(Result<u64>),
-    Native(Box<Op<Words>>),
-    /// The segment, for its connection and node: the exporter performs it.
-    Exporter(ImportSegment),
+/// One atomic, checked, with its path chosen when made: performed already, or what its
+/// first poll starts. Two words and a tag, moved cheaply (moves were 40 % of a loopback
+/// atomic when it was an `async` block over the route).
+enum Flight {
+    /// Performed when made (loopback; DESIGN.md §5, decision 20's exception for operations
+    /// of a few words), or refused: the previous value's bits or the failure, annotated and
+    /// counted; `None` once handed back.
+    Done(Option<Result<u64>>),
+    /// The provider's own, posted at the first poll; the value's size.
+    Native(Box<Op<Words>>, usize),
+    /// Asked of the exporter at the first poll.
+    Exporter(Pin<Box<dyn Future<Output = Result<u64>> + Send>>),
 }
 
-/// One atomic, checked, waiting for its first poll. It holds the segment itself only on the
-/// exporter's path: a reference count more per operation was a tenth of a loopback one.
-struct Pending {
-    segment: u32,
-    node: u32,
-    stats_id: u64,
-    name: &'static str,
-    call: Call,
-    offset: u64,
-    operand: u64,
-    compare: u64,
-    route: Route,
+impl Flight {
+    /// The previous value's bits (0 for an update) once performed.
+    #[inline(always)]
+    fn poll_bits(&mut self, cx: &mut Context<'_>) -> Poll<Result<u64>> {
+        match self {
+            Flight::Done(done) => Poll::Ready(done.take().unwrap_or_else(|| {
+                Err(Error::bad_seg_hndl().detail("atomic polled after completion"))
+            })),
+            Flight::Native(op, size) => {
+                let size = *size;
+                let out = std::task::ready!(Pin::new(&mut **op).poll(cx));
+                *self = Flight::Done(None);
+                Poll::Ready(match out {
+                    Ok((_, words)) => Ok(take(words[RESULT_AT / 8], size)),
+                    Err(e) => Err(e.into_error()),
+                })
+            }
+            Flight::Exporter(fut) => {
+                let out = std::task::ready!(fut.as_mut().poll(cx));
+                *self = Flight::Done(None);
+                Poll::Ready(out)
+            }
+        }
+    }
+}
+
+/// The future of an atomic that fetches: the previous value.
+///
+/// # Cancel safety
+/// As for [`ImportSegment::fetch_add`].
+#[must_use = "an atomic does nothing until polled (except one performed when made)"]
+pub(super) struct Fetched<T> {
+    flight: Flight,
+    value: PhantomData<fn() -> T>,
+}
+
+impl<T: AtomicValue> Future for Fetched<T> {
+    type Output = Result<T>;
+
+    #[inline(always)]
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Result<T>> {
+        self.flight.poll_bits(cx).map(|r| r.map(T::from_bits))
+    }
+}
+
+/// The future of an update ([`ImportSegment::atomic`]).
+///
+/// # Cancel safety
+/// As for [`ImportSegment::fetch_add`].
+#[must_use = "an atomic does nothing until polled (except one performed when made)"]
+pub(super) struct Updated(Flight);
+
+impl Future for Updated {
+    type Output = Result<()>;
+
+    #[inline]
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Result<()>> {
+        self.0.poll_bits(cx).map(|r| r.map(|_| ()))
+    }
 }
 
 impl ImportSegment {
@@ -230,11 +285,7 @@ impl ImportSegment {
         op: AtomicOp,
         operand: T,
     ) -> impl Future<Output = Result<()>> + Send + 'static + use<T> {
-        let pending = self.prepare("atomic", Class::Update, op.code(), offset, operand, operand);
-        async move {
-            pending?.run().await?;
-            Ok(())
-        }
+        Updated(self.prepare("atomic", Class::Update, op.code(), offset, operand, operand))
     }
 
     /// Applies `op` with `operand` to the value at `offset` and returns the previous value
@@ -257,15 +308,17 @@ impl ImportSegment {
         op: AtomicOp,
         operand: T,
     ) -> impl Future<Output = Result<T>> + Send + 'static + use<T> {
-        let pending = self.prepare(
-            "fetch_atomic",
-            Class::Fetch,
-            op.code(),
-            offset,
-            operand,
-            operand,
-        );
-        async move { Ok(T::from_bits(pending?.run().await?)) }
+        Fetched {
+            flight: self.prepare(
+                "fetch_atomic",
+                Class::Fetch,
+                op.code(),
+                offset,
+                operand,
+                operand,
+            ),
+            value: PhantomData,
+        }
     }
 
     /// The conditional swap `op`: the value at `offset` becomes `operand` when the
@@ -292,18 +345,22 @@ impl ImportSegment {
         compare: T,
         operand: T,
     ) -> impl Future<Output = Result<T>> + Send + 'static + use<T> {
-        let pending = self.prepare(
-            "compare_atomic",
-            Class::Compare,
-            op.code(),
-            offset,
-            operand,
-            compare,
-        );
-        async move { Ok(T::from_bits(pending?.run().await?)) }
+        Fetched {
+            flight: self.prepare(
+                "compare_atomic",
+                Class::Compare,
+                op.code(),
+                offset,
+                operand,
+                compare,
+            ),
+            value: PhantomData,
+        }
     }
 
-    /// Checks an atomic and picks its path; nothing moves before the first poll.
+    /// Checks an atomic and picks its path; nothing moves before the first poll, except on
+    /// a mapped loopback segment, where a value that passes the checks is performed now.
+    #[inline(always)]
     fn prepare<T: AtomicValue>(
         &self,
         name: &'static str,
@@ -312,55 +369,111 @@ impl ImportSegment {
         offset: u64,
         operand: T,
         compare: T,
-    ) -> Result<Pending> {
+    ) -> Flight {
         let dt = T::DATATYPE;
-        self.count_made(OpKind::Atomic, dt.size());
-        let ctx = |e: Error| {
-            let e = e
-                .op(name)
-                .segment(self.inner.segment)
-                .node(self.inner.node)
-                .offset(offset)
-                .length(dt.size() as u64);
-            self.count_failure(OpKind::Atomic, &e);
-            e
+        let size = dt.size();
+        self.count_made(OpKind::Atomic, size);
+        if offset % size as u64 == 0
+            && crate::sans_io::atomic::offered(class, op, dt)
+            && self.fits(Perm::RDWR, offset, size)
+        {
+            if let Some(lo) = self.inner.path.eager() {
+                let call = Call {
+                    class,
+                    op,
+                    datatype: dt,
+                };
+                let (x, c) = (operand.to_bits(), compare.to_bits());
+                match lo.atomic_now(offset as usize, call, x, c) {
+                    Some(Ok(old)) => return Flight::Done(Some(Ok(old))),
+                    Some(Err(e)) => {
+                        return Flight::Done(Some(Err(self.atomic_failed(name, offset, size, e))));
+                    }
+                    None => {}
+                }
+            }
+        }
+        self.prepare_slow(
+            name,
+            class,
+            op,
+            offset,
+            operand.to_bits(),
+            compare.to_bits(),
+            dt,
+        )
+    }
+
+    /// `e` as the failure of the atomic `name` of `size` bytes at `offset`, counted.
+    #[cold]
+    #[inline(never)]
+    fn atomic_failed(&self, name: &'static str, offset: u64, size: usize, e: Error) -> Error {
+        let e = e
+            .op(name)
+            .segment(self.inner.segment)
+            .node(self.inner.node)
+            .offset(offset)
+            .length(size as u64);
+        self.count_failure(OpKind::Atomic, &e);
+        e
+    }
+
+    /// The checks in their order, and the path, for every atomic not performed when made.
+    #[allow(clippy::too_many_arguments)] // the atomic's parts, each named
+    fn prepare_slow(
+        &self,
+        name: &'static str,
+        class: Class,
+        op: u8,
+        offset: u64,
+        x: u64,
+        c: u64,
+        dt: Datatype,
+    ) -> Flight {
+        let size = dt.size();
+        let call = match offered(class, op, dt, offset) {
+            Ok(call) => call,
+            Err(e) => return Flight::Done(Some(Err(self.atomic_failed(name, offset, size, e)))),
         };
-        let call = offered(class, op, dt, offset).map_err(ctx)?;
         let fabric = self.inner.path.checks_abort();
-        self.check_access(name, Perm::RDWR, offset, dt.size(), fabric)
-            .inspect_err(|e| self.count_failure(OpKind::Atomic, e))?;
-        let route = match self
+        if let Err(e) = self.check_access(name, Perm::RDWR, offset, size, fabric) {
+            self.count_failure(OpKind::Atomic, &e);
+            return Flight::Done(Some(Err(e)));
+        }
+        match self
             .inner
             .path
-            .atomic_route(call, |c| self.natively(c, call))
+            .atomic_route(call, |cl| self.natively(cl, call))
         {
-            AtomicRoute::Cpu => Route::Done(
+            AtomicRoute::Cpu => Flight::Done(Some(
                 self.inner
                     .path
-                    .atomic_cpu(offset as usize, call, operand.to_bits(), compare.to_bits())
-                    .map_err(ctx),
-            ),
-            AtomicRoute::Exporter => Route::Exporter(self.clone()),
-            AtomicRoute::Native(kind) => self.native(
-                kind,
-                name,
-                call,
-                offset,
-                operand.to_bits(),
-                compare.to_bits(),
-            ),
-        };
-        Ok(Pending {
-            segment: self.inner.segment,
-            node: self.inner.node,
-            stats_id: self.inner.stats_id,
-            name,
-            call,
-            offset,
-            operand: operand.to_bits(),
-            compare: compare.to_bits(),
-            route,
-        })
+                    .atomic_cpu(offset as usize, call, x, c)
+                    .map_err(|e| self.atomic_failed(name, offset, size, e)),
+            )),
+            AtomicRoute::Exporter => {
+                let req = AtomicRequest {
+                    req: 0,
+                    conn_id: self.inner.conn_id,
+                    class: call.class as u8,
+                    op: call.op,
+                    datatype: call.datatype as u8,
+                    offset,
+                    operand: x,
+                    compare: c,
+                };
+                let seg = self.clone();
+                // Boxed: its side-channel futures are hundreds of bytes, and an `async`
+                // block starts nothing before its first poll.
+                Flight::Exporter(Box::pin(async move {
+                    let out = ask_exporter(seg.clone(), req).await;
+                    out.map_err(|e| seg.atomic_failed(name, offset, size, e))
+                }))
+            }
+            AtomicRoute::Native(kind) => {
+                Flight::Native(Box::new(self.native(kind, name, call, offset, x, c)), size)
+            }
+        }
     }
 
     /// The provider's own post of `call`, as `kind`.
@@ -372,20 +485,14 @@ impl ImportSegment {
         offset: u64,
         x: u64,
         c: u64,
-    ) -> Route {
+    ) -> Op<Words> {
         let size = call.datatype.size();
         let mut words: Words = Box::new([place(x, size), place(c, size), 0]);
         let ptr = words.as_mut_ptr().cast::<u8>();
         let post = self.post_of(kind, call, 1, COMPARE_AT, RESULT_AT);
-        Route::Native(Box::new(self.inner.path.atomic_post(
-            &self.inner,
-            post,
-            ptr,
-            24,
-            words,
-            name,
-            offset,
-        )))
+        self.inner
+            .path
+            .atomic_post(&self.inner, post, ptr, 24, words, name, offset)
     }
 
     /// Whether the controller's provider performs `call` as `class` itself and the
@@ -418,45 +525,6 @@ impl ImportSegment {
             count,
             compare_at,
             result_at,
-        }
-    }
-}
-
-impl Pending {
-    /// Performs the atomic; the previous value's bits (0 for an update).
-    async fn run(self) -> Result<u64> {
-        let size = self.call.datatype.size();
-        let ctx = |e: Error| {
-            let e = e
-                .op(self.name)
-                .segment(self.segment)
-                .node(self.node)
-                .offset(self.offset)
-                .length(size as u64);
-            crate::stats::failed(self.stats_id, OpKind::Atomic, &e);
-            e
-        };
-        match self.route {
-            Route::Done(res) => res,
-            Route::Native(op) => {
-                let (_, words) = op.await.map_err(|e| e.into_error())?;
-                Ok(take(words[RESULT_AT / 8], size))
-            }
-            Route::Exporter(seg) => {
-                let req = AtomicRequest {
-                    req: 0,
-                    conn_id: seg.inner.conn_id,
-                    class: self.call.class as u8,
-                    op: self.call.op,
-                    datatype: self.call.datatype as u8,
-                    offset: self.offset,
-                    operand: self.operand,
-                    compare: self.compare,
-                };
-                // Boxed: its side-channel futures would make every atomic's future, on every
-                // path, hundreds of bytes to move (moves were 40 % of a loopback one).
-                Box::pin(ask_exporter(seg, req)).await.map_err(ctx)
-            }
         }
     }
 }

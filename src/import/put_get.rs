@@ -2,7 +2,8 @@
 
 use super::ImportSegment;
 use crate::Error;
-use crate::backend::path::ImportPath;
+use crate::backend::loopback::{EAGER_COPY, Toward};
+use crate::backend::path::{Connection, ImportPath};
 use crate::perm::Perm;
 use crate::reactor::{IoBuf, IoBufMut, Op};
 use crate::stats::OpKind;
@@ -42,6 +43,20 @@ impl ImportSegment {
     #[inline(always)]
     fn put_op<B: IoBuf>(&self, offset: u64, buf: B) -> Op<B> {
         let len = buf.bytes_len();
+        if len <= EAGER_COPY && self.fits(Perm::WRITE, offset, len) {
+            if let Some(lo) = self.inner.path.eager() {
+                let local = buf.stable_ptr().cast_mut();
+                // SAFETY: the buffer is valid for reads of len bytes (IoBuf) and is Rust
+                // memory, not the segment's; `fits` checked the range against the segment.
+                match unsafe { lo.copy_now(offset as usize, local, len, Toward::Segment) } {
+                    Some(Ok(())) => return Op::ready(buf, len),
+                    Some(Err(e)) => {
+                        return self.failed_now(OpKind::Put, "put", offset, len, e, buf);
+                    }
+                    None => {}
+                }
+            }
+        }
         let path = &self.inner.path;
         if let Err(e) = self.check_access("put", Perm::WRITE, offset, len, path.checks_abort()) {
             return self.refused("put", e, buf);
@@ -81,8 +96,22 @@ impl ImportSegment {
     }
 
     #[inline(always)]
-    fn get_op<B: IoBufMut>(&self, offset: u64, buf: B) -> Op<B> {
+    fn get_op<B: IoBufMut>(&self, offset: u64, mut buf: B) -> Op<B> {
         let len = buf.bytes_len();
+        if len <= EAGER_COPY && self.fits(Perm::READ, offset, len) {
+            if let Some(lo) = self.inner.path.eager() {
+                let local = buf.stable_mut_ptr();
+                // SAFETY: the buffer is valid for writes of len bytes (IoBufMut) and is Rust
+                // memory, not the segment's; `fits` checked the range against the segment.
+                match unsafe { lo.copy_now(offset as usize, local, len, Toward::Local) } {
+                    Some(Ok(())) => return Op::ready(buf, len),
+                    Some(Err(e)) => {
+                        return self.failed_now(OpKind::Get, "get", offset, len, e, buf);
+                    }
+                    None => {}
+                }
+            }
+        }
         if len == 0 && buf.spare_capacity() > 0 {
             let e = Error::bad_length().detail(format!(
                 "the buffer is empty with {} bytes of spare capacity: a get fills the \
@@ -104,5 +133,24 @@ impl ImportSegment {
             return Op::done(buf);
         }
         path.get(&self.inner, offset, buf)
+    }
+
+    /// A copy made when created that failed (a revoke or a lost exporter): `e` as the
+    /// operation `op` at `offset`, counted as a failed `kind`.
+    #[cold]
+    #[inline(never)]
+    #[allow(clippy::too_many_arguments)] // the operation's parts, each named
+    fn failed_now<B: Send + 'static>(
+        &self,
+        kind: OpKind,
+        op: &'static str,
+        offset: u64,
+        len: usize,
+        e: Error,
+        buf: B,
+    ) -> Op<B> {
+        let e = self.inner.info(op, offset).annotate(e, len);
+        self.count_failure(kind, &e);
+        Op::copied(Err((0, e)), buf, len)
     }
 }

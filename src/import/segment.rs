@@ -349,6 +349,21 @@ impl ImportSegment {
         self.check_access(op, need, offset, len, true)
     }
 
+    /// Whether a non-empty access of `len` bytes at `offset` needing `need` passes every
+    /// check of [`check_access`](Self::check_access) but the fabric's (which a path that
+    /// posts makes itself): the fast path's test, whose failure takes the ordered checks
+    /// for the error.
+    #[inline(always)]
+    pub(super) fn fits(&self, need: Perm, offset: u64, len: usize) -> bool {
+        let inner = &self.inner;
+        !inner.disconnected.load(Ordering::SeqCst)
+            && inner.granted.allows(need)
+            && len != 0
+            && offset
+                .checked_add(len as u64)
+                .is_some_and(|end| end <= inner.length)
+    }
+
     /// The checks of an access in the original's order: handle, (forced disconnect and
     /// registration, for a fabric connection), permission, offset, length.
     pub(crate) fn check_access(

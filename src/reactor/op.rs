@@ -14,6 +14,7 @@ use super::verdict;
 use crate::Error;
 
 use std::future::Future;
+use std::mem::ManuallyDrop;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
@@ -33,8 +34,9 @@ use tokio::sync::oneshot;
 /// cannot be recalled), and its buffer is released only then.
 #[must_use = "an operation does nothing until polled"]
 pub struct Op<B: Send + 'static> {
-    /// Where the operation is in its life.
-    state: State<B>,
+    /// Where the operation is in its life; dropped by `Drop` (a retired operation, every
+    /// awaited one, then costs one comparison).
+    state: ManuallyDrop<State<B>>,
     /// The bytes the operation moves, reported on success.
     len: usize,
     /// The operation's span (`rsm::op`, trace level), entered at every poll; `None` when the
@@ -58,8 +60,12 @@ enum State<B: Send + 'static> {
     InFlight { slot: Arc<Slot<B>>, spin: Spin },
     /// Failed ambiguously: the outcome waits for the side channel's verdict.
     Failed(Box<Held<B>>),
-    /// Completed: the next poll hands back the outcome.
-    Completed(Outcome<B>),
+    /// Succeeded before its first poll (a copy of a few words made when created, or nothing
+    /// to move): the next poll hands back the buffer. Nothing to poll or drop but `B`.
+    Ready(B),
+    /// Completed otherwise (a failure): the next poll hands back the outcome. Boxed, as it
+    /// is rare and would make every `Op` larger to move.
+    Completed(Box<Outcome<B>>),
     /// Its outcome was handed back.
     Retired,
 }
@@ -73,8 +79,19 @@ type Held<B> = (Outcome<B>, verdict::AbortWithin, Arc<Slot<B>>);
 impl<B: Send + 'static> Unpin for Op<B> {}
 
 impl<B: Send + 'static> Drop for Op<B> {
+    #[inline]
     fn drop(&mut self) {
-        match &mut self.state {
+        if !matches!(*self.state, State::Retired) {
+            self.drop_state();
+        }
+    }
+}
+
+impl<B: Send + 'static> Op<B> {
+    /// The drop of an operation whose outcome was not handed back.
+    #[inline(never)]
+    fn drop_state(&mut self) {
+        match &mut *self.state {
             State::Copying(copying) => copying.0.finish(),
             // A future dropped between its post and its spin leaves the operation to the
             // engine, which may sleep since the post did not wake it.
@@ -92,13 +109,15 @@ impl<B: Send + 'static> Drop for Op<B> {
             }
             _ => {}
         }
+        // SAFETY: called once, from `drop`, and the state is never used after it.
+        unsafe { ManuallyDrop::drop(&mut self.state) }
     }
 }
 
 impl<B: Send + 'static> std::fmt::Debug for Op<B> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Op")
-            .field("pending", &matches!(self.state, State::InFlight { .. }))
+            .field("pending", &matches!(*self.state, State::InFlight { .. }))
             .finish()
     }
 }
@@ -116,7 +135,7 @@ impl<B: Send + 'static> Op<B> {
     /// An operation in `state` that moves `len` bytes.
     fn with(state: State<B>, len: usize) -> Self {
         Op {
-            state,
+            state: ManuallyDrop::new(state),
             len,
             span: None,
         }
@@ -149,22 +168,39 @@ impl<B: Send + 'static> Op<B> {
 
     /// A finished copy of `len` bytes: its result (with the entry that failed) and the
     /// buffer.
+    #[inline]
     pub(crate) fn copied(
         result: std::result::Result<(), (usize, Error)>,
         buf: B,
         len: usize,
     ) -> Self {
-        Op::with(State::Completed(Outcome::copied(result, buf)), len)
+        match result {
+            Ok(()) => Op::ready(buf, len),
+            Err(e) => Op::with(
+                State::Completed(Box::new(Outcome::copied(Err(e), buf))),
+                len,
+            ),
+        }
+    }
+
+    /// An operation that already moved its `len` bytes: it resolves at its first poll.
+    #[inline(always)]
+    pub(crate) fn ready(buf: B, len: usize) -> Self {
+        Op::with(State::Ready(buf), len)
     }
 
     /// An operation that fails before anything is posted; the buffer comes straight back.
+    #[cold]
     pub(crate) fn failed(err: Error, buf: B) -> Self {
-        Op::with(State::Completed(Outcome::copied(Err((0, err)), buf)), 0)
+        Op::with(
+            State::Completed(Box::new(Outcome::copied(Err((0, err)), buf))),
+            0,
+        )
     }
 
     /// An operation with nothing to move: succeeds at once.
     pub(crate) fn done(buf: B) -> Self {
-        Op::with(State::Completed(Outcome::copied(Ok(()), buf)), 0)
+        Op::ready(buf, 0)
     }
 
     /// An operation that owns `buf` and moves what `spec.plan` (whose pointers lie in
@@ -216,7 +252,7 @@ impl<B: Send + 'static> Op<B> {
 
     /// The slot, for a barrier to drive.
     pub(crate) fn driver(&self) -> Option<Arc<dyn Drive>> {
-        match &self.state {
+        match &*self.state {
             State::InFlight { slot, .. } => Some(Arc::clone(slot) as Arc<dyn Drive>),
             _ => None,
         }
@@ -225,7 +261,7 @@ impl<B: Send + 'static> Op<B> {
     /// The slot of an operation in flight.
     #[cfg(test)]
     fn slot(&self) -> Option<&Arc<Slot<B>>> {
-        match &self.state {
+        match &*self.state {
             State::InFlight { slot, .. } => Some(slot),
             _ => None,
         }
@@ -234,7 +270,7 @@ impl<B: Send + 'static> Op<B> {
     /// Where an operation in flight is in its turn at reading the queue.
     #[cfg(test)]
     fn spin(&self) -> Option<&Spin> {
-        match &self.state {
+        match &*self.state {
             State::InFlight { spin, .. } => Some(spin),
             _ => None,
         }
@@ -244,9 +280,9 @@ impl<B: Send + 'static> Op<B> {
     pub(crate) fn poll_outcome(&mut self, cx: &mut Context<'_>) -> Poll<Outcome<B>> {
         let _entered = self.span.as_deref().map(|s| s.clone().entered());
         loop {
-            match &mut self.state {
+            match &mut *self.state {
                 State::Made(_) => {
-                    let State::Made(start) = std::mem::replace(&mut self.state, State::Retired)
+                    let State::Made(start) = std::mem::replace(&mut *self.state, State::Retired)
                     else {
                         continue;
                     };
@@ -273,12 +309,12 @@ impl<B: Send + 'static> Op<B> {
                     // Only the outcome moves out: the whole state is larger, and this is
                     // every loopback operation's path.
                     let outcome = std::mem::replace(outcome, Outcome::taken());
-                    self.state = State::Retired;
+                    *self.state = State::Retired;
                     return Poll::Ready(outcome);
                 }
                 State::Offloaded(rx) => {
                     let copied = std::task::ready!(Pin::new(rx).poll(cx));
-                    self.state = State::Retired;
+                    *self.state = State::Retired;
                     return Poll::Ready(copied.unwrap_or_else(|_| Outcome {
                         // The copy was dropped unrun: the node's runtime shut down.
                         result: Err(
@@ -290,9 +326,16 @@ impl<B: Send + 'static> Op<B> {
                 }
                 State::InFlight { .. } => return self.poll_in_flight(cx),
                 State::Failed(_) => return self.poll_verdict(cx),
+                State::Ready(_) => {
+                    let State::Ready(buf) = std::mem::replace(&mut *self.state, State::Retired)
+                    else {
+                        continue;
+                    };
+                    return Poll::Ready(Outcome::copied(Ok(()), buf));
+                }
                 State::Completed(outcome) => {
-                    let outcome = std::mem::replace(outcome, Outcome::taken());
-                    self.state = State::Retired;
+                    let outcome = std::mem::replace(&mut **outcome, Outcome::taken());
+                    *self.state = State::Retired;
                     return Poll::Ready(outcome);
                 }
                 State::Retired => return Poll::Ready(polled_after_completion()),
@@ -303,7 +346,7 @@ impl<B: Send + 'static> Op<B> {
     /// In flight: posts at the first poll, spins as the spin policy says, then takes the
     /// completion from the slot, or parks the operation with the task's waker.
     fn poll_in_flight(&mut self, cx: &mut Context<'_>) -> Poll<Outcome<B>> {
-        let State::InFlight { slot, spin } = &mut self.state else {
+        let State::InFlight { slot, spin } = &mut *self.state else {
             return Poll::Ready(polled_after_completion());
         };
         // Once a poll found it posted (or queued, or failed), posting has nothing more for
@@ -352,7 +395,7 @@ impl<B: Send + 'static> Op<B> {
             };
             let failed_entry = st.failed_entry;
             drop(st);
-            let State::InFlight { slot, .. } = std::mem::replace(&mut self.state, State::Retired)
+            let State::InFlight { slot, .. } = std::mem::replace(&mut *self.state, State::Retired)
             else {
                 return Poll::Pending;
             };
@@ -364,7 +407,7 @@ impl<B: Send + 'static> Op<B> {
             if let Err(e) = &outcome.result {
                 if verdict::ambiguous(e) {
                     let wait = verdict::abort_within(&slot.tracker);
-                    self.state = State::Failed(Box::new((outcome, wait, slot)));
+                    *self.state = State::Failed(Box::new((outcome, wait, slot)));
                     return self.poll_verdict(cx);
                 }
                 slot.count_failure(e);
@@ -390,11 +433,11 @@ impl<B: Send + 'static> Op<B> {
     /// An ambiguous failure waits for the side channel's verdict (`reactor::verdict`): a
     /// lost exporter turns it into the abort's `RSMERR_CONN_ABORTED`.
     fn poll_verdict(&mut self, cx: &mut Context<'_>) -> Poll<Outcome<B>> {
-        let State::Failed(held) = &mut self.state else {
+        let State::Failed(held) = &mut *self.state else {
             return Poll::Ready(polled_after_completion());
         };
         let aborted = std::task::ready!(Pin::new(&mut held.1).poll(cx));
-        let State::Failed(held) = std::mem::replace(&mut self.state, State::Retired) else {
+        let State::Failed(held) = std::mem::replace(&mut *self.state, State::Retired) else {
             return Poll::Pending;
         };
         let (mut outcome, _, slot) = *held;
@@ -411,7 +454,23 @@ impl<B: Send + 'static> Op<B> {
 impl<B: Send + 'static> Future for Op<B> {
     type Output = BufResult<usize, B>;
 
+    #[inline]
     fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        // A ready operation without a span (every loopback put of a few words): no state to
+        // step through, nothing to enter.
+        if self.span.is_none() && matches!(*self.state, State::Ready(_)) {
+            if let State::Ready(buf) = std::mem::replace(&mut *self.state, State::Retired) {
+                return Poll::Ready(Ok((self.len, buf)));
+            }
+        }
+        self.poll_result(cx)
+    }
+}
+
+impl<B: Send + 'static> Op<B> {
+    /// The poll of every operation but a ready one without a span.
+    #[inline(never)]
+    fn poll_result(&mut self, cx: &mut Context<'_>) -> Poll<BufResult<usize, B>> {
         let o = std::task::ready!(self.poll_outcome(cx));
         // Read after the poll: a deferred operation learns its length at its first poll.
         let len = self.len;

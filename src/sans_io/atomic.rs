@@ -239,6 +239,7 @@ pub fn op_name(code: u8) -> &'static str {
 /// Whether `rsm` offers operation `op` of `class` on `dt`: updates (codes 0-11) as updates
 /// (not `read`) and fetching, compares (12-18) as compares; no bitwise operation and no
 /// masked swap on floats.
+#[inline]
 pub fn offered(class: Class, op: u8, dt: Datatype) -> bool {
     let float_ok = !matches!(op, 6 | 7 | 9 | 18);
     if dt.is_float() && !float_ok {
@@ -445,6 +446,7 @@ trait FromBits {
 macro_rules! from_bits_int {
     ($($t:ty => $u:ty),*) => {$(
         impl FromBits for $t {
+            #[inline(always)]
             fn from_bits(bits: u64) -> Self { bits as $u as $t }
         }
     )*};
@@ -452,12 +454,14 @@ macro_rules! from_bits_int {
 from_bits_int!(i8 => u8, u8 => u8, i16 => u16, u16 => u16, i32 => u32, u32 => u32, i64 => u64, u64 => u64);
 
 impl FromBits for f32 {
+    #[inline(always)]
     fn from_bits(bits: u64) -> Self {
         f32::from_bits(bits as u32)
     }
 }
 
 impl FromBits for f64 {
+    #[inline(always)]
     fn from_bits(bits: u64) -> Self {
         f64::from_bits(bits)
     }
@@ -492,10 +496,12 @@ macro_rules! value {
         impl AtomicValue for $t {
             const SIZE: usize = std::mem::size_of::<$t>();
             const DATATYPE: Datatype = Datatype::$dt;
+            #[inline(always)]
             fn to_bits(self) -> u64 {
                 let to: fn($t) -> u64 = $to;
                 to(self)
             }
+            #[inline(always)]
             fn from_bits(bits: u64) -> Self {
                 <$t as FromBits>::from_bits(bits)
             }

@@ -47,6 +47,7 @@ macro_rules! width {
 /// # Safety
 /// `ptr` is valid for reads and writes of the datatype's size, aligned to it, and every
 /// concurrent access to those bytes is atomic (or the caller accepts a torn value there).
+#[inline(always)]
 pub(crate) unsafe fn perform(ptr: *mut u8, call: Call, operand: u64, compare: u64) -> u64 {
     match call.datatype.size() {
         1 => width!(AtomicU8, u8, ptr, call, operand, compare),

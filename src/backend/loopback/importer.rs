@@ -260,6 +260,8 @@ impl LoopbackImport {
         matches!(self.implicit, Reach::Mapped { .. })
     }
 
+    #[cold]
+    #[inline(never)]
     fn aborted(&self) -> Error {
         lock(&self.why)
             .as_ref()
@@ -286,16 +288,6 @@ impl LoopbackImport {
         Ok(busy)
     }
 
-    /// Whether an access may start: neither revoked, nor lost, nor withdrawn (the
-    /// generation word says so before the notice arrives).
-    #[inline(always)]
-    fn current(&self) -> bool {
-        !self.revoked.load(Ordering::Acquire)
-            && self
-                .control()
-                .is_none_or(|c| c.load(Ordering::Acquire) >> 32 == self.epoch)
-    }
-
     /// After an access made without entering: whether no revoke or close raised its flag
     /// meanwhile. One that did may have replaced the mapping under the access, which then
     /// reached trash pages (a revoke raises the flag before it replaces the mapping).
@@ -320,7 +312,7 @@ impl LoopbackImport {
     /// # Safety
     /// `local` is valid for `len` bytes (reads toward the segment, writes toward local) and
     /// not inside the segment.
-    #[inline]
+    #[inline(always)]
     pub(crate) unsafe fn copy_now(
         &self,
         offset: usize,
@@ -463,13 +455,32 @@ impl LoopbackImport {
         operand: u64,
         compare: u64,
     ) -> Result<u64> {
-        let Reach::Mapped { data: m, .. } = &self.implicit else {
-            return Err(Error::locks_not_supported()
-                .detail("the segment is not mapped here: the exporter performs its atomics"));
+        self.atomic_now(offset, call, operand, compare)
+            .unwrap_or_else(|| {
+                Err(Error::locks_not_supported()
+                    .detail("the segment is not mapped here: the exporter performs its atomics"))
+            })
+    }
+
+    /// [`atomic`](Self::atomic), `None` when the segment is not mapped here (the exporter
+    /// performs it). Not entered, as `copy_now`: one locked instruction, the atomic's own.
+    #[inline(always)]
+    pub(crate) fn atomic_now(
+        &self,
+        offset: usize,
+        call: crate::sans_io::atomic::Call,
+        operand: u64,
+        compare: u64,
+    ) -> Option<Result<u64>> {
+        let Reach::Mapped { data: m, control } = &self.implicit else {
+            return None;
         };
-        // Not entered, as `copy_now`: one locked instruction, the atomic's own.
-        if !self.current() {
-            return Err(self.aborted());
+        // SAFETY: as in `control`: the word starts the control mapping, which lives as long
+        // as self.
+        let word = unsafe { AtomicU64::from_ptr(control.as_ptr().cast()) };
+        if self.revoked.load(Ordering::Acquire) || word.load(Ordering::Acquire) >> 32 != self.epoch
+        {
+            return Some(Err(self.aborted()));
         }
         debug_assert!(offset + call.datatype.size() <= self.size);
         // SAFETY: in bounds and aligned (checked by the import; the mapping is page-aligned)
@@ -479,10 +490,10 @@ impl LoopbackImport {
         let old = unsafe {
             crate::sys::atomic_mem::perform(m.as_ptr().add(offset), call, operand, compare)
         };
-        match self.settled() {
+        Some(match self.settled() {
             true => Ok(old),
             false => Err(self.aborted()),
-        }
+        })
     }
 
     /// Fails every later access with `err` (the exporting node is lost, DESIGN.md, decision 19).
