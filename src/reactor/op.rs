@@ -101,7 +101,7 @@ impl<B: Send + 'static> Op<B> {
                 }
                 slot.unattended();
                 if let State::InFlight { slot, .. } =
-                    std::mem::replace(&mut self.state, State::Retired)
+                    std::mem::replace(&mut *self.state, State::Retired)
                 {
                     // Back to the pool only if the provider is done with it too.
                     pool::recycle(slot);
