@@ -40,11 +40,9 @@ pub(crate) struct FabricBackend {
     /// This is a tcp controller's endpoint for atomics (`rxm_atomics.rs`): updates are
     /// posted fetching, as rxm completes them before they are performed.
     for_atomics: bool,
-    /// A tcp controller's endpoint for atomics, opened at the first atomic that needs it
-    /// (`rxm_atomics.rs`); `None` inside where it did not open.
-    atomics: std::sync::OnceLock<Option<Arc<FabricBackend>>>,
-    /// What opens `atomics`, taken by the first that needs it.
-    atomics_opener: Mutex<Option<AtomicsOpener>>,
+    /// A tcp controller's endpoint for atomics, opened on a blocking thread at the first
+    /// atomic that needs it (`rxm_atomics.rs`).
+    atomics: rxm_atomics::Slot,
 }
 
 /// Opens a tcp controller's endpoint for atomics (`rxm_atomics.rs`).
@@ -132,8 +130,7 @@ impl FabricBackend {
             shm: kind == "shm",
             _gate: gate,
             for_atomics,
-            atomics: std::sync::OnceLock::new(),
-            atomics_opener: Mutex::new(None),
+            atomics: rxm_atomics::Slot::default(),
         }))
     }
 
