@@ -493,7 +493,8 @@ fn open_fabric(
     }
     let runtime = node.upgrade().map(|s| s.runtime().clone());
     if let (Some(rxm), Some(runtime)) = (&c.atomics, runtime) {
-        // Its engine is woken with the controller's by a peer's `Wake` naming it.
+        // Its engine (`tcp0+atomics`) is woken by a peer's `Wake` naming it, which its own
+        // kicks send.
         let weak = node.clone();
         let on_engine: rxm_atomics::OnEngine = Box::new(move |e| {
             if let Some(state) = weak.upgrade() {

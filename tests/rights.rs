@@ -252,14 +252,17 @@ fn raw_role() {
     }
 }
 
-/// Asks the exporting node's engine of `ctrl` to read its queue every 2 ms, from `node`.
+/// Asks the exporting node's engines of `ctrl` to read their queues every 2 ms, from `node`.
 fn keep_awake(node: rsm::Node, exporter: u32, ctrl: &str) -> tokio::task::JoinHandle<()> {
-    let wake = rsm::test_util::wire::Message::Wake {
-        controller: ctrl.to_string(),
-    };
+    // A tcp controller's endpoint for atomics has an engine, and a `Wake`, of its own.
+    let wakes = [ctrl.to_string(), format!("{ctrl}+atomics")]
+        .map(|controller| rsm::test_util::wire::Message::Wake { controller });
     tokio::spawn(async move {
         loop {
-            let _ = rsm::test_util::send_message(&node, rsm::NodeId(exporter), wake.clone()).await;
+            for wake in &wakes {
+                let _ =
+                    rsm::test_util::send_message(&node, rsm::NodeId(exporter), wake.clone()).await;
+            }
             tokio::time::sleep(Duration::from_millis(2)).await;
         }
     })

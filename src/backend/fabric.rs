@@ -98,7 +98,14 @@ impl FabricBackend {
         let tuning = Tuning::for_kind(kind).with_budget(spin_budget);
         let cq = CompletionQueue::open(&domain, tx * 2, tuning.wait_fd)?;
         let ep = Endpoint::open_for(&domain, cq)?;
-        let engine = Engine::start_observed(ep, name, tuning, tx, stats, span)?;
+        // The endpoint for atomics' engine answers a `Wake` of its own: one naming the
+        // controller also kept the connected endpoints' engine polling for its idle window.
+        let engine = match for_atomics {
+            true => {
+                Engine::start_observed(ep, &format!("{name}+atomics"), tuning, tx, stats, span)?
+            }
+            false => Engine::start_observed(ep, name, tuning, tx, stats, span)?,
+        };
         let key_size = v.mr_key_size();
         let key_mask = if key_size >= 8 {
             u64::MAX
