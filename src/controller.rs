@@ -491,8 +491,10 @@ fn open_fabric(
         state.add_engine(backend.engine());
         state.add_fabric(&backend);
     }
-    if let Some(rxm) = &c.atomics {
-        // Its engine is woken with the controller's by a peer's `Wake` naming it.
+    let runtime = node.upgrade().map(|s| s.runtime().clone());
+    if let (Some(rxm), Some(runtime)) = (&c.atomics, runtime) {
+        // Its engine (`tcp0+atomics`) is woken by a peer's `Wake` naming it, which its own
+        // kicks send.
         let weak = node.clone();
         let on_engine: rxm_atomics::OnEngine = Box::new(move |e| {
             if let Some(state) = weak.upgrade() {
@@ -507,7 +509,7 @@ fn open_fabric(
             observed,
             on_engine,
         );
-        backend.arm_atomics(open);
+        backend.arm_atomics(open, runtime);
     }
     Ok(ControllerInner {
         info,

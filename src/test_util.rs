@@ -175,6 +175,22 @@ pub fn operations_in_flight(ctrl: &crate::Controller) -> usize {
     ctrl.path().fabric().map_or(0, |b| b.engine().in_flight())
 }
 
+/// Where `ctrl`'s endpoint for atomics stands (a tcp controller's, DESIGN.md §13):
+/// `"none"` (it has none, or it did not open), `"closed"` (it opens at the first atomic),
+/// `"opening"` (on a blocking thread; the exporter performs atomics meanwhile) or `"open"`.
+///
+/// ```no_run
+/// # fn f(ctrl: rsm::Controller) {
+/// let standing = rsm::test_util::atomics_endpoint(&ctrl);
+/// # let _ = standing;
+/// # }
+/// ```
+pub fn atomics_endpoint(ctrl: &crate::Controller) -> &'static str {
+    ctrl.path()
+        .fabric()
+        .map_or("none", |b| b.atomics_standing())
+}
+
 /// The registration of owned buffers (`FI_MR_LOCAL`) and of segments, for the benchmarks of
 /// what they cost.
 pub mod registration {

@@ -149,8 +149,12 @@ fn rebind_under_load(ctrl: &str) {
             .await
             .unwrap();
         // An atomic first: on tcp0 the connection's later ones go to the exporter's endpoint
-        // for atomics, which the rebind must register again.
+        // for atomics once open, which the rebind must register again.
         imp.fetch_add(16, 0u64).await.unwrap();
+        #[cfg(feature = "test-util")]
+        if ctrl == "tcp0" {
+            common::atomics_adopted(&imp, 16).await;
+        }
         let rebound = Arc::new(AtomicBool::new(false));
         let slots = size / 8;
         let writer = {

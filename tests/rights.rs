@@ -252,14 +252,17 @@ fn raw_role() {
     }
 }
 
-/// Asks the exporting node's engine of `ctrl` to read its queue every 2 ms, from `node`.
+/// Asks the exporting node's engines of `ctrl` to read their queues every 2 ms, from `node`.
 fn keep_awake(node: rsm::Node, exporter: u32, ctrl: &str) -> tokio::task::JoinHandle<()> {
-    let wake = rsm::test_util::wire::Message::Wake {
-        controller: ctrl.to_string(),
-    };
+    // A tcp controller's endpoint for atomics has an engine, and a `Wake`, of its own.
+    let wakes = [ctrl.to_string(), format!("{ctrl}+atomics")]
+        .map(|controller| rsm::test_util::wire::Message::Wake { controller });
     tokio::spawn(async move {
         loop {
-            let _ = rsm::test_util::send_message(&node, rsm::NodeId(exporter), wake.clone()).await;
+            for wake in &wakes {
+                let _ =
+                    rsm::test_util::send_message(&node, rsm::NodeId(exporter), wake.clone()).await;
+            }
             tokio::time::sleep(Duration::from_millis(2)).await;
         }
     })
@@ -401,8 +404,8 @@ fn grants_hold(ctrl: &'static str) {
     attacker.quit();
 }
 /// On tcp0 the provider performs a read-write grant's atomics on the exporter's endpoint
-/// for them (`tcp;ofi_rxm`), under the grant's key, from the connection's second atomic on
-/// (the first one's answer names the endpoint): a hostile grantee's raw fetch-add there
+/// for them (`tcp;ofi_rxm`), under the grant's key, once an atomic's answer named the
+/// endpoint (the first starts its opening): a hostile grantee's raw fetch-add there
 /// lands while connected and never once disconnected; a read-only or write-only grant
 /// names no such endpoint, and its atomics are refused before anything is posted.
 #[test]
@@ -430,13 +433,11 @@ fn tcp0_atomics_key_holds() {
             .await
             .expect("import");
         assert!(rsm::test_util::atomics_addr_of(&imp).is_empty());
-        // The first atomic's answer names the endpoint; the next ones go there and count.
+        // The first atomic starts the opening of the endpoints for atomics; an answer once
+        // the exporter's is open names it, and the next ones go there and count.
         assert_eq!(imp.fetch_add(0, 2u64).await.expect("fetch_add"), 0);
-        let rxm = rsm::test_util::atomics_addr_of(&imp);
-        assert!(
-            !rxm.is_empty(),
-            "{ctrl}: a read-write grant names the endpoint for atomics"
-        );
+        let rxm = common::atomics_adopted(&imp, 0).await;
+        assert_eq!(rsm::test_util::atomics_endpoint(&ci), "open", "{ctrl}");
         assert_eq!(imp.fetch_add(0, 3u64).await.expect("fetch_add"), 2);
         assert_eq!(seg.atomic_load::<u64>(0).expect("load"), 5);
         let (key, base, _) = rsm::test_util::grant_of(&imp);
@@ -483,6 +484,66 @@ fn tcp0_atomics_key_holds() {
         exporter.shutdown().await;
     });
     attacker.quit();
+}
+
+/// On tcp0 the endpoints for atomics open on blocking threads from a node's first atomic:
+/// neither is open before; the first atomics, many at once, are the exporter's and all
+/// complete while they open; once the exporter's is named the later ones, many at once
+/// again, go there, and every one counts once.
+#[test]
+fn tcp0_first_atomics_while_the_endpoints_open() {
+    let ctrl = "tcp0";
+    const N: u64 = 16;
+    common::logs();
+    common::runtime().block_on(async {
+        let (exporter, importer, exporter_id) = common::two_nodes().await;
+        let ce = exporter.controller(ctrl).await.expect("controller");
+        let seg = ce.export(SIZE, ExportFlags::empty()).expect("export");
+        let id = seg
+            .publish(None, &[Access::new(importer.id(), 0o600)])
+            .await
+            .expect("publish");
+        let ci = importer.controller(ctrl).await.expect("controller");
+        let imp = ci
+            .import(rsm::NodeId(exporter_id), id, Perm::RDWR)
+            .await
+            .expect("import");
+        for c in [&ce, &ci] {
+            assert_eq!(rsm::test_util::atomics_endpoint(c), "closed", "{ctrl}");
+        }
+        let firsts = (0..N).map(|_| imp.fetch_add(0, 1u64));
+        let mut got = futures::future::try_join_all(firsts)
+            .await
+            .expect("first atomics");
+        got.sort_unstable();
+        assert_eq!(got, (0..N).collect::<Vec<_>>(), "{ctrl}: each counted once");
+        for c in [&ce, &ci] {
+            assert_ne!(
+                rsm::test_util::atomics_endpoint(c),
+                "closed",
+                "{ctrl}: the first atomics started the opening"
+            );
+        }
+        common::atomics_adopted(&imp, 0).await;
+        for c in [&ce, &ci] {
+            assert_eq!(rsm::test_util::atomics_endpoint(c), "open", "{ctrl}");
+        }
+        let later = (0..N).map(|_| imp.fetch_add(0, 1u64));
+        let mut got = futures::future::try_join_all(later)
+            .await
+            .expect("later atomics");
+        got.sort_unstable();
+        assert_eq!(
+            got,
+            (N..2 * N).collect::<Vec<_>>(),
+            "{ctrl}: by the provider"
+        );
+        assert_eq!(seg.atomic_load::<u64>(0).expect("load"), 2 * N);
+        imp.disconnect().await.expect("disconnect");
+        seg.destroy().await.expect("destroy");
+        importer.shutdown().await;
+        exporter.shutdown().await;
+    });
 }
 
 #[test]

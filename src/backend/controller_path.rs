@@ -72,8 +72,10 @@ impl ControllerPath {
         // Atomics need a read-write grant: others get no endpoint for them. It is reached
         // at the first atomic (`rxm_atomics.rs`).
         let offered_atomics = match Perm::from_bits(grant.granted).allows(Perm::RDWR) {
-            true => grant.atomics_addr.clone(),
-            false => Vec::new(),
+            true if !grant.atomics_addr.is_empty() => {
+                std::sync::OnceLock::from(grant.atomics_addr.clone())
+            }
+            _ => std::sync::OnceLock::new(),
         };
         let fabric = Arc::new(FabricImport {
             engine: Arc::clone(b.engine()),

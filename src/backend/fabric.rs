@@ -40,11 +40,9 @@ pub(crate) struct FabricBackend {
     /// This is a tcp controller's endpoint for atomics (`rxm_atomics.rs`): updates are
     /// posted fetching, as rxm completes them before they are performed.
     for_atomics: bool,
-    /// A tcp controller's endpoint for atomics, opened at the first atomic that needs it
-    /// (`rxm_atomics.rs`); `None` inside where it did not open.
-    atomics: std::sync::OnceLock<Option<Arc<FabricBackend>>>,
-    /// What opens `atomics`, taken by the first that needs it.
-    atomics_opener: Mutex<Option<AtomicsOpener>>,
+    /// A tcp controller's endpoint for atomics, opened on a blocking thread at the first
+    /// atomic that needs it (`rxm_atomics.rs`).
+    atomics: rxm_atomics::Slot,
 }
 
 /// Opens a tcp controller's endpoint for atomics (`rxm_atomics.rs`).
@@ -100,7 +98,14 @@ impl FabricBackend {
         let tuning = Tuning::for_kind(kind).with_budget(spin_budget);
         let cq = CompletionQueue::open(&domain, tx * 2, tuning.wait_fd)?;
         let ep = Endpoint::open_for(&domain, cq)?;
-        let engine = Engine::start_observed(ep, name, tuning, tx, stats, span)?;
+        // The endpoint for atomics' engine answers a `Wake` of its own: one naming the
+        // controller also kept the connected endpoints' engine polling for its idle window.
+        let engine = match for_atomics {
+            true => {
+                Engine::start_observed(ep, &format!("{name}+atomics"), tuning, tx, stats, span)?
+            }
+            false => Engine::start_observed(ep, name, tuning, tx, stats, span)?,
+        };
         let key_size = v.mr_key_size();
         let key_mask = if key_size >= 8 {
             u64::MAX
@@ -132,8 +137,7 @@ impl FabricBackend {
             shm: kind == "shm",
             _gate: gate,
             for_atomics,
-            atomics: std::sync::OnceLock::new(),
-            atomics_opener: Mutex::new(None),
+            atomics: rxm_atomics::Slot::default(),
         }))
     }
 

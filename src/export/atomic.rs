@@ -46,7 +46,7 @@ impl ExportInner {
             )
         };
         // Where the provider can perform the connection's later atomics (tcp: its endpoint
-        // for atomics, opened at the first one).
+        // for atomics once open; the first atomic starts its opening, never waited for).
         let provider = match imp.granted.allows(Perm::RDWR) {
             true => self.ctrl.path().atomics_for(&p.offer, req.conn_id),
             false => Vec::new(),

@@ -8,9 +8,9 @@
 //! - **Provider**: libfabric controllers whose provider performs the (class, operation,
 //!   type) natively (`Controller::info().atomics`); posted at the first poll like a put,
 //!   through the same operation slot (the buffer is owned until the provider is done).
-//! - **Exporter**: everything else (a tcp connection's first atomic, whose answer names the
-//!   exporter's endpoint for the later ones, or every one where either side has no such
-//!   endpoint; loopback caller memory, a provider without the operation, an exporter of
+//! - **Exporter**: everything else (a tcp connection's first atomics, until an answer named
+//!   the exporter's endpoint for atomics and this side's own opened, or every one where
+//!   either side has no such endpoint; loopback caller memory, a provider without the operation, an exporter of
 //!   the other byte order): the exporting node performs it with a CPU atomic, asked over
 //!   the side channel.
 //!

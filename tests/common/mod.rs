@@ -432,6 +432,26 @@ pub async fn eventually(what: &str, cond: impl Fn() -> bool) {
     }
 }
 
+/// On tcp0 a connection's atomics go to the exporter's endpoint for atomics once an answer
+/// named it and this side's own opened (both on blocking threads, from the first atomic):
+/// atomics that add 0 at `offset` until the import adopted it (10 s at most); its address.
+#[cfg(feature = "test-util")]
+pub async fn atomics_adopted(imp: &rsm::ImportSegment, offset: u64) -> Vec<u8> {
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let addr = rsm::test_util::atomics_addr_of(imp);
+        if !addr.is_empty() {
+            return addr;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "not within 10 s: the endpoint for atomics adopted"
+        );
+        imp.fetch_add(offset, 0u64).await.expect("fetch_add");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
+
 /// Multi-process tests run one at a time: they spin progress threads and move large
 /// buffers, and two at once on 2 cores only measure the scheduler.
 pub fn serial() -> std::sync::MutexGuard<'static, ()> {

@@ -68,6 +68,7 @@ pub(crate) async fn rsm_row(
         len: slots * 8,
         target: Target::Rsm,
     })?;
+    init.settle_atomics().await?;
     let start = start_words(seed, slots);
     let (warmup, n) = (spec.warmup(), spec.timed());
     let hits = std::cell::Cell::new(true);

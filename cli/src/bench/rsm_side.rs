@@ -312,6 +312,22 @@ impl RsmInitiator {
         self.imp.get(offset, buf)
     }
 
+    /// Atomic reads until the import's atomics take the path they keep: a tcp controller's
+    /// endpoint for atomics opens on a blocking thread from the first atomic, the exporter
+    /// performing them meanwhile (DESIGN.md §13). Reads change no word; 10 s at most.
+    pub(crate) async fn settle_atomics(&self) -> Result<()> {
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        let ctrl = self.imp.controller();
+        while rsm::test_util::atomics_endpoint(ctrl) != "none"
+            && rsm::test_util::atomics_addr_of(&self.imp).is_empty()
+            && std::time::Instant::now() < deadline
+        {
+            self.imp.atomic_load::<u64>(0).await?;
+            tokio::time::sleep(std::time::Duration::from_millis(1)).await;
+        }
+        Ok(())
+    }
+
     /// One remote atomic of `op` (`fetch-add`, `cswap`, `add`) on the u64 at `offset`,
     /// believed to hold `cur`; the previous value (`cur` for an add, which fetches none).
     pub(crate) async fn atomic(&self, op: super::Op, offset: u64, cur: u64) -> Result<u64> {

@@ -44,7 +44,7 @@ impl FabricBackend {
         let mut reg = unsafe { self.register(mem.as_ptr(), mem.len(), mr) }?;
         // Atomics need both rights. Where the endpoint for atomics is open already (an
         // importer used it), every such grant, and a rebind's, is registered there now; else
-        // at the connection's first atomic (`atomics_for`).
+        // at the connection's first atomic once it is (`atomics_for`).
         let atomics = match access.allows(Perm::RDWR) && !self.carries_atomics() {
             // SAFETY: as above; the mirror closes with `reg`.
             true => unsafe { self.mirror_for_atomics(&mut reg, mem.as_ptr(), mem.len()) },

@@ -28,8 +28,9 @@ pub(crate) struct FabricImport {
     pub(crate) dest: ffi::fi_addr_t,
     /// The exporter's fabric address and ticket, as granted.
     pub(crate) peer: PeerAddress,
-    /// The exporter's endpoint for atomics as the grant named it (tcp; empty: none yet).
-    pub(crate) offered_atomics: Vec<u8>,
+    /// The exporter's endpoint for atomics as the grant or an exporter's answer named it
+    /// (tcp; unset: none yet).
+    pub(crate) offered_atomics: std::sync::OnceLock<Vec<u8>>,
     /// Where the connection's atomics go when this endpoint carries none (tcp), once
     /// known: the exporter's endpoint for atomics, or `None`, the exporter
     /// (`rxm_atomics.rs`).

@@ -1,12 +1,14 @@
 //! A tcp controller's remote atomics by the provider (DESIGN.md §13). tcp's connected
-//! endpoints carry no atomics, so beside them a tcp controller opens, at the first atomic
-//! it performs for an importer or posts itself, a reliable-datagram endpoint over
+//! endpoints carry no atomics, so beside them a tcp controller opens, on a blocking thread
+//! from the first atomic it performs for an importer or makes itself, a reliable-datagram
+//! endpoint over
 //! `tcp;ofi_rxm` on the same interface, with its own fabric, domain, queue, address vector
 //! and engine (rxm pre-posts about 70 MiB of receive buffers per endpoint, which hints do
 //! not lower: opened only where atomics are used). An exporter registers a read-write
 //! grant's memory there too, under the grant's own key and closed with the grant's
-//! registration (DESIGN.md §8, "Grants"); the grant, or the reply to the connection's first
-//! atomic, carries that endpoint's address, and the importer posts its atomics there.
+//! registration (DESIGN.md §8, "Grants"); the grant, or the reply to one of the
+//! connection's atomics, carries that endpoint's address, and the importer posts its
+//! atomics there once its own is open.
 
 use super::import::FabricImport;
 use super::{AtomicsOpener, FabricBackend, PeerAddress, Registration};
@@ -14,7 +16,8 @@ use crate::backend::path::Offer;
 use crate::fabric::{Domain, Fabric, Info, MrAccess};
 use crate::perm::Perm;
 use crate::reactor::engine::Engine;
-use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
 /// What the endpoint for atomics reports its engine to, once open: the node, which wakes
@@ -53,44 +56,124 @@ pub(crate) fn opener(
     })
 }
 
+/// A tcp controller's endpoint for atomics: its opening, handed over when the controller
+/// opens, runs on a blocking thread of the node's runtime, started by the first atomic
+/// made or served (the exporter performs atomics until it is open).
+#[derive(Default)]
+pub(crate) struct Slot {
+    /// The endpoint once the opening ended; `None` inside where it did not open.
+    ep: Arc<OnceLock<Option<Arc<FabricBackend>>>>,
+    /// What opens it and the runtime whose blocking threads run that, taken by the first
+    /// that needs it.
+    opener: Mutex<Option<(AtomicsOpener, tokio::runtime::Handle)>>,
+    /// An opener was handed over: until `ep` is set the endpoint is to come.
+    armed: AtomicBool,
+}
+
+/// Sets the endpoint to `None` if the opening is dropped without running (a runtime shut
+/// down), so that nobody waits for it.
+struct Fill(Arc<OnceLock<Option<Arc<FabricBackend>>>>);
+
+impl Drop for Fill {
+    fn drop(&mut self) {
+        let _ = self.0.set(None);
+    }
+}
+
+/// Where a controller's endpoint for atomics stands.
+pub(crate) enum Standing<'a> {
+    /// Open: atomics may be posted there.
+    Open(&'a Arc<FabricBackend>),
+    /// Opening on a blocking thread: the exporter performs atomics meanwhile.
+    Opening,
+    /// None, or it did not open: the exporter performs atomics.
+    None,
+}
+
 impl FabricBackend {
-    /// Hands the controller the opening of its endpoint for atomics, run by the first
-    /// [`FabricBackend::atomics`].
-    pub(crate) fn arm_atomics(&self, opener: AtomicsOpener) {
+    /// Hands the controller the opening of its endpoint for atomics, which the first
+    /// [`FabricBackend::atomics`] starts on a blocking thread of `runtime`.
+    pub(crate) fn arm_atomics(&self, opener: AtomicsOpener, runtime: tokio::runtime::Handle) {
         *self
-            .atomics_opener
+            .atomics
+            .opener
             .lock()
-            .unwrap_or_else(|p| p.into_inner()) = Some(opener);
+            .unwrap_or_else(|p| p.into_inner()) = Some((opener, runtime));
+        self.atomics.armed.store(true, Ordering::Release);
     }
 
-    /// The controller's endpoint for atomics, opened now if it was not yet; `None` where it
-    /// has none or it did not open.
-    pub(crate) fn atomics(&self) -> Option<&Arc<FabricBackend>> {
-        self.atomics
-            .get_or_init(|| {
-                let open = self
-                    .atomics_opener
-                    .lock()
-                    .unwrap_or_else(|p| p.into_inner())
-                    .take();
-                open.and_then(|f| f())
-            })
-            .as_ref()
+    /// Whether the controller has or will have an endpoint for atomics that is not open yet
+    /// (a cheap look, for the atomics path of every controller).
+    pub(crate) fn atomics_pending(&self) -> bool {
+        self.atomics.ep.get().is_none() && self.atomics.armed.load(Ordering::Acquire)
+    }
+
+    /// The controller's endpoint for atomics, its opening started now on a blocking
+    /// thread if it was not: never waits for it.
+    pub(crate) fn atomics(&self) -> Standing<'_> {
+        if let Some(ep) = self.atomics.ep.get() {
+            return ep.as_ref().map_or(Standing::None, Standing::Open);
+        }
+        if !self.atomics.armed.load(Ordering::Acquire) {
+            return Standing::None;
+        }
+        let taken = self
+            .atomics
+            .opener
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .take();
+        if let Some((open, runtime)) = taken {
+            let fill = Fill(Arc::clone(&self.atomics.ep));
+            // fi_getinfo, a fabric, a domain and rxm's 4,096 pre-posted receives block for
+            // milliseconds: never on an executor's thread.
+            drop(runtime.spawn_blocking(move || {
+                let _ = fill.0.set(open());
+            }));
+        }
+        match self.atomics.ep.get() {
+            Some(Some(ep)) => Standing::Open(ep),
+            Some(None) => Standing::None,
+            None => Standing::Opening,
+        }
+    }
+
+    /// Where the endpoint for atomics stands, without starting its opening: `"none"`,
+    /// `"closed"` (to open at the first atomic), `"opening"` or `"open"`.
+    pub(crate) fn atomics_standing(&self) -> &'static str {
+        match self.atomics.ep.get() {
+            Some(Some(_)) => "open",
+            Some(None) => "none",
+            None if !self.atomics.armed.load(Ordering::Acquire) => "none",
+            None => match self
+                .atomics
+                .opener
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .is_some()
+            {
+                true => "closed",
+                false => "opening",
+            },
+        }
     }
 
     /// The endpoint for atomics if it is open.
     fn atomics_if_open(&self) -> Option<&Arc<FabricBackend>> {
-        self.atomics.get().and_then(Option::as_ref)
+        self.atomics.ep.get().and_then(Option::as_ref)
     }
 
-    /// Connection `conn_id`'s endpoint for atomics (opened now if it was not), its
-    /// registration in `offer` mirrored there if it was not: that endpoint's address, or
-    /// `None` (the exporter performs the connection's atomics).
+    /// Connection `conn_id`'s endpoint for atomics, its registration in `offer` mirrored
+    /// there if it was not: that endpoint's address, or `None` (the exporter performs the
+    /// connection's atomics; if the endpoint is to come its opening starts now, and a later
+    /// atomic of the connection names it).
     pub(super) fn atomics_for(&self, offer: &Offer, conn_id: u64) -> Option<Vec<u8>> {
         if self.carries_atomics() {
             return None;
         }
-        let rx = self.atomics()?;
+        let Standing::Open(rx) = self.atomics() else {
+            return None;
+        };
         offer
             .with_registration(conn_id, |reg, access| {
                 if !access.allows(Perm::RDWR) {
@@ -154,12 +237,9 @@ impl FabricBackend {
     }
 
     /// The importer's end of a grant's atomics: the exporter's endpoint for atomics at `addr`
-    /// (hostile until checked) in this controller's one; `None` where either has none.
-    pub(crate) fn atomics_import(&self, addr: &[u8]) -> Option<Arc<FabricImport>> {
-        if addr.is_empty() {
-            return None;
-        }
-        let rx = self.atomics()?;
+    /// (hostile until checked) in this controller's one `rx`; `None` where it is out of
+    /// reach.
+    fn atomics_import(rx: &Arc<FabricBackend>, addr: &[u8]) -> Option<Arc<FabricImport>> {
         let peer = PeerAddress {
             addr: addr.to_vec(),
             ticket: Vec::new(),
@@ -176,32 +256,48 @@ impl FabricBackend {
             backend: Arc::clone(rx),
             dest,
             peer,
-            offered_atomics: Vec::new(),
-            atomics: std::sync::OnceLock::new(),
+            offered_atomics: OnceLock::new(),
+            atomics: OnceLock::new(),
         }))
     }
 }
 
 impl FabricImport {
     /// Where this connection's atomics go when its endpoint carries none (tcp): the
-    /// exporter's endpoint for atomics, reached at the first call once the grant or an
-    /// exporter's answer named it; `None`: the exporter performs them.
+    /// exporter's endpoint for atomics, adopted at the first call once the grant or an
+    /// exporter's answer named it and this controller's own is open; `None`: the exporter
+    /// performs this one (and, once settled so, all).
+    #[inline]
     pub(crate) fn atomics_path(&self) -> Option<&Arc<FabricImport>> {
-        if let Some(done) = self.atomics.get() {
-            return done.as_ref();
+        match self.atomics.get() {
+            Some(done) => done.as_ref(),
+            None => self.adopt_pending(),
         }
-        if self.offered_atomics.is_empty() {
+    }
+
+    /// Adopts the exporter's endpoint for atomics once both ends are open; until then
+    /// starts this controller's own opening (on a blocking thread) at the first atomic.
+    fn adopt_pending(&self) -> Option<&Arc<FabricImport>> {
+        let Some(addr) = self.offered_atomics.get() else {
+            if self.backend.atomics_pending() {
+                let _ = self.backend.atomics();
+            }
             return None;
-        }
-        self.adopt_atomics(&self.offered_atomics);
+        };
+        let adopted = match self.backend.atomics() {
+            Standing::Opening => return None,
+            Standing::None => None,
+            Standing::Open(rx) => FabricBackend::atomics_import(rx, addr),
+        };
+        let _ = self.atomics.set(adopted);
         self.atomics.get().and_then(Option::as_ref)
     }
 
     /// The exporter's endpoint for this connection's atomics is at `addr`: later atomics go
-    /// there (this controller's own endpoint for atomics opened now if it was not). Once.
+    /// there once this controller's own endpoint for atomics is open. Once.
     pub(crate) fn adopt_atomics(&self, addr: &[u8]) {
         if self.atomics.get().is_none() && !addr.is_empty() {
-            let _ = self.atomics.set(self.backend.atomics_import(addr));
+            let _ = self.offered_atomics.set(addr.to_vec());
         }
     }
 }
