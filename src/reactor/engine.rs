@@ -84,6 +84,9 @@ pub(crate) struct Engine {
     queues: Mutex<super::queued::Queues>,
     /// How many posts wait in `queues` (read without the lock).
     queued: AtomicUsize,
+    /// A queued operation was aborted: the next `post_queued` takes it off its queue even
+    /// with the transmit queue full.
+    queue_kick: AtomicBool,
     /// Posts waiting for a connection to a peer to be made (connected endpoints): woken
     /// when the endpoint's connections change, not by the engine's loop.
     conn_waiters: Mutex<Vec<Waker>>,
@@ -179,6 +182,7 @@ impl Engine {
             inflight: AtomicUsize::new(0),
             queues: Mutex::new(Default::default()),
             queued: AtomicUsize::new(0),
+            queue_kick: AtomicBool::new(false),
             conn_waiters: Mutex::new(Vec::new()),
             wake,
             sleeping: AtomicBool::new(false),
