@@ -117,6 +117,9 @@ pub(crate) struct Engine {
     last_noted: AtomicU64,
     /// Parts posted so far (see `spin_after_yield`).
     posts: AtomicU64,
+    /// Reads of the queue that reaped something: a post the provider refused waits for the
+    /// next one while others are in flight (`engine/queue.rs`).
+    reaps: AtomicU64,
     /// The provider keeps state in each operation's context (see
     /// [`Engine::tagged_parts`]).
     op_context: bool,
@@ -198,6 +201,7 @@ impl Engine {
             reader: Mutex::new(Vec::with_capacity(64)),
             lease: Lease::default(),
             posts: AtomicU64::new(0),
+            reaps: AtomicU64::new(0),
             last_node: AtomicU64::new(u64::MAX),
             last_noted: AtomicU64::new(0),
             stats,

@@ -22,6 +22,9 @@ pub(crate) struct PeerQueue {
     /// The pass of the engine's posting (`Queues::pass`) in which the front was refused:
     /// that pass goes on with the other peers.
     refused: u64,
+    /// The engine's count of reaping reads when the front was refused: with operations in
+    /// flight, it is tried again only after one more.
+    refused_at: Option<u64>,
 }
 
 /// The queues of every peer with posts waiting. A plain list: its keys are the
@@ -57,24 +60,33 @@ impl Queues {
         self.pass
     }
 
-    /// A front to post in this pass: of a peer nobody posts for right now and whose front
-    /// was not refused in it. Marks the peer busy.
-    pub(crate) fn take_front(&mut self, pass: u64) -> Option<(ffi::fi_addr_t, Arc<dyn Queued>)> {
-        let (dest, q) = self
-            .peers
-            .iter_mut()
-            .find(|(_, q)| !q.busy && q.refused != pass && !q.ops.is_empty())?;
+    /// A front to post in this pass, at `reaps` reaping reads: of a peer nobody posts for
+    /// right now and whose front was not refused in this pass, nor at these reaps unless
+    /// nothing is in flight (`idle`). Marks the peer busy.
+    pub(crate) fn take_front(
+        &mut self,
+        pass: u64,
+        reaps: u64,
+        idle: bool,
+    ) -> Option<(ffi::fi_addr_t, Arc<dyn Queued>)> {
+        let (dest, q) = self.peers.iter_mut().find(|(_, q)| {
+            !q.busy
+                && q.refused != pass
+                && (idle || q.refused_at != Some(reaps))
+                && !q.ops.is_empty()
+        })?;
         let front = Arc::clone(q.ops.front()?);
         q.busy = true;
         Some((*dest, front))
     }
 
-    /// What became of the front of `dest` taken in `pass`: done with the queue (taken
-    /// out, and returned to be dropped outside the lock), or refused.
+    /// What became of the front of `dest` taken in `pass` at `reaps`: done with the queue
+    /// (taken out, and returned to be dropped outside the lock), or refused.
     pub(crate) fn settle(
         &mut self,
         dest: ffi::fi_addr_t,
         pass: u64,
+        reaps: u64,
         done: bool,
     ) -> Option<Arc<dyn Queued>> {
         let i = self.peers.iter().position(|(d, _)| *d == dest)?;
@@ -82,8 +94,10 @@ impl Queues {
         q.busy = false;
         if !done {
             q.refused = pass;
+            q.refused_at = Some(reaps);
             return None;
         }
+        q.refused_at = None;
         let gone = q.ops.pop_front();
         if q.ops.is_empty() {
             self.peers.swap_remove(i);
@@ -115,22 +129,27 @@ mod tests {
         qs.push(7, op());
         assert!(qs.contains(7) && qs.contains(9) && !qs.contains(8));
         let pass = qs.start_pass();
-        let (a, _) = qs.take_front(pass).expect("peer 7's front");
+        let (a, _) = qs.take_front(pass, 0, false).expect("peer 7's front");
         assert_eq!(a, 7);
         // Peer 7 is busy: the next front is peer 9's.
-        let (b, _) = qs.take_front(pass).expect("peer 9's front");
+        let (b, _) = qs.take_front(pass, 0, false).expect("peer 9's front");
         assert_eq!(b, 9);
-        assert!(qs.take_front(pass).is_none());
+        assert!(qs.take_front(pass, 0, false).is_none());
         // Peer 9's front refused: not again in this pass; peer 7's posted, then its next.
-        assert!(qs.settle(9, pass, false).is_none());
-        assert!(qs.settle(7, pass, true).is_some());
-        let (c, _) = qs.take_front(pass).expect("peer 7's second");
+        assert!(qs.settle(9, pass, 0, false).is_none());
+        assert!(qs.settle(7, pass, 0, true).is_some());
+        let (c, _) = qs.take_front(pass, 0, false).expect("peer 7's second");
         assert_eq!(c, 7);
-        assert!(qs.take_front(pass).is_none());
-        assert!(qs.settle(7, pass, true).is_some());
+        assert!(qs.take_front(pass, 0, false).is_none());
+        assert!(qs.settle(7, pass, 0, true).is_some());
         assert!(!qs.contains(7));
-        // The next pass tries peer 9's front again.
+        // The next pass tries peer 9's front again once a read reaped something, or with
+        // nothing in flight.
         let pass = qs.start_pass();
-        assert_eq!(qs.take_front(pass).map(|(d, _)| d), Some(9));
+        assert!(qs.take_front(pass, 0, false).is_none());
+        assert_eq!(qs.take_front(pass, 0, true).map(|(d, _)| d), Some(9));
+        assert!(qs.settle(9, pass, 0, false).is_none());
+        let pass = qs.start_pass();
+        assert_eq!(qs.take_front(pass, 1, false).map(|(d, _)| d), Some(9));
     }
 }

@@ -47,10 +47,11 @@ impl Engine {
     }
 
     /// Posts from every peer's queue, in order, until each is empty or its front is
-    /// refused once in this call, or the transmit queue is full. Called by whoever has just
-    /// read the completion queue: a full transmit queue frees only by a completion, whose
-    /// reaper comes back here; the provider's refusal (`-FI_EAGAIN`) is tried again after
-    /// the next read, libfabric's progress.
+    /// refused, or the transmit queue is full. Called by whoever has just read the completion
+    /// queue: a full transmit queue frees only by a completion, whose reaper comes back
+    /// here; a front the provider refused (`-FI_EAGAIN`: shm while a delivery-complete write
+    /// to the peer is in flight) is tried again once a read reaped something, or at every
+    /// pass with nothing in flight.
     pub(crate) fn post_queued(&self) {
         if self.queued.load(Ordering::SeqCst) == 0 {
             return;
@@ -66,12 +67,18 @@ impl Engine {
         let mut gone: Option<Arc<dyn Queued>> = None;
         let mut g = self.lock_queues();
         let pass = g.start_pass();
-        while let Some((dest, op)) = g.take_front(pass) {
+        loop {
+            // A front the provider refused waits for a completion while any is to come.
+            let reaps = self.reaps.load(Ordering::Acquire);
+            let idle = self.inflight.load(Ordering::SeqCst) == 0;
+            let Some((dest, op)) = g.take_front(pass, reaps, idle) else {
+                break;
+            };
             drop(g);
             drop(gone.take());
             let done = op.post_queued();
             g = self.lock_queues();
-            gone = g.settle(dest, pass, done);
+            gone = g.settle(dest, pass, reaps, done);
             if gone.is_some() {
                 self.queued.fetch_sub(1, Ordering::SeqCst);
             }
