@@ -407,7 +407,13 @@ impl ImportSegment {
     /// `e` as the failure of the atomic `name` of `size` bytes at `offset`, counted.
     #[cold]
     #[inline(never)]
-    fn atomic_failed(&self, name: &'static str, offset: u64, size: usize, e: Error) -> Error {
+    pub(super) fn atomic_failed(
+        &self,
+        name: &'static str,
+        offset: u64,
+        size: usize,
+        e: Error,
+    ) -> Error {
         let e = e
             .op(name)
             .segment(self.inner.segment)

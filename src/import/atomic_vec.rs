@@ -167,16 +167,7 @@ impl ImportSegment {
         let n = operands.len();
         let bytes = n.saturating_mul(dt.size());
         self.count_made(OpKind::Atomic, bytes);
-        let ctx = |e: Error| {
-            let e = e
-                .op(name)
-                .segment(self.inner.segment)
-                .node(self.inner.node)
-                .offset(offset)
-                .length(bytes as u64);
-            self.count_failure(OpKind::Atomic, &e);
-            e
-        };
+        let ctx = |e: Error| self.atomic_failed(name, offset, bytes, e);
         let call = offered(class, op, dt, offset).map_err(ctx)?;
         if n > MAX_ATOMIC_VALUES || compares.len() != n {
             return Err(ctx(Error::bad_length().detail(format!(
