@@ -403,6 +403,44 @@ fn grants_hold(ctrl: &'static str) {
     });
     attacker.quit();
 }
+/// Two nodes, a segment exported on `ctrl` with a read-write grant to the importer, and
+/// the importer's read-write import of it.
+struct ReadWrite {
+    exporter: rsm::Node,
+    importer: rsm::Node,
+    exporter_id: u32,
+    ce: rsm::Controller,
+    ci: rsm::Controller,
+    seg: rsm::ExportSegment,
+    id: rsm::SegmentId,
+    imp: rsm::ImportSegment,
+}
+
+async fn read_write_grant(ctrl: &str) -> ReadWrite {
+    let (exporter, importer, exporter_id) = common::two_nodes().await;
+    let ce = exporter.controller(ctrl).await.expect("controller");
+    let seg = ce.export(SIZE, ExportFlags::empty()).expect("export");
+    let id = seg
+        .publish(None, &[Access::new(importer.id(), 0o600)])
+        .await
+        .expect("publish");
+    let ci = importer.controller(ctrl).await.expect("controller");
+    let imp = ci
+        .import(rsm::NodeId(exporter_id), id, Perm::RDWR)
+        .await
+        .expect("import");
+    ReadWrite {
+        exporter,
+        importer,
+        exporter_id,
+        ce,
+        ci,
+        seg,
+        id,
+        imp,
+    }
+}
+
 /// On tcp0 the provider performs a read-write grant's atomics on the exporter's endpoint
 /// for them (`tcp;ofi_rxm`), under the grant's key, once an atomic's answer named the
 /// endpoint (the first starts its opening): a hostile grantee's raw fetch-add there
@@ -419,19 +457,17 @@ fn tcp0_atomics_key_holds() {
         &[("PROVIDER", "tcp;ofi_rxm".to_string())],
     );
     rt.block_on(async {
-        let (exporter, importer, exporter_id) = common::two_nodes().await;
-        let ce = exporter.controller(ctrl).await.expect("controller");
-        let seg = ce.export(SIZE, ExportFlags::empty()).expect("export");
-        let id = seg
-            .publish(None, &[Access::new(importer.id(), 0o600)])
-            .await
-            .expect("publish");
-        let ci = importer.controller(ctrl).await.expect("controller");
+        let ReadWrite {
+            exporter,
+            importer,
+            exporter_id,
+            ci,
+            seg,
+            id,
+            imp,
+            ..
+        } = read_write_grant(ctrl).await;
         assert_eq!(ci.info().atomics.path, "provider", "{ctrl}: rxm's atomics");
-        let imp = ci
-            .import(rsm::NodeId(exporter_id), id, Perm::RDWR)
-            .await
-            .expect("import");
         assert!(rsm::test_util::atomics_addr_of(&imp).is_empty());
         // The first atomic starts the opening of the endpoints for atomics; an answer once
         // the exporter's is open names it, and the next ones go there and count.
@@ -496,18 +532,15 @@ fn tcp0_first_atomics_while_the_endpoints_open() {
     const N: u64 = 16;
     common::logs();
     common::runtime().block_on(async {
-        let (exporter, importer, exporter_id) = common::two_nodes().await;
-        let ce = exporter.controller(ctrl).await.expect("controller");
-        let seg = ce.export(SIZE, ExportFlags::empty()).expect("export");
-        let id = seg
-            .publish(None, &[Access::new(importer.id(), 0o600)])
-            .await
-            .expect("publish");
-        let ci = importer.controller(ctrl).await.expect("controller");
-        let imp = ci
-            .import(rsm::NodeId(exporter_id), id, Perm::RDWR)
-            .await
-            .expect("import");
+        let ReadWrite {
+            exporter,
+            importer,
+            ce,
+            ci,
+            seg,
+            imp,
+            ..
+        } = read_write_grant(ctrl).await;
         for c in [&ce, &ci] {
             assert_eq!(rsm::test_util::atomics_endpoint(c), "closed", "{ctrl}");
         }
