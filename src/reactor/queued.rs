@@ -4,6 +4,11 @@
 use crate::fabric::ffi;
 use std::collections::VecDeque;
 use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// How long a refused front waits for a reaping read before it is tried again anyway: the
+/// completion it waits for may never come (a write to a peer that died stays in flight).
+pub(crate) const REFUSED_WAIT: Duration = Duration::from_micros(50);
 
 /// An operation waiting in its peer's queue.
 pub(crate) trait Queued: Send + Sync {
@@ -22,18 +27,29 @@ pub(crate) struct PeerQueue {
     /// The pass of the engine's posting (`Queues::pass`) in which the front was refused:
     /// that pass goes on with the other peers.
     refused: u64,
-    /// The engine's count of reaping reads when the front was refused: with operations in
-    /// flight, it is tried again only after one more.
-    refused_at: Option<u64>,
+    /// The engine's count of reaping reads when the front was refused, and when: with
+    /// operations in flight, it is tried again only after one more, or `REFUSED_WAIT` on.
+    refused_at: Option<(u64, Instant)>,
 }
 
 /// The queues of every peer with posts waiting. A plain list: its keys are the
 /// `fi_addr_t`s we chose (not a peer's), and a crowd's posts wait for one or a few peers.
-#[derive(Default)]
 pub(crate) struct Queues {
     peers: Vec<(ffi::fi_addr_t, PeerQueue)>,
     /// Counts the engine's passes over the queues (`Engine::post_queued`).
     pass: u64,
+    /// How long a refused front waits for a reaping read (`REFUSED_WAIT`).
+    refused_wait: Duration,
+}
+
+impl Default for Queues {
+    fn default() -> Self {
+        Self {
+            peers: Vec::new(),
+            pass: 0,
+            refused_wait: REFUSED_WAIT,
+        }
+    }
 }
 
 impl Queues {
@@ -62,18 +78,26 @@ impl Queues {
 
     /// A front to post in this pass, at `reaps` reaping reads: of a peer nobody posts for
     /// right now and whose front was not refused in this pass, nor at these reaps unless
-    /// nothing is in flight (`idle`). Marks the peer busy.
+    /// nothing is in flight (`idle`) or `REFUSED_WAIT` has passed. Marks the peer busy.
     pub(crate) fn take_front(
         &mut self,
         pass: u64,
         reaps: u64,
         idle: bool,
     ) -> Option<(ffi::fi_addr_t, Arc<dyn Queued>)> {
+        // Read the clock only for a front refused at these reaps.
+        let mut now = None;
+        let wait = self.refused_wait;
         let (dest, q) = self.peers.iter_mut().find(|(_, q)| {
             !q.busy
                 && q.refused != pass
-                && (idle || q.refused_at != Some(reaps))
                 && !q.ops.is_empty()
+                && match q.refused_at {
+                    Some((at, when)) if at == reaps && !idle => {
+                        now.get_or_insert_with(Instant::now).saturating_duration_since(when) >= wait
+                    }
+                    _ => true,
+                }
         })?;
         let front = Arc::clone(q.ops.front()?);
         q.busy = true;
@@ -94,7 +118,7 @@ impl Queues {
         q.busy = false;
         if !done {
             q.refused = pass;
-            q.refused_at = Some(reaps);
+            q.refused_at = Some((reaps, Instant::now()));
             return None;
         }
         q.refused_at = None;
@@ -123,7 +147,10 @@ mod tests {
 
     #[test]
     fn a_pass_posts_each_peer_in_order_and_skips_a_refused_or_busy_front() {
-        let mut qs = Queues::default();
+        let mut qs = Queues {
+            refused_wait: Duration::from_secs(3600),
+            ..Queues::default()
+        };
         qs.push(7, op());
         qs.push(9, op());
         qs.push(7, op());
@@ -150,6 +177,12 @@ mod tests {
         assert_eq!(qs.take_front(pass, 0, true).map(|(d, _)| d), Some(9));
         assert!(qs.settle(9, pass, 0, false).is_none());
         let pass = qs.start_pass();
+        assert_eq!(qs.take_front(pass, 1, false).map(|(d, _)| d), Some(9));
+        assert!(qs.settle(9, pass, 1, false).is_none());
+        // Or once the wait has passed: the completion may never come.
+        let pass = qs.start_pass();
+        assert!(qs.take_front(pass, 1, false).is_none());
+        qs.refused_wait = Duration::ZERO;
         assert_eq!(qs.take_front(pass, 1, false).map(|(d, _)| d), Some(9));
     }
 }
