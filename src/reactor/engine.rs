@@ -84,6 +84,9 @@ pub(crate) struct Engine {
     queues: Mutex<super::queued::Queues>,
     /// How many posts wait in `queues` (read without the lock).
     queued: AtomicUsize,
+    /// A queued operation was aborted: the next `post_queued` takes it off its queue even
+    /// with the transmit queue full.
+    queue_kick: AtomicBool,
     /// Posts waiting for a connection to a peer to be made (connected endpoints): woken
     /// when the endpoint's connections change, not by the engine's loop.
     conn_waiters: Mutex<Vec<Waker>>,
@@ -114,6 +117,9 @@ pub(crate) struct Engine {
     last_noted: AtomicU64,
     /// Parts posted so far (see `spin_after_yield`).
     posts: AtomicU64,
+    /// Reads of the queue that reaped something: a post the provider refused waits for the
+    /// next one while others are in flight (`engine/queue.rs`).
+    reaps: AtomicU64,
     /// The provider keeps state in each operation's context (see
     /// [`Engine::tagged_parts`]).
     op_context: bool,
@@ -179,6 +185,7 @@ impl Engine {
             inflight: AtomicUsize::new(0),
             queues: Mutex::new(Default::default()),
             queued: AtomicUsize::new(0),
+            queue_kick: AtomicBool::new(false),
             conn_waiters: Mutex::new(Vec::new()),
             wake,
             sleeping: AtomicBool::new(false),
@@ -194,6 +201,7 @@ impl Engine {
             reader: Mutex::new(Vec::with_capacity(64)),
             lease: Lease::default(),
             posts: AtomicU64::new(0),
+            reaps: AtomicU64::new(0),
             last_node: AtomicU64::new(u64::MAX),
             last_noted: AtomicU64::new(0),
             stats,

@@ -363,6 +363,7 @@ impl<O: Send + 'static> Slot<O> {
                 Some(err) => self.fail_aborted(&mut st, err),
             }
         };
+        self.kick_if_queued();
         finish((settled, None));
         self.suspect_orphan();
     }
@@ -596,12 +597,21 @@ impl<O: Send + 'static> Abort for Slot<O> {
             let mut st = self.lock();
             self.fail_aborted(&mut st, clone_error(err))
         };
+        self.kick_if_queued();
         finish((settled, None));
         self.suspect_orphan();
     }
 }
 
 impl<O: Send + 'static> Slot<O> {
+    /// An aborted operation still queued leaves its queue at the reaper's next look, even
+    /// with the transmit queue full (`Engine::post_queued`).
+    fn kick_if_queued(&self) {
+        if self.queued.load(Ordering::Acquire) {
+            self.engine.kick_queues();
+        }
+    }
+
     /// A fast-path read (one part, one range, a provider whose reads take its fast path,
     /// `reactor/orphans.rs`) aborted with its part in flight: its provider may have failed it
     /// without naming it, which the engine finds out.

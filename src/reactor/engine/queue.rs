@@ -10,21 +10,27 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
 impl Engine {
-    /// Whether posts to `dest` wait in its queue: a new one goes behind them.
+    /// Whether posts to `dest` wait in its queue: a new one goes behind them. The lock
+    /// only while something is queued.
     #[inline]
     pub(crate) fn has_queue(&self, dest: ffi::fi_addr_t) -> bool {
-        self.queued.load(Ordering::SeqCst) > 0 && self.lock_queues().contains_key(&dest)
+        self.queued.load(Ordering::SeqCst) > 0 && self.lock_queues().contains(dest)
     }
 
     /// Queues `op` behind the posts waiting for `dest`; the reaper posts it as space frees.
     pub(crate) fn enqueue(&self, dest: ffi::fi_addr_t, op: Arc<dyn Queued>) {
-        self.lock_queues()
-            .entry(dest)
-            .or_default()
-            .ops
-            .push_back(op);
+        self.lock_queues().push(dest, op);
         // Paired with the engine's store of `sleeping` before its last look at `queued`.
         self.queued.fetch_add(1, Ordering::SeqCst);
+        if self.sleeping.load(Ordering::SeqCst) {
+            self.wake.wake();
+        }
+    }
+
+    /// A queued operation failed (its connection aborted): the reaper takes it off its
+    /// queue at its next look, room or not.
+    pub(crate) fn kick_queues(&self) {
+        self.queue_kick.store(true, Ordering::SeqCst);
         if self.sleeping.load(Ordering::SeqCst) {
             self.wake.wake();
         }
@@ -35,47 +41,53 @@ impl Engine {
         self.queued.load(Ordering::SeqCst)
     }
 
+    /// Whether the transmit queue has room for a post (what `reserve` asks).
+    fn has_room(&self) -> bool {
+        self.inflight.load(Ordering::SeqCst) < self.tx_limit
+    }
+
     /// Posts from every peer's queue, in order, until each is empty or its front is
-    /// refused again. Called by whoever has just read the completion queue.
+    /// refused, or the transmit queue is full. Called by whoever has just read the completion
+    /// queue: a full transmit queue frees only by a completion, whose reaper comes back
+    /// here; a front the provider refused (`-FI_EAGAIN`: shm while a delivery-complete write
+    /// to the peer is in flight) is tried again once a read reaped something, or at every
+    /// pass with nothing in flight.
     pub(crate) fn post_queued(&self) {
         if self.queued.load(Ordering::SeqCst) == 0 {
             return;
         }
-        let fronts: Vec<_> = {
-            let mut g = self.lock_queues();
-            g.iter_mut()
-                .filter(|(_, q)| !q.busy)
-                .filter_map(|(&dest, q)| {
-                    let front = Arc::clone(q.ops.front()?);
-                    q.busy = true;
-                    Some((dest, front))
-                })
-                .collect()
-        };
-        for (dest, mut op) in fronts {
-            loop {
-                let done = Arc::clone(&op).post_queued();
-                let mut g = self.lock_queues();
-                let Some(q) = g.get_mut(&dest) else { break };
-                if !done {
-                    q.busy = false;
-                    break;
-                }
-                let gone = q.ops.pop_front();
+        // An aborted (or stopped) front fails without room: one pass over every front.
+        let kicked = (self.queue_kick.load(Ordering::SeqCst)
+            && self.queue_kick.swap(false, Ordering::SeqCst))
+            || self.stop.load(Ordering::SeqCst);
+        if !kicked && !self.has_room() {
+            return;
+        }
+        // Dropped outside the lock: the last count of an operation frees its buffer.
+        let mut gone: Option<Arc<dyn Queued>> = None;
+        let mut g = self.lock_queues();
+        let pass = g.start_pass();
+        loop {
+            // A front the provider refused waits for a completion while any is to come.
+            let reaps = self.reaps.load(Ordering::Acquire);
+            let idle = self.inflight.load(Ordering::SeqCst) == 0;
+            let Some((dest, op)) = g.take_front(pass, reaps, idle) else {
+                break;
+            };
+            drop(g);
+            drop(gone.take());
+            let done = op.post_queued();
+            g = self.lock_queues();
+            gone = g.settle(dest, pass, reaps, done);
+            if gone.is_some() {
                 self.queued.fetch_sub(1, Ordering::SeqCst);
-                let next = q.ops.front().map(Arc::clone);
-                if next.is_none() {
-                    g.remove(&dest);
-                }
-                drop(g);
-                // Outside the lock: the last count of an operation frees its buffer.
-                drop(gone);
-                match next {
-                    Some(n) => op = n,
-                    None => break,
-                }
+            }
+            if !kicked && !self.has_room() {
+                break;
             }
         }
+        drop(g);
+        drop(gone);
     }
 
     fn lock_queues(&self) -> std::sync::MutexGuard<'_, Queues> {

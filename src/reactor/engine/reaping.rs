@@ -129,6 +129,9 @@ impl Engine {
                 }
                 Ok(n) => {
                     total += n;
+                    // Under the reader lock: a plain store, as `posts`.
+                    let r = self.reaps.load(Ordering::Relaxed);
+                    self.reaps.store(r.wrapping_add(1), Ordering::Release);
                     for e in entries.iter() {
                         self.dispatch(e);
                     }

@@ -36,7 +36,9 @@ pub(crate) fn look_after_post<O: Send + 'static>(slot: &Arc<Slot<O>>) -> bool {
         // of the baseline to 0.92-1.03); spinning right away was slower, the awaiting
         // thread then contends with the target for shm's shared queue locks. Then yield:
         // the window's last poster reads the queue for all (`spin_after_yield`).
-        if slot.engine.window_look() {
+        // Queued behind others (a crowd filled the transmit queue): nothing of its own to
+        // reap, and a read would only contend for the queue with the reader posting it.
+        if slot.engine.window_look() && !slot.queued.load(Ordering::Acquire) {
             slot.engine.try_progress();
             if slot.done.load(Ordering::Acquire) {
                 return false;
