@@ -8,7 +8,7 @@ use super::copy::PendingCopy;
 use super::drive::Drive;
 use super::plan::{Piece, Plan};
 use super::pool;
-use super::progress::spin::{Spin, SpinEnd, look_after_post, spin_after_yield};
+use super::progress::spin::{AfterPost, Spin, SpinEnd, look_after_post, spin_after_yield};
 use super::slot::{Outcome, Slot, Spec};
 use super::verdict;
 use crate::Error;
@@ -357,15 +357,25 @@ impl<B: Send + 'static> Op<B> {
         match *spin {
             Spin::Unposted => {
                 *spin = Spin::Left;
-                if look_after_post(slot) {
-                    // Let whatever else this task has to post go first (see
-                    // `spin_after_yield`); the wake brings this poll back at once.
-                    *spin = Spin::Yielded {
-                        mark: slot.engine.posts(),
-                        slice: 0,
-                    };
-                    cx.waker().wake_by_ref();
-                    return Poll::Pending;
+                match look_after_post(slot) {
+                    AfterPost::Spin => {
+                        // Let whatever else this task has to post go first (see
+                        // `spin_after_yield`); the wake brings this poll back at once.
+                        *spin = Spin::Yielded {
+                            mark: slot.engine.posts(),
+                            slice: 0,
+                        };
+                        cx.waker().wake_by_ref();
+                        return Poll::Pending;
+                    }
+                    // Parked below; the reaper's post of it wakes the task to spin.
+                    AfterPost::Posted => {
+                        *spin = Spin::Yielded {
+                            mark: slot.engine.posts(),
+                            slice: 0,
+                        };
+                    }
+                    AfterPost::Leave => {}
                 }
             }
             Spin::Yielded { mark, slice } => {
@@ -427,6 +437,14 @@ impl<B: Send + 'static> Op<B> {
             }
         }
         st.waker = Some(cx.waker().clone());
+        drop(st);
+        // Waiting to be posted, but posted since its look (the waker came too late for
+        // the reaper's wake): spin now.
+        if matches!(*spin, Spin::Yielded { .. })
+            && !slot.queued.load(std::sync::atomic::Ordering::Acquire)
+        {
+            cx.waker().wake_by_ref();
+        }
         Poll::Pending
     }
 

@@ -170,6 +170,12 @@ impl<O: Send + 'static> Queued for Slot<O> {
                 posting.queue_counted = false;
                 self.tracker.dequeue();
             }
+            drop(posting);
+            // Its task waits to read the queue for the window it joins (`AfterPost::Posted`).
+            let waker = self.lock().waker.take();
+            if let Some(w) = waker {
+                w.wake();
+            }
         }
         done
     }

@@ -22,14 +22,29 @@ pub(crate) enum Spin {
     Left,
 }
 
+/// What an operation does right after its post.
+#[derive(PartialEq, Eq)]
+pub(crate) enum AfterPost {
+    /// Yield once, then spin (see [`spin_after_yield`]).
+    Spin,
+    /// Wait for its completion (the engine or another reader reaps it).
+    Leave,
+    /// Queued behind a crowd: wait until the reaper posts it, which wakes the task to read
+    /// the queue for the window (`Queued::post_queued`).
+    Posted,
+}
+
 /// Right after posting, one look at the queue reaps what the provider completed inside
-/// the post (shm's CMA transfers) without a cross-thread wake-up. Returns whether the
-/// operation should yield once and then spin (see [`spin_after_yield`]).
-pub(crate) fn look_after_post<O: Send + 'static>(slot: &Arc<Slot<O>>) -> bool {
+/// the post (shm's CMA transfers) without a cross-thread wake-up.
+pub(crate) fn look_after_post<O: Send + 'static>(slot: &Arc<Slot<O>>) -> AfterPost {
     let budget = slot.engine.inline_spin();
     if budget.is_zero() {
         slot.unattended();
-        return false;
+        return AfterPost::Leave;
+    }
+    if slot.queued.load(Ordering::Acquire) && slot.engine.window_spin() {
+        // Polling it meanwhile would only take turns from the reader posting the queue.
+        return AfterPost::Posted;
     }
     if slot.engine.in_flight() > slot.parts() {
         // With others in flight: one look (shm0 64 KiB put bandwidth went from 0.68-0.76
@@ -41,21 +56,25 @@ pub(crate) fn look_after_post<O: Send + 'static>(slot: &Arc<Slot<O>>) -> bool {
         if slot.engine.window_look() && !slot.queued.load(Ordering::Acquire) {
             slot.engine.try_progress();
             if slot.done.load(Ordering::Acquire) {
-                return false;
+                return AfterPost::Leave;
             }
         }
         if slot.engine.window_spin() {
             // This thread comes back to read the queue for the window: it takes the lease
             // now, not only once it reaped something.
             slot.engine.take_lease();
-            return true;
+            return AfterPost::Spin;
         }
         // Nobody reads for this one: an engine deferring to a lease must come back.
         slot.engine.give_back_lease();
-        return false;
+        return AfterPost::Leave;
     }
     slot.engine.try_progress();
-    !slot.done.load(Ordering::Acquire)
+    if slot.done.load(Ordering::Acquire) {
+        AfterPost::Leave
+    } else {
+        AfterPost::Spin
+    }
 }
 
 /// The rate a lone operation is expected to move at least, for how long its awaiting
