@@ -174,6 +174,8 @@ impl<O: Send + 'static> Queued for Slot<O> {
             // Its task waits to read the queue for the window it joins (`AfterPost::Posted`).
             let waker = self.lock().waker.take();
             if let Some(w) = waker {
+                // Its task reads next: an engine reading for the crowd defers to it.
+                self.engine.take_lease();
                 w.wake();
             }
         }
