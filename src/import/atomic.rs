@@ -373,24 +373,23 @@ impl ImportSegment {
         let dt = T::DATATYPE;
         let size = dt.size();
         self.count_made(OpKind::Atomic, size);
-        if offset % size as u64 == 0
+        if let Some(lo) = self.inner.path.eager()
+            && offset % size as u64 == 0
             && crate::sans_io::atomic::offered(class, op, dt)
             && self.fits(Perm::RDWR, offset, size)
         {
-            if let Some(lo) = self.inner.path.eager() {
-                let call = Call {
-                    class,
-                    op,
-                    datatype: dt,
-                };
-                let (x, c) = (operand.to_bits(), compare.to_bits());
-                match lo.atomic_now(offset as usize, call, x, c) {
-                    Some(Ok(old)) => return Flight::Done(Some(Ok(old))),
-                    Some(Err(e)) => {
-                        return Flight::Done(Some(Err(self.atomic_failed(name, offset, size, e))));
-                    }
-                    None => {}
+            let call = Call {
+                class,
+                op,
+                datatype: dt,
+            };
+            let (x, c) = (operand.to_bits(), compare.to_bits());
+            match lo.atomic_now(offset as usize, call, x, c) {
+                Some(Ok(old)) => return Flight::Done(Some(Ok(old))),
+                Some(Err(e)) => {
+                    return Flight::Done(Some(Err(self.atomic_failed(name, offset, size, e))));
                 }
+                None => {}
             }
         }
         self.prepare_slow(
