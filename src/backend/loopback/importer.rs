@@ -702,16 +702,26 @@ fn remote_error(pid: u32, e: std::io::Error) -> Error {
 /// Both ranges are valid for `len` bytes and do not overlap.
 #[inline(always)]
 pub(crate) unsafe fn copy(src: *const u8, dst: *mut u8, len: usize) {
-    let aligned = |n: usize| (src as usize | dst as usize) % n == 0;
-    // A word first, alone: as a `match` arm it went through a table of the lengths.
-    if len == 8 && aligned(8) {
+    // A word inline, the rest out of line: together they were a table of the lengths.
+    if len == 8 && (src as usize | dst as usize) % 8 == 0 {
         // SAFETY: forwarded; aligned (checked) and in bounds.
         unsafe {
             dst.cast::<u64>()
                 .write_volatile(src.cast::<u64>().read_volatile())
         };
-        return;
+    } else {
+        // SAFETY: forwarded.
+        unsafe { copy_other(src, dst, len) }
     }
+}
+
+/// [`copy`] of anything but an aligned word.
+///
+/// # Safety
+/// As for [`copy`].
+#[inline(never)]
+unsafe fn copy_other(src: *const u8, dst: *mut u8, len: usize) {
+    let aligned = |n: usize| (src as usize | dst as usize) % n == 0;
     // SAFETY: forwarded; the typed accesses are aligned (checked) and in bounds.
     unsafe {
         match len {
