@@ -299,7 +299,7 @@ impl LoopbackImport {
     }
 
     /// The import was disconnected: accesses of a few words no longer pass their one test
-    /// (`now`), and take the ordered checks, which fail them. The mapping stays until the
+    /// (`live`), and take the ordered checks, which fail them. The mapping stays until the
     /// connection closes.
     pub(crate) fn disconnected(&self) {
         self.state.fetch_or(DISCONNECTED, Ordering::SeqCst);
