@@ -814,8 +814,8 @@ fn caller_memory_outlives_an_importer_that_did_not_let_go() {
 
 /// Accesses of a few words, made when created (DESIGN.md §5), keep every check and its
 /// order: permission, offset, length, alignment, a disconnect (`BAD_SEG_HNDL`) and a revoke
-/// (`CONN_ABORTED`), for puts, gets and atomics alike; a ready future polled again fails
-/// instead of panicking.
+/// (`CONN_ABORTED`), for puts, gets and atomics alike, and after a rebind they reach the new
+/// memory; a ready future polled again fails instead of panicking.
 #[test]
 fn small_accesses_keep_their_checks() {
     use futures::FutureExt;
@@ -850,7 +850,7 @@ fn small_accesses_keep_their_checks() {
         ro.disconnect().await.unwrap();
 
         let (seg, imp) =
-            export_and_import_as(&a, &b, CTRL, len, ExportFlags::empty(), Perm::RDWR).await;
+            export_and_import_as(&a, &b, CTRL, len, ExportFlags::ALLOW_REBIND, Perm::RDWR).await;
         // The range: past the end is BAD_OFFSET, across it BAD_LENGTH.
         let e = imp.put(len as u64 + 8, vec![1u8; 8]).await.unwrap_err();
         assert_eq!(code(e.error()), 18, "BAD_OFFSET: {e}");
@@ -878,6 +878,15 @@ fn small_accesses_keep_their_checks() {
         assert_eq!(imp.compare_swap(16, 42u64, 5).await.unwrap(), 42);
         assert_eq!(imp.atomic_load::<u64>(16).await.unwrap(), 5);
 
+        // A rebind (a new generation of the publication): they reach the new memory.
+        seg.rebind(SharedMemory::new(len).unwrap()).await.unwrap();
+        assert_eq!(word(&seg, 16), 0, "the new memory");
+        imp.put(16, 3u64.to_ne_bytes().to_vec()).await.unwrap();
+        assert_eq!(imp.fetch_add(16, 2u64).await.unwrap(), 3);
+        let (_, got) = imp.get(16, vec![0u8; 8]).await.unwrap();
+        assert_eq!(got, 5u64.to_ne_bytes());
+        assert_eq!(word(&seg, 16), 5);
+
         // After a disconnect: BAD_SEG_HNDL, first of every check.
         let gone = imp.clone();
         imp.disconnect().await.unwrap();
@@ -885,6 +894,14 @@ fn small_accesses_keep_their_checks() {
         assert_eq!(code(e.error()), 5, "BAD_SEG_HNDL: {e}");
         let e = gone.compare_swap(16, 5u64, 6).await.unwrap_err();
         assert_eq!(code(&e), 5, "BAD_SEG_HNDL: {e}");
+        // In range too: the fast path's one word knows of the disconnect.
+        let e = gone.put(16, vec![1u8; 8]).await.unwrap_err();
+        assert_eq!(code(e.error()), 5, "BAD_SEG_HNDL: {e}");
+        let e = gone.get(16, vec![0u8; 8]).await.unwrap_err();
+        assert_eq!(code(e.error()), 5, "BAD_SEG_HNDL: {e}");
+        let e = gone.fetch_add(16, 1u64).await.unwrap_err();
+        assert_eq!(code(&e), 5, "BAD_SEG_HNDL: {e}");
+        assert_eq!(word(&seg, 16), 5, "nothing moved");
 
         // A revoke (unpublish) fails later accesses with CONN_ABORTED.
         let imp = b
@@ -901,6 +918,8 @@ fn small_accesses_keep_their_checks() {
         let e = imp.get(16, vec![0u8; 8]).await.unwrap_err();
         assert_eq!(code(e.error()), 40, "CONN_ABORTED: {e}");
         let e = imp.fetch_add(16, 1u64).await.unwrap_err();
+        assert_eq!(code(&e), 40, "CONN_ABORTED: {e}");
+        let e = imp.compare_swap(16, 5u64, 6).await.unwrap_err();
         assert_eq!(code(&e), 40, "CONN_ABORTED: {e}");
         assert_eq!(word(&seg, 16), 5, "nothing moved");
         let _ = imp.disconnect().await;

@@ -122,13 +122,39 @@ impl Flight {
     }
 }
 
+/// A [`Flight`] whose drop, once its result was handed back (every awaited atomic), is one
+/// comparison: the enum's own drop glue is a call.
+struct Held(std::mem::ManuallyDrop<Flight>);
+
+impl Held {
+    #[inline(always)]
+    fn new(flight: Flight) -> Self {
+        Held(std::mem::ManuallyDrop::new(flight))
+    }
+
+    #[inline(always)]
+    fn poll_bits(&mut self, cx: &mut Context<'_>) -> Poll<Result<u64>> {
+        self.0.poll_bits(cx)
+    }
+}
+
+impl Drop for Held {
+    #[inline(always)]
+    fn drop(&mut self) {
+        if !matches!(*self.0, Flight::Done(None)) {
+            // SAFETY: the flight is dropped here alone, once, and nothing uses it after.
+            unsafe { std::mem::ManuallyDrop::drop(&mut self.0) }
+        }
+    }
+}
+
 /// The future of an atomic that fetches: the previous value.
 ///
 /// # Cancel safety
 /// As for [`ImportSegment::fetch_add`].
 #[must_use = "an atomic does nothing until polled (except one performed when made)"]
 pub(super) struct Fetched<T> {
-    flight: Flight,
+    flight: Held,
     value: PhantomData<fn() -> T>,
 }
 
@@ -146,7 +172,7 @@ impl<T: AtomicValue> Future for Fetched<T> {
 /// # Cancel safety
 /// As for [`ImportSegment::fetch_add`].
 #[must_use = "an atomic does nothing until polled (except one performed when made)"]
-pub(super) struct Updated(Flight);
+pub(super) struct Updated(Held);
 
 impl Future for Updated {
     type Output = Result<()>;
@@ -285,7 +311,14 @@ impl ImportSegment {
         op: AtomicOp,
         operand: T,
     ) -> impl Future<Output = Result<()>> + Send + 'static + use<T> {
-        Updated(self.prepare("atomic", Class::Update, op.code(), offset, operand, operand))
+        Updated(Held::new(self.prepare(
+            "atomic",
+            Class::Update,
+            op.code(),
+            offset,
+            operand,
+            operand,
+        )))
     }
 
     /// Applies `op` with `operand` to the value at `offset` and returns the previous value
@@ -309,14 +342,14 @@ impl ImportSegment {
         operand: T,
     ) -> impl Future<Output = Result<T>> + Send + 'static + use<T> {
         Fetched {
-            flight: self.prepare(
+            flight: Held::new(self.prepare(
                 "fetch_atomic",
                 Class::Fetch,
                 op.code(),
                 offset,
                 operand,
                 operand,
-            ),
+            )),
             value: PhantomData,
         }
     }
@@ -346,14 +379,14 @@ impl ImportSegment {
         operand: T,
     ) -> impl Future<Output = Result<T>> + Send + 'static + use<T> {
         Fetched {
-            flight: self.prepare(
+            flight: Held::new(self.prepare(
                 "compare_atomic",
                 Class::Compare,
                 op.code(),
                 offset,
                 operand,
                 compare,
-            ),
+            )),
             value: PhantomData,
         }
     }
@@ -373,24 +406,23 @@ impl ImportSegment {
         let dt = T::DATATYPE;
         let size = dt.size();
         self.count_made(OpKind::Atomic, size);
-        if offset % size as u64 == 0
+        if let Some(lo) = self.inner.path.eager()
+            && offset % size as u64 == 0
             && crate::sans_io::atomic::offered(class, op, dt)
             && self.fits(Perm::RDWR, offset, size)
         {
-            if let Some(lo) = self.inner.path.eager() {
-                let call = Call {
-                    class,
-                    op,
-                    datatype: dt,
-                };
-                let (x, c) = (operand.to_bits(), compare.to_bits());
-                match lo.atomic_now(offset as usize, call, x, c) {
-                    Some(Ok(old)) => return Flight::Done(Some(Ok(old))),
-                    Some(Err(e)) => {
-                        return Flight::Done(Some(Err(self.atomic_failed(name, offset, size, e))));
-                    }
-                    None => {}
+            let call = Call {
+                class,
+                op,
+                datatype: dt,
+            };
+            let (x, c) = (operand.to_bits(), compare.to_bits());
+            match lo.atomic_now(offset as usize, call, x, c) {
+                Some(Ok(old)) => return Flight::Done(Some(Ok(old))),
+                Some(Err(e)) => {
+                    return Flight::Done(Some(Err(self.atomic_failed(name, offset, size, e))));
                 }
+                None => {}
             }
         }
         self.prepare_slow(

@@ -43,18 +43,19 @@ impl ImportSegment {
     #[inline(always)]
     fn put_op<B: IoBuf>(&self, offset: u64, buf: B) -> Op<B> {
         let len = buf.bytes_len();
-        if len <= EAGER_COPY && self.fits(Perm::WRITE, offset, len) {
-            if let Some(lo) = self.inner.path.eager() {
-                let local = buf.stable_ptr().cast_mut();
-                // SAFETY: the buffer is valid for reads of len bytes (IoBuf) and is Rust
-                // memory, not the segment's; `fits` checked the range against the segment.
-                match unsafe { lo.copy_now(offset as usize, local, len, Toward::Segment) } {
-                    Some(Ok(())) => return Op::ready(buf, len),
-                    Some(Err(e)) => {
-                        return self.failed_now(OpKind::Put, "put", offset, len, e, buf);
-                    }
-                    None => {}
+        if len <= EAGER_COPY
+            && let Some(lo) = self.inner.path.eager()
+            && self.fits(Perm::WRITE, offset, len)
+        {
+            let local = buf.stable_ptr().cast_mut();
+            // SAFETY: the buffer is valid for reads of len bytes (IoBuf) and is Rust
+            // memory, not the segment's; `fits` checked the range against the segment.
+            match unsafe { lo.copy_now(offset as usize, local, len, Toward::Segment) } {
+                Some(Ok(())) => return Op::ready(buf, len),
+                Some(Err(e)) => {
+                    return self.failed_now(OpKind::Put, "put", offset, len, e, buf);
                 }
+                None => {}
             }
         }
         let path = &self.inner.path;
@@ -98,18 +99,19 @@ impl ImportSegment {
     #[inline(always)]
     fn get_op<B: IoBufMut>(&self, offset: u64, mut buf: B) -> Op<B> {
         let len = buf.bytes_len();
-        if len <= EAGER_COPY && self.fits(Perm::READ, offset, len) {
-            if let Some(lo) = self.inner.path.eager() {
-                let local = buf.stable_mut_ptr();
-                // SAFETY: the buffer is valid for writes of len bytes (IoBufMut) and is Rust
-                // memory, not the segment's; `fits` checked the range against the segment.
-                match unsafe { lo.copy_now(offset as usize, local, len, Toward::Local) } {
-                    Some(Ok(())) => return Op::ready(buf, len),
-                    Some(Err(e)) => {
-                        return self.failed_now(OpKind::Get, "get", offset, len, e, buf);
-                    }
-                    None => {}
+        if len <= EAGER_COPY
+            && let Some(lo) = self.inner.path.eager()
+            && self.fits(Perm::READ, offset, len)
+        {
+            let local = buf.stable_mut_ptr();
+            // SAFETY: the buffer is valid for writes of len bytes (IoBufMut) and is Rust
+            // memory, not the segment's; `fits` checked the range against the segment.
+            match unsafe { lo.copy_now(offset as usize, local, len, Toward::Local) } {
+                Some(Ok(())) => return Op::ready(buf, len),
+                Some(Err(e)) => {
+                    return self.failed_now(OpKind::Get, "get", offset, len, e, buf);
                 }
+                None => {}
             }
         }
         if len == 0 && buf.spare_capacity() > 0 {

@@ -349,15 +349,15 @@ impl ImportSegment {
         self.check_access(op, need, offset, len, true)
     }
 
-    /// Whether a non-empty access of `len` bytes at `offset` needing `need` passes every
-    /// check of [`check_access`](Self::check_access) but the fabric's (which a path that
-    /// posts makes itself): the fast path's test, whose failure takes the ordered checks
-    /// for the error.
+    /// Whether a non-empty access of `len` bytes at `offset` needing `need` passes the checks
+    /// of [`check_access`](Self::check_access) that never change: the permission and the
+    /// range. With the one test of the loopback mapping's word (the disconnect, the revoke
+    /// and the publication, `LoopbackImport::copy_now`), the fast path's checks, whose
+    /// failure takes the ordered checks for the error.
     #[inline(always)]
     pub(super) fn fits(&self, need: Perm, offset: u64, len: usize) -> bool {
         let inner = &self.inner;
-        !inner.disconnected.load(Ordering::SeqCst)
-            && inner.granted.allows(need)
+        inner.granted.allows(need)
             && len != 0
             && offset
                 .checked_add(len as u64)
@@ -448,6 +448,10 @@ impl ImportSegment {
             return Err(Error::bad_seg_hndl()
                 .op("import_disconnect")
                 .detail("already disconnected"));
+        }
+        // Accesses of a few words test the mapping's word, not `disconnected`.
+        if let Some(lo) = inner.path.eager() {
+            lo.disconnected();
         }
         inner.events.close();
         let Some(state) = inner.state.upgrade() else {

@@ -41,7 +41,8 @@ pub struct Op<B: Send + 'static> {
     len: usize,
     /// The operation's span (`rsm::op`, trace level), entered at every poll; `None` when the
     /// level is disabled (boxed: a disabled span would still take 40 bytes of every `Op`).
-    span: Option<Box<tracing::Span>>,
+    /// Dropped by `Drop`, a comparison when `None`: its drop glue was a call.
+    span: ManuallyDrop<Option<Box<tracing::Span>>>,
 }
 
 /// The life of an operation, one state at a time: made (to start, or to copy, at the first
@@ -83,6 +84,9 @@ impl<B: Send + 'static> Drop for Op<B> {
     fn drop(&mut self) {
         if !matches!(*self.state, State::Retired) {
             self.drop_state();
+        }
+        if let Some(span) = self.span.take() {
+            drop(span);
         }
     }
 }
@@ -137,14 +141,14 @@ impl<B: Send + 'static> Op<B> {
         Op {
             state: ManuallyDrop::new(state),
             len,
-            span: None,
+            span: ManuallyDrop::new(None),
         }
     }
 
     /// Gives the operation its span (`rsm::op`), entered at each poll.
     #[inline]
     pub(crate) fn trace(&mut self, span: Box<tracing::Span>) {
-        self.span = Some(span);
+        *self.span = Some(span);
     }
 
     /// An operation that does `start` at its first poll and is then the operation `start`
@@ -289,7 +293,7 @@ impl<B: Send + 'static> Op<B> {
                     // The operation made at the first poll traces as this one did.
                     let span = self.span.take();
                     *self = start();
-                    self.span = span;
+                    *self.span = span;
                 }
                 State::Copying(copying) => {
                     let (copy, outcome) = &mut **copying;

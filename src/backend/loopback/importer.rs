@@ -8,7 +8,7 @@ use crate::sys::shm::SharedMap;
 use crate::{Error, Result};
 use rustix::fd::{AsFd, OwnedFd};
 use std::ptr::NonNull;
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -72,7 +72,6 @@ pub(crate) struct LoopbackImport {
     /// The exporter's descriptor service, for rebinds.
     service: Vec<u8>,
     size: usize,
-    epoch: u64,
     /// How put/get reach the segment.
     implicit: Reach,
     /// The current descriptor, for explicit mappings (none for caller memory).
@@ -83,11 +82,22 @@ pub(crate) struct LoopbackImport {
     next_map: AtomicU64,
     /// Copies in progress: a revoke or unmap waits for them before it changes a mapping.
     busy: AtomicUsize,
-    revoked: AtomicBool,
+    /// What an access of a few words reads before its copy (DESIGN.md §5): the
+    /// publication's epoch, which the generation word's high half must equal, with
+    /// [`REVOKED`] and [`DISCONNECTED`] above it, so one comparison makes every check.
+    state: AtomicU64,
     why: Mutex<Option<Error>>,
     /// The id of the controller's counters (`crate::stats`), set once connected.
     counters: AtomicU64,
 }
+
+/// `state`: revoked, closed or aborted (`why`); every access fails.
+const REVOKED: u64 = 1 << 32;
+/// `state`: the import was disconnected; accesses of a few words take the ordered checks,
+/// which say `BAD_SEG_HNDL`.
+const DISCONNECTED: u64 = 1 << 33;
+/// `state`: the epoch's bits.
+const EPOCH: u64 = u32::MAX as u64;
 
 /// A copy in progress; ends on drop.
 pub(crate) struct Busy<'a>(&'a AtomicUsize);
@@ -165,7 +175,7 @@ impl LoopbackImport {
             return Err(Error::conn_aborted().detail("the segment was withdrawn meanwhile"));
         }
         Ok(Arc::new(LoopbackImport {
-            epoch: word >> 32,
+            state: AtomicU64::new(word >> 32),
             ..lo
         }))
     }
@@ -217,14 +227,13 @@ impl LoopbackImport {
         LoopbackImport {
             service,
             size,
-            epoch: 0,
             implicit,
             fd: Mutex::new(fd.map(Arc::new)),
             user: Mutex::new(None),
             mapped: AtomicU64::new(0),
             next_map: AtomicU64::new(1),
             busy: AtomicUsize::new(0),
-            revoked: AtomicBool::new(false),
+            state: AtomicU64::new(0),
             why: Mutex::new(None),
             counters: AtomicU64::new(0),
         }
@@ -278,14 +287,27 @@ impl LoopbackImport {
         // SeqCst pairs with `quiesce`: either it sees this count, or this sees its flag.
         self.busy.fetch_add(1, Ordering::SeqCst);
         let busy = Busy(&self.busy);
-        if self.revoked.load(Ordering::SeqCst)
+        let state = self.state.load(Ordering::SeqCst);
+        if state & REVOKED != 0
             || self
                 .control()
-                .is_some_and(|c| c.load(Ordering::Acquire) >> 32 != self.epoch)
+                .is_some_and(|c| c.load(Ordering::Acquire) >> 32 != state & EPOCH)
         {
             return Err(self.aborted());
         }
         Ok(busy)
+    }
+
+    /// The import was disconnected: accesses of a few words no longer pass their one test
+    /// (`live`), and take the ordered checks, which fail them. The mapping stays until the
+    /// connection closes.
+    pub(crate) fn disconnected(&self) {
+        self.state.fetch_or(DISCONNECTED, Ordering::SeqCst);
+    }
+
+    /// Whether a revoke, close or abort came (`CONN_ABORTED` for every access from then on).
+    fn is_revoked(&self) -> bool {
+        self.state.load(Ordering::SeqCst) & REVOKED != 0
     }
 
     /// After an access made without entering: whether no revoke or close raised its flag
@@ -300,14 +322,41 @@ impl LoopbackImport {
         std::sync::atomic::compiler_fence(Ordering::SeqCst);
         #[cfg(not(target_arch = "x86_64"))]
         std::sync::atomic::fence(Ordering::SeqCst);
-        !self.revoked.load(Ordering::Acquire)
+        self.state.load(Ordering::Acquire) & REVOKED == 0
+    }
+
+    /// The start of an access made without entering (`copy_now`, `atomic_now`): no shared
+    /// count, one comparison of the generation word with `state` (a revoke, a disconnect, a
+    /// new publication or the exporter's withdrawal fail it); the mapped segment's base
+    /// when it passed. `None` when the segment is not mapped here or the test failed: the
+    /// caller takes the ordered checks, which say why.
+    #[inline(always)]
+    pub(super) fn live(&self) -> Option<*mut u8> {
+        let Reach::Mapped { data, control } = &self.implicit else {
+            return None;
+        };
+        // SAFETY: as in `control`: the word starts the control mapping, which lives as long
+        // as self.
+        let word = unsafe { AtomicU64::from_ptr(control.as_ptr().cast()) };
+        (word.load(Ordering::Acquire) >> 32 == self.state.load(Ordering::Acquire))
+            .then(|| data.as_ptr())
+    }
+
+    /// The end of an access begun with [`live`](Self::live), which gave `out`: one test of
+    /// `state` (a revoke replaces the mapping with trash pages, never unmaps it, so a racing
+    /// access cannot fault, and fails here).
+    #[inline(always)]
+    pub(super) fn ended<T>(&self, out: T) -> Result<T> {
+        match self.settled() {
+            true => Ok(out),
+            false => Err(self.aborted()),
+        }
     }
 
     /// Copies `len` bytes between `local` and the mapped segment at `offset` (bounds checked
-    /// by the caller) without entering: no shared count, two loads around the copy (a
-    /// revoke replaces the mapping with trash pages, never unmaps it, so a racing access
-    /// cannot fault, and `settled` then fails it). `None` when the segment is not mapped
-    /// here (the caller takes the counted path).
+    /// by the caller) without entering ([`live`](Self::live)). `None` when the segment is not
+    /// mapped here or its one test failed (the caller takes the ordered checks, then the
+    /// counted path).
     ///
     /// # Safety
     /// `local` is valid for `len` bytes (reads toward the segment, writes toward local) and
@@ -320,31 +369,19 @@ impl LoopbackImport {
         len: usize,
         toward: Toward,
     ) -> Option<Result<()>> {
-        let Reach::Mapped { data: m, control } = &self.implicit else {
-            return None;
-        };
-        // SAFETY: as in `control`: the word starts the control mapping, which lives as long
-        // as self.
-        let word = unsafe { AtomicU64::from_ptr(control.as_ptr().cast()) };
-        if self.revoked.load(Ordering::Acquire) || word.load(Ordering::Acquire) >> 32 != self.epoch
-        {
-            return Some(Err(self.aborted()));
-        }
         debug_assert!(offset + len <= self.size);
+        let base = self.live()?;
         // SAFETY: in bounds of the implicit mapping, which stays mapped as long as self (a
         // revoke or rebind replaces its pages in place); `local` is the caller's, valid for
         // len bytes, and the two ranges do not overlap.
         unsafe {
-            let seg = m.as_ptr().add(offset);
+            let seg = base.add(offset);
             match toward {
                 Toward::Segment => copy(local, seg, len),
                 Toward::Local => copy(seg, local, len),
             }
         }
-        Some(match self.settled() {
-            true => Ok(()),
-            false => Err(self.aborted()),
-        })
+        Some(self.ended(()))
     }
 
     /// Like [`enter`](Self::enter), for the explicit mapping `id`.
@@ -446,8 +483,8 @@ impl LoopbackImport {
     }
 
     /// Performs `call` on the value at `offset` of the shared mapping (checked in bounds and
-    /// aligned by the caller, on a read-write import); the previous value's bits.
-    /// `CONN_ABORTED` after a revoke, as a copy's.
+    /// aligned by the caller, on a read-write import), inside a copy's entry; the previous
+    /// value's bits. `CONN_ABORTED` after a revoke, as a copy's.
     pub(crate) fn atomic(
         &self,
         offset: usize,
@@ -455,15 +492,23 @@ impl LoopbackImport {
         operand: u64,
         compare: u64,
     ) -> Result<u64> {
-        self.atomic_now(offset, call, operand, compare)
-            .unwrap_or_else(|| {
-                Err(Error::locks_not_supported()
-                    .detail("the segment is not mapped here: the exporter performs its atomics"))
-            })
+        let Reach::Mapped { data, .. } = &self.implicit else {
+            return Err(Error::locks_not_supported()
+                .detail("the segment is not mapped here: the exporter performs its atomics"));
+        };
+        let _busy = self.enter()?;
+        debug_assert!(offset + call.datatype.size() <= self.size);
+        // SAFETY: in bounds and aligned (checked by the import; the mapping is page-aligned)
+        // of the live implicit mapping (the entry holds off its replacement), writable for a
+        // read-write import. Other processes reach the value only through their mappings.
+        Ok(unsafe {
+            crate::sys::atomic_mem::perform(data.as_ptr().add(offset), call, operand, compare)
+        })
     }
 
-    /// [`atomic`](Self::atomic), `None` when the segment is not mapped here (the exporter
-    /// performs it). Not entered, as `copy_now`: one locked instruction, the atomic's own.
+    /// [`atomic`](Self::atomic) without entering ([`live`](Self::live)): one locked
+    /// instruction, the atomic's own. `None` when the segment is not mapped here or its one
+    /// test failed (the caller takes the ordered checks, then `atomic` or the exporter).
     #[inline(always)]
     pub(crate) fn atomic_now(
         &self,
@@ -472,34 +517,21 @@ impl LoopbackImport {
         operand: u64,
         compare: u64,
     ) -> Option<Result<u64>> {
-        let Reach::Mapped { data: m, control } = &self.implicit else {
-            return None;
-        };
-        // SAFETY: as in `control`: the word starts the control mapping, which lives as long
-        // as self.
-        let word = unsafe { AtomicU64::from_ptr(control.as_ptr().cast()) };
-        if self.revoked.load(Ordering::Acquire) || word.load(Ordering::Acquire) >> 32 != self.epoch
-        {
-            return Some(Err(self.aborted()));
-        }
         debug_assert!(offset + call.datatype.size() <= self.size);
+        let base = self.live()?;
         // SAFETY: in bounds and aligned (checked by the import; the mapping is page-aligned)
         // of the implicit mapping, writable for a read-write import, which stays mapped as
         // long as self (a revoke replaces its pages in place with trash pages of the same
         // protection). Other processes reach the value only through their mappings.
-        let old = unsafe {
-            crate::sys::atomic_mem::perform(m.as_ptr().add(offset), call, operand, compare)
-        };
-        Some(match self.settled() {
-            true => Ok(old),
-            false => Err(self.aborted()),
-        })
+        let old =
+            unsafe { crate::sys::atomic_mem::perform(base.add(offset), call, operand, compare) };
+        Some(self.ended(old))
     }
 
     /// Fails every later access with `err` (the exporting node is lost, DESIGN.md, decision 19).
     pub(crate) fn abort(&self, err: Error) {
         lock(&self.why).get_or_insert(err);
-        self.revoked.store(true, Ordering::SeqCst);
+        self.state.fetch_or(REVOKED, Ordering::SeqCst);
     }
 
     /// The revoke notice: fail later accesses, wait for copies in progress, then cut every
@@ -507,7 +539,7 @@ impl LoopbackImport {
     /// made without entering (`copy_now`, `atomic`) that race it, and stray accesses through
     /// a user's pointer, neither fault nor reach anyone) and drop the descriptor's pages.
     pub(crate) fn revoke(&self) {
-        self.revoked.store(true, Ordering::SeqCst);
+        self.state.fetch_or(REVOKED, Ordering::SeqCst);
         let user = lock(&self.user);
         self.quiesce();
         self.retire_implicit();
@@ -525,7 +557,7 @@ impl LoopbackImport {
     /// Disconnect: later copies fail, and none is in progress when this returns (the
     /// exporter may free caller memory once it heard of the disconnect).
     pub(crate) fn close(&self) {
-        self.revoked.store(true, Ordering::SeqCst);
+        self.state.fetch_or(REVOKED, Ordering::SeqCst);
         // Under the lock a rebind remaps under, so that it cannot map the segment again.
         let _user = lock(&self.user);
         self.quiesce();
@@ -566,7 +598,7 @@ impl LoopbackImport {
         };
         check_memfds(&fd, &control_fd, self.size, "the exporter's new memfd")?;
         let user = lock(&self.user);
-        if self.revoked.load(Ordering::SeqCst) {
+        if self.is_revoked() {
             return Ok(());
         }
         let remap = |e: std::io::Error| Error::conn_aborted().detail(format!("remap: {e}")).io(e);
@@ -668,14 +700,31 @@ fn remote_error(pid: u32, e: std::io::Error) -> Error {
 ///
 /// # Safety
 /// Both ranges are valid for `len` bytes and do not overlap.
+#[inline(always)]
 pub(crate) unsafe fn copy(src: *const u8, dst: *mut u8, len: usize) {
+    // A word inline, the rest out of line: together they were a table of the lengths.
+    if len == 8 && (src as usize | dst as usize) % 8 == 0 {
+        // SAFETY: forwarded; aligned (checked) and in bounds.
+        unsafe {
+            dst.cast::<u64>()
+                .write_volatile(src.cast::<u64>().read_volatile())
+        };
+    } else {
+        // SAFETY: forwarded.
+        unsafe { copy_other(src, dst, len) }
+    }
+}
+
+/// [`copy`] of anything but an aligned word.
+///
+/// # Safety
+/// As for [`copy`].
+#[inline(never)]
+unsafe fn copy_other(src: *const u8, dst: *mut u8, len: usize) {
     let aligned = |n: usize| (src as usize | dst as usize) % n == 0;
     // SAFETY: forwarded; the typed accesses are aligned (checked) and in bounds.
     unsafe {
         match len {
-            8 if aligned(8) => dst
-                .cast::<u64>()
-                .write_volatile(src.cast::<u64>().read_volatile()),
             4 if aligned(4) => dst
                 .cast::<u32>()
                 .write_volatile(src.cast::<u32>().read_volatile()),

@@ -5,6 +5,7 @@ use super::exporter::{publish, rebind, revoked, share};
 use super::importer::{LoopbackImport, Toward, copy};
 use crate::memory::Memory;
 use crate::perm::Perm;
+use crate::sans_io::atomic::{AtomicOp, Call, Class, Datatype};
 use crate::shared_memory::SharedMemory;
 use crate::sidechannel::fdpass::FdService;
 use crate::{Error, Result};
@@ -251,7 +252,12 @@ fn uncounted_copies_racing_a_revoke_neither_fault_nor_land_after_it() {
                 match unsafe { lo.copy_now(16, b.as_ptr().cast_mut(), 8, Toward::Segment) } {
                     Some(Ok(())) => continue,
                     Some(Err(e)) => return (n - 1, e.code()),
-                    None => unreachable!("the segment is mapped"),
+                    // Its test saw the revoke: the counted path fails it.
+                    // SAFETY: as above.
+                    None => match unsafe { lo.write(16, b.as_ptr(), 8) } {
+                        Ok(()) => unreachable!("a revoked segment took a copy"),
+                        Err(e) => return (n - 1, e.code()),
+                    },
                 }
             }
         });
@@ -269,6 +275,122 @@ fn uncounted_copies_racing_a_revoke_neither_fault_nor_land_after_it() {
     assert!(v == last_ok || v == last_ok + 1, "{v} against {last_ok}");
     let mut b = [0u8; 8];
     // SAFETY: a local array of 8 bytes.
-    let e = unsafe { lo.copy_now(16, b.as_mut_ptr(), 8, Toward::Local) }.unwrap();
-    assert_eq!(e.unwrap_err().code(), 40);
+    assert!(unsafe { lo.copy_now(16, b.as_mut_ptr(), 8, Toward::Local) }.is_none());
+    // SAFETY: as above.
+    let e = unsafe { lo.read(16, b.as_mut_ptr(), 8) }.unwrap_err();
+    assert_eq!(e.code(), 40);
+}
+
+/// The importer's word at 16 of the segment, as the exporter sees it.
+fn landed(mem: &Memory) -> u64 {
+    let Memory::Shared(m) = mem else {
+        unreachable!()
+    };
+    // SAFETY: the segment's own mapping, 16 bytes in; the importer writes it with aligned
+    // 8-byte stores.
+    unsafe { m.base().add(16).cast::<u64>().read_volatile() }
+}
+
+/// A put of a few words made without entering: `None` when its one test failed.
+fn put_now(lo: &LoopbackImport, v: u64) -> Option<Result<()>> {
+    let b = v.to_ne_bytes();
+    // SAFETY: a local array of 8 bytes, within the one-page segment.
+    unsafe { lo.copy_now(16, b.as_ptr().cast_mut(), 8, Toward::Segment) }
+}
+
+/// A fetch-add of 1 made without entering: `None` when its one test failed.
+fn add_now(lo: &LoopbackImport) -> Option<Result<u64>> {
+    let call = Call {
+        class: Class::Fetch,
+        op: AtomicOp::Sum.code(),
+        datatype: Datatype::U64,
+    };
+    lo.atomic_now(16, call, 1, 0)
+}
+
+/// Accesses of a few words make their checks in one comparison of the generation word with
+/// the connection's word (DESIGN.md §5): the exporter's withdrawal, a new publication, the
+/// import's disconnect and the importer's revoke each fail it, and the access then takes
+/// the ordered path, which says why; a rebind keeps the epoch, so they reach the new memory.
+#[test]
+fn one_word_makes_the_checks_of_an_access_of_a_few_words() {
+    let page = crate::sys::limits::page_size();
+    let mem = Memory::Shared(SharedMemory::new(page).unwrap());
+    publish(&mem, 1);
+    let (svc, lo, rt) = attached(&mem);
+    assert!(matches!(put_now(&lo, 41), Some(Ok(()))));
+    assert!(matches!(add_now(&lo), Some(Ok(41))));
+    assert_eq!(landed(&mem), 42);
+
+    // A rebind: the new memory carries the epoch, and the mapping moves onto it.
+    let new = Memory::Shared(SharedMemory::new(page).unwrap());
+    rebind(&mem, &new, 2);
+    let t = svc.offer_many(share(&new, Perm::RDWR).unwrap(), crate::sys::creds::pid());
+    rt.block_on(lo.rebind(t, 0, 2)).unwrap();
+    assert!(matches!(put_now(&lo, 7), Some(Ok(()))));
+    assert!(matches!(add_now(&lo), Some(Ok(7))));
+    assert_eq!((landed(&new), landed(&mem)), (8, 42), "the new memory only");
+
+    // The exporter withdraws it (revoke's first step, before any notice).
+    revoked(&new);
+    assert!(put_now(&lo, 9).is_none() && add_now(&lo).is_none());
+    assert_eq!(put(&lo, 9).unwrap_err().code(), 40, "entered: CONN_ABORTED");
+    let op = Call {
+        class: Class::Fetch,
+        op: AtomicOp::Sum.code(),
+        datatype: Datatype::U64,
+    };
+    assert_eq!(lo.atomic(16, op, 1, 0).unwrap_err().code(), 40);
+    // A new publication is a new epoch: the connection stays withdrawn.
+    publish(&new, 3);
+    assert!(put_now(&lo, 9).is_none() && add_now(&lo).is_none());
+    assert_eq!(landed(&new), 8, "nothing moved");
+
+    // A disconnect fails the test alone; the ordered checks refuse the access (the import's
+    // `disconnected`), the counted path is left as it was.
+    let mem = Memory::Shared(SharedMemory::new(page).unwrap());
+    publish(&mem, 1);
+    let (_svc, lo, _rt) = attached(&mem);
+    lo.disconnected();
+    assert!(put_now(&lo, 5).is_none() && add_now(&lo).is_none());
+    put(&lo, 5).unwrap();
+    // Then the importer's revoke (or the close): CONN_ABORTED with its reason.
+    lo.abort(Error::conn_aborted().detail("peer gone"));
+    assert!(put_now(&lo, 6).is_none());
+    let e = put(&lo, 6).unwrap_err();
+    assert!(e.code() == 40 && e.to_string().contains("peer gone"), "{e}");
+}
+
+/// What lands between an access's one test and its copy (DESIGN.md §5): the importer's
+/// revoke replaced the mapping with trash pages, so the copy reaches no one and the access
+/// fails; the exporter's withdrawal or a disconnect alone do not stop an access already past
+/// its test (the exporter hears of neither before the importer's revoke or close).
+#[test]
+fn a_revoke_between_the_test_and_the_copy_fails_the_access() {
+    let page = crate::sys::limits::page_size();
+    let store = |base: *mut u8, v: u64| {
+        // SAFETY: 16 bytes into the one-page mapping, which stays mapped (trash pages once
+        // revoked); an aligned 8-byte store.
+        unsafe { base.add(16).cast::<u64>().write_volatile(v) }
+    };
+    let mem = Memory::Shared(SharedMemory::new(page).unwrap());
+    publish(&mem, 1);
+    let (_svc, lo, _rt) = attached(&mem);
+    let base = lo.live().expect("the test passes");
+    revoked(&mem);
+    lo.disconnected();
+    store(base, 1);
+    assert!(lo.ended(()).is_ok());
+    assert_eq!(landed(&mem), 1, "landed before the importer's revoke");
+
+    let mem = Memory::Shared(SharedMemory::new(page).unwrap());
+    publish(&mem, 1);
+    let (_svc, lo, _rt) = attached(&mem);
+    let base = lo.live().expect("the test passes");
+    revoked(&mem);
+    lo.revoke();
+    store(base, 2);
+    let e = lo.ended(()).unwrap_err();
+    assert_eq!(e.code(), 40, "CONN_ABORTED: {e}");
+    assert_eq!(landed(&mem), 0, "the copy reached trash pages");
 }

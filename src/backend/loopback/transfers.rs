@@ -153,15 +153,17 @@ impl ImportPath for Arc<LoopbackImport> {
 
     fn put<C: Connection, B: IoBuf>(&self, conn: &Arc<C>, offset: u64, buf: B) -> Op<B> {
         let len = buf.bytes_len();
-        if len <= EAGER_COPY {
+        if len <= EAGER_COPY && self.maps() {
             let local = buf.stable_ptr().cast_mut();
             let at = offset as usize; // in bounds: checked against the segment
             // SAFETY: the buffer is valid for reads of len bytes (IoBuf) and is Rust memory,
-            // not the segment's; the range was checked against the segment.
-            let now = unsafe { self.copy_now(at, local, len, Toward::Segment) };
-            if let Some(res) = now {
-                return made_now(conn, OpKind::Put, "put", offset, res, buf, len);
-            }
+            // not the segment's; the range was checked against the segment. A copy whose
+            // one test failed is made entered, which says why it fails.
+            let res = unsafe {
+                self.copy_now(at, local, len, Toward::Segment)
+                    .unwrap_or_else(|| self.write(at, local, len))
+            };
+            return made_now(conn, OpKind::Put, "put", offset, res, buf, len);
         }
         if let Some(budget) = copy_budget(&**conn, len) {
             let local = buf.stable_ptr().cast_mut();
@@ -180,15 +182,17 @@ impl ImportPath for Arc<LoopbackImport> {
     fn get<C: Connection, B: IoBufMut>(&self, conn: &Arc<C>, offset: u64, buf: B) -> Op<B> {
         let mut buf = buf;
         let len = buf.bytes_len();
-        if len <= EAGER_COPY {
+        if len <= EAGER_COPY && self.maps() {
             let local = buf.stable_mut_ptr();
             let at = offset as usize; // in bounds: checked against the segment
             // SAFETY: the buffer is valid for writes of len bytes (IoBufMut) and is Rust
-            // memory, not the segment's; the range was checked against the segment.
-            let now = unsafe { self.copy_now(at, local, len, Toward::Local) };
-            if let Some(res) = now {
-                return made_now(conn, OpKind::Get, "get", offset, res, buf, len);
-            }
+            // memory, not the segment's; the range was checked against the segment. A copy
+            // whose one test failed is made entered, which says why it fails.
+            let res = unsafe {
+                self.copy_now(at, local, len, Toward::Local)
+                    .unwrap_or_else(|| self.read(at, local, len))
+            };
+            return made_now(conn, OpKind::Get, "get", offset, res, buf, len);
         }
         if let Some(budget) = copy_budget(&**conn, len) {
             let local = buf.stable_mut_ptr();
