@@ -94,7 +94,9 @@ impl Queues {
                 && !q.ops.is_empty()
                 && match q.refused_at {
                     Some((at, when)) if at == reaps && !idle => {
-                        now.get_or_insert_with(Instant::now).saturating_duration_since(when) >= wait
+                        now.get_or_insert_with(Instant::now)
+                            .saturating_duration_since(when)
+                            >= wait
                     }
                     _ => true,
                 }
