@@ -83,15 +83,16 @@ pub(super) fn offered(class: Class, op: u8, dt: Datatype, offset: u64) -> Result
 }
 
 /// One atomic, checked, with its path chosen when made: performed already, or what its
-/// first poll starts. Two words and a tag, moved cheaply (moves were 40 % of a loopback
-/// atomic when it was an `async` block over the route).
+/// first poll starts. A few words, moved cheaply (moves were 40 % of a loopback atomic when
+/// it was an `async` block over the route).
 enum Flight {
     /// Performed when made (loopback; DESIGN.md §5, decision 20's exception for operations
     /// of a few words), or refused: the previous value's bits or the failure, annotated and
     /// counted; `None` once handed back.
     Done(Option<Result<u64>>),
-    /// The provider's own, posted at the first poll; the value's size.
-    Native(Box<Op<Words>>, usize),
+    /// The provider's own, posted at the first poll; the value's size. Inline: a box was
+    /// an allocation and a free per atomic beside the slot's (recycled) one.
+    Native(Op<Words>, usize),
     /// Asked of the exporter at the first poll.
     Exporter(Pin<Box<dyn Future<Output = Result<u64>> + Send>>),
 }
@@ -106,7 +107,7 @@ impl Flight {
             })),
             Flight::Native(op, size) => {
                 let size = *size;
-                let out = std::task::ready!(Pin::new(&mut **op).poll(cx));
+                let out = std::task::ready!(Pin::new(op).poll(cx));
                 *self = Flight::Done(None);
                 Poll::Ready(match out {
                     Ok((_, words)) => Ok(take(words[RESULT_AT / 8], size)),
@@ -373,11 +374,12 @@ impl ImportSegment {
         let dt = T::DATATYPE;
         let size = dt.size();
         self.count_made(OpKind::Atomic, size);
-        if offset % size as u64 == 0
-            && crate::sans_io::atomic::offered(class, op, dt)
-            && self.fits(Perm::RDWR, offset, size)
-        {
-            if let Some(lo) = self.inner.path.eager() {
+        // The path first: a fabric connection has no mapping, and its checks follow.
+        if let Some(lo) = self.inner.path.eager() {
+            if offset % size as u64 == 0
+                && crate::sans_io::atomic::offered(class, op, dt)
+                && self.fits(Perm::RDWR, offset, size)
+            {
                 let call = Call {
                     class,
                     op,
@@ -477,7 +479,7 @@ impl ImportSegment {
                 }))
             }
             AtomicRoute::Native(kind) => {
-                Flight::Native(Box::new(self.native(kind, name, call, offset, x, c)), size)
+                Flight::Native(self.native(kind, name, call, offset, x, c), size)
             }
         }
     }

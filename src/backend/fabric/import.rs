@@ -261,10 +261,14 @@ impl ImportPath for Arc<FabricImport> {
     /// shm, an update is posted fetching: its result comes back only once it was performed.
     #[inline]
     fn atomic_route(&self, call: Call, native: impl Fn(Class) -> bool) -> AtomicRoute {
-        let path = match self.atomics_path() {
-            Some(a) => &**a,
-            None if self.backend.carries_atomics() => self,
-            None => return AtomicRoute::Exporter,
+        // Asked first: where the endpoint carries atomics (shm) no other one is adopted.
+        let path = if self.backend.carries_atomics() {
+            self
+        } else {
+            match self.atomics_path() {
+                Some(a) => &**a,
+                None => return AtomicRoute::Exporter,
+            }
         };
         let class = match call.class {
             Class::Update if path.backend.updates_fetch() => Class::Fetch,
@@ -296,8 +300,10 @@ impl ImportPath for Arc<FabricImport> {
         name: &'static str,
         offset: u64,
     ) -> Op<B> {
-        if let Some(a) = self.atomics_path() {
-            return a.atomic_post(conn, post, ptr, len, buf, name, offset);
+        if !self.backend.carries_atomics() {
+            if let Some(a) = self.atomics_path() {
+                return a.atomic_post(conn, post, ptr, len, buf, name, offset);
+            }
         }
         let plan = Op::<B>::contiguous(ptr, len, offset, len);
         self.start(conn, Dir::Atomic(post), plan, buf, name, offset)
