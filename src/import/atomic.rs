@@ -36,10 +36,12 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
 
-/// An atomic's operand, compare value and result, owned by its operation.
+/// An atomic's operand, compare value and result, owned by its operation where its words
+/// cannot live in its slot (the domain wants registered buffers).
 type Words = Box<[u64; 3]>;
 
 /// Where the compare value and the result lie in [`Words`].
+/// (The slot's own words, `Slot::atomic_words`, are laid out alike.)
 const COMPARE_AT: usize = 8;
 const RESULT_AT: usize = 16;
 
@@ -90,9 +92,11 @@ enum Flight {
     /// of a few words), or refused: the previous value's bits or the failure, annotated and
     /// counted; `None` once handed back.
     Done(Option<Result<u64>>),
-    /// The provider's own, posted at the first poll; the value's size. Inline: a box was
-    /// an allocation and a free per atomic beside the slot's (recycled) one.
-    Native(Op<Words>, usize),
+    /// The provider's own, posted at the first poll, its words in its (recycled) slot; the
+    /// value's size. Inline and unboxed: each box was an allocation and a free per atomic.
+    Native(Op<u64>, usize),
+    /// The same where the domain wants registered buffers: its words boxed, bounced.
+    Registered(Box<Op<Words>>, usize),
     /// Asked of the exporter at the first poll.
     Exporter(Pin<Box<dyn Future<Output = Result<u64>> + Send>>),
 }
@@ -107,7 +111,21 @@ impl Flight {
             })),
             Flight::Native(op, size) => {
                 let size = *size;
-                let out = std::task::ready!(Pin::new(op).poll(cx));
+                let out = std::task::ready!(op.poll_atomic(cx));
+                *self = Flight::Done(None);
+                Poll::Ready(match (out.result, out.buf) {
+                    (Ok(()), Some(word)) => Ok(take(word, size)),
+                    (Err(e), _) => Err(e),
+                    // A success is settled only once the provider let go of the words.
+                    (Ok(()), None) => {
+                        Err(Error::conn_aborted()
+                            .detail("the provider kept the operation's buffer"))
+                    }
+                })
+            }
+            Flight::Registered(op, size) => {
+                let size = *size;
+                let out = std::task::ready!(Pin::new(&mut **op).poll(cx));
                 *self = Flight::Done(None);
                 Poll::Ready(match out {
                     Ok((_, words)) => Ok(take(words[RESULT_AT / 8], size)),
@@ -478,13 +496,12 @@ impl ImportSegment {
                     out.map_err(|e| seg.atomic_failed(name, offset, size, e))
                 }))
             }
-            AtomicRoute::Native(kind) => {
-                Flight::Native(self.native(kind, name, call, offset, x, c), size)
-            }
+            AtomicRoute::Native(kind) => self.native(kind, name, call, offset, x, c),
         }
     }
 
-    /// The provider's own post of `call`, as `kind`.
+    /// The provider's own post of `call`, as `kind`: its words in its slot, or boxed where
+    /// the domain wants registered buffers.
     fn native(
         &self,
         kind: AtomicKind,
@@ -493,14 +510,20 @@ impl ImportSegment {
         offset: u64,
         x: u64,
         c: u64,
-    ) -> Op<Words> {
+    ) -> Flight {
         let size = call.datatype.size();
+        let mut post = self.post_of(kind, call, 1, COMPARE_AT, RESULT_AT);
+        let path = &self.inner.path;
+        if path.atomic_in_slot() {
+            post.operands = [place(x, size), place(c, size)];
+            let ptr = std::ptr::null_mut();
+            let op = path.atomic_post(&self.inner, post, ptr, 24, 0u64, name, offset);
+            return Flight::Native(op, size);
+        }
         let mut words: Words = Box::new([place(x, size), place(c, size), 0]);
         let ptr = words.as_mut_ptr().cast::<u8>();
-        let post = self.post_of(kind, call, 1, COMPARE_AT, RESULT_AT);
-        self.inner
-            .path
-            .atomic_post(&self.inner, post, ptr, 24, words, name, offset)
+        let op = path.atomic_post(&self.inner, post, ptr, 24, words, name, offset);
+        Flight::Registered(Box::new(op), size)
     }
 
     /// Whether the controller's provider performs `call` as `class` itself and the
@@ -525,14 +548,17 @@ impl ImportSegment {
         compare_at: usize,
         result_at: usize,
     ) -> AtomicPost {
+        // At most MAX_ATOMIC_VALUES values of 8 bytes (`atomic_vec.rs` checks): the count
+        // and the offsets, below 2^15, fit 32 bits.
         AtomicPost {
             kind,
             op: ffi::fi_op::from(call.op),
             datatype: call.datatype as ffi::fi_datatype,
             flags: u64::from(ffi::FI_DELIVERY_COMPLETE),
-            count,
-            compare_at,
-            result_at,
+            count: count as u32,
+            compare_at: compare_at as u32,
+            result_at: result_at as u32,
+            operands: [0; 2],
         }
     }
 }

@@ -290,6 +290,15 @@ impl ImportPath for Arc<FabricImport> {
         Err(Error::ctlr_not_present().detail("no CPU atomics on a fabric controller"))
     }
 
+    #[inline]
+    fn atomic_in_slot(&self) -> bool {
+        let path = match self.backend.carries_atomics() {
+            true => self,
+            false => self.atomics_path().unwrap_or(self),
+        };
+        !path.backend.wants_local_descriptors()
+    }
+
     fn atomic_post<C: Connection, B: Send + 'static>(
         &self,
         conn: &Arc<C>,
@@ -304,6 +313,14 @@ impl ImportPath for Arc<FabricImport> {
             if let Some(a) = self.atomics_path() {
                 return a.atomic_post(conn, post, ptr, len, buf, name, offset);
             }
+        }
+        // The slot's words are not registered: never posted where descriptors are wanted
+        // (an endpoint for atomics adopted since `atomic_in_slot` was asked).
+        if ptr.is_null() && self.backend.wants_local_descriptors() {
+            let e = Error::insufficient_resources()
+                .op(name)
+                .detail("the atomic's endpoint changed to one that needs registered buffers");
+            return refused(&**conn, name, e, buf);
         }
         let plan = Op::<B>::contiguous(ptr, len, offset, len);
         self.start(conn, Dir::Atomic(post), plan, buf, name, offset)
