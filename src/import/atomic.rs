@@ -24,8 +24,8 @@ use crate::backend::path::{AtomicRoute, ImportPath};
 use crate::fabric::atomic::AtomicKind;
 use crate::fabric::ffi;
 use crate::perm::Perm;
-use crate::reactor::Op;
 use crate::reactor::slot::AtomicPost;
+use crate::reactor::{Op, PooledOp};
 use crate::sans_io::atomic::{AtomicOp, AtomicValue, Call, Class, CompareOp, Datatype, op_name};
 use crate::sans_io::wire::{AtomicRequest, ByteOrder};
 use crate::stats::OpKind;
@@ -85,16 +85,17 @@ pub(super) fn offered(class: Class, op: u8, dt: Datatype, offset: u64) -> Result
 }
 
 /// One atomic, checked, with its path chosen when made: performed already, or what its
-/// first poll starts. A few words, moved cheaply (moves were 40 % of a loopback atomic when
+/// first poll starts. Three words, moved cheaply (moves were 40 % of a loopback atomic when
 /// it was an `async` block over the route).
 enum Flight {
     /// Performed when made (loopback; DESIGN.md §5, decision 20's exception for operations
     /// of a few words), or refused: the previous value's bits or the failure, annotated and
     /// counted; `None` once handed back.
     Done(Option<Result<u64>>),
-    /// The provider's own, posted at the first poll, its words in its (recycled) slot; the
-    /// value's size. Inline and unboxed: each box was an allocation and a free per atomic.
-    Native(Op<u64>, usize),
+    /// The provider's own, posted at the first poll, its words in its slot; the value's
+    /// size. Slot and operation are recycled memory: a box for each was an allocation and
+    /// a free per atomic.
+    Native(PooledOp, usize),
     /// The same where the domain wants registered buffers: its words boxed, bounced.
     Registered(Box<Op<Words>>, usize),
     /// Asked of the exporter at the first poll.
@@ -518,7 +519,7 @@ impl ImportSegment {
             post.operands = [place(x, size), place(c, size)];
             let ptr = std::ptr::null_mut();
             let op = path.atomic_post(&self.inner, post, ptr, 24, 0u64, name, offset);
-            return Flight::Native(op, size);
+            return Flight::Native(PooledOp::new(op), size);
         }
         let mut words: Words = Box::new([place(x, size), place(c, size), 0]);
         let ptr = words.as_mut_ptr().cast::<u8>();

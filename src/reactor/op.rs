@@ -469,6 +469,47 @@ impl<B: Send + 'static> Op<B> {
     }
 }
 
+/// A single atomic's operation in memory recycled through the thread's pool, as its slot's
+/// is: its future stays a few words (a loopback atomic's moves it whole) and a box's
+/// allocation and free are saved.
+pub(crate) struct PooledOp(Option<Arc<Op<u64>>>);
+
+// SAFETY: the Arc's count is the only one, strong or weak (from `pool::take`, or new): it is
+// a box of an `Op<u64>`, which is `Send`, reached only through `&mut self` (`get_mut`).
+unsafe impl Send for PooledOp {}
+
+impl PooledOp {
+    pub(crate) fn new(op: Op<u64>) -> Self {
+        let mut place = pool::take::<Op<u64>>();
+        let Some(uninit) = Arc::get_mut(&mut place) else {
+            // A new or recycled Arc has no other owner: never taken (and the operation, not
+            // polled yet, did nothing; its future would fail as one polled after completion).
+            return PooledOp(None);
+        };
+        uninit.write(op);
+        // SAFETY: written just above.
+        PooledOp(Some(unsafe { place.assume_init() }))
+    }
+
+    /// [`Op::poll_atomic`] of the operation.
+    pub(crate) fn poll_atomic(&mut self, cx: &mut Context<'_>) -> Poll<Outcome<u64>> {
+        match self.0.as_mut().and_then(Arc::get_mut) {
+            Some(op) => op.poll_atomic(cx),
+            // Never shared: only the future holds it.
+            None => Poll::Ready(polled_after_completion()),
+        }
+    }
+}
+
+impl Drop for PooledOp {
+    fn drop(&mut self) {
+        if let Some(op) = self.0.take() {
+            // The operation's drop runs first (a dropped future's), then the memory is kept.
+            pool::recycle(op);
+        }
+    }
+}
+
 impl Op<u64> {
     /// The outcome of a single atomic posted on its slot's words (a null buffer in its
     /// plan): its buffer is the result word, read from the slot once the provider is done.
