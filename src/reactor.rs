@@ -35,6 +35,7 @@ pub(crate) mod watch;
 pub use buf::{IoBuf, IoBufMut};
 pub use buf_result::{BufError, BufResult};
 pub use op::Op;
+pub(crate) use op::PooledOp;
 
 use std::future::Future;
 use std::pin::Pin;

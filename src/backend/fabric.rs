@@ -147,6 +147,11 @@ impl FabricBackend {
         self.shm || self.for_atomics || self.visibility == Visibility::FencedRead
     }
 
+    /// Whether the domain wants registered local buffers (`FI_MR_LOCAL`, or forced).
+    pub(crate) fn wants_local_descriptors(&self) -> bool {
+        self.mr_local
+    }
+
     /// How puts on this controller make their data visible before they resolve.
     pub(crate) fn visibility(&self) -> Visibility {
         self.visibility

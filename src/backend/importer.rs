@@ -94,6 +94,11 @@ impl ImportPath for Importer {
         chosen!(Importer, self, p => ImportPath::atomic_cpu(p, offset, call, operand, compare))
     }
 
+    #[inline(always)]
+    fn atomic_in_slot(&self) -> bool {
+        chosen!(Importer, self, p => p.atomic_in_slot())
+    }
+
     fn atomic_post<C: Connection, B: Send + 'static>(
         &self,
         conn: &Arc<C>,

@@ -160,8 +160,16 @@ pub(crate) trait ImportPath {
     /// the previous value's bits (0 for an update).
     fn atomic_cpu(&self, offset: usize, call: Call, operand: u64, compare: u64) -> Result<u64>;
 
+    /// Whether a single atomic posted here keeps its words in its operation's slot (posted
+    /// with a null `ptr` to [`ImportPath::atomic_post`]): where the domain wants no
+    /// registered local buffers.
+    fn atomic_in_slot(&self) -> bool {
+        false
+    }
+
     /// Posts `post` over the `len` bytes at `ptr`, which lie in `buf`, at `offset`
-    /// ([`AtomicRoute::Native`]).
+    /// ([`AtomicRoute::Native`]); a null `ptr` posts the slot's own words with
+    /// `post.operands` ([`ImportPath::atomic_in_slot`]).
     #[allow(clippy::too_many_arguments)] // a post's parts, each named
     fn atomic_post<C: Connection, B: Send + 'static>(
         &self,

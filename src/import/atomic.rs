@@ -24,8 +24,8 @@ use crate::backend::path::{AtomicRoute, ImportPath};
 use crate::fabric::atomic::AtomicKind;
 use crate::fabric::ffi;
 use crate::perm::Perm;
-use crate::reactor::Op;
 use crate::reactor::slot::AtomicPost;
+use crate::reactor::{Op, PooledOp};
 use crate::sans_io::atomic::{AtomicOp, AtomicValue, Call, Class, CompareOp, Datatype, op_name};
 use crate::sans_io::wire::{AtomicRequest, ByteOrder};
 use crate::stats::OpKind;
@@ -36,10 +36,12 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
 
-/// An atomic's operand, compare value and result, owned by its operation.
+/// An atomic's operand, compare value and result, owned by its operation where its words
+/// cannot live in its slot (the domain wants registered buffers).
 type Words = Box<[u64; 3]>;
 
 /// Where the compare value and the result lie in [`Words`].
+/// (The slot's own words, `Slot::atomic_words`, are laid out alike.)
 const COMPARE_AT: usize = 8;
 const RESULT_AT: usize = 16;
 
@@ -83,15 +85,19 @@ pub(super) fn offered(class: Class, op: u8, dt: Datatype, offset: u64) -> Result
 }
 
 /// One atomic, checked, with its path chosen when made: performed already, or what its
-/// first poll starts. Two words and a tag, moved cheaply (moves were 40 % of a loopback
-/// atomic when it was an `async` block over the route).
+/// first poll starts. Three words, moved cheaply (moves were 40 % of a loopback atomic when
+/// it was an `async` block over the route).
 enum Flight {
     /// Performed when made (loopback; DESIGN.md §5, decision 20's exception for operations
     /// of a few words), or refused: the previous value's bits or the failure, annotated and
     /// counted; `None` once handed back.
     Done(Option<Result<u64>>),
-    /// The provider's own, posted at the first poll; the value's size.
-    Native(Box<Op<Words>>, usize),
+    /// The provider's own, posted at the first poll, its words in its slot; the value's
+    /// size. Slot and operation are recycled memory: a box for each was an allocation and
+    /// a free per atomic.
+    Native(PooledOp, usize),
+    /// The same where the domain wants registered buffers: its words boxed, bounced.
+    Registered(Box<Op<Words>>, usize),
     /// Asked of the exporter at the first poll.
     Exporter(Pin<Box<dyn Future<Output = Result<u64>> + Send>>),
 }
@@ -105,6 +111,20 @@ impl Flight {
                 Err(Error::bad_seg_hndl().detail("atomic polled after completion"))
             })),
             Flight::Native(op, size) => {
+                let size = *size;
+                let out = std::task::ready!(op.poll_atomic(cx));
+                *self = Flight::Done(None);
+                Poll::Ready(match (out.result, out.buf) {
+                    (Ok(()), Some(word)) => Ok(take(word, size)),
+                    (Err(e), _) => Err(e),
+                    // A success is settled only once the provider let go of the words.
+                    (Ok(()), None) => {
+                        Err(Error::conn_aborted()
+                            .detail("the provider kept the operation's buffer"))
+                    }
+                })
+            }
+            Flight::Registered(op, size) => {
                 let size = *size;
                 let out = std::task::ready!(Pin::new(&mut **op).poll(cx));
                 *self = Flight::Done(None);
@@ -406,6 +426,7 @@ impl ImportSegment {
         let dt = T::DATATYPE;
         let size = dt.size();
         self.count_made(OpKind::Atomic, size);
+        // The path first: a fabric connection has no mapping, and its checks follow.
         if let Some(lo) = self.inner.path.eager()
             && offset % size as u64 == 0
             && crate::sans_io::atomic::offered(class, op, dt)
@@ -508,13 +529,12 @@ impl ImportSegment {
                     out.map_err(|e| seg.atomic_failed(name, offset, size, e))
                 }))
             }
-            AtomicRoute::Native(kind) => {
-                Flight::Native(Box::new(self.native(kind, name, call, offset, x, c)), size)
-            }
+            AtomicRoute::Native(kind) => self.native(kind, name, call, offset, x, c),
         }
     }
 
-    /// The provider's own post of `call`, as `kind`.
+    /// The provider's own post of `call`, as `kind`: its words in its slot, or boxed where
+    /// the domain wants registered buffers.
     fn native(
         &self,
         kind: AtomicKind,
@@ -523,14 +543,20 @@ impl ImportSegment {
         offset: u64,
         x: u64,
         c: u64,
-    ) -> Op<Words> {
+    ) -> Flight {
         let size = call.datatype.size();
+        let mut post = self.post_of(kind, call, 1, COMPARE_AT, RESULT_AT);
+        let path = &self.inner.path;
+        if path.atomic_in_slot() {
+            post.operands = [place(x, size), place(c, size)];
+            let ptr = std::ptr::null_mut();
+            let op = path.atomic_post(&self.inner, post, ptr, 24, 0u64, name, offset);
+            return Flight::Native(PooledOp::new(op), size);
+        }
         let mut words: Words = Box::new([place(x, size), place(c, size), 0]);
         let ptr = words.as_mut_ptr().cast::<u8>();
-        let post = self.post_of(kind, call, 1, COMPARE_AT, RESULT_AT);
-        self.inner
-            .path
-            .atomic_post(&self.inner, post, ptr, 24, words, name, offset)
+        let op = path.atomic_post(&self.inner, post, ptr, 24, words, name, offset);
+        Flight::Registered(Box::new(op), size)
     }
 
     /// Whether the controller's provider performs `call` as `class` itself and the
@@ -555,14 +581,17 @@ impl ImportSegment {
         compare_at: usize,
         result_at: usize,
     ) -> AtomicPost {
+        // At most MAX_ATOMIC_VALUES values of 8 bytes (`atomic_vec.rs` checks): the count
+        // and the offsets, below 2^15, fit 32 bits.
         AtomicPost {
             kind,
             op: ffi::fi_op::from(call.op),
             datatype: call.datatype as ffi::fi_datatype,
             flags: u64::from(ffi::FI_DELIVERY_COMPLETE),
-            count,
-            compare_at,
-            result_at,
+            count: count as u32,
+            compare_at: compare_at as u32,
+            result_at: result_at as u32,
+            operands: [0; 2],
         }
     }
 }

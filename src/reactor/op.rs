@@ -9,7 +9,7 @@ use super::drive::Drive;
 use super::plan::{Piece, Plan};
 use super::pool;
 use super::progress::spin::{AfterPost, Spin, SpinEnd, look_after_post, spin_after_yield};
-use super::slot::{Outcome, Slot, Spec};
+use super::slot::{Outcome, Slot, Spec, State as SlotState};
 use super::verdict;
 use crate::Error;
 
@@ -76,6 +76,10 @@ type Start<B> = Box<dyn FnOnce() -> Op<B> + Send>;
 
 /// An outcome held back until its verdict, with the slot for the error's context.
 type Held<B> = (Outcome<B>, verdict::AbortWithin, Arc<Slot<B>>);
+
+/// What a completed operation's buffer takes from its slot before the slot is recycled
+/// (a single atomic's result word, [`Op::poll_atomic`]), under the slot's lock.
+type Peek<B> = fn(&Slot<B>, &SlotState<B>, &mut B);
 
 impl<B: Send + 'static> Unpin for Op<B> {}
 
@@ -282,6 +286,17 @@ impl<B: Send + 'static> Op<B> {
 
     /// Polls for the whole outcome (vectors need the failed entry too).
     pub(crate) fn poll_outcome(&mut self, cx: &mut Context<'_>) -> Poll<Outcome<B>> {
+        self.poll_outcome_with(cx, None)
+    }
+
+    /// [`Op::poll_outcome`], the buffer of a completed operation given what `peek` takes
+    /// from its slot.
+    #[inline(always)]
+    fn poll_outcome_with(
+        &mut self,
+        cx: &mut Context<'_>,
+        peek: Option<Peek<B>>,
+    ) -> Poll<Outcome<B>> {
         let _entered = self.span.as_deref().map(|s| s.clone().entered());
         loop {
             match &mut *self.state {
@@ -328,7 +343,7 @@ impl<B: Send + 'static> Op<B> {
                         failed_entry: Some(0),
                     }));
                 }
-                State::InFlight { .. } => return self.poll_in_flight(cx),
+                State::InFlight { .. } => return self.poll_in_flight(cx, peek),
                 State::Failed(_) => return self.poll_verdict(cx),
                 State::Ready(_) => {
                     let State::Ready(buf) = std::mem::replace(&mut *self.state, State::Retired)
@@ -349,7 +364,7 @@ impl<B: Send + 'static> Op<B> {
 
     /// In flight: posts at the first poll, spins as the spin policy says, then takes the
     /// completion from the slot, or parks the operation with the task's waker.
-    fn poll_in_flight(&mut self, cx: &mut Context<'_>) -> Poll<Outcome<B>> {
+    fn poll_in_flight(&mut self, cx: &mut Context<'_>, peek: Option<Peek<B>>) -> Poll<Outcome<B>> {
         let State::InFlight { slot, spin } = &mut *self.state else {
             return Poll::Ready(polled_after_completion());
         };
@@ -402,11 +417,14 @@ impl<B: Send + 'static> Op<B> {
         }
         let mut st = slot.lock();
         if let Some(result) = st.result.take() {
-            let buf = if st.provider_done {
+            let mut buf = if st.provider_done {
                 st.buf.take()
             } else {
                 None
             };
+            if let (Some(peek), Some(b)) = (peek, buf.as_mut()) {
+                peek(slot, &st, b);
+            }
             let failed_entry = st.failed_entry;
             drop(st);
             let State::InFlight { slot, .. } = std::mem::replace(&mut *self.state, State::Retired)
@@ -437,7 +455,7 @@ impl<B: Send + 'static> Op<B> {
             st = slot.lock();
             if st.result.is_some() {
                 drop(st);
-                return self.poll_in_flight(cx);
+                return self.poll_in_flight(cx, peek);
             }
         }
         st.waker = Some(cx.waker().clone());
@@ -470,6 +488,62 @@ impl<B: Send + 'static> Op<B> {
             slot.count_failure(e);
         }
         Poll::Ready(outcome)
+    }
+}
+
+/// A single atomic's operation in memory recycled through the thread's pool, as its slot's
+/// is: its future stays a few words (a loopback atomic's moves it whole) and a box's
+/// allocation and free are saved.
+pub(crate) struct PooledOp(Option<Arc<Op<u64>>>);
+
+// SAFETY: the Arc's count is the only one, strong or weak (from `pool::take`, or new): it is
+// a box of an `Op<u64>`, which is `Send`, reached only through `&mut self` (`get_mut`).
+unsafe impl Send for PooledOp {}
+
+impl PooledOp {
+    pub(crate) fn new(op: Op<u64>) -> Self {
+        let mut place = pool::take::<Op<u64>>();
+        let Some(uninit) = Arc::get_mut(&mut place) else {
+            // A new or recycled Arc has no other owner: never taken (and the operation, not
+            // polled yet, did nothing; its future would fail as one polled after completion).
+            return PooledOp(None);
+        };
+        uninit.write(op);
+        // SAFETY: written just above.
+        PooledOp(Some(unsafe { place.assume_init() }))
+    }
+
+    /// [`Op::poll_atomic`] of the operation.
+    pub(crate) fn poll_atomic(&mut self, cx: &mut Context<'_>) -> Poll<Outcome<u64>> {
+        match self.0.as_mut().and_then(Arc::get_mut) {
+            Some(op) => op.poll_atomic(cx),
+            // Never shared: only the future holds it.
+            None => Poll::Ready(polled_after_completion()),
+        }
+    }
+}
+
+impl Drop for PooledOp {
+    fn drop(&mut self) {
+        if let Some(op) = self.0.take() {
+            // The operation's drop runs first (a dropped future's), then the memory is kept.
+            pool::recycle(op);
+        }
+    }
+}
+
+impl Op<u64> {
+    /// The outcome of a single atomic posted on its slot's words (a null buffer in its
+    /// plan): its buffer is the result word, read from the slot once the provider is done.
+    pub(crate) fn poll_atomic(&mut self, cx: &mut Context<'_>) -> Poll<Outcome<u64>> {
+        self.poll_outcome_with(
+            cx,
+            Some(|slot, st, word| {
+                if let Some(r) = slot.atomic_result(st) {
+                    *word = r;
+                }
+            }),
+        )
     }
 }
 

@@ -44,7 +44,7 @@ pub(crate) enum Dir {
     Read,
     /// Remote atomics on `count` values from the plan's offset; the plan's buffer holds the
     /// operands from its start, the compare values and the results where the post says,
-    /// copied in before and back after.
+    /// copied in before and back after. A null buffer is the slot's own words (one value).
     Atomic(AtomicPost),
 }
 
@@ -56,11 +56,16 @@ pub(crate) struct AtomicPost {
     pub(crate) datatype: ffi::fi_datatype,
     /// Completion flags of an update (`FI_DELIVERY_COMPLETE`).
     pub(crate) flags: u64,
-    /// Values (of the datatype) in the post.
-    pub(crate) count: usize,
+    /// Values (of the datatype) in the post. This and the offsets are 32-bit, as a post
+    /// takes at most `MAX_ATOMIC_VALUES` values: with the operands, the post is as large
+    /// as it was without them, and so is every operation's `Dir`.
+    pub(crate) count: u32,
     /// Where the compare values and the results start in the buffer.
-    pub(crate) compare_at: usize,
-    pub(crate) result_at: usize,
+    pub(crate) compare_at: u32,
+    pub(crate) result_at: u32,
+    /// A single atomic's operand and compare value where its words live in its slot (the
+    /// plan's pointer is null, `Slot::atomic_words`): written there when it is posted.
+    pub(crate) operands: [u64; 2],
 }
 
 impl Dir {

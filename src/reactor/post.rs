@@ -241,19 +241,16 @@ fn post_part<O: Send + 'static>(
     };
     let post = || -> PostOutcome {
         if let (Dir::Atomic(a), Plan::Contiguous { piece, .. }) = (slot.dir, &slot.plan) {
-            // SAFETY: the buffer (owned by the slot, or the bounce slot it holds) and the
-            // context stay alive and unmoved until the completion returns the provider's
-            // count; the endpoint is kept by the slot's Arc<Engine>.
+            // A null buffer: the atomic's words live in the slot (no descriptor wanted).
+            let (buf, desc) = match piece.ptr.is_null() {
+                true => (slot.atomic_words(a.operands), std::ptr::null_mut()),
+                false => (piece.ptr, piece.desc),
+            };
+            // SAFETY: the buffer (owned by the slot, the slot's own words, or the bounce
+            // slot it holds) and the context stay alive and unmoved until the completion
+            // returns the provider's count; the endpoint is kept by the slot's Arc<Engine>.
             return unsafe {
-                engine.post_atomic(
-                    a,
-                    piece.ptr,
-                    piece.desc,
-                    slot.dest,
-                    base + piece.offset,
-                    key,
-                    ctx,
-                )
+                engine.post_atomic(a, buf, desc, slot.dest, base + piece.offset, key, ctx)
             };
         }
         if index < slot.data_parts {

@@ -148,8 +148,10 @@ pub(crate) struct Slot<O> {
     /// The provider holds the strong count handed over with part 0; the release that
     /// brings `pending` to zero takes it back.
     pub(super) handed: AtomicBool,
-    /// The byte a fence part reads into (an operation has at most one fence).
-    pub(super) scratch: UnsafeCell<[u8; 8]>,
+    /// The byte a fence part reads into (an operation has at most one fence), or a single
+    /// atomic's operand, compare value and result (an atomic has no fence): its words
+    /// live here, in the slot the provider's count keeps, so it allocates no buffer.
+    pub(super) scratch: UnsafeCell<[u64; 3]>,
     /// The registrations its descriptors name (`FI_MR_LOCAL`), freed with the slot.
     pub(super) held: Option<Box<Held>>,
     /// The first part posted with a context of its own (a proxy): past [`MAX_TAG`] where the
@@ -179,7 +181,9 @@ pub(super) struct Posting {
 }
 
 // SAFETY: the context cells and the fence's scratch bytes are written only by the provider
-// between post and completion and read by nobody in Rust; a proxy cell is written by its
+// between post and completion and read by nobody in Rust (an atomic's scratch words: written
+// by its poster under the posting lock before the post, read after the last completion,
+// `atomic_words`, `atomic_result`); a proxy cell is written by its
 // poster under the posting lock before its post and read by its completion after it; the
 // plan's pointers are only handed to the provider, and point into buffers the slot owns;
 // everything else is behind a Mutex, atomic or immutable.
@@ -225,6 +229,33 @@ impl<O: Send + 'static> Slot<O> {
 
     pub(super) fn parts(&self) -> usize {
         self.data_parts + usize::from(self.fence.is_some())
+    }
+
+    /// Writes a single atomic's operand and compare value into the slot's words and returns
+    /// where they start: its buffer, with the result at word 2. Called by its poster, under
+    /// the posting lock, with the part not posted.
+    pub(super) fn atomic_words(&self, operands: [u64; 2]) -> *mut u8 {
+        let w = self.scratch.get().cast::<u64>();
+        // SAFETY: the words are the slot's (aligned, 3 of them) and this part's alone: an
+        // atomic has one part and no fence, the caller holds the posting lock, and the part
+        // is not posted (a refused post is retried here), so the provider does not use them.
+        unsafe {
+            w.write(operands[0]);
+            w.add(1).write(operands[1]);
+        }
+        w.cast()
+    }
+
+    /// The result word of a single atomic posted on the slot's words ([`Self::atomic_words`]):
+    /// `None` unless the provider is done with them.
+    pub(super) fn atomic_result(&self, st: &State<O>) -> Option<u64> {
+        if !st.provider_done {
+            return None;
+        }
+        // SAFETY: every posted part completed (`provider_done`, set under the lock the
+        // caller holds, after the last completion's release): the provider writes the words
+        // no more, and nobody else does.
+        Some(unsafe { self.scratch.get().cast::<u64>().add(2).read() })
     }
 
     /// Decides the result (once); returns the waker to wake after the lock is released.
@@ -464,7 +495,7 @@ impl<O: Send + 'static> Slot<O> {
             (&raw mut (*p).info).write(spec.info);
             (&raw mut (*p).barrier).write(spec.barrier);
             (&raw mut (*p).handed).write(AtomicBool::new(false));
-            (&raw mut (*p).scratch).write(UnsafeCell::new([0; 8]));
+            (&raw mut (*p).scratch).write(UnsafeCell::new([0; 3]));
             (&raw mut (*p).held).write(spec.held);
             (&raw mut (*p).first_proxy).write(first_proxy);
             (&raw mut (*p).more).write(more);

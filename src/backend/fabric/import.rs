@@ -261,10 +261,14 @@ impl ImportPath for Arc<FabricImport> {
     /// shm, an update is posted fetching: its result comes back only once it was performed.
     #[inline]
     fn atomic_route(&self, call: Call, native: impl Fn(Class) -> bool) -> AtomicRoute {
-        let path = match self.atomics_path() {
-            Some(a) => &**a,
-            None if self.backend.carries_atomics() => self,
-            None => return AtomicRoute::Exporter,
+        // Asked first: where the endpoint carries atomics (shm) no other one is adopted.
+        let path = if self.backend.carries_atomics() {
+            self
+        } else {
+            match self.atomics_path() {
+                Some(a) => &**a,
+                None => return AtomicRoute::Exporter,
+            }
         };
         let class = match call.class {
             Class::Update if path.backend.updates_fetch() => Class::Fetch,
@@ -286,6 +290,15 @@ impl ImportPath for Arc<FabricImport> {
         Err(Error::ctlr_not_present().detail("no CPU atomics on a fabric controller"))
     }
 
+    #[inline]
+    fn atomic_in_slot(&self) -> bool {
+        let path = match self.backend.carries_atomics() {
+            true => self,
+            false => self.atomics_path().unwrap_or(self),
+        };
+        !path.backend.wants_local_descriptors()
+    }
+
     fn atomic_post<C: Connection, B: Send + 'static>(
         &self,
         conn: &Arc<C>,
@@ -296,8 +309,18 @@ impl ImportPath for Arc<FabricImport> {
         name: &'static str,
         offset: u64,
     ) -> Op<B> {
-        if let Some(a) = self.atomics_path() {
-            return a.atomic_post(conn, post, ptr, len, buf, name, offset);
+        if !self.backend.carries_atomics() {
+            if let Some(a) = self.atomics_path() {
+                return a.atomic_post(conn, post, ptr, len, buf, name, offset);
+            }
+        }
+        // The slot's words are not registered: never posted where descriptors are wanted
+        // (an endpoint for atomics adopted since `atomic_in_slot` was asked).
+        if ptr.is_null() && self.backend.wants_local_descriptors() {
+            let e = Error::insufficient_resources()
+                .op(name)
+                .detail("the atomic's endpoint changed to one that needs registered buffers");
+            return refused(&**conn, name, e, buf);
         }
         let plan = Op::<B>::contiguous(ptr, len, offset, len);
         self.start(conn, Dir::Atomic(post), plan, buf, name, offset)

@@ -28,8 +28,8 @@ impl Engine {
         if self.stop.load(Ordering::SeqCst) {
             return PostOutcome::Closed;
         }
-        let at = |o: usize| buf.wrapping_add(o);
-        let (dt, op, n) = (a.datatype, a.op, a.count);
+        let at = |o: u32| buf.wrapping_add(o as usize);
+        let (dt, op, n) = (a.datatype, a.op, a.count as usize);
         // SAFETY: forwarded contract; the three places lie in the buffer.
         outcome(unsafe {
             match a.kind {
