@@ -42,8 +42,13 @@ pub(crate) fn look_after_post<O: Send + 'static>(slot: &Arc<Slot<O>>) -> AfterPo
         slot.unattended();
         return AfterPost::Leave;
     }
-    if slot.queued.load(Ordering::Acquire) && slot.engine.window_spin() {
-        // Polling it meanwhile would only take turns from the reader posting the queue.
+    if slot.queued.load(Ordering::Acquire)
+        && slot.engine.window_spin()
+        && slot.engine.in_flight() > 0
+    {
+        // Others' completions come, and their reader posts the queue: polling this one
+        // meanwhile would only take turns from it. Refused with nothing in flight (shm
+        // still settling the last write), it spins and posts the queue itself.
         return AfterPost::Posted;
     }
     if slot.engine.in_flight() > slot.parts() {
