@@ -50,8 +50,8 @@ impl Engine {
     /// refused, or the transmit queue is full. Called by whoever has just read the completion
     /// queue: a full transmit queue frees only by a completion, whose reaper comes back
     /// here; a front the provider refused (`-FI_EAGAIN`: shm while a delivery-complete write
-    /// to the peer is in flight) is tried again once a read reaped something, or at every
-    /// pass with nothing in flight.
+    /// to the peer is in flight) is tried again once a read reaped something, at every pass
+    /// with nothing in flight, and at the latest `REFUSED_WAIT` after its refusal.
     pub(crate) fn post_queued(&self) {
         if self.queued.load(Ordering::SeqCst) == 0 {
             return;
