@@ -565,6 +565,7 @@ impl NodeBuilder {
         state
             .signals
             .force_side_channel(self.signals_over_side_channel);
+        state.signals.pause_registration(self.registration_pause);
         let side = SideChannel::start(
             &handle,
             LocalIdentity {

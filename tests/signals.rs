@@ -761,3 +761,58 @@ fn the_first_operations_after_idle_wake_the_target() {
         s.end();
     }
 }
+
+/// The exporter counts an importer connected from its grant on, and may signal it at once,
+/// before the importer has taken the grant in (a busy host: here the importer pauses 300 ms
+/// there): every such signal reaches the import, on every path.
+#[cfg(feature = "fault-injection")]
+#[test]
+fn signals_sent_before_the_importer_took_its_grant_in_arrive() {
+    let _serial = serial();
+    let rt = runtime();
+    for (ctrl, side) in paths() {
+        rt.block_on(async {
+            let a_id = fresh_node_id();
+            let a = rsm::Node::builder()
+                .ignore_environment()
+                .id(a_id)
+                .signals_over_side_channel(side)
+                .start()
+                .await
+                .unwrap();
+            let b = rsm::Node::builder()
+                .ignore_environment()
+                .id(a_id + 1)
+                .pause_import_registration(Duration::from_millis(300))
+                .start()
+                .await
+                .unwrap();
+            let seg = a.controller(ctrl).await.unwrap();
+            let seg = seg.export(4096, ExportFlags::empty()).unwrap();
+            let id = seg.publish(None, &[]).await.unwrap();
+            let cb = b.controller(ctrl).await.unwrap();
+            let importing =
+                tokio::spawn(async move { cb.import(NodeId(a_id), id, Perm::RDWR).await });
+            let deadline = Instant::now() + Duration::from_secs(10);
+            while seg.importers().is_empty() {
+                assert!(Instant::now() < deadline, "{ctrl} side={side}: no importer");
+                tokio::time::sleep(Duration::from_millis(1)).await;
+            }
+            for _ in 0..3 {
+                seg.signal(SignalFlags::empty()).await.unwrap();
+            }
+            let imp = importing.await.unwrap().unwrap();
+            for i in 0..3 {
+                imp.wait_signal(FIVE_S)
+                    .await
+                    .unwrap_or_else(|e| panic!("{ctrl} side={side}: signal {i}: {e}"));
+            }
+            let late = imp.wait_signal(Some(Duration::from_millis(100))).await;
+            assert_eq!(late.unwrap_err().code(), 42, "{ctrl} side={side}: no 4th");
+            imp.disconnect().await.unwrap();
+            seg.destroy().await.unwrap();
+            b.shutdown().await;
+            a.shutdown().await;
+        });
+    }
+}

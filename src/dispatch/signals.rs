@@ -2,7 +2,7 @@
 //! connection they claim and delivered to its export or import.
 
 use crate::context::{NodeContext, Owner};
-use crate::events::route::{Word, checks, decode};
+use crate::events::route::{Sent, SignalRoute, decode, from_peer};
 
 /// A doorbell rang on one of this node's controllers (called on the engine's thread). The
 /// completion does not say who wrote it: the word's check must match the connection it
@@ -18,22 +18,18 @@ pub(super) fn on_side_signal(ctx: &NodeContext, from: Owner, token: u64, flags: 
     deliver(ctx, Sent::Side(from), token, w.to_importer, w.no_accumulate);
 }
 
-/// How a signal says who sent it: the side channel's link names the node and its
-/// incarnation; a doorbell word carries a check of the sender's token for the connection.
-#[derive(Clone, Copy)]
-pub(super) enum Sent {
-    Side(Owner),
-    Bell(Word),
-}
-
 /// Delivers a signal for the receiver's `token` to the import or export connection it
 /// names, if the sender is that connection's peer; anything else is dropped (every word
 /// from a peer may be hostile).
 fn deliver(ctx: &NodeContext, sent: Sent, token: u64, to_importer: bool, no_acc: bool) {
     if to_importer {
-        match ctx.signals.import(token) {
-            Some(imp) if from_peer(sent, imp.exporter(), imp.conn_id()) => {
+        // An import being connected holds it until its grant is taken in.
+        match ctx.signals.import_for_signal(token, sent, no_acc) {
+            SignalRoute::To(imp) if from_peer(sent, imp.exporter(), imp.conn_id()) => {
                 imp.signal(no_acc);
+            }
+            SignalRoute::Held => {
+                tracing::trace!(token, "signal held for an import being connected")
             }
             _ => tracing::debug!(token, "signal for an unknown import dropped"),
         }
@@ -47,15 +43,5 @@ fn deliver(ctx: &NodeContext, sent: Sent, token: u64, to_importer: bool, no_acc:
             e.signal(owner.node, token, no_acc);
         }
         _ => tracing::debug!(token, "signal for an unknown connection dropped"),
-    }
-}
-
-/// Whether a signal came from the connection's peer: `peer` (node and incarnation) on a
-/// side-channel link, or a doorbell word whose check matches `sender_token`, the peer's
-/// token for it.
-pub(super) fn from_peer(sent: Sent, peer: Owner, sender_token: u64) -> bool {
-    match sent {
-        Sent::Side(from) => from == peer,
-        Sent::Bell(w) => checks(&w, sender_token),
     }
 }

@@ -4,9 +4,9 @@ use crate::export::entry::requester;
 
 /// Descriptors a loopback connection holds (a memfd, a doorbell page, two eventfds).
 const LOOPBACK_DESCRIPTORS: usize = 4;
-use super::signals::{Sent, from_peer};
 use super::*;
 use crate::events::route::decode;
+use crate::events::route::{Sent, from_peer};
 use crate::sans_io::wire::ByteOrder;
 use crate::sans_io::wire::{ConnectReply, ConnectRequest};
 use crate::sidechannel::PeerCreds;
@@ -727,4 +727,68 @@ fn a_listing_names_only_what_the_peer_may_import_in_full_pages() {
     // An export whose last handle went is not listed.
     drop(exports);
     assert!(ask(7, 0, "").segments.is_empty());
+}
+
+/// An exporter may signal as soon as it granted, before the importer took the grant in (it
+/// answers the request, then sees the importer connected): those signals are held for the
+/// token and delivered at registration if they pass the connection's check; a connect that
+/// fails lets them go.
+#[test]
+fn signals_before_the_grant_is_taken_in_are_held_for_the_import() {
+    use crate::events::SignalFlags;
+    use crate::events::route::encode;
+    let (_rt, ctx, _) = context();
+    let exporter = own(5, 9);
+    let conn = 0x00AB_CDEF;
+    let awaited = ctx.signals.new_token(exporter.node);
+    let token = awaited.token();
+    let bell = |check: u64, flags| on_doorbell(&ctx, encode(token, check, true, flags));
+    // Three plain ones and a NO_ACCUMULATE from the exporter, a forged check, and by the
+    // side channel one from the exporter and one from another node.
+    for _ in 0..3 {
+        bell(conn, SignalFlags::empty());
+    }
+    bell(conn, SignalFlags::NO_ACCUMULATE);
+    bell(conn + 1, SignalFlags::empty());
+    let side = |from| on_side_signal(&ctx, from, token, 0x01);
+    side(exporter);
+    side(own(6, 1));
+
+    let imp = FakeImport::new(exporter, conn);
+    ctx.signals.add_import(awaited, &imp);
+    assert_eq!(
+        imp.calls(),
+        ["bell false 3", "signal true", "bell false 1"],
+        "the exporter's, in kinds of arrival; the forged and the other node's dropped"
+    );
+    // From now on each goes straight to it.
+    bell(conn, SignalFlags::empty());
+    assert_eq!(imp.calls(), ["signal false"]);
+
+    // A connect that ends before registering lets its held signals go, and the token too.
+    let awaited = ctx.signals.new_token(exporter.node);
+    let token = awaited.token();
+    on_doorbell(&ctx, encode(token, conn, true, SignalFlags::empty()));
+    drop(awaited);
+    assert!(matches!(
+        ctx.signals
+            .import_for_signal(token, Sent::Side(exporter), false),
+        crate::events::route::SignalRoute::Unknown
+    ));
+
+    // A flood of kinds (forged checks) is bounded: the held list stops growing, and the
+    // exporter's own kind, once held, keeps counting.
+    let awaited = ctx.signals.new_token(exporter.node);
+    let token = awaited.token();
+    on_doorbell(&ctx, encode(token, conn, true, SignalFlags::empty()));
+    for check in 1..1000u64 {
+        on_doorbell(
+            &ctx,
+            encode(token, conn + check, true, SignalFlags::empty()),
+        );
+    }
+    on_doorbell(&ctx, encode(token, conn, true, SignalFlags::empty()));
+    let imp = FakeImport::new(exporter, conn);
+    ctx.signals.add_import(awaited, &imp);
+    assert_eq!(imp.calls(), ["bell false 2"]);
 }

@@ -38,7 +38,7 @@
 use super::event::SignalFlags;
 use super::loopback_bell::LoopbackBell;
 use crate::backend::fabric::{FabricBackend, PeerAddress};
-use crate::entries::ImportEntry;
+use crate::entries::{ImportEntry, Owner};
 use crate::fabric::endpoint::PostError;
 use crate::fabric::ffi;
 use crate::sans_io::wire::{Doorbell, Message};
@@ -100,6 +100,80 @@ pub(crate) fn checks(word: &Word, sender: u64) -> bool {
     sender & CHECK_MASK == word.check
 }
 
+/// How a signal says who sent it: the side channel's link names the node and its
+/// incarnation; a doorbell word carries a check of the sender's token for the connection.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Sent {
+    Side(Owner),
+    Bell(Word),
+}
+
+/// Whether a signal came from the connection's peer: `peer` (node and incarnation) on a
+/// side-channel link, or a doorbell word whose check matches `sender_token`, the peer's
+/// token for it.
+pub(crate) fn from_peer(sent: Sent, peer: Owner, sender_token: u64) -> bool {
+    match sent {
+        Sent::Side(from) => from == peer,
+        Sent::Bell(w) => checks(&w, sender_token),
+    }
+}
+
+/// The most kinds of signal (sender, `NO_ACCUMULATE`) held for one import being connected;
+/// each kind is a count, so a flood costs no memory, and a peer's variety beyond this is
+/// dropped.
+const EARLY_KINDS: usize = 8;
+
+/// An importer token's route: an import being connected, or one that was.
+enum ImportRoute {
+    /// The request went out with this token, the grant has not been taken in: an exporter
+    /// that granted may signal at once, before the importer knows the connection's id
+    /// (which a signal's check is tested against), so its signals wait here, counted.
+    Awaited {
+        exporter: u32,
+        early: Vec<Early>,
+    },
+    Live(Weak<dyn ImportEntry>),
+}
+
+/// Where a signal for an importer token went.
+pub(crate) enum SignalRoute {
+    /// To this import, if its exporter sent it.
+    To(Arc<dyn ImportEntry>),
+    /// Held for an import being connected.
+    Held,
+    /// No import has the token.
+    Unknown,
+}
+
+/// Signals of one kind that arrived for an import being connected.
+struct Early {
+    sent: Sent,
+    no_accumulate: bool,
+    count: u64,
+}
+
+/// An import being connected, from its request to its registration ([`Routes::add_import`]);
+/// dropped before (a refusal, a cancelled connect), the signals held for it go.
+pub(crate) struct AwaitedImport<'a> {
+    routes: &'a Routes,
+    token: u64,
+}
+
+impl AwaitedImport<'_> {
+    pub(crate) fn token(&self) -> u64 {
+        self.token
+    }
+}
+
+impl Drop for AwaitedImport<'_> {
+    fn drop(&mut self) {
+        let mut imports = lock(&self.routes.imports);
+        if let Some(ImportRoute::Awaited { .. }) = imports.get(&self.token) {
+            imports.remove(&self.token);
+        }
+    }
+}
+
 /// An importer as its exporter signals it.
 pub(crate) struct ImporterBell {
     pub(crate) node: u32,
@@ -155,9 +229,12 @@ const LOOK_AT_MOST: usize = 64;
 /// their importers' doorbells.
 pub(crate) struct Routes {
     force_side: AtomicBool,
+    /// How long an import waits between its grant and its registration, in µs (a fault
+    /// injection hook, `NodeBuilder::pause_import_registration`).
+    registration_pause_us: AtomicU64,
     next_token: AtomicU64,
-    /// Importer tokens to imports.
-    imports: Mutex<HashMap<u64, Weak<dyn ImportEntry>>>,
+    /// Importer tokens to imports, and to imports being connected.
+    imports: Mutex<HashMap<u64, ImportRoute>>,
     importers: Mutex<HashMap<u64, Arc<ImporterBell>>>,
     /// Loopback doorbells by whom they ring: (peer node, to an importer?, receiver's token).
     loopback: Mutex<HashMap<(u32, bool, u64), Arc<LoopbackBell>>>,
@@ -180,6 +257,7 @@ impl Default for Routes {
     fn default() -> Self {
         Routes {
             force_side: AtomicBool::new(false),
+            registration_pause_us: AtomicU64::new(0),
             next_token: AtomicU64::new(u64::from(rand::random::<u32>() >> 1) + 1),
             imports: Mutex::new(HashMap::new()),
             importers: Mutex::new(HashMap::new()),
@@ -198,27 +276,107 @@ impl Routes {
         self.force_side.store(on, Ordering::Relaxed);
     }
 
+    /// Imports wait `pause` between their grant and their registration (test hook).
+    pub(crate) fn pause_registration(&self, pause: std::time::Duration) {
+        let us = u64::try_from(pause.as_micros()).unwrap_or(u64::MAX);
+        self.registration_pause_us.store(us, Ordering::Relaxed);
+    }
+
+    /// How long an import waits between its grant and its registration (zero but in
+    /// fault-injection tests).
+    pub(crate) fn registration_pause(&self) -> std::time::Duration {
+        std::time::Duration::from_micros(self.registration_pause_us.load(Ordering::Relaxed))
+    }
+
     pub(crate) fn side_channel_forced(&self) -> bool {
         self.force_side.load(Ordering::Relaxed)
     }
 
-    /// A fresh importer token (below 2^32, so the doorbell carries it, for 2^31 imports).
-    pub(crate) fn new_token(&self) -> u64 {
-        self.next_token.fetch_add(1, Ordering::Relaxed) & MAX_TOKEN
+    /// A fresh importer token (below 2^32, so the doorbell carries it, for 2^31 imports)
+    /// for an import from node `exporter`, whose signals are held from now on until the
+    /// import is registered with it.
+    pub(crate) fn new_token(&self, exporter: u32) -> AwaitedImport<'_> {
+        let token = self.next_token.fetch_add(1, Ordering::Relaxed) & MAX_TOKEN;
+        let awaited = ImportRoute::Awaited {
+            exporter,
+            early: Vec::new(),
+        };
+        lock(&self.imports).insert(token, awaited);
+        AwaitedImport {
+            routes: self,
+            token,
+        }
     }
 
-    pub(crate) fn add_import<T: ImportEntry>(&self, token: u64, imp: &Arc<T>) {
-        let imp = Arc::downgrade(imp) as Weak<dyn ImportEntry>;
-        lock(&self.imports).insert(token, imp);
+    /// The import of `awaited`'s token is connected: signals go to it from now on, and
+    /// those held for it are delivered first, if its exporter sent them.
+    pub(crate) fn add_import<T: ImportEntry>(&self, awaited: AwaitedImport<'_>, imp: &Arc<T>) {
+        let token = awaited.token;
+        let live = Arc::downgrade(imp) as Weak<dyn ImportEntry>;
+        // Delivered under the lock, so a signal arriving meanwhile comes after them.
+        let mut imports = lock(&self.imports);
+        let held = imports.insert(token, ImportRoute::Live(live));
+        let Some(ImportRoute::Awaited { early, .. }) = held else {
+            return;
+        };
+        for e in early {
+            if !from_peer(e.sent, imp.exporter(), imp.conn_id()) {
+                tracing::debug!(
+                    token,
+                    "signal held for an import being connected came from another sender: dropped"
+                );
+                continue;
+            }
+            match e.no_accumulate {
+                true => imp.signal(true),
+                false => imp.bell(false, e.count),
+            }
+        }
+        drop(imports);
+        drop(awaited);
     }
 
     pub(crate) fn remove_import(&self, token: u64) {
         lock(&self.imports).remove(&token);
     }
 
-    /// The import of importer token `token`, if it lives.
-    pub(crate) fn import(&self, token: u64) -> Option<Arc<dyn ImportEntry>> {
-        lock(&self.imports).get(&token).and_then(Weak::upgrade)
+    /// Where a signal `sent` for importer token `token` goes: the import, if it lives; if
+    /// it is being connected, the signal is held for it.
+    pub(crate) fn import_for_signal(
+        &self,
+        token: u64,
+        sent: Sent,
+        no_accumulate: bool,
+    ) -> SignalRoute {
+        let mut imports = lock(&self.imports);
+        match imports.get_mut(&token) {
+            None => SignalRoute::Unknown,
+            Some(ImportRoute::Live(imp)) => {
+                imp.upgrade().map_or(SignalRoute::Unknown, SignalRoute::To)
+            }
+            Some(ImportRoute::Awaited { exporter, early }) => {
+                // A side-channel signal names its node: only the exporter's is held.
+                if matches!(sent, Sent::Side(from) if from.node != *exporter) {
+                    return SignalRoute::Unknown;
+                }
+                let same = |e: &&mut Early| e.sent == sent && e.no_accumulate == no_accumulate;
+                if let Some(e) = early.iter_mut().find(same) {
+                    e.count = e.count.saturating_add(1);
+                } else if early.len() < EARLY_KINDS {
+                    early.push(Early {
+                        sent,
+                        no_accumulate,
+                        count: 1,
+                    });
+                } else {
+                    tracing::debug!(
+                        token,
+                        "too many kinds of signal for an import being connected: dropped"
+                    );
+                }
+                SignalRoute::Held
+            }
+        }
     }
 
     /// Exporter side: a connection was granted to `node`, whose doorbell and token came in

@@ -94,7 +94,10 @@ impl ImportSegment {
         }
         let path = ctrl.path();
         let (uid, gid, groups) = crate::sys::creds::current();
-        let token = state.signals.new_token();
+        // Signals held for the token from here: the exporter may signal as soon as it
+        // granted, before this task takes the grant in.
+        let awaited = state.signals.new_token(node);
+        let token = awaited.token();
         let admitted = path.issue_ticket().map_err(ctx)?;
         let request = ConnectRequest {
             // The side channel gives the request its id.
@@ -184,12 +187,21 @@ impl ImportSegment {
             node,
             incarnation: peer.incarnation,
         };
+        let pause = state.signals.registration_pause();
+        if !pause.is_zero() {
+            let _ = state
+                .run(async move {
+                    tokio::time::sleep(pause).await;
+                    Ok(())
+                })
+                .await;
+        }
         if let Err(why) = state.add_import(exporter, grant.conn_id, mark, &inner) {
             // Its keys may be gone. Dropped, it tells the exporter it left (a rebound
             // connection is still there).
             return Err(ctx(Error::conn_aborted().detail(why)));
         }
-        state.signals.add_import(token, &inner);
+        state.signals.add_import(awaited, &inner);
         if let Some(bell) = bell {
             let bell = loopback_bell::attach(state.runtime(), bell_to(&inner), bell);
             state

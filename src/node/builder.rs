@@ -55,6 +55,9 @@ pub struct NodeBuilder {
     pub(super) spin_budgets: SpinBudgets,
     /// What the node grants one peer at most.
     pub(super) limits: Limits,
+    /// How long an import waits between taking in its grant and registering (fault
+    /// injection only; zero otherwise).
+    pub(super) registration_pause: std::time::Duration,
 }
 
 impl Default for NodeBuilder {
@@ -68,6 +71,7 @@ impl Default for NodeBuilder {
             unix_side_channel: true,
             spin_budgets: SpinBudgets::default(),
             limits: Limits::default(),
+            registration_pause: std::time::Duration::ZERO,
         }
     }
 }
@@ -241,6 +245,24 @@ impl NodeBuilder {
     #[cfg_attr(docsrs, doc(cfg(feature = "fault-injection")))]
     pub fn announce_byte_order(mut self, order: ByteOrder) -> Self {
         self.byte_order = order;
+        self
+    }
+
+    /// Makes every import of this node wait `pause` between taking in the exporter's grant
+    /// and registering the connection, as a busy host may: the exporter counts the
+    /// importer connected from its grant on and may signal it meanwhile, and those signals
+    /// must not be lost. A test hook. Only with the `fault-injection` feature.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    ///
+    /// let builder = rsm::Node::builder().pause_import_registration(Duration::from_millis(200));
+    /// # let _ = builder;
+    /// ```
+    #[cfg(feature = "fault-injection")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "fault-injection")))]
+    pub fn pause_import_registration(mut self, pause: std::time::Duration) -> Self {
+        self.registration_pause = pause;
         self
     }
 
