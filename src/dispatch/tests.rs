@@ -471,7 +471,7 @@ fn each_message_reaches_the_entry_it_names_from_its_peer_only() {
     // An atomic on a connection of the export is the export's; its reply carries its value.
     let conn = ctx.open_conn(id, owner, 0, (None, 0)).expect("open");
     ctx.signals
-        .add_importer(conn, owner.node, 0x77, None, Default::default(), None, None);
+        .add_importer(conn, owner.node, 0x77, None, Default::default(), None);
     let atomic = crate::sans_io::wire::AtomicRequest {
         req: 9,
         conn_id: conn,

@@ -185,8 +185,9 @@ pub(crate) struct ImporterBell {
     backend: Option<Arc<FabricBackend>>,
     /// The importer's address-vector entry, inserted at the first signal.
     dest: OnceLock<Option<ffi::fi_addr_t>>,
-    /// The connection's loopback doorbell, held so that a post rings it without a lookup.
-    loopback: Option<Arc<LoopbackBell>>,
+    /// The connection's loopback doorbell, held so that a post rings it without a lookup
+    /// (set once the grant offered it: signals before go by the side channel).
+    loopback: OnceLock<Arc<LoopbackBell>>,
 }
 
 impl ImporterBell {
@@ -200,7 +201,7 @@ impl ImporterBell {
 
     /// The connection's loopback doorbell, where it has one.
     pub(crate) fn loopback(&self) -> Option<&LoopbackBell> {
-        self.loopback.as_deref()
+        self.loopback.get().map(Arc::as_ref)
     }
 
     pub(crate) fn dest(&self) -> Option<ffi::fi_addr_t> {
@@ -379,9 +380,9 @@ impl Routes {
         }
     }
 
-    /// Exporter side: a connection was granted to `node`, whose doorbell and token came in
-    /// its request; `loopback` is the connection's own doorbell, where it has one.
-    #[allow(clippy::too_many_arguments)]
+    /// Exporter side: a connection is being granted to `node`, whose doorbell and token
+    /// came in its request. Made before the importer is listed as connected, so that no
+    /// signal of the exporter's can find it listed and have no route to it.
     pub(crate) fn add_importer(
         &self,
         conn_id: u64,
@@ -390,11 +391,7 @@ impl Routes {
         bell: Option<Doorbell>,
         fabric: PeerAddress,
         backend: Option<Arc<FabricBackend>>,
-        loopback: Option<Arc<LoopbackBell>>,
     ) {
-        if let Some(l) = &loopback {
-            self.add_loopback_bell(node, true, token, Arc::clone(l));
-        }
         let b = ImporterBell {
             node,
             token,
@@ -402,15 +399,26 @@ impl Routes {
             fabric,
             backend,
             dest: OnceLock::new(),
-            loopback,
+            loopback: OnceLock::new(),
         };
         lock(&self.importers).insert(conn_id, Arc::new(b));
+    }
+
+    /// Exporter side: the grant of connection `conn_id` gave it `loopback`, its own
+    /// doorbell, which its signals ring from now on.
+    pub(crate) fn add_importer_bell(&self, conn_id: u64, loopback: Arc<LoopbackBell>) {
+        let Some(b) = self.importer(conn_id) else {
+            return;
+        };
+        if b.loopback.set(Arc::clone(&loopback)).is_ok() {
+            self.add_loopback_bell(b.node, true, b.token, loopback);
+        }
     }
 
     /// Exporter side: the connection ended.
     pub(crate) fn forget_importer(&self, conn_id: u64) {
         let gone = lock(&self.importers).remove(&conn_id);
-        if let Some(b) = &gone {
+        if let Some(b) = gone.as_ref().filter(|b| b.loopback.get().is_some()) {
             self.drop_loopback_bell(b.node, true, b.token);
         }
         drop(gone);

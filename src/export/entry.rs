@@ -54,17 +54,8 @@ impl ExportEntry for ExportInner {
             _admitted: None,
         };
         let want = Perm::from_bits(r.perm);
-        let g = self
-            .admit(conn_id, importer, &requester(peer, r), want, &admission)
-            .inspect_err(|_| ctx.remove_conn(conn_id))?;
-        // keys[1] is the ticket for the connection's own doorbell, where the path offers one,
-        // or for the segment's memfd, on a fabric controller that offers it.
-        let offered = g.bell_service.and_then(|(service, pid)| {
-            let export = Arc::downgrade(&ctx.export(r.segment_id)?);
-            let on_ring = bell_to(export, peer.node_id, conn_id);
-            loopback_bell::offer(ctx.runtime(), on_ring, Ok(service), pid)
-        });
-        let (bell, loopback) = offered.unzip();
+        // The route first: once admitted the importer is listed, and a signal to it must
+        // find its way.
         ctx.signals.add_importer(
             conn_id,
             peer.node_id,
@@ -75,8 +66,24 @@ impl ExportEntry for ExportInner {
                 ticket: r.admission.clone(),
             },
             path.ringer().cloned(),
-            loopback,
         );
+        let g = self
+            .admit(conn_id, importer, &requester(peer, r), want, &admission)
+            .inspect_err(|_| {
+                ctx.signals.forget_importer(conn_id);
+                ctx.remove_conn(conn_id);
+            })?;
+        // keys[1] is the ticket for the connection's own doorbell, where the path offers one,
+        // or for the segment's memfd, on a fabric controller that offers it.
+        let offered = g.bell_service.and_then(|(service, pid)| {
+            let export = Arc::downgrade(&ctx.export(r.segment_id)?);
+            let on_ring = bell_to(export, peer.node_id, conn_id);
+            loopback_bell::offer(ctx.runtime(), on_ring, Ok(service), pid)
+        });
+        let (bell, loopback) = offered.unzip();
+        if let Some(loopback) = loopback {
+            ctx.signals.add_importer_bell(conn_id, loopback);
+        }
         self.events.emit(SegmentEvent::ImporterConnected {
             node: crate::NodeId(peer.node_id),
         });
