@@ -42,6 +42,18 @@ trait Moved: Sized {
     ) -> Result<(), BenchError> {
         in_turn(init, op, total, bufs, tick).await
     }
+
+    /// A latency row: `warmup` then `n` awaited operations of `op` one after another,
+    /// `item` moved along; the `n` times and the item.
+    async fn latency(
+        init: &RsmInitiator,
+        op: Op,
+        (warmup, n): (usize, usize),
+        item: Self,
+        progress: &mut Progress,
+    ) -> Result<(Vec<u64>, Self), BenchError> {
+        timed((warmup, n), item, progress, |b| Self::one(init, op, b)).await
+    }
 }
 
 /// An operation's result and what it gives back.
@@ -104,6 +116,51 @@ impl Moved for PageBuf {
             _ => in_turn(init, op, total, bufs, tick).await,
         }
     }
+
+    /// A signal or round row awaits its round trip itself, not boxed as [`Moved::one`]
+    /// boxes it: the allocation and the move of the future into the box were a third of a
+    /// loopback signal round trip's instructions.
+    async fn latency(
+        init: &RsmInitiator,
+        op: Op,
+        counts: (usize, usize),
+        buf: Self,
+        progress: &mut Progress,
+    ) -> Result<(Vec<u64>, Self), BenchError> {
+        match op {
+            Op::Signal => {
+                let trip = |b| async move { (init.signal_round_trip().await, Some(b)) };
+                timed(counts, buf, progress, trip).await
+            }
+            Op::Round => timed(counts, buf, progress, |b| init.round(b)).await,
+            _ => timed(counts, buf, progress, |b| Self::one(init, op, b)).await,
+        }
+    }
+}
+
+/// The loop of [`Moved::latency`]: each operation `one` makes timed from its making to its
+/// output.
+async fn timed<T, F: Future<Output = Outcome<T>>>(
+    (warmup, n): (usize, usize),
+    mut item: T,
+    progress: &mut Progress,
+    mut one: impl FnMut(T) -> F,
+) -> Result<(Vec<u64>, T), BenchError> {
+    let mut samples = Vec::with_capacity(n);
+    progress.phase("rsm", "warm-up");
+    for i in 0..warmup + n {
+        let t0 = Instant::now();
+        let (res, back) = one(item).await;
+        let dt = t0.elapsed();
+        item = returned(res, back)?;
+        if i >= warmup {
+            samples.push(u64::try_from(dt.as_nanos()).unwrap_or(u64::MAX));
+            if samples.len() % 64 == 0 || samples.len() == n {
+                progress.tick("rsm", samples.len(), n);
+            }
+        }
+    }
+    Ok((samples, item))
 }
 
 impl Moved for Vector {
@@ -177,24 +234,11 @@ async fn rows<T: Moved>(
 ) -> Result<Summary, BenchError> {
     match spec.mode {
         Mode::Latency => {
-            let (warmup, n) = (spec.warmup(), spec.timed());
-            let mut buf = bufs
+            let buf = bufs
                 .pop()
                 .ok_or_else(|| BenchError::Usage("no buffer".into()))?;
-            let mut samples = Vec::with_capacity(n);
-            progress.phase("rsm", "warm-up");
-            for i in 0..warmup + n {
-                let t0 = Instant::now();
-                let (res, back) = T::one(init, spec.op, buf).await;
-                let dt = t0.elapsed();
-                buf = returned(res, back)?;
-                if i >= warmup {
-                    samples.push(u64::try_from(dt.as_nanos()).unwrap_or(u64::MAX));
-                    if samples.len() % 64 == 0 || samples.len() == n {
-                        progress.tick("rsm", samples.len(), n);
-                    }
-                }
-            }
+            let counts = (spec.warmup(), spec.timed());
+            let (mut samples, buf) = T::latency(init, spec.op, counts, buf, progress).await?;
             bufs.push(buf);
             Ok(Summary::from_latency(&mut samples, spec.size))
         }
