@@ -16,7 +16,6 @@ use rsm::{Barrier, Result};
 use std::cell::{Cell, RefCell};
 use std::collections::VecDeque;
 use std::future::Future;
-use std::pin::Pin;
 use std::time::Instant;
 
 /// The entries of a putv or getv row: 16 of `size / 16` bytes.
@@ -73,31 +72,17 @@ fn split<T>(out: rsm::BufResult<usize, T>) -> Outcome<T> {
     }
 }
 
-/// A signal round trip (or a service round), boxed: its future is several times a put's, and would be moved on
-/// every put of a row.
-type SignalTrip<'a> = Pin<Box<dyn Future<Output = Outcome<PageBuf>> + 'a>>;
-
 impl Moved for PageBuf {
     // Inlined into the loops, so that a put row's loop matches on the operation once per
     // put as it did before the loops were generic.
     #[inline(always)]
     fn one(init: &RsmInitiator, op: Op, buf: Self) -> impl Future<Output = Outcome<Self>> + '_ {
         match op {
-            // A vector row never hands over a plain buffer (`Vector` moves those).
-            // Atomic rows are measured in `atomic.rs`, never here.
-            Op::Put | Op::Putv | Op::FetchAdd | Op::Cswap | Op::Add => {
-                Either::Left(init.put(0, buf).map(split as Split<Self>))
-            }
             Op::Get | Op::Getv => Either::Left(init.get(0, buf).map(split as Split<Self>)),
-            Op::Signal => {
-                let trip: SignalTrip<'_> =
-                    Box::pin(async move { (init.signal_round_trip().await, Some(buf)) });
-                Either::Right(trip)
-            }
-            Op::Round => {
-                let trip: SignalTrip<'_> = Box::pin(init.round(buf));
-                Either::Right(trip)
-            }
+            // A vector row never hands over a plain buffer (`Vector` moves those); atomic
+            // rows are measured in `atomic.rs`, and signal and round rows, latency rows
+            // only, by `latency` below: never here.
+            _ => Either::Right(init.put(0, buf).map(split as Split<Self>)),
         }
     }
 
@@ -117,9 +102,9 @@ impl Moved for PageBuf {
         }
     }
 
-    /// A signal or round row awaits its round trip itself, not boxed as [`Moved::one`]
-    /// boxes it: the allocation and the move of the future into the box were a third of a
-    /// loopback signal round trip's instructions.
+    /// A signal or round row awaits its round trip itself: boxed, so that [`Moved::one`]
+    /// could return it beside a put, its allocation and move were a third of a loopback
+    /// signal round trip's instructions.
     async fn latency(
         init: &RsmInitiator,
         op: Op,
