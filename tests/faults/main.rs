@@ -123,12 +123,18 @@ fn freeze(ctrl: &str) {
         assert_eq!(a.as_deref(), Some("running"), "{ctrl}");
         std::thread::sleep(Duration::from_millis(200));
     };
+    // The importer's loop, then the exporter's, which answers only once it runs: asked while
+    // frozen, its answer waited out `ANSWER_WITHIN` and came late, to the next question.
     let stop = |pair: &mut Pair, wait_ms: u64| -> Tally {
         let a = pair.importer.ask(
             &format!("stop {wait_ms}"),
             Duration::from_millis(wait_ms) + rounds::ANSWER_WITHIN,
         );
-        let _ = pair.exporter.ask("stop", rounds::ANSWER_WITHIN);
+        pair.exporter.signal(libc::SIGCONT);
+        let e = pair.exporter.ask("stop", rounds::ANSWER_WITHIN);
+        let e = Tally::parse(e.as_deref().unwrap_or_default())
+            .unwrap_or_else(|| panic!("{ctrl}: the exporter answered {e:?}"));
+        assert_eq!(e.hangs, 0, "{ctrl}: the exporter's loop: {}", e.line());
         Tally::parse(a.as_deref().unwrap_or_default())
             .unwrap_or_else(|| panic!("{ctrl}: the importer answered {a:?}"))
     };
@@ -164,7 +170,6 @@ fn freeze(ctrl: &str) {
     let frozen_at = now_ms();
     pair.exporter.freeze();
     let t = stop(&mut pair, 12_000);
-    pair.exporter.signal(libc::SIGCONT);
     let found = t.last_fail.saturating_sub(frozen_at);
     eprintln!(
         "{ctrl}: a frozen exporter found unreachable {found} ms after the freeze: {}",

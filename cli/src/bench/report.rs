@@ -74,6 +74,16 @@ fn round(x: f64, decimals: i32) -> f64 {
     (x * f).round() / f
 }
 
+/// `x` to `digits` significant digits: a ratio far below 1 (a debug build's round trip
+/// against a spinning word) keeps its figure where a fixed number of decimals made it 0.
+fn significant(x: f64, digits: i32) -> f64 {
+    if x == 0.0 || !x.is_finite() {
+        return x;
+    }
+    let magnitude = x.abs().log10().floor() as i32;
+    round(x, digits - 1 - magnitude)
+}
+
 impl Row {
     /// True when something was measured and every side that ran moved every byte right.
     pub(crate) fn verified(&self) -> bool {
@@ -161,7 +171,10 @@ impl Row {
             obj.insert("baseline_ops_per_s".into(), json!(ops));
             obj.insert("baseline_verified".into(), json!(self.baseline_verified));
             obj.insert("baseline_wait".into(), json!(self.baseline_wait.as_str()));
-            obj.insert("ratio".into(), json!(self.ratio().map(|r| round(r, 3))));
+            obj.insert(
+                "ratio".into(),
+                json!(self.ratio().map(|r| significant(r, 3))),
+            );
             obj.insert("baseline_kind".into(), json!(self.baseline_kind.as_str()));
         }
         if let Some(n) = self.tasks {
@@ -190,7 +203,7 @@ impl Row {
             let ratios: Vec<Option<f64>> = self
                 .round_ratios()
                 .into_iter()
-                .map(|r| r.map(|r| round(r, 3)))
+                .map(|r| r.map(|r| significant(r, 3)))
                 .collect();
             obj.insert("round_ratios".into(), json!(ratios));
         }
@@ -531,6 +544,16 @@ mod tests {
         assert_eq!(v["verified"], true);
         let line = serde_json::to_string(&v).unwrap();
         assert!(!line.contains('\n'), "one line per row");
+    }
+
+    #[test]
+    fn ratios_keep_three_significant_digits() {
+        assert_eq!(significant(0.5, 3), 0.5);
+        assert_eq!(significant(12.3456, 3), 12.3);
+        assert_eq!(significant(0.98765, 3), 0.988);
+        // A debug build's 400 µs round trip against a 0.15 µs spinning word.
+        assert_eq!(significant(0.15 / 400.0, 3), 0.000375);
+        assert_eq!(significant(0.0, 3), 0.0);
     }
 
     #[test]
