@@ -22,8 +22,8 @@ pub struct Step {
     /// When not empty, `cargo_args` only builds (`--no-run`) and these run side by side.
     pub suites: &'static [Suite],
     /// Cargo invocations (their arguments) run one after another beside the suites from the
-    /// build's end, at idle priority (`nice -n 19`), in a target dir of their own: they take
-    /// the CPU the suites' waits leave. The step fails if one fails.
+    /// build's end, after the doc tests, at idle priority (`nice -n 19`), in the build's
+    /// target dir: they take the CPU the suites' waits leave. The step fails if one fails.
     pub beside: &'static [&'static [&'static str]],
 }
 
@@ -43,7 +43,8 @@ pub enum Binaries {
     All,
     /// The rsm package's targets of these names (its unit tests are target `rsm`).
     Rsm(&'static [&'static str]),
-    /// The workspace's doc tests, which only cargo runs (`cargo test --doc`).
+    /// The workspace's doc tests, which only cargo runs (`cargo test --doc`): first in the
+    /// lane of the cargo invocations beside the suites, which share its target dir's lock.
     Doc,
 }
 
@@ -55,7 +56,6 @@ const SLOWEST: &[&str] = &[
     "cluster",
     "atomics",
     "data_path",
-    "doc",
     "bench",
     "peer_death",
     "bench_peer_memory",
@@ -317,6 +317,9 @@ fn run_suites(step: &Step, cargo: &OsString, root: &Path) -> Result<(), Failure>
     // Started once the build is done, killed when the runs end, however they end.
     let _spinners = spinners_for(step)?;
     let mut jobs = Vec::new();
+    // Cargo's own runs, one after another in a lane of their own: each holds the target
+    // dir's lock.
+    let mut cargo_jobs = Vec::new();
     for suite in step.suites {
         let env: Vec<(String, String)> = suite
             .env
@@ -338,13 +341,13 @@ fn run_suites(step: &Step, cargo: &OsString, root: &Path) -> Result<(), Failure>
                 step.cargo_args.iter().map(|a| (*a).to_string()).collect();
             cmd_args.push("--doc".into());
             cmd_args.extend(args);
-            jobs.push(Job {
+            cargo_jobs.push(Job {
                 label: label("doc tests".into()),
                 program: cargo.into(),
                 args: cmd_args,
                 env,
                 dir: root.to_path_buf(),
-                weight: weight("doc"),
+                weight: 0,
             });
             continue;
         }
@@ -390,13 +393,13 @@ fn run_suites(step: &Step, cargo: &OsString, root: &Path) -> Result<(), Failure>
     }
     let target = env::var_os("CARGO_TARGET_DIR").map_or_else(|| root.join("target"), PathBuf::from);
     let logs = target.join("xtask-lanes");
-    let beside = beside_jobs(step, cargo, root, &target);
+    cargo_jobs.extend(beside_jobs(step, cargo, root));
     if step.beside.contains(&PACKAGE) {
         forget_packaged_sources();
     }
-    let beside = (!beside.is_empty()).then(|| {
+    let beside = (!cargo_jobs.is_empty()).then(|| {
         let logs = logs.join("beside");
-        std::thread::spawn(move || lanes::run(beside, 1, &logs))
+        std::thread::spawn(move || lanes::run(cargo_jobs, 1, &logs))
     });
     let suites = lanes::run(jobs, lanes::lanes(), &logs);
     let beside = beside.map_or(Ok(()), |run| {
@@ -437,22 +440,16 @@ fn forget_packaged_sources() {
 }
 
 /// `step.beside` as jobs, in their order: at idle priority, so the suites' processes get the
-/// CPU whenever they want it, and in a target dir of their own, so they never wait for a lock
-/// that a suite's cargo (the doc tests) holds, nor make one wait.
-fn beside_jobs(step: &Step, cargo: &OsString, root: &Path, target: &Path) -> Vec<Job> {
-    let dir = target.join("beside").display().to_string();
+/// CPU whenever they want it. In the build's target dir: its build scripts and proc macros
+/// serve the lints, and the dependencies the packaged crates share with it their
+/// verification (a target dir of their own cost CI about 85 s of CPU, on 2 cores).
+fn beside_jobs(step: &Step, cargo: &OsString, root: &Path) -> Vec<Job> {
     step.beside
         .iter()
         .map(|invocation| {
             let mut args: Vec<String> = ["-n", "19"].map(String::from).into();
             args.push(cargo.to_string_lossy().into_owned());
-            // Cargo's own options go before a `--` that starts the tool's.
-            let cut = invocation.iter().position(|a| *a == "--");
-            let (own, tool) = invocation.split_at(cut.unwrap_or(invocation.len()));
-            args.extend(own.iter().map(|a| (*a).to_string()));
-            args.push("--target-dir".into());
-            args.push(dir.clone());
-            args.extend(tool.iter().map(|a| (*a).to_string()));
+            args.extend(invocation.iter().map(|a| (*a).to_string()));
             Job {
                 label: format!("cargo {}", invocation.join(" ")),
                 program: "nice".into(),
@@ -649,10 +646,9 @@ mod tests {
     }
 
     #[test]
-    fn lints_then_packaging_run_beside_the_quiet_suites_at_idle_priority_in_their_own_target_dir() {
+    fn lints_then_packaging_run_beside_the_quiet_suites_at_idle_priority_in_the_build_target_dir() {
         let test = TEST.iter().find(|s| s.name == "test").expect("a test step");
-        let target = Path::new("/t");
-        let jobs = beside_jobs(test, &OsString::from("cargo"), Path::new("/w"), target);
+        let jobs = beside_jobs(test, &OsString::from("cargo"), Path::new("/w"));
         let [clippy, package] = &jobs[..] else {
             panic!("two jobs beside the suites")
         };
@@ -660,31 +656,20 @@ mod tests {
             assert_eq!(job.program, PathBuf::from("nice"));
             assert_eq!(job.args[..3], ["-n", "19", "cargo"]);
             assert_eq!(job.dir, PathBuf::from("/w"));
+            assert!(
+                !job.args.iter().any(|a| a == "--target-dir"),
+                "{:?}",
+                job.args
+            );
         }
-        // The target dir is cargo's option: before the `--` that starts clippy's.
-        assert_eq!(
-            clippy.args[3..],
-            [
-                "clippy",
-                "--workspace",
-                "--all-targets",
-                "--all-features",
-                "--target-dir",
-                "/t/beside",
-                "--",
-                "-D",
-                "warnings"
-            ]
-        );
-        assert_eq!(package.args[3], "package");
-        assert!(
-            package
-                .args
-                .ends_with(&["--target-dir".into(), "/t/beside".into()])
-        );
+        assert_eq!(clippy.args[3..], *CLIPPY);
+        assert_eq!(package.args[3..], *PACKAGE);
+        // The doc tests hold the same target dir's lock: they run in that lane, not in the
+        // suites' lanes.
+        assert!(!SLOWEST.contains(&"doc"));
         let others = TEST.iter().chain(BUSY).filter(|s| s.name != "test");
         for step in others {
-            assert!(beside_jobs(step, &OsString::new(), target, target).is_empty());
+            assert!(beside_jobs(step, &OsString::new(), Path::new("/w")).is_empty());
         }
     }
 
