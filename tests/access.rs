@@ -158,9 +158,10 @@ fn exporter() {
 /// Republishes from a forked child of the exporter, which is not the segment's creator, and
 /// returns the error code the child got (0 for success).
 fn fork_republish(seg: &rsm::ExportSegment) -> i32 {
-    // SAFETY: the child only runs `republish`, which locks the segment's state (no other
-    // thread holds it: the parent is waiting for commands), allocates an error and exits with
-    // `_exit`, never returning into the test or running destructors.
+    // SAFETY: the child only runs `republish`, which refuses a process that is not the
+    // creator before it takes any lock (another thread may have held one at the fork; glibc
+    // makes malloc fork-safe), allocates an error and exits with `_exit`, never returning
+    // into the test or running destructors.
     unsafe {
         let pid = libc::fork();
         assert!(pid >= 0, "fork");

@@ -176,9 +176,10 @@ impl ExportSegment {
     /// keep what they were granted (docs/rsmapi.md §4.2). The list follows the rules of
     /// [`ExportSegment::publish`].
     ///
-    /// Errors, in this order (the original's): `RSMERR_BAD_SEG_HNDL` after destroy,
-    /// `RSMERR_SEG_NOT_PUBLISHED`, `RSMERR_BAD_ACL` (the old list stays),
-    /// `RSMERR_NOT_CREATOR` from a forked child.
+    /// Errors, in this order: `RSMERR_NOT_CREATOR` from a forked child (first, as the C
+    /// library's calls from one: the child takes no lock its parent's other threads may
+    /// have held at the fork), then the original's `RSMERR_BAD_SEG_HNDL` after destroy,
+    /// `RSMERR_SEG_NOT_PUBLISHED`, `RSMERR_BAD_ACL` (the old list stays).
     ///
     /// ```
     /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
@@ -203,6 +204,9 @@ impl ExportSegment {
     /// Cancel safe: the list is replaced once this returns `Ok`, and not before.
     pub async fn republish(&self, acl: &[Access]) -> Result<()> {
         const OP: &str = "republish";
+        // Before the lock, as publish and unpublish: a forked child is refused without
+        // waiting for a lock another thread of its parent may have held at the fork.
+        self.check_creator(OP)?;
         let mut st = self.inner.lock();
         if st.destroyed {
             return Err(Error::bad_seg_hndl()
@@ -213,7 +217,6 @@ impl ExportSegment {
             return Err(Error::seg_not_published().op(OP));
         };
         access::validate_acl(acl).map_err(|e| e.op(OP).segment(p.id))?;
-        self.check_creator(OP)?;
         p.acl = acl.to_vec();
         tracing::debug!(
             segment = format_args!("{:#x}", p.id),

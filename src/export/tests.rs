@@ -91,3 +91,55 @@ async fn the_last_handle_revokes_exactly_once_whatever_races_it() {
     a.shutdown().await;
     b.shutdown().await;
 }
+
+/// A forked child's republish is refused before it takes any lock: a lock another thread
+/// of the parent held at the fork stays held in the child for ever.
+#[test]
+fn a_forked_child_is_refused_before_any_lock() {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let id = 5_600_000 + (rand::random::<u32>() % 100_000) * 2;
+    let node = rt
+        .block_on(Node::builder().ignore_environment().id(id).start())
+        .unwrap();
+    let ctrl = rt.block_on(node.controller("loopback")).unwrap();
+    let seg = ctrl.export(1 << 16, ExportFlags::empty()).unwrap();
+    rt.block_on(seg.publish(None, &[])).unwrap();
+    // As a parent's engine or dispatcher thread may hold it at the fork.
+    let held = seg.inner.lock();
+    // SAFETY: the child only runs `republish`, which must refuse it before taking a lock
+    // (glibc makes malloc fork-safe), and leaves with `_exit`, running no destructor.
+    let pid = unsafe { libc::fork() };
+    assert!(pid >= 0, "fork");
+    if pid == 0 {
+        let code =
+            futures::executor::block_on(seg.republish(&[])).map_or_else(|e| e.code(), |()| 0);
+        // SAFETY: ends the forked child without returning into the test harness.
+        unsafe { libc::_exit(code) };
+    }
+    drop(held);
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    let mut status = 0;
+    loop {
+        // SAFETY: pid is this process's child; status is a valid out-parameter.
+        let r = unsafe { libc::waitpid(pid, &mut status, libc::WNOHANG) };
+        if r == pid {
+            break;
+        }
+        if std::time::Instant::now() > deadline {
+            // SAFETY: pid is this process's child, not yet reaped.
+            unsafe {
+                libc::kill(pid, libc::SIGKILL);
+                libc::waitpid(pid, &mut status, 0);
+            }
+            panic!("the forked child hung in republish");
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    assert!(libc::WIFEXITED(status), "status {status:#x}");
+    assert_eq!(libc::WEXITSTATUS(status), 12, "RSMERR_NOT_CREATOR");
+    rt.block_on(seg.destroy()).unwrap();
+    rt.block_on(node.shutdown());
+}
