@@ -37,13 +37,16 @@ impl ExportSegment {
     /// Destroys the segment (`rsm_memseg_export_destroy`), unpublishing it first if needed.
     /// Its memory is freed once no importer can reach it any more.
     ///
-    /// `RSMERR_POLLFD_IN_USE` while a [`PollFd`](crate::PollFd) of the segment is held.
+    /// `RSMERR_POLLFD_IN_USE` while a [`PollFd`](crate::PollFd) of the segment is held;
+    /// `RSMERR_NOT_CREATOR` in a forked child, which leaves its parent's segment alone (the
+    /// C library's rule for every call from a child).
     ///
     /// # Cancel safety
     /// The segment is destroyed from the first poll on (later calls on its clones get
     /// `RSMERR_BAD_SEG_HNDL`); dropping the future leaves the importers' revoke to finish
     /// in the background, and the memory is freed only when it has.
     pub async fn destroy(self) -> Result<()> {
+        self.check_creator("destroy")?;
         if self.inner.events.pollfd_in_use() {
             return Err(Error::pollfd_in_use()
                 .op("destroy")
@@ -106,6 +109,11 @@ impl Drop for ExportSegment {
         if self.inner.handles.fetch_sub(1, Ordering::AcqRel) != 1 {
             return;
         }
+        // A forked child's copy: the segment is its parent's, whose locks may be held for
+        // ever here.
+        if crate::sys::creds::pid() != self.inner.creator {
+            return;
+        }
         let Some(node) = self.inner.node.upgrade() else {
             return;
         };
@@ -151,6 +159,9 @@ pub(super) fn withdraw(inner: Arc<ExportInner>) {
 
 impl Drop for ExportInner {
     fn drop(&mut self) {
+        if crate::sys::creds::pid() != self.creator {
+            return;
+        }
         if let Some(p) = self
             .state
             .get_mut()

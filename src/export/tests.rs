@@ -92,8 +92,9 @@ async fn the_last_handle_revokes_exactly_once_whatever_races_it() {
     b.shutdown().await;
 }
 
-/// A forked child's republish is refused before it takes any lock: a lock another thread
-/// of the parent held at the fork stays held in the child for ever.
+/// A forked child's republish and destroy are refused, and its last handle dropped, before
+/// any lock is taken: a lock another thread of the parent held at the fork stays held in
+/// the child for ever.
 #[test]
 fn a_forked_child_is_refused_before_any_lock() {
     let rt = tokio::runtime::Builder::new_current_thread()
@@ -108,16 +109,26 @@ fn a_forked_child_is_refused_before_any_lock() {
     let seg = ctrl.export(1 << 16, ExportFlags::empty()).unwrap();
     rt.block_on(seg.publish(None, &[])).unwrap();
     // As a parent's engine or dispatcher thread may hold it at the fork.
-    let held = seg.inner.lock();
-    // SAFETY: the child only runs `republish`, which must refuse it before taking a lock
-    // (glibc makes malloc fork-safe), and leaves with `_exit`, running no destructor.
+    let inner = Arc::clone(&seg.inner);
+    let held = inner.lock();
+    // SAFETY: the child only runs `republish`, `destroy` and the handle's drop, which must
+    // refuse it or do nothing before taking a lock (glibc makes malloc fork-safe), and
+    // leaves with `_exit`, running no other destructor.
     let pid = unsafe { libc::fork() };
     assert!(pid >= 0, "fork");
     if pid == 0 {
-        let code =
-            futures::executor::block_on(seg.republish(&[])).map_or_else(|e| e.code(), |()| 0);
+        let code = |r: crate::Result<()>| r.map_or_else(|e| e.code(), |()| 0);
+        let republished = code(futures::executor::block_on(seg.republish(&[])));
+        // A clone destroyed, then the last handle dropped: neither touches the parent's.
+        let destroyed = code(futures::executor::block_on(seg.clone().destroy()));
+        drop(seg);
+        let both = if republished == destroyed {
+            republished
+        } else {
+            99
+        };
         // SAFETY: ends the forked child without returning into the test harness.
-        unsafe { libc::_exit(code) };
+        unsafe { libc::_exit(both) };
     }
     drop(held);
     let deadline = std::time::Instant::now() + Duration::from_secs(10);
@@ -134,12 +145,18 @@ fn a_forked_child_is_refused_before_any_lock() {
                 libc::kill(pid, libc::SIGKILL);
                 libc::waitpid(pid, &mut status, 0);
             }
-            panic!("the forked child hung in republish");
+            panic!("the forked child hung");
         }
         std::thread::sleep(Duration::from_millis(10));
     }
     assert!(libc::WIFEXITED(status), "status {status:#x}");
-    assert_eq!(libc::WEXITSTATUS(status), 12, "RSMERR_NOT_CREATOR");
+    assert_eq!(
+        libc::WEXITSTATUS(status),
+        12,
+        "RSMERR_NOT_CREATOR from both"
+    );
+    // The parent's segment is whole.
+    rt.block_on(seg.republish(&[])).unwrap();
     rt.block_on(seg.destroy()).unwrap();
     rt.block_on(node.shutdown());
 }
