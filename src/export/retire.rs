@@ -159,6 +159,7 @@ pub(super) fn withdraw(inner: Arc<ExportInner>) {
 
 impl Drop for ExportInner {
     fn drop(&mut self) {
+        // A forked child's copy: the id is its parent's.
         if crate::sys::creds::pid() != self.creator {
             return;
         }

@@ -442,7 +442,7 @@ fn forget_packaged_sources() {
 /// `step.beside` as jobs, in their order: at idle priority, so the suites' processes get the
 /// CPU whenever they want it. In the build's target dir: its build scripts and proc macros
 /// serve the lints, and the dependencies the packaged crates share with it their
-/// verification (a target dir of their own cost CI about 85 s of CPU, on 2 cores).
+/// verification, where a target dir of their own built all of it again on CI's 2 cores.
 fn beside_jobs(step: &Step, cargo: &OsString, root: &Path) -> Vec<Job> {
     step.beside
         .iter()
