@@ -165,6 +165,11 @@ impl ExportInner {
         self.state.lock().unwrap_or_else(|p| p.into_inner())
     }
 
+    /// Whether this is the process that created the segment (not a forked child's copy).
+    fn in_creator(&self) -> bool {
+        crate::sys::creds::pid() == self.creator
+    }
+
     /// Applies the access check (docs/rsmapi.md §6.2) to `who` asking for `want`, and on success
     /// records the importer and returns what it needs, which the path made for it
     /// (`admission`: what the path required of it). `RSMERR_SEG_NOT_PUBLISHED` when not
@@ -276,7 +281,7 @@ impl ExportInner {
 
 impl ExportSegment {
     fn check_creator(&self, op: &'static str) -> Result<()> {
-        if crate::sys::creds::pid() != self.inner.creator {
+        if !self.inner.in_creator() {
             return Err(Error::not_creator().op(op).detail(
                 "the segment belongs to the process that created it (this is a forked child)",
             ));

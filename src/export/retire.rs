@@ -111,7 +111,7 @@ impl Drop for ExportSegment {
         }
         // A forked child's copy: the segment is its parent's, whose locks may be held for
         // ever here.
-        if crate::sys::creds::pid() != self.inner.creator {
+        if !self.inner.in_creator() {
             return;
         }
         let Some(node) = self.inner.node.upgrade() else {
@@ -160,7 +160,7 @@ pub(super) fn withdraw(inner: Arc<ExportInner>) {
 impl Drop for ExportInner {
     fn drop(&mut self) {
         // A forked child's copy: the id is its parent's.
-        if crate::sys::creds::pid() != self.creator {
+        if !self.in_creator() {
             return;
         }
         if let Some(p) = self
